@@ -1,0 +1,50 @@
+"""Time as an input. The loop reads `now()` and waits with `sleep()`; nothing else reads a clock.
+
+`LoopClock` is production time: the event loop's monotonic clock. Tests and the simulator
+provide their own clocks (the simulator's `sleep` advances the virtual cluster instead of
+waiting), so nothing in the tests sleeps for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds on a monotonic scale; only differences are meaningful."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait until `now()` has advanced by `seconds`."""
+        ...
+
+
+class LoopClock:
+    """The running event loop's clock (monotonic, and virtual under looptime)."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class ManualClock:
+    """A clock that moves only when told to: `sleep` advances it at once."""
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self._now = start_s
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("time does not go backwards")
+        self._now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+        await asyncio.sleep(0)

@@ -1,0 +1,240 @@
+"""Values the decision core takes and returns.
+
+Plain frozen dataclasses and enums: no I/O, no clock, no pydantic (validation of user input
+happens at the edges; here a bad value is a programming error and raises `ValueError`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple, NewType
+
+ServiceId = NewType("ServiceId", str)
+"""`namespace/name` of the Deployment that owns the service."""
+
+
+class Signal(enum.IntEnum):
+    """What is measured per service; the value is the column in sample matrices."""
+
+    LOAD = 0
+    """Requests per second completed by the service (sum over its serving pods)."""
+    SATURATION = 1
+    """Requests waiting in the servers' queues (sum over serving pods)."""
+    CAPACITY = 2
+    """GPU utilisation in percent (mean over serving pods); auxiliary, never scales up alone."""
+
+
+PRIMARY_SIGNALS = (Signal.LOAD, Signal.SATURATION)
+
+
+class Kind(enum.Enum):
+    """What a decision does to the replica count."""
+
+    SCALE_UP = "scale-up"
+    SCALE_DOWN = "scale-down"
+    STEADY = "steady"
+    """Nothing to do: the service is where it should be."""
+    HOLD = "hold"
+    """A change was wanted but something (cooldown, veto, missing data) blocked it."""
+
+
+class Reason(enum.Enum):
+    """Why a decision came out as it did; stable strings, used in events and metrics."""
+
+    ABOVE_TARGET = "above-target"
+    BELOW_TARGET = "below-target"
+    BURST = "burst"
+    FORECAST = "forecast"
+    BELOW_MIN = "below-min"
+    ABOVE_MAX = "above-max"
+    IN_DEADBAND = "in-deadband"
+    AT_DESIRED = "at-desired"
+    COOLDOWN = "cooldown"
+    CAPACITY_VETO = "capacity-veto"
+    BURST_HOLD = "burst-hold"
+    MISSING_DATA = "missing-data"
+
+
+class Bound(enum.Enum):
+    MIN = "min"
+    MAX = "max"
+
+
+@dataclass(frozen=True, slots=True)
+class BurstConfig:
+    """The fast path for sudden bursts, after Knative's panic mode.
+
+    When the mean of the last `window_s` seconds of a primary signal asks for at least
+    `threshold_ratio` times the serving capacity, the policy scales on that short mean at once,
+    ignoring the scale-up cooldown, and refuses to scale down for `hold_s` afterwards.
+    """
+
+    window_s: float = 6.0
+    threshold_ratio: float = 2.0
+    hold_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        _require(self.window_s > 0, "burst window_s must be > 0")
+        _require(self.threshold_ratio > 1, "burst threshold_ratio must be > 1")
+        _require(self.hold_s >= 0, "burst hold_s must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class LookaheadConfig:
+    """The trend term: scale up for the load expected once a new pod could be serving.
+
+    The horizon is the observed pod start-up time (or `default_startup_s` until one is seen),
+    capped at `max_horizon_s`. It only ever adds capacity; scale-down uses the plain mean.
+    """
+
+    default_startup_s: float = 60.0
+    max_horizon_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        _require(self.default_startup_s >= 0, "lookahead default_startup_s must be >= 0")
+        _require(self.max_horizon_s >= 0, "lookahead max_horizon_s must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Per-service policy parameters (DESIGN §3.3). Targets are per serving replica."""
+
+    max_replicas: int
+    min_replicas: int = 2
+    target_load_per_replica: float | None = None
+    target_queue_per_replica: float | None = None
+    target_gpu_utilization_pct: float | None = 75.0
+    deadband_ratio: float = 0.1
+    scale_up_cooldown_s: float = 60.0
+    scale_down_cooldown_s: float = 300.0
+    scale_down_max_ratio: float = 0.2
+    burst: BurstConfig | None = None
+    lookahead: LookaheadConfig | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.min_replicas >= 0, "min_replicas must be >= 0")
+        _require(self.max_replicas >= 1, "max_replicas must be >= 1")
+        _require(self.min_replicas <= self.max_replicas, "min_replicas must be <= max_replicas")
+        _require(
+            self.target_load_per_replica is not None or self.target_queue_per_replica is not None,
+            "at least one of target_load_per_replica, target_queue_per_replica is required",
+        )
+        for name in ("target_load_per_replica", "target_queue_per_replica"):
+            value = getattr(self, name)
+            _require(value is None or (math.isfinite(value) and value > 0), f"{name} must be > 0")
+        gpu = self.target_gpu_utilization_pct
+        _require(gpu is None or 0 < gpu <= 100, "target_gpu_utilization_pct must be in (0, 100]")
+        _require(0 <= self.deadband_ratio < 1, "deadband_ratio must be in [0, 1)")
+        _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
+        _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
+        _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
+
+    def target(self, signal: Signal) -> float | None:
+        if signal is Signal.LOAD:
+            return self.target_load_per_replica
+        if signal is Signal.SATURATION:
+            return self.target_queue_per_replica
+        return self.target_gpu_utilization_pct
+
+
+class SignalEstimate(NamedTuple):
+    """One signal of one service after smoothing (see `smoothing.Windows.estimate`).
+
+    A NamedTuple rather than a frozen dataclass: the loop builds three per service per tick,
+    and tuples construct several times faster.
+
+    Values are NaN when the window holds no sample. `fresh` is true only when a valid sample was
+    recorded at the current tick: stale or missing data is never read as zero.
+    """
+
+    mean: float
+    """Exponentially weighted mean over the window."""
+    level: float
+    """The weighted linear fit's value now (the mean without its lag)."""
+    trend_per_s: float
+    """Slope of the weighted linear fit, units per second."""
+    burst_mean: float
+    """Plain mean over the burst window (the last few seconds)."""
+    last: float
+    """The sample recorded at this tick (NaN when it is missing)."""
+    fresh: bool
+
+    @classmethod
+    def missing(cls) -> SignalEstimate:
+        return _MISSING
+
+
+_MISSING = SignalEstimate(
+    mean=math.nan,
+    level=math.nan,
+    trend_per_s=math.nan,
+    burst_mean=math.nan,
+    last=math.nan,
+    fresh=False,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything the policy knows about one service at one tick."""
+
+    now_s: float
+    replicas: int
+    """Replicas asked for (the Deployment's spec): pods not yet serving count against scale-up."""
+    serving: int
+    """Warm pods in the stable traffic set: the only ones that count as capacity."""
+    signals: Mapping[Signal, SignalEstimate]
+    startup_s: float | None = None
+    """Observed time from pod creation to serving, for the look-ahead horizon."""
+
+    def signal(self, signal: Signal) -> SignalEstimate:
+        return self.signals.get(signal) or SignalEstimate.missing()
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """What the policy remembers between ticks; persisted so a restart does not churn."""
+
+    last_scale_up_s: float | None = None
+    last_scale_change_s: float | None = None
+    burst_until_s: float | None = None
+
+
+class Contribution(NamedTuple):
+    """How one signal voted: its utilisation ratio and the replicas it asks for.
+
+    A NamedTuple for the same reason as `SignalEstimate`.
+    """
+
+    ratio: float
+    """Estimate / (target x serving); NaN when nothing is serving or the signal is missing."""
+    desired: int | None
+    """Replicas this signal asks for; None when it is missing, stale or unused."""
+    estimator: str
+    """Which estimate drove it: `mean`, `forecast` or `burst`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The policy's verdict for one service at one tick. Data, not an action."""
+
+    current: int
+    desired: int
+    kind: Kind
+    reason: Reason
+    detail: str
+    contributions: Mapping[Signal, Contribution] = field(default_factory=dict)
+    bound: Bound | None = None
+    cooldown_until_s: float | None = None
+
+    @property
+    def changes(self) -> bool:
+        return self.desired != self.current
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)

@@ -1,0 +1,269 @@
+"""The replica policy (DESIGN §3.3): one service's observation in, a `Decision` out.
+
+`decide` is a function of the configuration, the observation and the previous `PolicyState`; it
+returns the decision and the next state. The steps, in order:
+
+1. **Votes.** Each primary signal (load, saturation) with a target asks for
+   `ceil(estimate / target)` replicas: the same as `ceil(serving x per-replica mean / target)`.
+   The estimate is the smoothed mean; the optional look-ahead raises it to the trend's value one
+   start-up time ahead; the optional burst path raises it to the short-window mean when that asks
+   for `threshold` times the serving capacity.
+2. **Data.** A missing or stale signal does not vote. Nothing fresh: hold. Something missing:
+   never scale down; scale up only on what is fresh.
+3. **Bounds.** Clamp to [min, max]; a count outside the bounds is brought back at once.
+4. **Deadband.** Scale up only when a signal's ratio is above 1 + deadband; scale down only when
+   every ratio is below 1 - deadband.
+5. **Capacity veto.** GPU utilisation above its target blocks a scale-down; it never scales up.
+6. **Cooldowns.** No scale-up within `scale_up_cooldown_s` of the last one (a burst skips this);
+   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
+7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
+
+Pure: no I/O, no clock (time is `observation.now_s`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from autoscaler.core import model
+from autoscaler.core.model import Bound, Contribution, Decision, Kind, Reason, Signal
+
+# Ratios computed from floats can land a hair above an integer: 2.0000000001 must ask for 2.
+_CEIL_SLACK = 1e-9
+
+
+def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
+    """The plain policy of DESIGN §3.3: no burst path, no look-ahead."""
+    return model.PolicyConfig(max_replicas=max_replicas, **overrides)  # type: ignore[arg-type]
+
+
+def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
+    """Ours: the seed policy plus the burst fast path and the trend look-ahead."""
+    fields: dict[str, object] = {
+        "burst": model.BurstConfig(),
+        "lookahead": model.LookaheadConfig(),
+    }
+    fields.update(overrides)
+    return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class _Votes:
+    contributions: dict[Signal, Contribution]
+    wanted: int | None
+    """The largest vote among fresh signals; None when none is fresh."""
+    driver: Signal | None
+    missing: tuple[Signal, ...]
+    burst: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    """One call of `decide`: what every step reads, and how a step states its verdict."""
+
+    config: model.PolicyConfig
+    observation: model.Observation
+    state: model.PolicyState
+    votes: _Votes
+
+    @property
+    def now(self) -> float:
+        return self.observation.now_s
+
+    @property
+    def current(self) -> int:
+        return self.observation.replicas
+
+    def verdict(
+        self,
+        desired: int,
+        kind: Kind,
+        reason: Reason,
+        detail: str,
+        *,
+        bound: Bound | None = None,
+        cooldown_until_s: float | None = None,
+    ) -> tuple[Decision, model.PolicyState]:
+        decision = Decision(
+            current=self.current,
+            desired=desired,
+            kind=kind,
+            reason=reason,
+            detail=detail,
+            contributions=self.votes.contributions,
+            bound=bound,
+            cooldown_until_s=cooldown_until_s,
+        )
+        state = self.state
+        if kind is Kind.SCALE_UP:
+            now = self.now
+            state = dataclasses.replace(state, last_scale_up_s=now, last_scale_change_s=now)
+        elif kind is Kind.SCALE_DOWN:
+            state = dataclasses.replace(state, last_scale_change_s=self.now)
+        return decision, state
+
+    def hold(
+        self, reason: Reason, detail: str, *, cooldown_until_s: float | None = None
+    ) -> tuple[Decision, model.PolicyState]:
+        return self.verdict(
+            self.current, Kind.HOLD, reason, detail, cooldown_until_s=cooldown_until_s
+        )
+
+    def steady(self, reason: Reason, detail: str) -> tuple[Decision, model.PolicyState]:
+        return self.verdict(self.current, Kind.STEADY, reason, detail)
+
+
+def decide(
+    config: model.PolicyConfig, observation: model.Observation, state: model.PolicyState
+) -> tuple[Decision, model.PolicyState]:
+    """Decide the replica count for one service; see the module docstring for the steps.
+
+    The returned state assumes the decision is carried out; a caller whose scale request failed
+    keeps the previous state.
+    """
+    votes = _vote(config, observation)
+    if votes.burst and config.burst is not None:
+        state = dataclasses.replace(state, burst_until_s=observation.now_s + config.burst.hold_s)
+    tick = _Tick(config, observation, state, votes)
+    current = tick.current
+
+    lo, hi = config.min_replicas, config.max_replicas
+    if current < lo:
+        desired = lo if votes.wanted is None else min(hi, max(lo, votes.wanted))
+        return tick.verdict(desired, Kind.SCALE_UP, Reason.BELOW_MIN, f"{current} < min {lo}")
+    if current > hi:
+        return tick.verdict(hi, Kind.SCALE_DOWN, Reason.ABOVE_MAX, f"{current} > max {hi}")
+
+    if votes.wanted is None:
+        names = _names(votes.missing)
+        return tick.hold(Reason.MISSING_DATA, f"no fresh data for {names}")
+
+    desired = min(hi, max(lo, votes.wanted))
+    bound = Bound.MAX if votes.wanted > hi else Bound.MIN if votes.wanted < lo else None
+    if desired > current:
+        return _scale_up(tick, desired, bound)
+    if desired < current:
+        return _scale_down(tick, desired, bound)
+    return tick.verdict(current, Kind.STEADY, Reason.AT_DESIRED, f"{current} replicas", bound=bound)
+
+
+def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision, model.PolicyState]:
+    votes, config = tick.votes, tick.config
+    assert votes.driver is not None
+    name = votes.driver.name.lower()
+    driver = votes.contributions[votes.driver]
+    if not votes.burst and not driver.ratio > 1.0 + config.deadband_ratio:
+        return tick.steady(Reason.IN_DEADBAND, f"{name} ratio {driver.ratio:.2f} in the deadband")
+    if not votes.burst and tick.state.last_scale_up_s is not None:
+        until = tick.state.last_scale_up_s + config.scale_up_cooldown_s
+        if tick.now < until:
+            return tick.hold(
+                Reason.COOLDOWN,
+                f"scale-up to {desired} waits for the scale-up cooldown",
+                cooldown_until_s=until,
+            )
+    if votes.burst:
+        reason = Reason.BURST
+    elif driver.estimator == "forecast":
+        reason = Reason.FORECAST
+    else:
+        reason = Reason.ABOVE_TARGET
+    detail = f"{name} ratio {driver.ratio:.2f} asks for {driver.desired}"
+    return tick.verdict(desired, Kind.SCALE_UP, reason, detail, bound=bound)
+
+
+def _scale_down(
+    tick: _Tick, desired: int, bound: Bound | None
+) -> tuple[Decision, model.PolicyState]:
+    votes, config, state = tick.votes, tick.config, tick.state
+    if votes.missing:
+        return tick.hold(
+            Reason.MISSING_DATA, f"no scale-down without fresh {_names(votes.missing)}"
+        )
+    for signal, vote in votes.contributions.items():
+        if not vote.ratio < 1.0 - config.deadband_ratio:
+            detail = f"{signal.name.lower()} ratio {vote.ratio:.2f} in the deadband"
+            return tick.steady(Reason.IN_DEADBAND, detail)
+    gpu_target = config.target_gpu_utilization_pct
+    gpu = tick.observation.signal(Signal.CAPACITY)
+    if gpu_target is not None and gpu.fresh and gpu.mean > gpu_target:
+        detail = f"GPU utilisation {gpu.mean:.0f}% above {gpu_target:.0f}% blocks scale-down"
+        return tick.hold(Reason.CAPACITY_VETO, detail)
+    if state.burst_until_s is not None and tick.now < state.burst_until_s:
+        return tick.hold(
+            Reason.BURST_HOLD,
+            "no scale-down right after a burst",
+            cooldown_until_s=state.burst_until_s,
+        )
+    if state.last_scale_change_s is not None:
+        until = state.last_scale_change_s + config.scale_down_cooldown_s
+        if tick.now < until:
+            return tick.hold(
+                Reason.COOLDOWN,
+                f"scale-down to {desired} waits for the scale-down cooldown",
+                cooldown_until_s=until,
+            )
+    step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
+    capped = max(desired, tick.current - step)
+    detail = "every signal below target"
+    if capped > desired:
+        detail += f"; {desired} wanted, at most {step} removed per step"
+    return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
+
+
+def max_scale_down_step(current: int, ratio: float) -> int:
+    """How many replicas one scale-down may remove: `max(1, floor(ratio x current))`."""
+    return max(1, math.floor(ratio * current + _CEIL_SLACK))
+
+
+def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
+    serving = observation.serving
+    contributions: dict[Signal, Contribution] = {}
+    missing: list[Signal] = []
+    wanted: int | None = None
+    driver: Signal | None = None
+    burst = False
+    for signal in model.PRIMARY_SIGNALS:
+        target = config.target(signal)
+        if target is None:
+            continue
+        est = observation.signal(signal)
+        if not (est.fresh and math.isfinite(est.mean)):
+            missing.append(signal)
+            contributions[signal] = Contribution(ratio=math.nan, desired=None, estimator="missing")
+            continue
+        value, estimator = est.mean, "mean"
+        if config.lookahead is not None and math.isfinite(est.level):
+            ahead = config.lookahead
+            startup = observation.startup_s
+            horizon = min(
+                ahead.max_horizon_s, ahead.default_startup_s if startup is None else startup
+            )
+            forecast = est.level + max(0.0, est.trend_per_s) * horizon
+            if forecast > value:
+                value, estimator = forecast, "forecast"
+        if config.burst is not None and math.isfinite(est.burst_mean):
+            capacity = target * serving
+            if est.burst_mean > 0 and est.burst_mean >= config.burst.threshold_ratio * capacity:
+                burst = True
+                if est.burst_mean > value:
+                    value, estimator = est.burst_mean, "burst"
+        value = max(0.0, value)
+        desired = math.ceil(value / target - _CEIL_SLACK)
+        ratio = _ratio(value, target, serving)
+        contributions[signal] = Contribution(ratio=ratio, desired=desired, estimator=estimator)
+        if wanted is None or desired > wanted:
+            wanted, driver = desired, signal
+    return _Votes(contributions, wanted, driver, tuple(missing), burst)
+
+
+def _ratio(value: float, target: float, serving: int) -> float:
+    if serving > 0:
+        return value / (target * serving)
+    return math.inf if value > 0 else math.nan
+
+
+def _names(signals: tuple[Signal, ...]) -> str:
+    return ", ".join(s.name.lower() for s in signals)
