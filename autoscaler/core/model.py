@@ -215,6 +215,8 @@ class Contribution(NamedTuple):
     """Replicas this signal asks for; None when it is missing, stale or unused."""
     estimator: str
     """Which estimate drove it: `mean`, `forecast` or `burst`."""
+    estimate: float = math.nan
+    """The service-wide value the vote was computed from (rps or waiting requests)."""
 
 
 @dataclass(frozen=True, slots=True)

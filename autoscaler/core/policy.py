@@ -253,8 +253,13 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
         value = max(0.0, value)
         desired = math.ceil(value / target - _CEIL_SLACK)
         ratio = _ratio(value, target, serving)
-        contributions[signal] = Contribution(ratio=ratio, desired=desired, estimator=estimator)
-        if wanted is None or desired > wanted:
+        contributions[signal] = Contribution(
+            ratio=ratio, desired=desired, estimator=estimator, estimate=value
+        )
+        # On a tied vote the higher ratio drives: the deadband reads the driver's ratio, and a
+        # signal inside the deadband must not mask one above it that asks for as many replicas.
+        tie_won = desired == wanted and driver is not None and ratio > contributions[driver].ratio
+        if wanted is None or desired > wanted or tie_won:
             wanted, driver = desired, signal
     return _Votes(contributions, wanted, driver, tuple(missing), burst)
 

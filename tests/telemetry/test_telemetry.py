@@ -1,0 +1,135 @@
+"""The controller's own metrics and health endpoints."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from aiohttp import test_utils
+
+from autoscaler import loop, ports, telemetry
+from autoscaler.core import model
+
+SVC = model.ServiceId("ml/llama")
+
+
+def _workload(serving: int = 3) -> ports.Workload:
+    config = model.PolicyConfig(max_replicas=10, target_load_per_replica=2.0)
+    return ports.Workload(id=SVC, policy=config, half_life_s=30.0, replicas=4, serving=serving)
+
+
+def _report(kind: model.Kind, reason: model.Reason, *, desired: int = 5) -> loop.TickReport:
+    vote = model.Contribution(ratio=1.5, desired=desired, estimator="mean", estimate=9.0)
+    decision = model.Decision(
+        current=4,
+        desired=desired,
+        kind=kind,
+        reason=reason,
+        detail="",
+        contributions={model.Signal.LOAD: vote},
+        cooldown_until_s=130.0 if kind is model.Kind.HOLD else None,
+    )
+    return loop.TickReport(
+        now_s=100.0,
+        decisions={SVC: decision},
+        scaled=(),
+        failed=(),
+        kinds=Counter({kind: 1}),
+    )
+
+
+def _value(t: telemetry.Telemetry, name: str, **labels: str) -> float | None:
+    return t.registry.get_sample_value(name, labels)
+
+
+def test_tick_sets_replica_signal_and_cooldown_gauges() -> None:
+    """A tick's decision shows up as replica, signal, target and cooldown gauges."""
+    t = telemetry.Telemetry()
+    t.observe_tick(
+        _report(model.Kind.HOLD, model.Reason.COOLDOWN),
+        [_workload()],
+        duration_s=0.02,
+        wall_time_s=1.7e9,
+    )
+    ids = {"namespace": "ml", "service": "llama"}
+    assert _value(t, "autoscaler_replicas", **ids, state="desired") == 5
+    assert _value(t, "autoscaler_replicas", **ids, state="current") == 4
+    assert _value(t, "autoscaler_replicas", **ids, state="serving") == 3
+    assert _value(t, "autoscaler_signal", **ids, signal="load") == 9.0
+    assert _value(t, "autoscaler_signal_target", **ids, signal="load") == 6.0
+    assert _value(t, "autoscaler_cooldown_remaining_seconds", **ids) == 30.0
+    assert _value(t, "autoscaler_holding_services", reason="cooldown") == 1
+    assert _value(t, "autoscaler_tick_duration_seconds_count") == 1
+    assert _value(t, "autoscaler_last_tick_timestamp_seconds") == 1.7e9
+
+
+def test_decisions_are_counted_once_per_change_of_outcome() -> None:
+    """Repeating the same outcome does not inflate the decision counter."""
+    t = telemetry.Telemetry()
+    for _ in range(3):
+        t.observe_tick(
+            _report(model.Kind.STEADY, model.Reason.IN_DEADBAND),
+            [_workload()],
+            duration_s=0.01,
+            wall_time_s=0.0,
+        )
+    t.observe_tick(
+        _report(model.Kind.SCALE_UP, model.Reason.ABOVE_TARGET),
+        [_workload()],
+        duration_s=0.01,
+        wall_time_s=0.0,
+    )
+    labels = {"kind": "steady", "reason": "in-deadband"}
+    assert _value(t, "autoscaler_decisions_total", **labels) == 1
+    assert _value(t, "autoscaler_decisions_total", kind="scale-up", reason="above-target") == 1
+
+
+def test_series_of_a_service_that_is_gone_are_removed() -> None:
+    """A service that stops being managed leaves no stale per-service series behind."""
+    t = telemetry.Telemetry()
+    t.observe_tick(
+        _report(model.Kind.STEADY, model.Reason.AT_DESIRED),
+        [_workload()],
+        duration_s=0.01,
+        wall_time_s=0.0,
+    )
+    empty = loop.TickReport(now_s=101.0, decisions={}, scaled=(), failed=())
+    t.observe_tick(empty, [], duration_s=0.01, wall_time_s=0.0)
+    ids = {"namespace": "ml", "service": "llama"}
+    assert _value(t, "autoscaler_replicas", **ids, state="desired") is None
+    assert _value(t, "autoscaler_managed_services") == 0
+
+
+def test_missing_estimates_are_not_exported_as_zero() -> None:
+    """A signal with no estimate is absent from /metrics rather than reported as 0."""
+    t = telemetry.Telemetry()
+    report = _report(model.Kind.HOLD, model.Reason.MISSING_DATA)
+    decision = report.decisions[SVC]
+    vote = model.Contribution(ratio=math.nan, desired=None, estimator="missing")
+    missing = model.Decision(
+        current=4,
+        desired=4,
+        kind=decision.kind,
+        reason=decision.reason,
+        detail="",
+        contributions={model.Signal.LOAD: vote},
+    )
+    report = loop.TickReport(now_s=100.0, decisions={SVC: missing}, scaled=(), failed=())
+    t.observe_tick(report, [_workload()], duration_s=0.01, wall_time_s=0.0)
+    assert _value(t, "autoscaler_signal", namespace="ml", service="llama", signal="load") is None
+
+
+async def test_http_endpoints_answer_health_readiness_and_metrics() -> None:
+    """/healthz always answers, /readyz follows the readiness check, /metrics is text."""
+    t = telemetry.Telemetry()
+    t.leader.set(1)
+    ready = False
+    app = telemetry.http_app(t, ready=lambda: ready)
+    async with test_utils.TestClient(test_utils.TestServer(app)) as client:
+        assert (await client.get("/healthz")).status == 200
+        assert (await client.get("/readyz")).status == 503
+        ready = True
+        assert (await client.get("/readyz")).status == 200
+        response = await client.get("/metrics")
+        assert response.status == 200
+        assert "autoscaler_leader 1.0" in await response.text()
