@@ -26,6 +26,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
 _EMPTY_TICK = np.iinfo(np.int64).min // 2
+# Distinct half-lives whose weight matrices are kept (services rarely use more than a few).
+_MAX_BASES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,7 @@ class Windows:
         self._last_tick: int | None = None
         self._row_of: dict[model.ServiceId, int] = {}
         self._free: list[int] = []
+        self._bases: dict[float, FloatArray] = {}
 
     def __len__(self) -> int:
         return len(self._row_of)
@@ -173,9 +176,8 @@ class Windows:
         tick = self._tick(now_s)
         age_ticks = tick - self._slot_tick
         in_window = (age_ticks >= 0) & (age_ticks < self._slots)
-        age_s = np.where(in_window, age_ticks * self.config.tick_s, np.inf)
-        tau = -np.where(in_window, age_s, 0.0)  # seconds relative to now, <= 0
-        burst = (age_s < self.config.burst_window_s).astype(np.float64)
+        # Each slot's row in the per-half-life basis; row `slots` (all zeros) is out of window.
+        age_index = np.where(in_window, age_ticks, self._slots)
 
         if _is_prefix(rows):  # the usual case: a view, no copy
             val, ok = self._val[: len(rows)], self._ok[: len(rows)]
@@ -187,11 +189,13 @@ class Windows:
             last = np.where(fresh, val[:, :, current_slot], np.nan)
 
         # One weight matrix per distinct half-life; services rarely have more than a few.
-        groups, inverse = np.unique(half_life_s, return_inverse=True)
+        if n == 1 or bool(np.all(half_life_s == half_life_s[0])):
+            groups, inverse = half_life_s[:1], None
+        else:
+            groups, inverse = np.unique(half_life_s, return_inverse=True)
         for g, half_life in enumerate(groups):
-            members = slice(None) if len(groups) == 1 else np.flatnonzero(inverse == g)
-            w = _decay(age_s, float(half_life))
-            basis = np.stack([w, w * tau, w * tau * tau, burst], axis=1)  # (slots, 4)
+            members = slice(None) if inverse is None else np.flatnonzero(inverse == g)
+            basis = self._basis(float(half_life))[age_index]  # (slots, 4)
             # Sums of weights and of weighted values, as two matrix products: (k, signals, 4).
             m = (ok[members].reshape(-1, self._slots) @ basis).reshape(-1, self._n_signals, 4)
             s = (val[members].reshape(-1, self._slots) @ basis).reshape(-1, self._n_signals, 4)
@@ -211,6 +215,24 @@ class Windows:
             out["trend"][members] = slope
             out["burst"][members] = burst_mean
         return Estimates(out["mean"], out["level"], out["trend"], out["burst"], last, fresh)
+
+    def _basis(self, half_life_s: float) -> FloatArray:
+        """Per age in ticks (0..slots-1, then a zero row for "out of the window"): the weight
+        w, w x tau, w x tau^2 (tau = -age in seconds) and the burst-window indicator.
+
+        Built once per half-life: the ages of the slots change every tick, their weights do not.
+        """
+        basis = self._bases.get(half_life_s)
+        if basis is None:
+            age_s = np.append(np.arange(self._slots) * self.config.tick_s, np.inf)
+            tau = -np.where(np.isfinite(age_s), age_s, 0.0)  # seconds relative to now, <= 0
+            burst = (age_s < self.config.burst_window_s).astype(np.float64)
+            w = _decay(age_s, half_life_s)
+            basis = np.stack([w, w * tau, w * tau * tau, burst], axis=1)
+            if len(self._bases) >= _MAX_BASES:
+                self._bases.clear()
+            self._bases[half_life_s] = basis
+        return basis
 
     def _tick(self, now_s: float) -> int:
         return math.floor(now_s / self.config.tick_s + 1e-9)
@@ -236,7 +258,9 @@ def _grown(a: FloatArray, shape: tuple[int, ...]) -> FloatArray:
 def _is_prefix(rows: IntArray) -> bool:
     """Whether rows are exactly 0..n-1 in order, so a slice can replace a fancy index."""
     n = len(rows)
-    return bool(n == 0 or (rows[0] == 0 and rows[-1] == n - 1 and np.all(np.diff(rows) == 1)))
+    if n <= 1:
+        return n == 0 or bool(rows[0] == 0)
+    return bool(rows[0] == 0 and rows[-1] == n - 1 and np.all(np.diff(rows) == 1))
 
 
 def _decay(age_s: FloatArray, half_life_s: float) -> FloatArray:

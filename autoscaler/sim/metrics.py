@@ -1,0 +1,225 @@
+"""Prometheus as the loop would see it for the simulated services (`ports.MetricsSource`).
+
+The world calls `scrape` every `scrape_interval_s` with each service's raw readings; `sample`
+answers the loop's query from the last scrape, as a Prometheus instant query would:
+
+- LOAD: `rate()` of the served-requests counter over `rate_window_s`, evaluated at the last
+  scrape with Prometheus' own extrapolation (`extrapolated_rate`). It lags by up to a window,
+  reads low while a fresh counter's window fills, and cannot exceed what the replicas served,
+  exactly like `rate(vllm:request_success_total[30s])`. The counter is one series per service
+  (the sum of its pods' counters, as a recording rule would give).
+- SATURATION: the waiting-requests gauge (queue length) at the last scrape.
+- CAPACITY: GPU utilisation in percent at the last scrape, `100 x served / (serving x mu)` over
+  the last second, clipped to [0, 100]; NaN when nothing is serving. Load and queue of a service
+  with no serving pods are still known (nothing served, the queue as it is).
+
+Tests switch the whole source off (`sample` raises `ObservationError`, as when Prometheus is
+unreachable; scraping goes on) or blank one signal (NaN) for a time range.
+
+It must not move time or touch the cluster: it only sees what the world hands it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from autoscaler import errors, ports
+from autoscaler.core import model
+
+_NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # one per model.Signal
+# Scrape times are compared with this slack (float rounding of the clock).
+_EPS = 1e-9
+
+
+class Reading(NamedTuple):
+    """What a scrape finds for one service."""
+
+    served_total: float
+    """The served-requests counter (monotonic)."""
+    queue: float
+    """The waiting-requests gauge."""
+    gpu_util_pct: float
+    """GPU utilisation over the last second; NaN when nothing is serving."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """A time range `[start_s, end_s)` in which metrics are missing.
+
+    With `signal` None the whole source is down; otherwise only that signal reads NaN, for
+    `service` (or every service when None).
+    """
+
+    start_s: float
+    end_s: float
+    signal: model.Signal | None = None
+    service: model.ServiceId | None = None
+
+    def covers(self, now_s: float) -> bool:
+        return self.start_s <= now_s < self.end_s
+
+
+class _Series:
+    __slots__ = ("latest", "offset", "samples")
+
+    def __init__(self, max_samples: int) -> None:
+        self.samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        self.latest: tuple[float, float, float] = _NAN_ROW
+        self.offset = 0.0
+        """Counter value before the simulation (the seeded history)."""
+
+
+class SimMetrics:
+    """Scraped signals for every simulated service, queried in one batch per tick."""
+
+    def __init__(self, *, scrape_interval_s: float = 5.0, rate_window_s: float = 30.0) -> None:
+        if not scrape_interval_s > 0:
+            raise ValueError("scrape_interval_s must be > 0")
+        if not rate_window_s > 0:
+            raise ValueError("rate_window_s must be > 0")
+        self.scrape_interval_s = scrape_interval_s
+        self.rate_window_s = rate_window_s
+        self._max_samples = math.ceil(rate_window_s / scrape_interval_s) + 2
+        self._series: dict[model.ServiceId, _Series] = {}
+        self._outages: list[Outage] = []
+        self._queries = 0
+        self.next_scrape_s: float | None = None
+
+    @property
+    def queries(self) -> int:
+        """How many times the loop asked (one batched query per tick)."""
+        return self._queries
+
+    def add_service(
+        self, service: model.ServiceId, *, now_s: float, history_rps: float | None = None
+    ) -> None:
+        """Start scraping a service. With `history_rps`, its counter already has a window of
+        history at that steady rate (a service that was running before the simulation began);
+        without, the counter is fresh and its rate reads low until the window has filled."""
+        series = _Series(self._max_samples)
+        if history_rps is not None:
+            if not (math.isfinite(history_rps) and history_rps >= 0):
+                raise ValueError("history_rps must be finite and >= 0")
+            n = math.floor(self.rate_window_s / self.scrape_interval_s + _EPS)
+            base = history_rps * n * self.scrape_interval_s
+            for k in range(n, 0, -1):
+                at_s = now_s - k * self.scrape_interval_s
+                series.samples.append((at_s, base - history_rps * k * self.scrape_interval_s))
+            series.samples.append((now_s, base))
+            series.offset = base
+            series.latest = (self._rate(series, now_s), math.nan, math.nan)
+        self._series[service] = series
+        if self.next_scrape_s is None:
+            self.next_scrape_s = now_s
+
+    def remove_service(self, service: model.ServiceId) -> None:
+        self._series.pop(service, None)
+
+    def scrape_due(self, now_s: float) -> bool:
+        return self.next_scrape_s is not None and now_s >= self.next_scrape_s - _EPS
+
+    def scrape(self, now_s: float, readings: Mapping[model.ServiceId, Reading]) -> None:
+        """Record one scrape of every service listed (the others keep their last values)."""
+        for service, reading in readings.items():
+            series = self._series[service]
+            samples = series.samples
+            if samples and samples[-1][0] >= now_s - _EPS:
+                samples.pop()  # the history seeded at this very time
+            samples.append((now_s, series.offset + reading.served_total))
+            gpu = reading.gpu_util_pct
+            if not math.isnan(gpu):
+                gpu = min(100.0, max(0.0, gpu))
+            series.latest = (self._rate(series, now_s), reading.queue, gpu)
+        if self.next_scrape_s is not None:
+            while self.next_scrape_s <= now_s + _EPS:
+                self.next_scrape_s += self.scrape_interval_s
+
+    def switch_off(self, start_s: float, end_s: float) -> None:
+        """Make `sample` raise `ObservationError` for `now_s` in [start_s, end_s)."""
+        self._outages.append(Outage(start_s, end_s))
+
+    def drop(
+        self,
+        signal: model.Signal,
+        start_s: float,
+        end_s: float,
+        *,
+        service: model.ServiceId | None = None,
+    ) -> None:
+        """Make one signal read NaN for `now_s` in [start_s, end_s)."""
+        self._outages.append(Outage(start_s, end_s, signal, service))
+
+    async def sample(
+        self, workloads: Sequence[ports.Workload], now_s: float
+    ) -> npt.NDArray[np.float64]:
+        self._queries += 1
+        series = self._series
+        rows = [s.latest if (s := series.get(w.id)) is not None else _NAN_ROW for w in workloads]
+        values = np.array(rows, dtype=np.float64).reshape(len(workloads), len(model.Signal))
+        if self._outages:
+            self._apply_outages(values, workloads, now_s)
+        return values
+
+    def _apply_outages(
+        self, values: npt.NDArray[np.float64], workloads: Sequence[ports.Workload], now_s: float
+    ) -> None:
+        for outage in self._outages:
+            if not outage.covers(now_s):
+                continue
+            if outage.signal is None:
+                raise errors.ObservationError(
+                    f"simulated metrics outage from {outage.start_s:g}s to {outage.end_s:g}s"
+                )
+            for i, workload in enumerate(workloads):
+                if outage.service is None or outage.service == workload.id:
+                    values[i, outage.signal] = math.nan
+
+    def _rate(self, series: _Series, now_s: float) -> float:
+        return extrapolated_rate(series.samples, at_s=now_s, window_s=self.rate_window_s)
+
+
+def extrapolated_rate(
+    samples: Sequence[tuple[float, float]], *, at_s: float, window_s: float
+) -> float:
+    """Prometheus' `rate(counter[window])` evaluated at `at_s` from (time, value) samples.
+
+    The range is `(at_s - window_s, at_s]` (left-open, as in Prometheus 3). Fewer than two
+    samples give no result (NaN). The increase (with counter resets added back) is extrapolated
+    towards the range's edges: by the gap when it is under 1.1 average sample intervals,
+    otherwise by half an interval, and never back past the counter's zero (the order of
+    `extrapolatedRate` in Prometheus' `promql/functions.go`).
+    """
+    start_s = at_s - window_s
+    inside = [(t, v) for t, v in samples if start_s < t <= at_s + _EPS]
+    if len(inside) < 2:
+        return math.nan
+    first_t, first_v = inside[0]
+    last_t, last_v = inside[-1]
+    increase = last_v - first_v
+    previous = first_v
+    for _, value in inside[1:]:
+        if value < previous:  # a counter reset: the counter restarted from zero
+            increase += previous
+        previous = value
+    sampled_s = last_t - first_t
+    if not sampled_s > 0:
+        return math.nan
+    average_s = sampled_s / (len(inside) - 1)
+    to_start_s = first_t - start_s
+    to_end_s = max(0.0, at_s - last_t)
+    threshold_s = 1.1 * average_s
+    if to_start_s >= threshold_s:
+        to_start_s = average_s / 2
+    # After that clamp, as Prometheus does: a counter is never extrapolated below zero.
+    if increase > 0 and first_v >= 0:
+        to_start_s = min(to_start_s, sampled_s * first_v / increase)
+    if to_end_s >= threshold_s:
+        to_end_s = average_s / 2
+    return increase * (sampled_s + to_start_s + to_end_s) / sampled_s / window_s

@@ -1,0 +1,137 @@
+"""Run one policy over one trace on the simulator: `SimParams` and arrivals in, `SimResult` out.
+
+`simulate` builds a world with one service, wires the real `loop.Loop` to it (tick 1 s,
+window 300 s, the service's half-life from `params`), runs one tick per simulated second over
+the whole trace and summarises what happened. Every policy in a comparison gets exactly the
+same model, trace and seed (DESIGN §6).
+
+It must not configure logging, print, or write files: the CLI does that with the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from autoscaler import loop, ports
+from autoscaler.core import model, smoothing
+from autoscaler.sim import policies, world
+from autoscaler.sim.params import SimParams, SimResult
+
+FloatArray = npt.NDArray[np.float64]
+
+SERVICE = model.ServiceId("sim/inference")
+"""The one service `simulate` runs."""
+
+POLICIES = policies.REGISTRY
+"""The policy names `params.policy` may take, with what each builds."""
+
+SMOOTHING = smoothing.SmoothingConfig(window_s=300.0, tick_s=1.0)
+
+
+def simulate(
+    arrivals: npt.NDArray[Any],
+    params: SimParams,
+    *,
+    progress: Callable[[float, float], None] | None = None,
+    policy: ports.Policy | None = None,
+) -> SimResult:
+    """Replay `arrivals` (the trace's requests per second, before `params.rate_scale`)
+    through the loop and the virtual cluster; see `simulate_async`."""
+    return asyncio.run(simulate_async(arrivals, params, progress=progress, policy=policy))
+
+
+async def simulate_async(
+    arrivals: npt.NDArray[Any],
+    params: SimParams,
+    *,
+    progress: Callable[[float, float], None] | None = None,
+    policy: ports.Policy | None = None,
+) -> SimResult:
+    """The same as `simulate`, inside a running event loop.
+
+    `policy` replaces the decider of the registry's entry for `params.policy`; with it,
+    `params.policy` may be a name the registry does not know (it only labels the result, and
+    the service's config comes from the `seed` entry). Without it, an unknown name raises
+    `ValueError` listing the valid ones. `progress(now_s, total_s)` is called about 100 times.
+    """
+    trace = _checked(arrivals) * params.rate_scale
+    if policy is None:
+        entry = policies.lookup(params.policy)
+        decider = entry.decider(params, trace)
+    else:
+        try:
+            entry = policies.lookup(params.policy)
+        except ValueError:
+            entry = policies.lookup("seed")
+        decider = policy
+    sim = world.World(params)
+    sim.add_service(SERVICE, trace, params, policy_config=entry.config(params))
+    total_s = float(len(trace))
+    sim.clock.report_progress(progress, total_s=total_s)
+    await drive(sim, until_s=total_s, policy=decider)
+    return result_of(sim, SERVICE, params)
+
+
+async def drive(
+    sim: world.World, *, until_s: float, policy: ports.Policy | None = None
+) -> loop.Loop:
+    """Run the real loop on `sim`, one tick per simulated second, until `until_s`.
+
+    Every service of the world is managed; `policy` decides for all of them (default: the
+    core policy, each service with its own config). Returns the loop, for its policy states.
+    """
+    controller = loop.Loop(
+        cluster=sim.cluster,
+        metrics=sim.metrics,
+        clock=sim.clock,
+        policy=policy,
+        smoothing_config=SMOOTHING,
+    )
+    await controller.run(until_s=until_s)
+    return controller
+
+
+def result_of(sim: world.World, service: model.ServiceId, params: SimParams) -> SimResult:
+    """The time series, scale events and summary of one service of a world."""
+    series = sim.timeseries(service)
+    state = sim.cluster.service(service)
+    traffic = sim.traffic(service)
+    desired = series["replicas_desired"]
+    requests = traffic.arrived
+    p95 = traffic.latency_quantile(0.95)
+    summary: dict[str, Any] = {
+        "requests": requests,
+        "served": traffic.served,
+        "dropped": traffic.dropped,
+        "queued_at_end": traffic.queue,
+        "slo_misses": traffic.slo_misses,
+        "slo_miss_pct": 100.0 * traffic.slo_misses / requests if requests > 0 else 0.0,
+        "p95_latency_s": None if math.isnan(p95) else p95,
+        "gpu_hours": sim.cluster.gpu_seconds(service) / 3600.0,
+        "scale_events": len(state.scale_events),
+        "mean_replicas": float(np.mean(desired)) if len(desired) else 0.0,
+        "max_replicas_seen": int(np.max(desired)) if len(desired) else 0,
+        "simulated_s": float(sim.now_s),
+        "params": params.as_dict(),
+    }
+    return SimResult(
+        params=params,
+        timeseries=series,
+        scale_events=list(state.scale_events),
+        summary=summary,
+    )
+
+
+def _checked(arrivals: npt.NDArray[Any]) -> FloatArray:
+    values = np.asarray(arrivals, dtype=np.float64)
+    if values.ndim != 1 or len(values) == 0:
+        raise ValueError("arrivals must be a non-empty array of requests per second")
+    if not bool(np.all(np.isfinite(values)) and np.all(values >= 0)):
+        raise ValueError("arrivals must be finite and >= 0")
+    return values

@@ -1,0 +1,115 @@
+"""How fast the simulator runs: simulated seconds per wall-clock (and CPU) second.
+
+`python -m autoscaler.sim.speed [--days 7]` replays the bundled trace with each policy, a
+synthetic multi-day trace with the default policy, and the same synthetic trace through the
+world alone (no loop), and prints one line per run. Timings are printed, never asserted
+(DESIGN §8). Like the CLI, it sets logging to warnings so the loop's per-decision lines are
+not what gets measured.
+
+It must not write files or change what it measures: it only times `run.simulate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import gzip
+import time
+from collections.abc import Callable
+from importlib import resources
+
+import numpy as np
+import numpy.typing as npt
+
+from autoscaler import logs
+from autoscaler.sim import run, world
+from autoscaler.sim.params import SimParams
+
+FloatArray = npt.NDArray[np.float64]
+
+BUNDLED = "azure_llm_2023_conv.requests.csv.gz"
+_DAY_S = 86_400
+
+
+def bundled_trace() -> FloatArray:
+    """The bundled trace as requests per second (its `t_seconds,requests` rows summed)."""
+    path = resources.files("autoscaler.sim") / "traces" / BUNDLED
+    with gzip.open(str(path), "rt") as f:
+        table = np.loadtxt(f, delimiter=",", skiprows=1, ndmin=2)
+    seconds = table[:, 0].astype(np.int64)
+    arrivals = np.zeros(int(seconds.max()) + 1)
+    np.add.at(arrivals, seconds, table[:, 1])
+    return arrivals
+
+
+def synthetic_trace(*, days: float, mean_rps: float = 20.0, seed: int = 0) -> FloatArray:
+    """A diurnal load with quieter weekends, a few 10-minute bursts and Poisson noise."""
+    rng = np.random.default_rng(seed)
+    n = round(days * _DAY_S)
+    t = np.arange(n)
+    daily = 1.0 + 0.6 * np.sin(2 * np.pi * t / _DAY_S - np.pi / 2)
+    weekend = np.where((t // _DAY_S) % 7 >= 5, 0.7, 1.0)
+    rate = mean_rps * daily * weekend
+    for start in rng.integers(0, max(1, n - 600), size=max(1, round(days * 2))):
+        rate[start : start + 600] *= 3.0
+    return rng.poisson(rate).astype(np.float64)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Timing:
+    label: str
+    simulated_s: float
+    wall_s: float
+    cpu_s: float
+
+    def line(self) -> str:
+        return (
+            f"{self.label:<34} {self.simulated_s:>9.0f} sim-s  {self.wall_s:>8.2f} wall-s  "
+            f"{self.simulated_s / self.wall_s:>8.0f} sim-s/wall-s  "
+            f"{self.simulated_s / self.cpu_s:>8.0f} sim-s/cpu-s"
+        )
+
+
+def timed(label: str, simulated_s: float, work: Callable[[], object]) -> Timing:
+    wall, cpu = time.perf_counter(), time.process_time()
+    work()
+    return Timing(label, simulated_s, time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def world_only(arrivals: FloatArray, params: SimParams) -> None:
+    """The simulator's own share: the world moved second by second, nobody deciding."""
+    sim = world.World(params)
+    sim.add_service("bench/inference", arrivals, params)
+    for _ in range(len(arrivals)):
+        sim.advance(1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autoscaler.sim.speed", description=__doc__)
+    parser.add_argument("--days", type=float, default=7.0, help="synthetic trace length")
+    args = parser.parse_args(argv)
+    logs.configure(json=True, level="warning")
+
+    base = SimParams()
+    bundled = bundled_trace()
+    synthetic = synthetic_trace(days=args.days)
+    runs = [
+        (f"bundled ({BUNDLED[:-7]}) seed", bundled, dataclasses.replace(base, policy="seed")),
+        (f"bundled ({BUNDLED[:-7]}) default", bundled, base),
+        (f"synthetic {args.days:g} days, default", synthetic, base),
+    ]
+    for label, arrivals, params in runs:
+        timing = timed(label, len(arrivals), functools.partial(run.simulate, arrivals, params))
+        print(timing.line(), flush=True)
+    timing = timed(
+        f"synthetic {args.days:g} days, world only",
+        len(synthetic),
+        functools.partial(world_only, synthetic, base),
+    )
+    print(timing.line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

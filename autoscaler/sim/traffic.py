@@ -1,0 +1,361 @@
+"""Trace-driven traffic for one service: a fluid FIFO queue in front of its serving replicas.
+
+Requests arrive from a per-second array (fluid: fractional counts are kept), spread uniformly
+within their second. The serving replicas take them in arrival order at `capacity_rps`, given
+anew for every second. A request's latency is `service_time_s` plus the time it waited; it
+misses the SLO when that exceeds `slo_latency_s`. A request still waiting after
+`queue_timeout_s` is dropped, which counts as a drop and as an SLO miss.
+
+The model keeps one number for the queue: the arrival time of the oldest waiting request (the
+head). Everything that arrived between the head and now is waiting. Within one second the head
+moves through the arrival seconds at `capacity / density`, clamped between `now - timeout`
+(older requests are dropped) and `now` (the queue is empty). Between two events (the head
+entering the next arrival second, catching up with now, reaching the timeout, the end of the
+second) the wait of the requests served grows linearly with the number served, so each such
+piece is a "chunk" whose waits are uniform between two values: SLO misses and quantiles follow
+analytically, never from a loop over requests. A quiet second with no queue is one chunk of
+zero wait, which is the common case and the fast path.
+
+It must not know about pods, metrics or the control loop: capacity comes in per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+# Times are compared with this slack so float rounding never stalls the piecewise walk.
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficConfig:
+    """The latency model of one service (DESIGN §6). Times in seconds."""
+
+    service_time_s: float = 2.0
+    """Latency of a request that does not wait."""
+    slo_latency_s: float = 5.0
+    """A request whose latency exceeds this misses the SLO."""
+    queue_timeout_s: float = 60.0
+    """A request still waiting after this is dropped."""
+    histogram_bin_s: float = 0.05
+    """Resolution of the whole-run latency histogram."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.service_time_s) and self.service_time_s >= 0):
+            raise ValueError("service_time_s must be >= 0")
+        if not self.slo_latency_s > 0:
+            raise ValueError("slo_latency_s must be > 0")
+        if not (math.isfinite(self.queue_timeout_s) and self.queue_timeout_s > 0):
+            raise ValueError("queue_timeout_s must be finite and > 0")
+        if not self.histogram_bin_s > 0:
+            raise ValueError("histogram_bin_s must be > 0")
+
+    @property
+    def slo_wait_s(self) -> float:
+        """The longest wait that still meets the SLO."""
+        return self.slo_latency_s - self.service_time_s
+
+
+class Second(NamedTuple):
+    """What one simulated second did to the queue.
+
+    A NamedTuple rather than a frozen dataclass: one is built per service per simulated second.
+    """
+
+    arrivals: float
+    served: float
+    """Requests taken by a replica during the second (they complete `service_time_s` later)."""
+    dropped: float
+    slo_misses: float
+    """Requests served too late plus requests dropped."""
+    queue: float
+    """Requests waiting at the end of the second."""
+    p95_latency_s: float
+    """95th percentile latency of the requests served in this second; NaN when none were."""
+
+
+class Chunk(NamedTuple):
+    """Requests served together whose waits are spread uniformly from `first_s` to `last_s`."""
+
+    mass: float
+    first_s: float
+    last_s: float
+
+
+class Traffic:
+    """The queue of one service, moved forward one second at a time by `step`."""
+
+    def __init__(
+        self, arrivals: Sequence[float] | FloatArray, config: TrafficConfig | None = None
+    ) -> None:
+        values = np.asarray(arrivals, dtype=np.float64)
+        if values.ndim != 1:
+            raise ValueError("arrivals must be one value per second")
+        if not bool(np.all(np.isfinite(values)) and np.all(values >= 0)):
+            raise ValueError("arrivals must be finite and >= 0")
+        self.config = config or TrafficConfig()
+        # Scalar reads from a list are several times faster than from an array.
+        self._arrivals: list[float] = values.tolist()
+        self._n = len(self._arrivals)
+        self._t = 0
+        self._head_s = 0.0
+        self.arrived = 0.0
+        self.served = 0.0
+        self.dropped = 0.0
+        self.slo_misses = 0.0
+        self._histogram = _WaitHistogram(self.config.queue_timeout_s, self.config.histogram_bin_s)
+
+    @property
+    def now_s(self) -> int:
+        """Start of the next second `step` will simulate."""
+        return self._t
+
+    @property
+    def queue(self) -> float:
+        """Requests waiting now."""
+        return max(0.0, self.arrived - self.served - self.dropped)
+
+    def arrivals_at(self, second: int) -> float:
+        return self._arrivals[second] if 0 <= second < self._n else 0.0
+
+    def step(self, capacity_rps: float) -> Second:
+        """Simulate the next second with replicas that can take `capacity_rps` requests/s."""
+        if not capacity_rps >= 0:
+            raise ValueError("capacity_rps must be >= 0")
+        t = self._t
+        self._t = t + 1
+        arrivals = self._arrivals[t] if t < self._n else 0.0
+        self.arrived += arrivals
+        config = self.config
+        if self._head_s >= t - _EPS and capacity_rps >= arrivals:
+            # The fast path: no queue and enough capacity, every request is taken as it
+            # arrives (one chunk of zero wait).
+            self._head_s = t + 1.0
+            if not arrivals > 0:
+                return Second(0.0, 0.0, 0.0, 0.0, 0.0, math.nan)
+            self.served += arrivals
+            self._histogram.add_zero(arrivals)
+            late = arrivals if config.slo_wait_s < 0 else 0.0
+            self.slo_misses += late
+            return Second(arrivals, arrivals, 0.0, late, 0.0, config.service_time_s)
+
+        # A capacity too small to divide by is no capacity.
+        capacity = capacity_rps if capacity_rps > _EPS else 0.0
+        chunks, dropped = self._walk(float(t), t + 1.0, capacity)
+        slo_wait = config.slo_wait_s
+        served = late = 0.0
+        for chunk in chunks:
+            served += chunk.mass
+            late += chunk.mass * _fraction_above(chunk, slo_wait)
+            self._histogram.add(chunk)
+        self.served += served
+        self.dropped += dropped
+        self.slo_misses += late + dropped
+        p95 = config.service_time_s + wait_quantile(chunks, 0.95) if served > 0 else math.nan
+        return Second(arrivals, served, dropped, late + dropped, self.queue, p95)
+
+    def latency_quantile(self, q: float) -> float:
+        """The q-quantile latency over every request served so far; NaN when none was."""
+        wait = self._histogram.quantile(q)
+        return self.config.service_time_s + wait
+
+    def _walk(self, tau: float, end: float, capacity: float) -> tuple[list[Chunk], float]:
+        """Move the head through one second piece by piece; returns the chunks served and
+        the requests dropped."""
+        timeout = self.config.queue_timeout_s
+        arrivals_now = self.arrivals_at(int(tau))
+        head = self._head_s
+        chunks: list[Chunk] = []
+        dropped = 0.0
+        while tau < end - _EPS:
+            if head >= tau - _EPS:
+                head = tau
+                if capacity >= arrivals_now:
+                    # The queue is empty and stays empty: served on arrival.
+                    chunks.append(Chunk(arrivals_now * (end - tau), 0.0, 0.0))
+                    head = tau = end
+                    break
+            second = math.floor(head + _EPS)
+            density = self.arrivals_at(second)
+            if head <= tau - timeout + _EPS and capacity < density:
+                # The head is at the timeout: the replicas take requests of exactly that age
+                # and the rest of that age is dropped; the head moves with the clock.
+                head = tau - timeout
+                piece = min(second + 1 - head, end - tau)
+                if capacity > 0:
+                    chunks.append(Chunk(capacity * piece, timeout, timeout))
+                dropped += (density - capacity) * piece
+                head, tau = head + piece, tau + piece
+                continue
+            if density <= 0:
+                # Nobody arrived in that second: the head skips it at once.
+                head = min(float(second + 1), tau)
+                continue
+            if capacity <= 0:
+                # Nothing is served; the head waits until it reaches the timeout.
+                piece = min(head + timeout - tau, end - tau)
+                tau += max(piece, 0.0)
+                continue
+            speed = capacity / density
+            piece = end - tau
+            event = "end"
+            to_next = (second + 1 - head) / speed
+            if to_next < piece:
+                piece, event = to_next, "next"
+            if speed > 1:
+                to_catch_up = (tau - head) / (speed - 1)
+                if to_catch_up < piece:
+                    piece, event = to_catch_up, "caught-up"
+            elif speed < 1:
+                to_timeout = (head + timeout - tau) / (1 - speed)
+                if to_timeout < piece:
+                    piece, event = max(to_timeout, 0.0), "timeout"
+            wait_first = tau - head
+            wait_last = wait_first + (1 - speed) * piece
+            if piece > 0:
+                chunks.append(Chunk(capacity * piece, wait_first, wait_last))
+            tau += piece
+            if event == "next":
+                head = float(second + 1)
+            elif event == "caught-up":
+                head = tau
+            elif event == "timeout":
+                head = tau - timeout
+            else:
+                head += speed * piece
+        self._head_s = head
+        return chunks, dropped
+
+
+def _fraction_above(chunk: Chunk, wait_s: float) -> float:
+    """Share of the chunk's requests that waited longer than `wait_s`."""
+    lo, hi = sorted((chunk.first_s, chunk.last_s))
+    if hi <= wait_s:
+        return 0.0
+    if lo > wait_s or hi - lo < _EPS:
+        return 1.0
+    return (hi - wait_s) / (hi - lo)
+
+
+def wait_quantile(chunks: Sequence[Chunk], q: float) -> float:
+    """The q-quantile wait of the requests in `chunks` (waits uniform within each chunk)."""
+    total = 0.0
+    widest = 0.0
+    for chunk in chunks:
+        total += chunk.mass
+        widest = max(widest, chunk.first_s, chunk.last_s)
+    if not total > 0:
+        return math.nan
+    if widest <= 0:
+        return 0.0
+    target = q * total
+    spans = [(min(c.first_s, c.last_s), max(c.first_s, c.last_s), c.mass) for c in chunks]
+    if len(spans) == 1:
+        lo, hi, _ = spans[0]
+        return lo + q * (hi - lo)
+    points = sorted({x for lo, hi, _ in spans for x in (lo, hi)})
+    previous_x = points[0]
+    previous_f = _mass_at_or_below(spans, previous_x, strict=False)
+    if target <= previous_f:
+        return previous_x
+    for x in points[1:]:
+        before = _mass_at_or_below(spans, x, strict=True)
+        if target <= before:
+            share = (target - previous_f) / (before - previous_f) if before > previous_f else 1.0
+            return previous_x + share * (x - previous_x)
+        at = _mass_at_or_below(spans, x, strict=False)
+        if target <= at:
+            return x
+        previous_x, previous_f = x, at
+    return points[-1]
+
+
+def _mass_at_or_below(spans: list[tuple[float, float, float]], x: float, *, strict: bool) -> float:
+    """Mass with wait <= x (< x for point masses when `strict`)."""
+    total = 0.0
+    for lo, hi, mass in spans:
+        if hi - lo < _EPS:
+            if lo < x or (not strict and lo <= x):
+                total += mass
+        elif x >= hi:
+            total += mass
+        elif x > lo:
+            total += mass * (x - lo) / (hi - lo)
+    return total
+
+
+class _WaitHistogram:
+    """The distribution of waits over a whole run, exact at the bin edges.
+
+    A chunk adds a ramp to the cumulative distribution G(x) (mass with wait <= x): slope
+    `mass / width` from its first to its last wait. Storing, per bin, the sum of slope changes
+    `s` and of `s x position` lets G at every edge be rebuilt as `x * S1 - S2` from running
+    sums, so adding a chunk costs O(1) whatever its width. Point masses (zero-width chunks)
+    are kept per bin, and the zero-wait mass on its own, so a run without queueing reports
+    exactly the service time.
+    """
+
+    def __init__(self, limit_s: float, bin_s: float) -> None:
+        self._bin_s = bin_s
+        self._bins = math.ceil(limit_s / bin_s) + 2
+        self._slope = [0.0] * self._bins
+        self._moment = [0.0] * self._bins
+        self._point = [0.0] * self._bins
+        self._zero = 0.0
+        self.total = 0.0
+
+    def _index(self, x: float) -> int:
+        return min(max(int(x / self._bin_s), 0), self._bins - 1)
+
+    def add_zero(self, mass: float) -> None:
+        """Requests that did not wait at all."""
+        self.total += mass
+        self._zero += mass
+
+    def add(self, chunk: Chunk) -> None:
+        mass = chunk.mass
+        if mass <= 0:
+            return
+        self.total += mass
+        lo, hi = chunk.first_s, chunk.last_s
+        if lo > hi:
+            lo, hi = hi, lo
+        if hi <= 0:
+            self._zero += mass
+        elif hi - lo < _EPS:
+            self._point[self._index(lo)] += mass
+        else:
+            slope = mass / (hi - lo)
+            i, j = self._index(lo), self._index(hi)
+            self._slope[i] += slope
+            self._moment[i] += slope * lo
+            self._slope[j] -= slope
+            self._moment[j] -= slope * hi
+
+    def quantile(self, q: float) -> float:
+        if not self.total > 0:
+            return math.nan
+        target = q * self.total
+        if self._zero >= target:
+            return 0.0
+        edges = np.arange(self._bins + 1) * self._bin_s
+        below = np.concatenate(([0.0], np.cumsum(self._slope)))
+        moment = np.concatenate(([0.0], np.cumsum(self._moment)))
+        points = np.concatenate(([0.0], np.cumsum(self._point)))
+        cdf = self._zero + points + edges * below - moment
+        j = int(np.searchsorted(cdf, target, side="left"))
+        if j <= 0:
+            return 0.0
+        if j >= len(cdf):
+            return float(edges[-1])
+        lo_f, hi_f = float(cdf[j - 1]), float(cdf[j])
+        share = (target - lo_f) / (hi_f - lo_f) if hi_f > lo_f else 1.0
+        return float(edges[j - 1] + share * self._bin_s)

@@ -1,0 +1,1 @@
+"""Tests of the real loop driven by the simulator, in simulated time."""

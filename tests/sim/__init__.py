@@ -1,0 +1,1 @@
+"""Tests of the simulator: traffic, cluster, metrics and the runner."""
