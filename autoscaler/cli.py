@@ -1,0 +1,526 @@
+"""The command line: `autoscaler simulate` and `autoscaler demo` (DESIGN §5, §6).
+
+`main` parses the arguments, reads the settings once, configures logging and runs one command.
+Every input is validated before anything runs or is written: a bad trace, setting or number
+ends in one line on stderr (`error: FILE:LINE: field 'NAME': problem`) and exit code 2, and the
+output directory is left untouched (the report itself is written all-or-nothing).
+
+It must not decide anything itself: the simulator and the report do the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import numpy as np
+import numpy.typing as npt
+import pydantic
+import structlog
+
+import autoscaler
+from autoscaler import errors, logs, settings
+from autoscaler.sim import params as sim_params
+from autoscaler.sim import run as sim_run
+from autoscaler.sim import trace
+
+if TYPE_CHECKING:
+    # Imported where used at run time: it pulls in matplotlib (most of a second), which
+    # `--help` and input errors do without.
+    from autoscaler.sim import report
+
+log = structlog.get_logger(__name__)
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+"""Bad arguments, settings or input files."""
+EXIT_INTERRUPTED = 130
+
+DEFAULT_OUT = Path("sim-out")
+DEMO_OUT = DEFAULT_OUT / "demo"
+DEMO_MEAN_REPLICAS = 20.0
+DEMO_POLICIES = ("default", "seed")
+"""Ours first, then the plain policy of DESIGN §3.3 for comparison."""
+
+_SIMULATION_LOG_LEVEL = "warning"
+"""Log level of simulate and demo unless AUTOSCALER_LOG__LEVEL is set (info shows every
+decision of the simulated controller)."""
+_LOG_EPILOG = (
+    "The simulated controller logs each decision to stderr with AUTOSCALER_LOG__LEVEL=info "
+    f"(default for this command: {_SIMULATION_LOG_LEVEL})."
+)
+
+ProgressFn = Callable[[float, float], None]
+_Tracker = Callable[[str, float], contextlib.AbstractContextManager[ProgressFn | None]]
+_SIM_DEFAULTS = sim_params.SimParams()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the process exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as e:
+        return _fail(str(e))
+    except SystemExit as e:  # --help and --version
+        return e.code if isinstance(e.code, int) else EXIT_OK
+    try:
+        config = settings.Settings()
+    except pydantic.ValidationError as e:
+        return _fail(_settings_problem(e))
+    # The simulated controller's decisions are the loop's ordinary info lines: dozens a minute
+    # of simulated time. Simulation commands show them only when a level is asked for.
+    explicit = "level" in config.log.model_fields_set
+    level = config.log.level if explicit else args.log_level
+    logs.configure(json=config.log.json_lines, level=level)
+    command: Callable[[argparse.Namespace, settings.Settings], int] = args.command
+    try:
+        return command(args, config)
+    except errors.ConfigError as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+# --- simulate ----------------------------------------------------------------------------------
+
+
+def _simulate(args: argparse.Namespace, config: settings.Settings) -> int:
+    out_dir: Path = args.out
+    _check_writable(out_dir)
+    _warn_unused_settings(config)
+    arrivals = trace.load(args.trace)
+    params = _sim_params(args, config, arrivals)
+    name = Path(args.trace).name
+    log.debug(logs.TRACE_LOADED, path=str(args.trace), seconds=len(arrivals))
+
+    with _progress(enabled=not args.quiet) as track:
+        result = _run(arrivals, params, track=track, label=f"{name} ({params.policy})")
+    paths = _write(result, out_dir, trace_name=name)
+    if not args.quiet:
+        print(_summary_table(result))
+        print()
+        print(f"wrote {paths.timeseries}")
+        print(f"      {paths.summary}")
+        print(f"      {paths.plot}")
+    return EXIT_OK
+
+
+def _sim_params(
+    args: argparse.Namespace, config: settings.Settings, arrivals: npt.NDArray[np.float64]
+) -> sim_params.SimParams:
+    """SimParams from the options given (the rest keep their defaults), checked as a whole."""
+    chosen = {
+        "policy": args.policy,
+        "min_replicas": args.min_replicas,
+        "max_replicas": args.max_replicas,
+        "startup_s": args.startup_s,
+        "seed": args.seed,
+    }
+    base = sim_params.SimParams(
+        half_life_s=config.smoothing.half_life_s,
+        **{k: v for k, v in chosen.items() if v is not None},
+    )
+    max_flag = "--max-replicas" if args.max_replicas is not None else "the default --max-replicas"
+    if base.min_replicas > base.max_replicas:
+        raise errors.ConfigError(
+            f"--min-replicas {base.min_replicas} is above {max_flag} {base.max_replicas}"
+        )
+    if args.target_mean_replicas is None:
+        rate_scale = 1.0 if args.rate_scale is None else args.rate_scale
+    else:
+        mean = args.target_mean_replicas
+        if mean > base.max_replicas:
+            raise errors.ConfigError(
+                f"--target-mean-replicas {mean:g} is above {max_flag} {base.max_replicas}"
+            )
+        rate_scale = _rate_scale(arrivals, mean, base, trace_name=str(args.trace))
+    return _replace(base, rate_scale=rate_scale)
+
+
+def _rate_scale(
+    arrivals: npt.NDArray[np.float64],
+    mean_replicas: float,
+    params: sim_params.SimParams,
+    *,
+    trace_name: str,
+) -> float:
+    try:
+        return sim_params.rate_scale_for_mean_replicas(arrivals, mean_replicas, params)
+    except ValueError as e:
+        raise errors.TraceError(trace_name, None, None, str(e)) from e
+
+
+# --- demo --------------------------------------------------------------------------------------
+
+
+def _demo(args: argparse.Namespace, config: settings.Settings) -> int:
+    return run_demo(out_dir=args.out, config=config)
+
+
+def run_demo(
+    *,
+    out_dir: Path,
+    config: settings.Settings,
+    arrivals: npt.NDArray[np.float64] | None = None,
+) -> int:
+    """The `demo` command: both policies on the bundled Azure trace, side by side.
+
+    `arrivals` replaces the bundled trace's counts (tests pass a prefix of it to stay fast).
+    """
+    name = trace.DEFAULT_BUNDLED
+    for directory in (out_dir, *(out_dir / policy for policy in DEMO_POLICIES)):
+        _check_writable(directory)
+    _warn_unused_settings(config)
+    if arrivals is None:
+        arrivals = trace.load(trace.bundled(name))
+    base = sim_params.SimParams(half_life_s=config.smoothing.half_life_s)
+    rate_scale = _rate_scale(arrivals, DEMO_MEAN_REPLICAS, base, trace_name=name)
+
+    results = []
+    with _progress(enabled=True) as track:
+        for policy in DEMO_POLICIES:
+            params = _replace(base, policy=policy, rate_scale=rate_scale)
+            results.append(_run(arrivals, params, track=track, label=f"policy {policy}"))
+    written = [_write(r, out_dir / r.params.policy, trace_name=name) for r in results]
+
+    print(_demo_explanation(name, arrivals, base, rate_scale))
+    print()
+    print(_summary_table(*results))
+    print()
+    for paths in written:
+        print(f"plot: {paths.plot}")
+    print(f"(beside each plot: {written[0].timeseries.name} and {written[0].summary.name})")
+    return EXIT_OK
+
+
+def _demo_explanation(
+    name: str,
+    arrivals: npt.NDArray[np.float64],
+    params: sim_params.SimParams,
+    rate_scale: float,
+) -> str:
+    what = (
+        f"Replayed {len(arrivals) / 60:.0f} minutes of request arrivals from a real LLM chat "
+        f"service, scaled x{rate_scale:.2f} so that the mean load needs "
+        f"{DEMO_MEAN_REPLICAS:g} replicas. Both policies ran the real decision loop against the "
+        f"same virtual GPU cluster, trace and seed: each replica serves up to "
+        f"{params.replica_capacity_rps:g} request/s (load target "
+        f"{params.target_utilisation:.0%} of that), a new pod takes ~{params.startup_s:g} s to "
+        f"start and {params.warmup_s:g} s to warm up, and a request slower than "
+        f"{params.slo_latency_s:g} s misses the SLO. `seed` is the plain policy (smoothed load, "
+        "deadband, cooldowns); `default` adds a burst fast path and looks ahead by the pod "
+        "start-up time."
+    )
+    return f"Trace: {trace.BUNDLED_ATTRIBUTION[name]}\n" + textwrap.fill(
+        what, width=88, break_on_hyphens=False
+    )
+
+
+# --- shared steps ------------------------------------------------------------------------------
+
+
+def _run(
+    arrivals: npt.NDArray[np.float64],
+    params: sim_params.SimParams,
+    *,
+    track: _Tracker,
+    label: str,
+) -> sim_params.SimResult:
+    log.debug(logs.SIMULATION_STARTED, policy=params.policy, seconds=len(arrivals))
+    with track(label, float(len(arrivals))) as progress:
+        result = sim_run.simulate(arrivals, params, progress=progress)
+    log.debug(logs.SIMULATION_FINISHED, policy=params.policy, **_loggable(result.summary))
+    return result
+
+
+def _write(result: sim_params.SimResult, out_dir: Path, *, trace_name: str) -> report.Paths:
+    from autoscaler.sim import report
+
+    paths = report.write(result, out_dir, trace=trace_name)
+    log.debug(logs.REPORT_WRITTEN, directory=str(paths.directory))
+    return paths
+
+
+def _summary_table(*results: sim_params.SimResult) -> str:
+    from autoscaler.sim import report
+
+    return report.summary_table(*results)
+
+
+def _warn_unused_settings(config: settings.Settings) -> None:
+    """The simulator ticks on its own fixed grid: say so rather than ignore a setting silently."""
+    fixed = sim_run.SMOOTHING
+    for name, value, used in (
+        ("AUTOSCALER_LOOP__TICK_S", config.loop.tick_s, fixed.tick_s),
+        ("AUTOSCALER_SMOOTHING__WINDOW_S", config.smoothing.window_s, fixed.window_s),
+    ):
+        if value != used:
+            log.warning(logs.SETTING_IGNORED, setting=name, value=value, simulator_uses=used)
+
+
+def _loggable(summary: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in summary.items() if isinstance(v, int | float | str)}
+
+
+def _replace(params: sim_params.SimParams, **changes: object) -> sim_params.SimParams:
+    return dataclasses.replace(params, **changes)  # type: ignore[arg-type]
+
+
+def _check_writable(out_dir: Path) -> None:
+    """Refuse an output directory that could not be written, before anything runs."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise errors.ConfigError(f"{out_dir}: exists and is not a directory")
+    existing = out_dir.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise errors.ConfigError(f"{out_dir}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise errors.ConfigError(f"{out_dir}: {existing} is not writable")
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _progress(*, enabled: bool) -> Iterator[_Tracker]:
+    """Yields `track(label, total_s)`: a context around one simulation run, giving its callback.
+
+    On a terminal: a rich progress bar on stderr. Otherwise: one plain line per run on stderr,
+    growing in steps of 10 %. Disabled: no callback at all.
+    """
+    if not enabled:
+        yield _no_progress
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield _plain_progress
+        return
+    from rich import progress as rich_progress
+
+    bar = rich_progress.Progress(
+        rich_progress.TextColumn("{task.description}"),
+        rich_progress.BarColumn(),
+        rich_progress.TaskProgressColumn(),
+        rich_progress.TextColumn("simulated {task.fields[clock]}"),
+        rich_progress.TimeElapsedColumn(),
+        console=console,
+    )
+
+    @contextlib.contextmanager
+    def track(label: str, total_s: float) -> Iterator[ProgressFn]:
+        task = bar.add_task(label, total=total_s, clock=_clock(0, total_s))
+
+        def update(now_s: float, total_s: float) -> None:
+            bar.update(task, completed=now_s, total=total_s, clock=_clock(now_s, total_s))
+
+        yield update
+        update(total_s, total_s)
+
+    with bar:
+        yield track
+
+
+@contextlib.contextmanager
+def _no_progress(label: str, total_s: float) -> Iterator[None]:
+    yield None
+
+
+@contextlib.contextmanager
+def _plain_progress(label: str, total_s: float) -> Iterator[ProgressFn]:
+    shown = 0
+
+    def say(text: str, end: str = "") -> None:
+        print(text, end=end, file=sys.stderr, flush=True)
+
+    def update(now_s: float, total_s: float) -> None:
+        nonlocal shown
+        tenths = min(10, int(10 * now_s / total_s)) if total_s > 0 else 10
+        if tenths > shown:
+            say(f" {10 * tenths}%")
+            shown = tenths
+
+    say(f"simulating {label}:")
+    try:
+        yield update
+    except BaseException:
+        say("", end="\n")
+        raise
+    say("" if shown == 10 else " 100%", end="\n")
+
+
+def _clock(now_s: float, total_s: float) -> str:
+    def hms(seconds: float) -> str:
+        m, s = divmod(int(seconds), 60)
+        h, m = divmod(m, 60)
+        return f"{h}:{m:02d}:{s:02d}"
+
+    return f"{hms(now_s)} / {hms(total_s)}"
+
+
+# --- arguments ---------------------------------------------------------------------------------
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and returns exit code 2 instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="autoscaler",
+        description="Elastic autoscaler for GPU model-serving Deployments.",
+    )
+    parser.add_argument("--version", action="version", version=autoscaler.__version__)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="replay a request trace against a virtual GPU cluster",
+        description="Replay a request trace (t_seconds,requests CSV, gzip allowed) through the "
+        "real decision loop against a virtual GPU cluster; write timeseries.csv, summary.json "
+        "and plot.png.",
+        epilog=_LOG_EPILOG,
+    )
+    simulate.set_defaults(command=_simulate, log_level=_SIMULATION_LOG_LEVEL)
+    simulate.add_argument("--trace", required=True, metavar="FILE", help="the request trace")
+    simulate.add_argument(
+        "--policy",
+        choices=_policy_names(),
+        default="default",
+        help="scaling policy (default: %(default)s)",
+    )
+    scale = simulate.add_mutually_exclusive_group()
+    scale.add_argument(
+        "--rate-scale",
+        type=_number(minimum=0, inclusive=False),
+        metavar="X",
+        help="multiply every request count by X (default: 1)",
+    )
+    scale.add_argument(
+        "--target-mean-replicas",
+        type=_number(minimum=0, inclusive=False),
+        metavar="N",
+        help="scale the trace so its mean load needs N replicas at the load target",
+    )
+    simulate.add_argument(
+        "--min-replicas",
+        type=_integer(minimum=0),
+        metavar="N",
+        help=f"lower bound on replicas (default: {_SIM_DEFAULTS.min_replicas})",
+    )
+    simulate.add_argument(
+        "--max-replicas",
+        type=_integer(minimum=1),
+        metavar="N",
+        help=f"upper bound on replicas (default: {_SIM_DEFAULTS.max_replicas})",
+    )
+    simulate.add_argument(
+        "--startup-s",
+        type=_number(minimum=0, inclusive=True),
+        metavar="S",
+        help=f"median pod start-up time in seconds (default: {_SIM_DEFAULTS.startup_s:g})",
+    )
+    simulate.add_argument(
+        "--seed",
+        type=_integer(minimum=0),
+        metavar="N",
+        help=f"random seed (default: {_SIM_DEFAULTS.seed})",
+    )
+    simulate.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help="output directory (default: %(default)s)",
+    )
+    simulate.add_argument(
+        "--quiet", action="store_true", help="no progress and no table; errors only"
+    )
+
+    demo = commands.add_parser(
+        "demo",
+        help="compare both policies on an hour of real LLM chat traffic",
+        description="Run both policies on the bundled Azure LLM conversation trace (one hour, "
+        f"scaled to a mean of {DEMO_MEAN_REPLICAS:g} replicas), print their summaries side by "
+        "side and write the plots.",
+        epilog=_LOG_EPILOG,
+    )
+    demo.set_defaults(command=_demo, log_level=_SIMULATION_LOG_LEVEL)
+    demo.add_argument(
+        "--out",
+        type=Path,
+        default=DEMO_OUT,
+        metavar="DIR",
+        help="one subdirectory per policy in DIR (default: %(default)s)",
+    )
+    return parser
+
+
+def _policy_names() -> list[str]:
+    return list(sim_run.POLICIES)
+
+
+def _integer(*, minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _number(*, minimum: float, inclusive: bool) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        if value < minimum or (value == minimum and not inclusive):
+            bound = "at least" if inclusive else "above"
+            raise argparse.ArgumentTypeError(f"must be {bound} {minimum:g}, got {text}")
+        return value
+
+    return parse
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _settings_problem(e: pydantic.ValidationError) -> str:
+    """The first problem of a settings error, as one line naming the environment variable."""
+    first = e.errors()[0]
+    loc = [str(part) for part in first["loc"]]
+    where = "AUTOSCALER_" + "__".join(part.upper() for part in loc) if loc else "settings"
+    message = first["msg"].removeprefix("Value error, ")
+    more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    return f"{where}: {message}{more}"

@@ -1,0 +1,1 @@
+"""Tests of the command line and its files: trace loading, reports, logging and settings."""
