@@ -1,0 +1,506 @@
+"""The Kubernetes API behind the `Cluster` port and the Prometheus adapter's `PodIndex`.
+
+`workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
+"true"`, its annotations parsed by the contract (once per distinct content), its serving pods
+found by owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
+log line and one Warning Event `InvalidConfig` per distinct set of problems.
+
+Writes: `scale` patches the Deployment's `scale` subresource; `publish` writes the `status` and
+`state` annotations in one merge patch that carries the cached resourceVersion (a 409 re-reads
+the Deployment and retries), only when their content changed, and posts Events modelled on the
+HPA's. With the global dry-run nothing is written at all; a service in `mode: dry-run` gets its
+status, state and Events but never a replica change. An instance that is not the leader
+refuses every write (`NotLeaderError`). Library errors leave as `KubeApiError`, an
+`errors.ActuationError` carrying the HTTP status, and each failed call is counted through
+`on_api_error`.
+
+It decides nothing: replica counts come from the loop, and a failed write is the loop's to retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import statistics
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Final
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiException
+
+import autoscaler.annotations as contract
+from autoscaler import clock as clock_
+from autoscaler import ports
+from autoscaler.adapters import prometheus
+from autoscaler.adapters.kubernetes import _api, caches, codec, events, informer
+from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
+from autoscaler.core import model
+
+__all__ = [
+    "DRY_RUN_RESCALE",
+    "HELD",
+    "INVALID",
+    "OVERRIDDEN",
+    "RESCALED",
+    "KubeApiError",
+    "KubeCluster",
+    "NotLeaderError",
+    "is_serving",
+    "metric_names",
+    "spec_replicas",
+    "startup_s",
+]
+
+log = structlog.get_logger(__name__)
+
+RESCALED: Final = "SuccessfulRescale"
+DRY_RUN_RESCALE: Final = "DryRunRescale"
+HELD: Final = "ScaleHeld"
+INVALID: Final = "InvalidConfig"
+OVERRIDDEN: Final = "ReplicasOverridden"
+
+_ParseKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Managed:
+    """One managed service as the last `workloads()` saw it."""
+
+    namespace: str
+    name: str
+    config: contract.ServiceConfig
+    serving: frozenset[str]
+    metrics: prometheus.MetricNames | None
+
+
+def is_serving(pod: Obj) -> bool:
+    """Running, Ready and not terminating: the pods that count as capacity."""
+    if _api.meta(pod).get("deletionTimestamp"):
+        return False
+    if _api.status(pod).get("phase") != "Running":
+        return False
+    ready = _api.condition(pod, "Ready")
+    return ready is not None and ready.get("status") == "True"
+
+
+def startup_s(pods: list[Obj], *, recent: int) -> float | None:
+    """Median time from creation to Ready of the `recent` newest serving pods; None without any.
+
+    Read from the Ready condition's last transition, so a pod that lost and regained readiness
+    counts its whole life; the median keeps one such pod from moving the answer much.
+    """
+    samples: list[tuple[float, float]] = []
+    for pod in pods:
+        created = _api.parse_time(_api.meta(pod).get("creationTimestamp"))
+        ready = _api.parse_time((_api.condition(pod, "Ready") or {}).get("lastTransitionTime"))
+        if created is not None and ready is not None and ready >= created:
+            samples.append((created, ready - created))
+    if not samples:
+        return None
+    samples.sort(reverse=True)
+    return float(statistics.median(duration for _, duration in samples[:recent]))
+
+
+def spec_replicas(deployment: Obj) -> int:
+    replicas = _api.spec(deployment).get("replicas", 1)
+    return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+
+
+def metric_names(config: contract.ServiceConfig) -> prometheus.MetricNames | None:
+    """The names the Prometheus adapter queries for a service; None when it cannot query them.
+
+    Presets come from the Prometheus adapter's own table; `custom` names from the annotations.
+    The adapter needs both a request counter and a queue gauge, so a `custom` service naming
+    only one of them has no metrics here.
+    """
+    if config.server is not contract.Server.CUSTOM:
+        return prometheus.PRESETS.get(config.server.value)
+    names = config.metrics
+    if not names.requests or names.queue is None:
+        return None
+    return prometheus.MetricNames(
+        requests=names.requests[0].name,
+        queue=names.queue.name,
+        latency=None if names.latency is None else names.latency.name,
+        errors=names.errors[0].name if names.errors else None,
+    )
+
+
+class KubeCluster:
+    """`ports.Cluster` and `prometheus.PodIndex` over the caches; see the module docstring."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        identity: str,
+        clock: clock_.Clock | None = None,
+        wall_now: Callable[[], float] = time.time,
+        namespaces: caches.NamespaceFilter | None = None,
+        dry_run: bool = False,
+        may_write: Callable[[], bool] = lambda: True,
+        on_api_error: _api.ErrorCallback = _api.ignore_error,
+        recent_pods: int = 5,
+        conflict_attempts: int = 4,
+        watch_timeout_s: float = 300.0,
+        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
+        rng: random.Random | None = None,
+    ) -> None:
+        """Build the caches and the Event recorder on `api`; `run()` fills and follows them.
+
+        `identity` names this replica in Events (`reportingInstance`). `clock` paces the
+        retries of a conflicting write and the watches' backoff; `wall_now` stamps the status
+        annotation and Events. `may_write` is asked before every write (the leader elector's
+        `is_leader`).
+        """
+        self.clock = clock or clock_.LoopClock()
+        self.dry_run = dry_run
+        self._wall_now = wall_now
+        self._may_write = may_write
+        self._on_api_error = on_api_error
+        self._recent_pods = recent_pods
+        self._conflict_attempts = max(1, conflict_attempts)
+        self._request_timeout_s = request_timeout_s
+        self._rng = rng or random.Random()
+        self._conflict_backoff = informer.Backoff(initial_s=0.05, max_s=1.0)
+        self._apps = client.AppsV1Api(api)
+        self.caches = caches.Caches(
+            api,
+            clock=self.clock,
+            namespaces=namespaces,
+            on_api_error=on_api_error,
+            watch_timeout_s=watch_timeout_s,
+            rng=self._rng,
+        )
+        self.events = events.EventRecorder(
+            api,
+            instance=identity,
+            wall_now=wall_now,
+            may_write=lambda: not dry_run and may_write(),
+            on_api_error=on_api_error,
+        )
+        self._parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
+        self._states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
+        self._invalid: dict[str, tuple[str, ...]] = {}
+        self._managed: dict[model.ServiceId, _Managed] = {}
+        self._last_set: dict[model.ServiceId, int] = {}
+        self._written_version: dict[model.ServiceId, str] = {}
+        self._scaled: dict[model.ServiceId, int] = {}
+        self._holding: dict[model.ServiceId, model.Reason] = {}
+        self._unmapped: set[model.ServiceId] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Fill and follow the caches and post Events until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.caches.run())
+            group.create_task(self.events.run())
+
+    @property
+    def synced(self) -> bool:
+        """Whether every cache has been listed once (for `/readyz`)."""
+        return self.caches.synced
+
+    async def wait_synced(self) -> None:
+        await self.caches.wait_synced()
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def workloads(self) -> list[ports.Workload]:
+        """The managed services, from the caches; see the module docstring."""
+        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
+        states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
+        invalid: dict[str, tuple[str, ...]] = {}
+        managed: dict[model.ServiceId, _Managed] = {}
+        found: list[ports.Workload] = []
+        for deployment in self.caches.deployments.items():
+            notes = _api.annotations_of(deployment)
+            if not contract.opted_in(notes):
+                continue
+            namespace, name = _api.namespace(deployment), _api.name(deployment)
+            service = model.ServiceId(f"{namespace}/{name}")
+            config = self._parse(namespace, notes, parsed)
+            if isinstance(config, contract.Invalid):
+                self._report_invalid(service, deployment, config, invalid)
+                continue
+            serving = [pod for pod in self.caches.pods_of(deployment) if is_serving(pod)]
+            state = self._state(service, notes.get(contract.STATE_KEY), states)
+            managed[service] = _Managed(
+                namespace,
+                name,
+                config,
+                frozenset(_api.name(pod) for pod in serving),
+                self._metrics(service, config),
+            )
+            found.append(
+                ports.Workload(
+                    id=service,
+                    policy=config.policy,
+                    half_life_s=config.half_life_s,
+                    replicas=spec_replicas(deployment),
+                    serving=len(serving),
+                    startup_s=startup_s(serving, recent=self._recent_pods),
+                    state=state,
+                )
+            )
+        self._parsed, self._states, self._invalid, self._managed = parsed, states, invalid, managed
+        self._forget(managed.keys())
+        return found
+
+    def _forget(self, present: Collection[model.ServiceId]) -> None:
+        """Drop what is remembered about services no longer managed."""
+        self._last_set = {k: v for k, v in self._last_set.items() if k in present}
+        self._written_version = {k: v for k, v in self._written_version.items() if k in present}
+        self._holding = {k: v for k, v in self._holding.items() if k in present}
+        self._unmapped &= set(present)
+
+    def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
+        """The serving pods the last `workloads()` found for `service` (`PodIndex`)."""
+        managed = self._managed.get(service)
+        if managed is None or managed.metrics is None:
+            return None
+        return prometheus.ServingPods(managed.namespace, managed.serving, managed.metrics)
+
+    def _parse(
+        self,
+        namespace: str,
+        notes: Mapping[str, str],
+        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid],
+    ) -> contract.ServiceConfig | contract.Invalid:
+        settings = tuple(
+            sorted(
+                (k, v)
+                for k, v in notes.items()
+                if k.startswith(contract.PREFIX) and k not in contract.CONTROLLER_KEYS
+            )
+        )
+        key = (namespace, settings)
+        result = parsed.get(key) or self._parsed.get(key)
+        if result is None:
+            result = contract.parse(notes, namespace=namespace)
+        parsed[key] = result
+        return result
+
+    def _report_invalid(
+        self,
+        service: model.ServiceId,
+        deployment: Obj,
+        config: contract.Invalid,
+        invalid: dict[str, tuple[str, ...]],
+    ) -> None:
+        uid = _api.uid(deployment)
+        messages = tuple(problem.message for problem in config.problems)
+        invalid[uid] = messages
+        if self._invalid.get(uid) == messages:
+            return
+        log.warning("config.invalid", service=service, problems=list(messages))
+        self.events.record(deployment, events.WARNING, INVALID, str(config))
+
+    def _state(
+        self,
+        service: model.ServiceId,
+        text: str | None,
+        states: dict[str, tuple[model.PolicyState | None, int | None]],
+    ) -> model.PolicyState | None:
+        if text is None:
+            return None
+        known = states.get(text) or self._states.get(text)
+        if known is None:
+            try:
+                known = codec.parse_state(text)
+            except ValueError as e:
+                log.warning(
+                    "state.invalid", service=service, error=str(e), text=contract.escape(text)
+                )
+                known = (None, None)
+        states[text] = known
+        state, replicas = known
+        if replicas is not None:
+            self._last_set.setdefault(service, replicas)
+        return state
+
+    def _metrics(
+        self, service: model.ServiceId, config: contract.ServiceConfig
+    ) -> prometheus.MetricNames | None:
+        names = metric_names(config)
+        if names is None and service not in self._unmapped:
+            self._unmapped.add(service)
+            log.warning("metrics.unmapped", service=service, server=config.server.value)
+        return names
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    async def scale(self, service: model.ServiceId, replicas: int) -> None:
+        """Set the Deployment's replicas through its `scale` subresource (a merge patch)."""
+        managed, deployment = self._target(service)
+        if self.dry_run or managed.config.mode is contract.Mode.DRY_RUN:
+            log.info(
+                "scale.skipped_dry_run",
+                service=service,
+                replicas=replicas,
+                scope="global" if self.dry_run else "service",
+            )
+            return
+        self._require_leader(service)
+        observed, last = spec_replicas(deployment), self._last_set.get(service)
+        if last is not None and observed not in (last, replicas) and not self._lags(service):
+            log.warning("scale.overridden", service=service, found=observed, set=last)
+            message = (
+                f"spec.replicas was changed to {observed} outside the autoscaler (it had set "
+                f"{last}); the autoscaler manages this Deployment and sets {replicas}"
+            )
+            self.events.record(deployment, events.WARNING, OVERRIDDEN, message)
+        operation = "deployments/scale.patch"
+        try:
+            answer = await _api.call_json(
+                self._apps.patch_namespaced_deployment_scale,
+                managed.name,
+                managed.namespace,
+                {"spec": {"replicas": replicas}},
+                _content_type=_api.MERGE_PATCH,
+                request_timeout_s=self._request_timeout_s,
+            )
+        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
+            self._on_api_error(operation)
+            raise _api.failure(operation, service, e) from e
+        self._last_set[service] = replicas
+        self._written_version[service] = _api.resource_version(answer)
+        self._scaled[service] = replicas
+
+    async def publish(
+        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
+    ) -> None:
+        """Write the status and state annotations when they changed, and post the Events."""
+        managed, deployment = self._target(service)
+        if self.dry_run:
+            log.info("publish.skipped_dry_run", service=service, desired=decision.desired)
+            return
+        self._require_leader(service)
+        document = codec.status_document(decision, time_s=self._wall_now())
+        state_text = codec.state_text(state, replicas=self._last_set.get(service))
+        await self._annotate(service, managed, deployment, document, state_text)
+        self._announce(service, managed, deployment, decision)
+
+    def _target(self, service: model.ServiceId) -> tuple[_Managed, Obj]:
+        managed = self._managed.get(service)
+        deployment = (
+            None if managed is None else self.caches.deployment(managed.namespace, managed.name)
+        )
+        if managed is None or deployment is None:
+            raise KubeApiError("deployments.get", f"{service} is not a managed Deployment")
+        return managed, deployment
+
+    def _require_leader(self, service: model.ServiceId) -> None:
+        if not self._may_write():
+            raise NotLeaderError(f"{service}: this instance is not the leader; nothing written")
+
+    def _lags(self, service: model.ServiceId) -> bool:
+        """Whether the cache has not yet seen the controller's own last scale write."""
+        written = self._written_version.get(service)
+        deployment = self._managed.get(service)
+        if written is None or deployment is None:
+            return False
+        cached = self.caches.deployment(deployment.namespace, deployment.name)
+        try:
+            # resourceVersions are opaque by contract but etcd's are increasing integers;
+            # when they are not, assume the cache is current.
+            return cached is not None and int(_api.resource_version(cached)) < int(written)
+        except ValueError:
+            return False
+
+    async def _annotate(
+        self,
+        service: model.ServiceId,
+        managed: _Managed,
+        deployment: Obj,
+        document: dict[str, object],
+        state_text: str,
+    ) -> None:
+        operation = "deployments.patch"
+        current = deployment
+        for attempt in range(1, self._conflict_attempts + 1):
+            notes = _api.annotations_of(current)
+            if (
+                codec.same_status(notes.get(contract.STATUS_KEY), document)
+                and notes.get(contract.STATE_KEY) == state_text
+            ):
+                return
+            body = {
+                "metadata": {
+                    "resourceVersion": _api.resource_version(current),
+                    "annotations": {
+                        contract.STATUS_KEY: codec.dumps(document),
+                        contract.STATE_KEY: state_text,
+                    },
+                }
+            }
+            try:
+                await _api.call_json(
+                    self._apps.patch_namespaced_deployment,
+                    managed.name,
+                    managed.namespace,
+                    body,
+                    _content_type=_api.MERGE_PATCH,
+                    request_timeout_s=self._request_timeout_s,
+                )
+                return
+            except ApiException as e:
+                self._on_api_error(operation)
+                if e.status != 409 or attempt == self._conflict_attempts:
+                    raise _api.failure(operation, service, e) from e
+            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
+                self._on_api_error(operation)
+                raise _api.failure(operation, service, e) from e
+            log.info("publish.conflicted", service=service, attempt=attempt)
+            await self.clock.sleep(self._conflict_backoff.delay_s(attempt, self._rng))
+            current = await self._read(service, managed)
+
+    async def _read(self, service: model.ServiceId, managed: _Managed) -> Obj:
+        operation = "deployments.get"
+        try:
+            return await _api.call_json(
+                self._apps.read_namespaced_deployment,
+                managed.name,
+                managed.namespace,
+                request_timeout_s=self._request_timeout_s,
+            )
+        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
+            self._on_api_error(operation)
+            raise _api.failure(operation, service, e) from e
+
+    def _announce(
+        self,
+        service: model.ServiceId,
+        managed: _Managed,
+        deployment: Obj,
+        decision: model.Decision,
+    ) -> None:
+        scaled = self._scaled.pop(service, None)
+        why = (
+            f"{decision.reason.value}: {decision.detail}"
+            if decision.detail
+            else (decision.reason.value)
+        )
+        if decision.changes and scaled == decision.desired:
+            message = f"New size: {decision.desired}; reason: {why}"
+            self.events.record(deployment, events.NORMAL, RESCALED, message)
+        elif decision.changes and managed.config.mode is contract.Mode.DRY_RUN:
+            message = f"Would set size: {decision.desired} (dry-run); reason: {why}"
+            self.events.record(deployment, events.NORMAL, DRY_RUN_RESCALE, message)
+        if decision.kind is model.Kind.HOLD:
+            if self._holding.get(service) is not decision.reason:
+                self._holding[service] = decision.reason
+                message = f"Holding at {decision.current} replicas; reason: {why}"
+                self.events.record(deployment, events.NORMAL, HELD, message)
+        else:
+            self._holding.pop(service, None)
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_ports(cluster: KubeCluster) -> tuple[ports.Cluster, prometheus.PodIndex]:
+        return cluster, cluster  # mypy checks both structural types here

@@ -1,0 +1,118 @@
+"""The controller's own annotations, as text: the last decision (`status`) and the state (`state`).
+
+`status` is for people and `autoscaler explain`: compact JSON with the decision's numbers, its
+per-signal votes and RFC 3339 times. `state` is for the next leader: the policy state with
+Unix-second timestamps (the production clock is wall time, so they survive a change of
+leader), plus the replica count the controller last set, to recognise a `kubectl scale` made
+meanwhile. Unknown keys in `state` are ignored, so a newer controller may add some.
+
+Pure functions: no I/O, no clock (times come in as arguments).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+from autoscaler.adapters.kubernetes import _api
+from autoscaler.core import model
+
+TIME_KEY: Final = "time"
+"""The status key that changes on every write; ignored when deciding whether status changed."""
+
+_STATE_FIELDS: Final = {
+    "lastScaleUp": "last_scale_up_s",
+    "lastScaleChange": "last_scale_change_s",
+    "burstUntil": "burst_until_s",
+}
+
+
+def _number(value: float, digits: int = 4) -> float | None:
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def status_document(decision: model.Decision, *, time_s: float) -> dict[str, Any]:
+    """The decision as the `status` annotation's JSON object; `time_s` is Unix seconds."""
+    contributions = {
+        signal.name.lower(): {
+            "ratio": _number(vote.ratio),
+            "desired": vote.desired,
+            "estimator": vote.estimator,
+            "estimate": _number(vote.estimate),
+        }
+        for signal, vote in decision.contributions.items()
+    }
+    document: dict[str, Any] = {
+        "desired": decision.desired,
+        "current": decision.current,
+        "kind": decision.kind.value,
+        "reason": decision.reason.value,
+        "detail": decision.detail,
+        "contributions": contributions,
+    }
+    if decision.bound is not None:
+        document["bound"] = decision.bound.value
+    if decision.cooldown_until_s is not None and math.isfinite(decision.cooldown_until_s):
+        document["cooldownUntil"] = _api.format_time(decision.cooldown_until_s)
+    document[TIME_KEY] = _api.format_time(time_s)
+    return document
+
+
+def dumps(document: Mapping[str, Any]) -> str:
+    """Compact JSON with sorted keys: equal content, equal text."""
+    return json.dumps(document, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def same_status(text: str | None, document: Mapping[str, Any]) -> bool:
+    """Whether the annotation `text` says what `document` says, its time aside."""
+    if text is None:
+        return False
+    try:
+        existing = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(existing, dict):
+        return False
+    existing.pop(TIME_KEY, None)
+    return existing == {k: v for k, v in document.items() if k != TIME_KEY}
+
+
+def state_text(state: model.PolicyState, *, replicas: int | None) -> str:
+    """The `state` annotation for `state` and the replica count the controller last set."""
+    document: dict[str, Any] = {}
+    for key, field in _STATE_FIELDS.items():
+        value = getattr(state, field)
+        if value is not None and math.isfinite(value):
+            document[key] = value
+    if replicas is not None:
+        document["replicas"] = replicas
+    return dumps(document)
+
+
+def parse_state(text: str) -> tuple[model.PolicyState, int | None]:
+    """The policy state and last set replica count in a `state` annotation; ValueError if bad."""
+    try:
+        document = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"not JSON: {e}") from e
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    fields: dict[str, float | None] = {}
+    for key, field in _STATE_FIELDS.items():
+        value = document.get(key)
+        if value is None:
+            fields[field] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{key} must be a number of Unix seconds")
+        if not math.isfinite(value):
+            raise ValueError(f"{key} must be finite")
+        fields[field] = float(value)
+    replicas = document.get("replicas")
+    if replicas is not None and (
+        isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0
+    ):
+        raise ValueError("replicas must be a whole number >= 0")
+    return model.PolicyState(**fields), replicas

@@ -1,0 +1,333 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, after client-go's `leaderelection`.
+
+A candidate reads the Lease and takes it when it is free (no holder) or expired, by a replace
+that carries the resourceVersion it read: of two candidates racing, the second gets 409 and
+stays a follower. The leader renews every `renew_interval_s`; when it cannot renew for
+`renew_deadline_s` (shorter than the lease) it steps down before anyone else may take over.
+
+Expiry is judged as client-go judges it: by this process's own clock, from the moment it
+first saw the Lease's current record, plus `leaseDurationSeconds`, never by comparing the
+holder's wall-clock `renewTime` with ours, so clock skew between nodes cannot elect two
+leaders. `renewTime` and `acquireTime` are still written in wall time, for people reading
+the Lease. On cancellation the leader releases the Lease (clears the holder) so that a
+successor takes over at its next retry instead of after the lease expires.
+
+It must not do anything with leadership but report it: `is_leader`, the `leading` and `lost`
+events, and the callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+import random
+import secrets
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiException
+
+from autoscaler import clock as clock_
+from autoscaler.adapters.kubernetes import _api
+from autoscaler.adapters.kubernetes._api import Obj
+
+log = structlog.get_logger(__name__)
+
+JITTER_RATIO: Final = 0.2
+"""Retries wait up to this much longer than `retry_interval_s` (client-go's JitterFactor)."""
+
+
+def default_identity(env: Mapping[str, str] | None = None) -> str:
+    """This replica's holder identity: the pod name (or host name) and a random suffix."""
+    env = os.environ if env is None else env
+    base = env.get("POD_NAME") or env.get("HOSTNAME") or socket.gethostname()
+    return f"{base}-{secrets.token_hex(3)}"
+
+
+class _Outcome(enum.Enum):
+    HELD = "held"
+    """This candidate holds the Lease now."""
+    TAKEN = "taken"
+    """Another candidate holds a Lease that has not expired."""
+    CONFLICT = "conflict"
+    """Someone wrote the Lease between our read and our write (409)."""
+    FAILED = "failed"
+    """The API did not answer usefully."""
+
+
+class LeaderElector:
+    """One candidate for one Lease; see the module docstring."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        clock: clock_.Clock,
+        wall_now: Callable[[], float] = time.time,
+        lease_duration_s: float = 15.0,
+        renew_interval_s: float = 5.0,
+        renew_deadline_s: float = 10.0,
+        retry_interval_s: float = 2.0,
+        release_on_cancel: bool = True,
+        on_started_leading: Callable[[], None] | None = None,
+        on_stopped_leading: Callable[[], None] | None = None,
+        on_api_error: _api.ErrorCallback = _api.ignore_error,
+        request_timeout_s: float = 5.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        """A candidate `identity` for the Lease `namespace/name`.
+
+        `clock` paces the retries and judges expiry (monotonic); `wall_now` (Unix seconds)
+        stamps `renewTime` and `acquireTime`. Needs renew < deadline < lease duration.
+        """
+        if not 0 < renew_interval_s < renew_deadline_s < lease_duration_s:
+            raise ValueError("need 0 < renew_interval_s < renew_deadline_s < lease_duration_s")
+        if retry_interval_s <= 0:
+            raise ValueError("retry_interval_s must be > 0")
+        self._leases = client.CoordinationV1Api(api)
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.clock = clock
+        self._wall_now = wall_now
+        self.lease_duration_s = lease_duration_s
+        self.renew_interval_s = renew_interval_s
+        self.renew_deadline_s = renew_deadline_s
+        self.retry_interval_s = retry_interval_s
+        self.release_on_cancel = release_on_cancel
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._on_api_error = on_api_error
+        self._request_timeout_s = request_timeout_s
+        self._rng = rng or random.Random()
+        self.leading = asyncio.Event()
+        """Set while this candidate leads (it became leader)."""
+        self.lost = asyncio.Event()
+        """Set when this candidate stopped leading; cleared when it leads again."""
+        self.holder: str | None = None
+        """The holder seen at the last read of the Lease."""
+        self._renewed_s = -float("inf")
+        self._observed: tuple[str, str] | None = None  # (resourceVersion, holder) last seen
+        self._observed_s = 0.0
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this candidate leads: false as soon as its renew deadline has passed."""
+        return self.leading.is_set() and (
+            self.clock.now() - self._renewed_s < self.renew_deadline_s
+        )
+
+    async def wait_leading(self) -> None:
+        await self.leading.wait()
+
+    async def wait_lost(self) -> None:
+        await self.lost.wait()
+
+    async def run(self) -> None:
+        """Campaign, lead and campaign again until cancelled; release the Lease on the way out."""
+        try:
+            while True:
+                await self._acquire()
+                await self._renew()
+        finally:
+            if self.leading.is_set():
+                if self.release_on_cancel:
+                    await self.release()
+                else:
+                    self._step_down("stopped")
+
+    async def release(self) -> None:
+        """Give the Lease up if held (clear the holder) and stop leading."""
+        if not self.leading.is_set():
+            return
+        try:
+            lease = await self._call("leases.get", self._leases.read_namespaced_lease)
+            if lease is not None and _holder(lease) == self.identity:
+                now = _api.format_micro_time(self._wall_now())
+                spec = {
+                    **_spec(lease),
+                    "holderIdentity": None,
+                    "leaseDurationSeconds": 1,
+                    "renewTime": now,
+                    "acquireTime": now,
+                }
+                await self._call(
+                    "leases.update", self._leases.replace_namespaced_lease, {**lease, "spec": spec}
+                )
+        except (_ConflictError, _FailedError):
+            pass  # someone else wrote it, or it will expire: stepping down is what matters
+        finally:
+            self._step_down("released")
+
+    # -- the campaign ------------------------------------------------------------------------------
+
+    async def _acquire(self) -> None:
+        while True:
+            if await self._attempt() is _Outcome.HELD:
+                self.leading.set()
+                self.lost.clear()
+                log.info("leader.elected", lease=self._lease_name, identity=self.identity)
+                if self._on_started is not None:
+                    self._on_started()
+                return
+            await self.clock.sleep(self.retry_interval_s * (1 + JITTER_RATIO * self._rng.random()))
+
+    async def _renew(self) -> None:
+        while True:
+            await self.clock.sleep(self.renew_interval_s)
+            while True:
+                outcome = await self._attempt()
+                if outcome is _Outcome.HELD:
+                    break
+                if outcome is _Outcome.TAKEN:
+                    self._step_down("taken")
+                    return
+                if self.clock.now() - self._renewed_s >= self.renew_deadline_s:
+                    self._step_down("renew_deadline")
+                    return
+                await self.clock.sleep(self.retry_interval_s)
+
+    def _step_down(self, why: str) -> None:
+        if not self.leading.is_set():
+            return
+        self.leading.clear()
+        self.lost.set()
+        log.warning("leader.lost", lease=self._lease_name, identity=self.identity, why=why)
+        if self._on_stopped is not None:
+            self._on_stopped()
+
+    async def _attempt(self) -> _Outcome:
+        """Read the Lease and take or renew it if it is ours to take."""
+        now_s = self.clock.now()
+        try:
+            lease = await self._call("leases.get", self._leases.read_namespaced_lease)
+        except _FailedError:
+            return _Outcome.FAILED
+        if lease is None:
+            return await self._create(now_s)
+        self._observe(lease, now_s)
+        holder = _holder(lease)
+        if holder and holder != self.identity and not self._expired(lease, now_s):
+            return _Outcome.TAKEN
+        wall = _api.format_micro_time(self._wall_now())
+        spec = dict(_spec(lease))
+        if holder != self.identity:
+            spec["acquireTime"] = wall
+            spec["leaseTransitions"] = _whole(spec.get("leaseTransitions")) + 1
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=round(self.lease_duration_s),
+            renewTime=wall,
+        )
+        try:
+            updated = await self._call(
+                "leases.update", self._leases.replace_namespaced_lease, {**lease, "spec": spec}
+            )
+        except _ConflictError:
+            return _Outcome.CONFLICT
+        except _FailedError:
+            return _Outcome.FAILED
+        assert updated is not None
+        return self._held(updated, now_s)
+
+    async def _create(self, now_s: float) -> _Outcome:
+        wall = _api.format_micro_time(self._wall_now())
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": round(self.lease_duration_s),
+                "acquireTime": wall,
+                "renewTime": wall,
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            created = await self._call(
+                "leases.create", self._leases.create_namespaced_lease, body, named=False
+            )
+        except _ConflictError:  # another candidate created it first
+            return _Outcome.CONFLICT
+        except _FailedError:
+            return _Outcome.FAILED
+        assert created is not None
+        return self._held(created, now_s)
+
+    def _held(self, lease: Obj, now_s: float) -> _Outcome:
+        self._observe(lease, now_s)
+        self._renewed_s = now_s
+        return _Outcome.HELD
+
+    def _observe(self, lease: Obj, now_s: float) -> None:
+        record = (_api.resource_version(lease), _holder(lease))
+        self.holder = record[1] or None
+        if record != self._observed:
+            self._observed, self._observed_s = record, now_s
+
+    def _expired(self, lease: Obj, now_s: float) -> bool:
+        duration = _spec(lease).get("leaseDurationSeconds")
+        duration_s = float(duration) if isinstance(duration, int | float) else self.lease_duration_s
+        return now_s >= self._observed_s + duration_s
+
+    @property
+    def _lease_name(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    async def _call(
+        self, operation: str, method: Callable[..., Any], *body: Obj, named: bool = True
+    ) -> Obj | None:
+        """Call the API on the Lease: None for a 404 read; raise `_ConflictError` on 409."""
+        args = (self.name, self.namespace, *body) if named else (self.namespace, *body)
+        try:
+            return await _api.call_json(method, *args, request_timeout_s=self._request_timeout_s)
+        except ApiException as e:
+            if e.status == 404 and operation == "leases.get":
+                return None
+            self._on_api_error(operation)
+            if e.status == 409:
+                raise _ConflictError from e
+            self._log_failure(operation, e)
+            raise _FailedError from e
+        except (*_api.TRANSPORT_ERRORS, ValueError) as e:
+            self._on_api_error(operation)
+            self._log_failure(operation, e)
+            raise _FailedError from e
+
+    def _log_failure(self, operation: str, error: BaseException) -> None:
+        log.warning(
+            "lease.failed",
+            operation=operation,
+            status=_api.status_of(error),
+            error=str(_api.failure(operation, self._lease_name, error)),
+        )
+
+
+class _ConflictError(Exception):
+    """The Lease changed between our read and our write, or was created by someone else."""
+
+
+class _FailedError(Exception):
+    """The API did not answer usefully; the attempt counts as failed."""
+
+
+def _spec(lease: Obj) -> Obj:
+    return _api.spec(lease)
+
+
+def _holder(lease: Obj) -> str:
+    holder = _spec(lease).get("holderIdentity")
+    return holder if isinstance(holder, str) else ""
+
+
+def _whole(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,468 @@
+"""Prometheus behind the `MetricsSource` port: per tick, one PromQL query per metric kind.
+
+Each query covers the serving pods of every managed service at once, grouped `by (namespace, pod)`,
+and the answers are mapped back to services through a `PodIndex` (the Kubernetes pod cache).
+prometheus-api-client blocks, so each query runs in a worker thread, all of a tick's in parallel.
+
+Only validated names reach PromQL: metric names must match Prometheus's grammar, namespaces and pods
+must be DNS-1123 names, and every value is regex-quoted and string-escaped on top of that. Service
+owners choose metric names (a preset or `custom`), never PromQL.
+
+This module decides nothing: a pod without a fresh series is missing data (NaN), never zero, and
+what missing data means is for the decision core to say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import re
+import types
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import requests
+import structlog
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+from autoscaler import errors, ports
+from autoscaler.core import model
+
+log = structlog.get_logger(__name__)
+
+GPU_UTILIZATION: Final = "DCGM_FI_DEV_GPU_UTIL"
+"""DCGM exporter's GPU utilisation gauge, percent."""
+
+DEFAULT_TIMEOUT_S: Final = 2.0
+DEFAULT_SCRAPE_INTERVAL_S: Final = 15.0
+DEFAULT_MAX_POD_MATCHER_CHARS: Final = 1500
+"""Longest pod alternation put in a query; past it, queries select by namespace alone.
+
+The GPU query repeats the alternation four times and URL encoding grows it: at 1500 characters
+its request line is about 7.3 KB (46 pods of 31-character names), under the 8 KiB that common
+reverse proxies accept in front of Prometheus.
+"""
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# RE2's metacharacters, each behind a backslash: exactly what Go's regexp.QuoteMeta escapes.
+_RE2_QUOTED: Final = str.maketrans({c: f"\\{c}" for c in "\\.+*?()|[]{}^$"})
+
+_Pod = tuple[str, str]
+"""(namespace, pod name)."""
+
+
+def is_namespace(name: str) -> bool:
+    """Whether `name` is a valid Kubernetes namespace name (a DNS-1123 label)."""
+    return len(name) <= 63 and _DNS1123_LABEL.fullmatch(name) is not None
+
+
+def is_pod_name(name: str) -> bool:
+    """Whether `name` is a valid Kubernetes pod name (a DNS-1123 subdomain)."""
+    return len(name) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(name) is not None
+
+
+def _check_names(serving: ServingPods) -> None:
+    if not is_namespace(serving.namespace):
+        raise ValueError(f"not a namespace name: {serving.namespace!r}")
+    for pod in serving.pods:
+        if not is_pod_name(pod):
+            raise ValueError(f"not a pod name: {pod!r}")
+
+
+def _check_metric_name(name: str) -> None:
+    if not _METRIC_NAME.fullmatch(name):
+        raise ValueError(f"not a Prometheus metric name: {name!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricNames:
+    """The series one kind of model server exports, each name checked against PromQL's grammar.
+
+    Only `requests` and `queue` are read per tick; `latency` and `errors` are for the traffic
+    ramp's health gates.
+    """
+
+    requests: str
+    """Counter of requests; its per-second rate is the LOAD signal."""
+    queue: str
+    """Gauge of requests waiting in the server's queue: the SATURATION signal."""
+    latency: str | None = None
+    """Histogram of end-to-end request latency in seconds (the name without `_bucket`)."""
+    errors: str | None = None
+    """Counter of failed requests."""
+    error_label: str | None = None
+    """When set, only the `errors` series whose `error_label` is one of `error_values` count."""
+    error_values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in (self.requests, self.queue, self.latency, self.errors):
+            if name is not None:
+                _check_metric_name(name)
+        if self.error_label is not None and not _LABEL_NAME.fullmatch(self.error_label):
+            raise ValueError(f"not a Prometheus label name: {self.error_label!r}")
+        if (self.error_label is None) != (not self.error_values):
+            raise ValueError("error_label and error_values go together")
+
+
+# Names as each server exports them, checked against the source that registers them.
+PRESETS: Final[Mapping[str, MetricNames]] = types.MappingProxyType(
+    {
+        # vllm-project/vllm vllm/v1/metrics/loggers.py (PrometheusStatLogger): the counter
+        # `vllm:request_success` (served as `..._total`) has one series per `finished_reason`,
+        # whose values are in vllm/v1/engine/__init__.py (FINISH_REASON_STRINGS: stop, length,
+        # abort, error, repetition): every finished request counts as load.
+        "vllm": MetricNames(
+            requests="vllm:request_success_total",
+            queue="vllm:num_requests_waiting",
+            latency="vllm:e2e_request_latency_seconds",
+            errors="vllm:request_success_total",
+            error_label="finished_reason",
+            error_values=("abort", "error"),
+        ),
+        # huggingface/text-generation-inference docs/source/reference/metrics.md; the Rust
+        # exporter adds no `_total`. `tgi_request_count` is incremented as a request arrives
+        # (router/src/server.rs), so its rate is demand, served or not.
+        "tgi": MetricNames(
+            requests="tgi_request_count",
+            queue="tgi_queue_size",
+            latency="tgi_request_duration",
+            errors="tgi_request_failure",
+        ),
+        # triton-inference-server/server docs/user_guide/metrics.md. Load counts successful
+        # requests only: summing two counters needs the metric name that `rate()` drops.
+        # Latency is a cumulative counter (`nv_inference_request_duration_us`), not a histogram,
+        # unless summaries or histograms are switched on, so there is none here.
+        "triton": MetricNames(
+            requests="nv_inference_request_success",
+            queue="nv_inference_pending_request_count",
+            errors="nv_inference_request_failure",
+        ),
+        # sgl-project/sglang python/sglang/srt/metrics/collector.py: a finished request observes
+        # the e2e histogram and increments `sglang:num_requests_total` in the same call
+        # (`observe_one_finished_request`), so the histogram's `_count` counts finished requests.
+        "sglang": MetricNames(
+            requests="sglang:e2e_request_latency_seconds_count",
+            queue="sglang:num_queue_reqs",
+            latency="sglang:e2e_request_latency_seconds",
+            errors="sglang:num_aborted_requests_total",
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPods:
+    """Where one service's metrics come from: its namespace, serving pods and metric names."""
+
+    namespace: str
+    pods: frozenset[str]
+    """Pods warm and in the stable traffic set: the only ones whose series count."""
+    metrics: MetricNames
+
+
+class PodIndex(Protocol):
+    def serving_pods(self, service: model.ServiceId) -> ServingPods | None:
+        """The service's serving pods, from a cache; None when the service is not known."""
+        ...
+
+
+class MetricsSource:
+    """Samples every managed service's signals from Prometheus, one query per signal per tick.
+
+    Per service: LOAD is the sum over its serving pods of the rate of its requests counter,
+    SATURATION the sum of its queue gauge, CAPACITY the mean over its pods of the pod's mean GPU
+    utilisation. Only pods that reported count: a service whose pods partly reported reads the
+    sum (or mean) over the reporters, one where none reported reads NaN.
+
+    A series is fresh while its newest sample is at most `max_age_s` old by Prometheus's clock;
+    older ones read as missing. Prometheus's own staleness markers (a series gone from a scrape,
+    a target down) make a series missing at once.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        pod_index: PodIndex,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+        max_age_s: float | None = None,
+        rate_window_s: float | None = None,
+        gpu_metric: str = GPU_UTILIZATION,
+        max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Connect lazily to the Prometheus HTTP API at `url`.
+
+        `scrape_interval_s` is the interval of the servers' scrape jobs. `max_age_s` defaults to
+        three of them; `rate_window_s` to four, so that a rate spans several samples and survives
+        one missed scrape.
+        """
+        if not timeout_s > 0 or not scrape_interval_s > 0:
+            raise ValueError("timeout_s and scrape_interval_s must be > 0")
+        self.max_age_s = 3 * scrape_interval_s if max_age_s is None else max_age_s
+        self.rate_window_s = 4 * scrape_interval_s if rate_window_s is None else rate_window_s
+        if not self.max_age_s > 0 or not self.rate_window_s >= 0.001:
+            raise ValueError("max_age_s must be > 0 and rate_window_s >= 1 ms")
+        _check_metric_name(gpu_metric)
+        self.gpu_metric = gpu_metric
+        self.max_pod_matcher_chars = max_pod_matcher_chars
+        self._pod_index = pod_index
+        self._client = PrometheusConnect(
+            url=url,
+            headers=dict(headers) if headers else None,
+            # No retries inside a tick: the loop asks again at the next one, and a retry's
+            # back-off would stall every service's decision meanwhile. This is requests' own
+            # default, under which errors surface as requests' exceptions.
+            retry=Retry(0, read=False),
+            timeout=timeout_s,
+        )
+        self.queries_sent = 0
+        """Queries sent since construction (each is one HTTP request)."""
+        self.last_queries: tuple[str, ...] = ()
+        """The PromQL of the last `sample`, one per signal; empty when no pod was to be read."""
+
+    def close(self) -> None:
+        """Release the HTTP connection pool."""
+        self._client.close()
+
+    async def sample(
+        self, workloads: Sequence[ports.Workload], now_s: float
+    ) -> npt.NDArray[np.float64]:
+        """One sample per workload and signal, NaN where no serving pod reported a fresh value.
+
+        `now_s` is the loop's clock, not Unix time, so it is not sent: Prometheus evaluates at
+        its own current time and judges freshness by the same clock it stamped the samples with.
+        """
+        values = np.full((len(workloads), len(model.Signal)), np.nan)
+        rows, targets = self._locate(workloads)
+        if not rows:
+            self.last_queries = ()
+            return values
+        queries = build_queries(
+            targets,
+            rate_window_s=self.rate_window_s,
+            max_age_s=self.max_age_s,
+            gpu_metric=self.gpu_metric,
+            max_pod_matcher_chars=self.max_pod_matcher_chars,
+        )
+        self.last_queries = tuple(queries.values())
+        answers = await self._ask(queries)
+        for signal, series in answers.items():
+            _fill(values[:, signal], series, rows, mean=signal is model.Signal.CAPACITY)
+        return values
+
+    def _locate(
+        self, workloads: Sequence[ports.Workload]
+    ) -> tuple[dict[_Pod, list[int]], list[ServingPods]]:
+        """Each serving pod's rows, and the services' pods with invalid names left out."""
+        rows: dict[_Pod, list[int]] = {}
+        targets: list[ServingPods] = []
+        for row, workload in enumerate(workloads):
+            serving = self._pod_index.serving_pods(workload.id)
+            if serving is None or not serving.pods:
+                continue
+            if not is_namespace(serving.namespace):
+                log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
+                continue
+            pods = frozenset(p for p in serving.pods if is_pod_name(p))
+            if rejected := serving.pods - pods:
+                log.warning("metrics.pods_skipped", service=workload.id, pods=sorted(rejected))
+                serving = dataclasses.replace(serving, pods=pods)
+            if not pods:
+                continue
+            targets.append(serving)
+            for pod in pods:
+                rows.setdefault((serving.namespace, pod), []).append(row)
+        return rows, targets
+
+    async def _ask(self, queries: Mapping[model.Signal, str]) -> dict[model.Signal, list[Any]]:
+        self.queries_sent += len(queries)
+        answers = await asyncio.gather(
+            *(asyncio.to_thread(self._query, s, q) for s, q in queries.items()),
+            return_exceptions=True,
+        )
+        # Every query has finished here, so no thread outlives a failed tick.
+        results: dict[model.Signal, list[Any]] = {}
+        for signal, answer in zip(queries, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            results[signal] = answer
+        return results
+
+    def _query(self, signal: model.Signal, promql: str) -> list[Any]:
+        what = signal.name.lower()
+        try:
+            result = self._client.custom_query(query=promql)
+        except requests.RequestException as e:  # refused, timed out, bad JSON
+            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
+        except PrometheusApiClientException as e:  # any status but 200
+            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
+        except (KeyError, TypeError) as e:  # JSON without data.result
+            raise errors.ObservationError(f"Prometheus {what} answer malformed: {e!r}") from e
+        if not isinstance(result, list):
+            raise errors.ObservationError(f"Prometheus {what} answer is not an instant vector")
+        return result
+
+
+def build_queries(
+    targets: Iterable[ServingPods],
+    *,
+    rate_window_s: float,
+    max_age_s: float,
+    gpu_metric: str = GPU_UTILIZATION,
+    max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
+) -> dict[model.Signal, str]:
+    """The PromQL for one tick: one query per signal, covering every pod of `targets`.
+
+    Services whose servers export different metric names share the query, one `or` branch per
+    name. Raises `ValueError` for a metric, namespace or pod name that is not valid: such text
+    never reaches PromQL.
+    """
+    by_requests: dict[str, _PodSet] = {}
+    by_queue: dict[str, _PodSet] = {}
+    everyone = _PodSet()
+    for serving in targets:
+        _check_names(serving)
+        for groups, name in (
+            (by_requests, serving.metrics.requests),
+            (by_queue, serving.metrics.queue),
+        ):
+            groups.setdefault(name, _PodSet()).add(serving)
+        everyone.add(serving)
+    if not everyone.pods:
+        return {}
+    window = _duration(rate_window_s)
+    age = f"{max_age_s:g}"
+    loads = []
+    for name, pods in sorted(by_requests.items()):
+        sel = _selector(name, pods.matchers(max_pod_matcher_chars))
+        loads.append(f"sum by (namespace, pod) ({_fresh(f'rate({sel}[{window}])', sel, age)})")
+    queues = []
+    for name, pods in sorted(by_queue.items()):
+        sel = _selector(name, pods.matchers(max_pod_matcher_chars))
+        queues.append(f"sum by (namespace, pod) ({_fresh(sel, sel, age)})")
+    return {
+        model.Signal.LOAD: " or ".join(loads),
+        model.Signal.SATURATION: " or ".join(queues),
+        model.Signal.CAPACITY: _gpu_query(gpu_metric, everyone, age, max_pod_matcher_chars),
+    }
+
+
+def _gpu_query(metric: str, pods: _PodSet, age: str, max_pod_matcher_chars: int) -> str:
+    """Mean GPU utilisation per pod, wherever the exporter put the pod's name.
+
+    dcgm-exporter labels a GPU's series with the `namespace` and `pod` using it. Scraped with
+    `honor_labels: true` they stay so; without it, Prometheus renames them `exported_namespace`
+    and `exported_pod` (and `namespace`/`pod` name the exporter itself). Both are read, the
+    renamed ones copied back to `namespace`/`pod` so the two kinds average together.
+    """
+    own = _selector(metric, [*pods.matchers(max_pod_matcher_chars), 'exported_pod=""'])
+    renamed = _selector(
+        metric, pods.matchers(max_pod_matcher_chars, "exported_namespace", "exported_pod")
+    )
+    moved = (
+        f"label_replace(label_replace({_fresh(renamed, renamed, age)}, "
+        f'"namespace", "$1", "exported_namespace", "(.+)"), "pod", "$1", "exported_pod", "(.+)")'
+    )
+    return f"avg by (namespace, pod) (({_fresh(own, own, age)}) or {moved})"
+
+
+def _fresh(vector: str, selector: str, age: str) -> str:
+    """`vector` where the newest sample of `selector` is at most `age` seconds old."""
+    return f"{vector} and (time() - timestamp({selector})) <= {age}"
+
+
+class _PodSet:
+    """Namespaces and pod names read through one metric name."""
+
+    def __init__(self) -> None:
+        self.namespaces: set[str] = set()
+        self.pods: set[str] = set()
+
+    def add(self, serving: ServingPods) -> None:
+        self.namespaces.add(serving.namespace)
+        self.pods.update(serving.pods)
+
+    def matchers(
+        self, max_pod_matcher_chars: int, namespace_label: str = "namespace", pod_label: str = "pod"
+    ) -> list[str]:
+        """Label matchers for these pods; by namespace alone when the pod list is too long.
+
+        A namespace-only query returns pods of the same namespaces that serve nothing, and
+        pods of one service's name in another's namespace; `sample` drops them as it maps pods
+        to services.
+        """
+        matchers = [f"{namespace_label}=~{regex_literal(self.namespaces)}"]
+        # Quoting only lengthens the names: skip it when they are too long already.
+        if sum(map(len, self.pods)) + len(self.pods) <= max_pod_matcher_chars:
+            pods = regex_literal(self.pods)
+            if len(pods) <= max_pod_matcher_chars:
+                matchers.append(f"{pod_label}=~{pods}")
+        return matchers
+
+
+def _selector(metric: str, matchers: Sequence[str]) -> str:
+    _check_metric_name(metric)
+    return f"{metric}{{{','.join(matchers)}}}"
+
+
+def regex_literal(values: Collection[str]) -> str:
+    """A PromQL string holding a regex that matches exactly `values` (label regexes are anchored).
+
+    Each value is quoted as Go's `regexp.QuoteMeta` does (RE2's metacharacters escaped), and the
+    alternation is written as a JSON string, whose escapes are a subset of the Go escapes that
+    PromQL strings take.
+    """
+    quoted = (v.translate(_RE2_QUOTED) for v in sorted(values))
+    return json.dumps("|".join(quoted), ensure_ascii=True)
+
+
+def _duration(seconds: float) -> str:
+    ms = round(seconds * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def _fill(
+    column: npt.NDArray[np.float64],
+    series: list[Any],
+    rows: Mapping[_Pod, list[int]],
+    *,
+    mean: bool,
+) -> None:
+    """Write each row's sum (or mean) over its reporting pods; rows without one stay NaN."""
+    total = np.zeros(len(column))
+    count = np.zeros(len(column))
+    for pod, value in _per_pod(series):
+        for row in rows.get(pod, ()):
+            total[row] += value
+            count[row] += 1
+    reported = count > 0
+    column[reported] = total[reported] / count[reported] if mean else total[reported]
+
+
+def _per_pod(series: list[Any]) -> Iterator[tuple[_Pod, float]]:
+    """(pod, value) of each sample; a NaN or infinite one is missing data, so it is left out."""
+    for item in series:
+        try:
+            labels = item["metric"]
+            pod = (str(labels.get("namespace", "")), str(labels.get("pod", "")))
+            value = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            raise errors.ObservationError(f"Prometheus sample malformed: {item!r:.200}") from e
+        if math.isfinite(value):
+            yield pod, value
+
+
+def _brief(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e)[:300]}"

@@ -1,0 +1,1 @@
+"""Adapter tests: the real clients against real servers or emulators."""

@@ -1,0 +1,116 @@
+"""Builders, a stepped clock and waiting helpers for the Kubernetes adapter tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+from autoscaler.adapters.kubernetes import informer
+
+NS = "default"
+WALL_S = 1_750_000_000.0
+"""The wall clock the tests give the adapter (Unix seconds)."""
+PREFIX = "autoscaler.dsec.io/"
+
+
+def settings(**overrides: str) -> dict[str, str]:
+    """Valid autoscaler annotations, with `overrides` (short keys) on top."""
+    values = {"enabled": "true", "max-replicas": "10", "target-qps-per-replica": "5"}
+    values.update(overrides)
+    return {PREFIX + key: value for key, value in values.items()}
+
+
+def deployment(
+    name: str,
+    *,
+    replicas: int = 2,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Deployment whose selector and pod labels are `labels` (default `app: NAME`)."""
+    labels = labels or {"app": name}
+    return {
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "server", "image": "vllm:1"}]},
+            },
+        },
+    }
+
+
+class StepClock:
+    """A clock that moves only when a test advances it; `sleep` waits for that."""
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self._now = start_s
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+        self._slept = asyncio.Event()
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (self._now + max(0.0, seconds), future)
+        self._sleepers.append(entry)
+        self._slept.set()
+        try:
+            await future
+        finally:
+            self._sleepers.remove(entry)
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+        for deadline, future in self._sleepers:
+            if deadline <= self._now and not future.done():
+                future.set_result(None)
+
+    @property
+    def sleeping(self) -> int:
+        return sum(1 for _, future in self._sleepers if not future.done())
+
+    async def wait_sleeping(self, count: int, *, timeout_s: float = 5.0) -> None:
+        """Wait until `count` tasks are asleep on this clock, done with what they were doing."""
+        async with asyncio.timeout(timeout_s):
+            while self.sleeping < count:
+                self._slept.clear()
+                await self._slept.wait()
+
+
+@contextlib.asynccontextmanager
+async def running(coroutine: Coroutine[Any, Any, None]) -> AsyncIterator[asyncio.Task[None]]:
+    """Run `coroutine` as a task for the block; cancel it and surface its errors afterwards."""
+    task = asyncio.create_task(coroutine)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def eventually(
+    condition: Callable[[], bool], *caches: informer.Informer, timeout_s: float = 5.0
+) -> None:
+    """Wait until `condition()` holds, re-checking whenever one of `caches` changes."""
+    changed = asyncio.Event()
+
+    def wake(*_: object) -> None:
+        changed.set()
+
+    for cache in caches:
+        cache.add_handler(wake)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not condition():
+                changed.clear()
+                await changed.wait()
+    finally:
+        for cache in caches:
+            cache.remove_handler(wake)

@@ -1,0 +1,574 @@
+"""`KubeCluster`: workloads from the caches, scale, publish and Events, against the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import random
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import structlog
+from kube.emulator import Kube
+from kube.kubelet import FakeCluster
+from kubernetes_asyncio import client
+
+import autoscaler.annotations as contract
+from autoscaler import errors, ports
+from autoscaler.adapters import prometheus
+from autoscaler.adapters.kubernetes import _api, cluster, codec
+from autoscaler.clock import ManualClock
+from autoscaler.core import model
+from autoscaler.loop import Loop
+
+from .support import NS, WALL_S, deployment, eventually, running, settings
+
+WEB = model.ServiceId(f"{NS}/web")
+
+
+class MakeCluster(Protocol):
+    def __call__(self, **kwargs: Any) -> Awaitable[cluster.KubeCluster]: ...
+
+
+@pytest.fixture
+async def api(kube: Kube) -> client.ApiClient:
+    # One client per test: building one costs an SSL context (about 0.1 s).
+    return kube.api_client()
+
+
+@pytest.fixture
+async def apps(api: client.ApiClient) -> client.AppsV1Api:
+    return client.AppsV1Api(api)
+
+
+@pytest.fixture
+async def make_cluster(api: client.ApiClient) -> AsyncIterator[MakeCluster]:
+    """Builds running, synced clusters on the emulator; stops them at the end of the test."""
+    stack = contextlib.AsyncExitStack()
+
+    async def make(**kwargs: Any) -> cluster.KubeCluster:
+        options: dict[str, Any] = {
+            "identity": "autoscaler-0",
+            "clock": ManualClock(),
+            "wall_now": lambda: WALL_S,
+            "rng": random.Random(7),
+        }
+        options.update(kwargs)
+        made = cluster.KubeCluster(api, **options)
+        await stack.enter_async_context(running(made.run()))
+        async with asyncio.timeout(5):
+            await made.wait_synced()
+        return made
+
+    async with stack:
+        yield make
+
+
+async def events_of(
+    api: client.ApiClient, name: str, reason: str | None = None
+) -> list[dict[str, Any]]:
+    """The Events on Deployment `name`, read through the API."""
+    core = client.CoreV1Api(api)
+    listed = await _api.call_json(core.list_namespaced_event, NS)
+    return [
+        event
+        for event in listed["items"]
+        if event["involvedObject"]["name"] == name and reason in (None, event["reason"])
+    ]
+
+
+def decision(
+    current: int,
+    desired: int,
+    *,
+    kind: model.Kind | None = None,
+    reason: model.Reason | None = None,
+) -> model.Decision:
+    if kind is None:
+        kind = (
+            model.Kind.SCALE_UP
+            if desired > current
+            else model.Kind.SCALE_DOWN
+            if desired < current
+            else model.Kind.STEADY
+        )
+    load = model.Contribution(ratio=1.5, desired=desired, estimator="mean", estimate=30.0)
+    return model.Decision(
+        current=current,
+        desired=desired,
+        kind=kind,
+        reason=reason or model.Reason.ABOVE_TARGET,
+        detail="load ratio 1.50 asks for 3",
+        contributions={
+            model.Signal.LOAD: load,
+            model.Signal.SATURATION: load._replace(ratio=math.nan),
+        },
+    )
+
+
+async def managed(made: cluster.KubeCluster, *names: str) -> list[ports.Workload]:
+    """The workloads once the caches show the Deployments `names`."""
+    await eventually(
+        lambda: all(made.caches.deployment(NS, name) for name in names), made.caches.deployments
+    )
+    return made.workloads()
+
+
+# -- workloads --------------------------------------------------------------------------------
+
+
+async def test_workloads_report_replicas_serving_and_startup_from_pods(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A managed Deployment reports spec replicas, its Ready pods and their start-up time."""
+    kubelet.add_node("gpu-1", gpus=8)
+    kubelet.ready_after_s = 30
+    await apps.create_namespaced_deployment(
+        NS, deployment("web", replicas=3, annotations=settings())
+    )
+    # A sibling whose pods carry the owner's labels too; they are not the owner's.
+    sibling = deployment("web-mig", replicas=2, labels={"app": "web", "tier": "mig"})
+    await apps.create_namespaced_deployment(NS, sibling)
+    await apps.create_namespaced_deployment(NS, deployment("plain", replicas=1))
+    await kubelet.settle()
+    kubelet.clock.advance(30)
+    await kubelet.reconcile()
+    made = await make_cluster()
+
+    def all_ready() -> bool:
+        found = made.workloads()
+        return len(found) == 1 and found[0].serving == 3
+
+    await eventually(all_ready, made.caches.pods)
+    (web,) = made.workloads()
+    assert (web.id, web.replicas, web.serving) == (WEB, 3, 3)
+    assert web.startup_s == pytest.approx(30.0)
+    assert web.policy.max_replicas == 10
+    assert web.policy.target_load_per_replica == 5.0
+    assert web.state is None
+    serving = made.serving_pods(WEB)
+    assert serving is not None
+    assert serving.metrics == prometheus.PRESETS["vllm"]
+    assert len(serving.pods) == 3
+    assert all(pod.startswith("web-") and not pod.startswith("web-mig-") for pod in serving.pods)
+
+    # One pod stops being Ready: it no longer counts as serving.
+    victim = sorted(serving.pods)[0]
+    kubelet.set_ready_after(NS, victim, math.inf)
+    await kubelet.reconcile()
+    await eventually(lambda: made.workloads()[0].serving == 2, made.caches.pods)
+    assert victim not in (made.serving_pods(WEB) or serving).pods
+
+    for _ in range(50):
+        made.workloads()
+    for kind in ("deployments", "replicasets", "pods", "nodes"):
+        assert kube.requests.count("list", kind) == 1
+
+
+async def test_invalid_annotations_skip_the_service_with_one_event(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """An invalid Deployment gets one InvalidConfig Event per set of problems; others go on."""
+    bad = settings(**{"max-replicas": "lots"})
+    await apps.create_namespaced_deployment(NS, deployment("bad", annotations=bad))
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(5):
+            found = await managed(made, "bad", "web")
+    await made.events.wait_idle()
+
+    assert [w.id for w in found] == [WEB]
+    (event,) = await events_of(api, "bad")
+    assert (event["type"], event["reason"]) == ("Warning", "InvalidConfig")
+    assert "autoscaler.dsec.io/max-replicas" in event["message"]
+    assert '"lots"' in event["message"]
+    assert contract.RULES["autoscaler.dsec.io/max-replicas"] in event["message"]
+    assert event["reportingComponent"] == "inference-autoscaler"
+    assert event["involvedObject"]["kind"] == "Deployment"
+    (line,) = [entry for entry in logs if entry["event"] == "config.invalid"]
+    assert line["service"] == f"{NS}/bad"
+    assert line["problems"] == [event["message"]]
+
+    # Another mistake is another set of problems: one more Event.
+    worse = {"metadata": {"annotations": {"autoscaler.dsec.io/min-replicas": "-1"}}}
+    await apps.patch_namespaced_deployment("bad", NS, worse)
+    await eventually(
+        lambda: (
+            "autoscaler.dsec.io/min-replicas"
+            in _api.annotations_of(made.caches.deployment(NS, "bad") or {})
+        ),
+        made.caches.deployments,
+    )
+    made.workloads()
+    made.workloads()
+    await made.events.wait_idle()
+    assert len(await events_of(api, "bad", "InvalidConfig")) == 2
+
+
+async def test_state_annotation_is_resumed_and_a_malformed_one_ignored(
+    apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """The persisted state comes back as the workload's; a malformed one is logged, ignored."""
+    state = codec.state_text(
+        model.PolicyState(last_scale_up_s=WALL_S - 10, last_scale_change_s=WALL_S - 10), replicas=4
+    )
+    good = settings() | {contract.STATE_KEY: state}
+    broken = settings() | {contract.STATE_KEY: '{"lastScaleUp": "yesterday"}'}
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=good))
+    await apps.create_namespaced_deployment(NS, deployment("odd", annotations=broken))
+    made = await make_cluster()
+    with structlog.testing.capture_logs() as logs:
+        found = {w.id: w for w in await managed(made, "web", "odd")}
+        made.workloads()
+
+    assert found[WEB].state == model.PolicyState(
+        last_scale_up_s=WALL_S - 10, last_scale_change_s=WALL_S - 10
+    )
+    assert found[model.ServiceId(f"{NS}/odd")].state is None
+    assert [entry["service"] for entry in logs if entry["event"] == "state.invalid"] == [
+        f"{NS}/odd"
+    ]
+
+
+# -- scale ----------------------------------------------------------------------------------------
+
+
+async def test_scale_patches_the_scale_subresource_and_publish_reports_it(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Scaling writes spec.replicas through deployments/scale; publishing adds SuccessfulRescale."""
+    await apps.create_namespaced_deployment(
+        NS, deployment("web", replicas=2, annotations=settings())
+    )
+    made = await make_cluster()
+    await managed(made, "web")
+
+    await made.scale(WEB, 3)
+    await made.publish(WEB, decision(2, 3), model.PolicyState(last_scale_up_s=WALL_S))
+    await made.events.wait_idle()
+
+    assert kube.requests.count("patch", "deployments/scale") == 1
+    assert kube.requests.count("update", "deployments") == 0
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 3
+    (event,) = await events_of(api, "web", "SuccessfulRescale")
+    assert event["type"] == "Normal"
+    assert event["message"] == "New size: 3; reason: above-target: load ratio 1.50 asks for 3"
+
+
+async def test_scale_errors_become_actuation_errors_with_the_status(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A refused scale raises ActuationError carrying the HTTP status, and is counted."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    counted: list[str] = []
+    made = await make_cluster(on_api_error=counted.append)
+    await managed(made, "web")
+    kube.fail("patch", "deployments/scale", status=403, message="scale is forbidden")
+
+    with pytest.raises(errors.ActuationError) as raised:
+        await made.scale(WEB, 5)
+
+    assert isinstance(raised.value, cluster.KubeApiError)
+    assert raised.value.status == 403
+    assert isinstance(raised.value.__cause__, client.ApiException)
+    assert "scale is forbidden" in str(raised.value)
+    assert counted == ["deployments/scale.patch"]
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 2
+
+
+async def test_a_manual_scale_is_overridden_with_an_event(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """After someone runs `kubectl scale`, the next scale overrides it and says so in an Event."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+    await managed(made, "web")
+    await made.scale(WEB, 3)
+    await apps.patch_namespaced_deployment_scale("web", NS, {"spec": {"replicas": 7}})
+    await eventually(
+        lambda: cluster.spec_replicas(made.caches.deployment(NS, "web") or {}) == 7,
+        made.caches.deployments,
+    )
+    made.workloads()
+
+    await made.scale(WEB, 4)
+    await made.events.wait_idle()
+
+    (event,) = await events_of(api, "web", "ReplicasOverridden")
+    assert event["type"] == "Warning"
+    assert "changed to 7 outside the autoscaler (it had set 3)" in event["message"]
+    assert "sets 4" in event["message"]
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 4
+
+
+# -- publish --------------------------------------------------------------------------------------
+
+
+async def test_publish_writes_annotations_only_when_they_change(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Status and state are written once; the same decision again writes nothing."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    clock_s = [WALL_S]
+    made = await make_cluster(wall_now=lambda: clock_s[0])
+    await managed(made, "web")
+    held = decision(2, 2, kind=model.Kind.STEADY, reason=model.Reason.IN_DEADBAND)
+    state = model.PolicyState(last_scale_change_s=WALL_S - 60)
+
+    await made.publish(WEB, held, state)
+    await eventually(
+        lambda: contract.STATUS_KEY in _api.annotations_of(made.caches.deployment(NS, "web") or {}),
+        made.caches.deployments,
+    )
+    clock_s[0] += 30  # a later time alone is no change
+    await made.publish(WEB, held, state)
+
+    assert kube.requests.count("patch", "deployments") == 1
+    notes = kube.store.get("apps/v1/deployments", NS, "web")["metadata"]["annotations"]
+    status = json.loads(notes[contract.STATUS_KEY])
+    assert status == {
+        "contributions": {
+            "load": {"desired": 2, "estimate": 30.0, "estimator": "mean", "ratio": 1.5},
+            "saturation": {"desired": 2, "estimate": 30.0, "estimator": "mean", "ratio": None},
+        },
+        "current": 2,
+        "desired": 2,
+        "detail": "load ratio 1.50 asks for 3",
+        "kind": "steady",
+        "reason": "in-deadband",
+        "time": "2025-06-15T15:06:40Z",
+    }
+    assert json.loads(notes[contract.STATE_KEY]) == {"lastScaleChange": WALL_S - 60}
+    (workload,) = made.workloads()
+    assert workload.state == state
+
+    changed = model.PolicyState(last_scale_change_s=WALL_S)
+    await made.publish(WEB, held, changed)
+    assert kube.requests.count("patch", "deployments") == 2
+
+
+async def test_publish_retries_a_conflict_after_reading_the_deployment_again(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A 409 on the annotation patch re-reads the Deployment and retries with its new version."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    counted: list[str] = []
+    made = await make_cluster(on_api_error=counted.append)
+    await managed(made, "web")
+    kube.fail("patch", "deployments", status=409)
+
+    await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), model.PolicyState())
+
+    assert kube.requests.count("patch", "deployments") == 2
+    assert kube.requests.count("get", "deployments") == 1
+    assert counted == ["deployments.patch"]
+    notes = kube.store.get("apps/v1/deployments", NS, "web")["metadata"]["annotations"]
+    assert contract.STATUS_KEY in notes
+
+
+async def test_publish_carries_the_cached_resource_version(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A write from a stale cache conflicts for real; the retry keeps the other writer's change."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+    await managed(made, "web")
+    # Someone else writes; the cache cannot have seen it before `publish` reads it.
+    kube.store.patch("apps/v1/deployments", NS, "web", {"metadata": {"labels": {"team": "ml"}}})
+
+    await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), model.PolicyState())
+
+    assert kube.requests.count("patch", "deployments") == 2
+    assert kube.requests.count("get", "deployments") == 1
+    stored = kube.store.get("apps/v1/deployments", NS, "web")
+    assert stored["metadata"]["labels"]["team"] == "ml"
+    assert contract.STATUS_KEY in stored["metadata"]["annotations"]
+
+
+async def test_publish_gives_up_after_repeated_conflicts(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Conflicts that persist past the attempts end in an ActuationError with status 409."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster(conflict_attempts=3)
+    await managed(made, "web")
+    kube.fail("patch", "deployments", status=409, times=3)
+
+    with pytest.raises(cluster.KubeApiError) as raised:
+        await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), model.PolicyState())
+
+    assert raised.value.status == 409
+    assert kube.requests.count("patch", "deployments") == 3
+    assert contract.STATUS_KEY not in _api.annotations_of(
+        kube.store.get("apps/v1/deployments", NS, "web")
+    )
+
+
+async def test_holds_post_one_event_per_new_reason(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Entering a hold posts ScaleHeld once; the same hold posts nothing; a new reason does."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+    await managed(made, "web")
+    cooldown = decision(2, 2, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN)
+    missing = decision(2, 2, kind=model.Kind.HOLD, reason=model.Reason.MISSING_DATA)
+
+    await made.publish(WEB, cooldown, model.PolicyState())
+    await made.publish(WEB, cooldown, model.PolicyState(last_scale_up_s=WALL_S))
+    await made.publish(WEB, missing, model.PolicyState())
+    await made.events.wait_idle()
+
+    held = await events_of(api, "web", "ScaleHeld")
+    assert sorted(e["message"].split("reason: ")[1].split(":")[0] for e in held) == [
+        "cooldown",
+        "missing-data",
+    ]
+    assert all(e["message"].startswith("Holding at 2 replicas") for e in held)
+
+
+async def test_repeated_events_bump_the_count_of_one_event(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """The same Event twice is one Event object with count 2 and a later lastTimestamp."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    clock_s = [WALL_S]
+    made = await make_cluster(wall_now=lambda: clock_s[0])
+    (target,) = [d for d in made.caches.deployments.items() if _api.name(d) == "web"]
+
+    made.events.record(target, "Normal", "Tested", "same words")
+    await made.events.wait_idle()
+    clock_s[0] += 60
+    made.events.record(target, "Normal", "Tested", "same words")
+    await made.events.wait_idle()
+
+    (event,) = await events_of(api, "web", "Tested")
+    assert event["count"] == 2
+    assert event["firstTimestamp"] == "2025-06-15T15:06:40Z"
+    assert event["lastTimestamp"] == "2025-06-15T15:07:40Z"
+    assert event["source"] == {"component": "inference-autoscaler"}
+    assert event["reportingInstance"] == "autoscaler-0"
+
+
+# -- writing nothing ------------------------------------------------------------------------------
+
+
+async def test_global_dry_run_writes_nothing(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """With the global dry-run, scale and publish only log; no write reaches the API."""
+    bad = settings(**{"max-replicas": "0"})
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    await apps.create_namespaced_deployment(NS, deployment("bad", annotations=bad))
+    made = await make_cluster(dry_run=True)
+    await managed(made, "web", "bad")
+    kube.requests.clear()
+
+    with structlog.testing.capture_logs() as logs:
+        await made.scale(WEB, 5)
+        await made.publish(WEB, decision(2, 5), model.PolicyState(last_scale_up_s=WALL_S))
+    await made.events.wait_idle()
+
+    writes = sum(kube.requests.count(verb) for verb in ("create", "update", "patch", "delete"))
+    assert writes == 0
+    assert [entry["event"] for entry in logs] == [
+        "scale.skipped_dry_run",
+        "publish.skipped_dry_run",
+    ]
+    assert logs[0]["replicas"] == 5
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 2
+
+
+async def test_a_dry_run_service_is_explained_but_never_scaled(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """`mode: dry-run` writes status and Events but never replicas."""
+    notes = settings(mode="dry-run")
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=notes))
+    made = await make_cluster()
+    await managed(made, "web")
+
+    await made.scale(WEB, 5)
+    await made.publish(WEB, decision(2, 5), model.PolicyState(last_scale_up_s=WALL_S))
+    await made.events.wait_idle()
+
+    assert kube.requests.count("patch", "deployments/scale") == 0
+    stored = kube.store.get("apps/v1/deployments", NS, "web")
+    assert stored["spec"]["replicas"] == 2
+    assert json.loads(stored["metadata"]["annotations"][contract.STATUS_KEY])["desired"] == 5
+    assert [e["reason"] for e in await events_of(api, "web")] == ["DryRunRescale"]
+
+
+async def test_a_follower_never_writes(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """An instance that is not the leader refuses scale and publish and posts no Event."""
+    bad = settings(**{"max-replicas": "0"})
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    await apps.create_namespaced_deployment(NS, deployment("bad", annotations=bad))
+    made = await make_cluster(may_write=lambda: False)
+    await managed(made, "web", "bad")
+    kube.requests.clear()
+
+    with pytest.raises(cluster.NotLeaderError):
+        await made.scale(WEB, 5)
+    with pytest.raises(errors.ActuationError):
+        await made.publish(WEB, decision(2, 5), model.PolicyState())
+    await made.events.wait_idle()
+
+    writes = sum(kube.requests.count(verb) for verb in ("create", "update", "patch", "delete"))
+    assert writes == 0
+
+
+# -- with the loop ---------------------------------------------------------------------------
+
+
+class SteadyLoad:
+    """A `MetricsSource` that reports the same load for every service."""
+
+    def __init__(self, rps: float) -> None:
+        self.rps = rps
+
+    async def sample(
+        self, workloads: Sequence[ports.Workload], now_s: float
+    ) -> npt.NDArray[np.float64]:
+        values = np.full((len(workloads), len(model.Signal)), np.nan)
+        values[:, model.Signal.LOAD] = self.rps
+        values[:, model.Signal.CAPACITY] = 50.0
+        return values
+
+
+async def test_the_loop_scales_a_deployment_through_the_adapter(
+    kube: Kube,
+    api: client.ApiClient,
+    kubelet: FakeCluster,
+    apps: client.AppsV1Api,
+    make_cluster: MakeCluster,
+) -> None:
+    """The loop, wired to the adapter, scales up under load and leaves status, state and Events."""
+    kubelet.add_node("gpu-1", gpus=8)
+    notes = settings(policy="seed")
+    await apps.create_namespaced_deployment(NS, deployment("web", replicas=2, annotations=notes))
+    await kubelet.settle()
+    clock = ManualClock(WALL_S)
+    made = await make_cluster(clock=clock, wall_now=clock.now)
+    await eventually(lambda: made.workloads()[0].serving == 2, made.caches.pods)
+    loop = Loop(cluster=made, metrics=SteadyLoad(rps=20.0), clock=clock)
+
+    report = await loop.step()
+    await made.events.wait_idle()
+
+    assert report.scaled == (WEB,)
+    assert report.decisions[WEB].desired == 4
+    stored = kube.store.get("apps/v1/deployments", NS, "web")
+    assert stored["spec"]["replicas"] == 4
+    state = json.loads(stored["metadata"]["annotations"][contract.STATE_KEY])
+    assert state == {"lastScaleChange": WALL_S, "lastScaleUp": WALL_S, "replicas": 4}
+    assert [e["reason"] for e in await events_of(api, "web")] == ["SuccessfulRescale"]

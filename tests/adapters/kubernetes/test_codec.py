@@ -1,0 +1,83 @@
+"""The controller's status and state annotations as text, without a server."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from autoscaler.adapters.kubernetes import codec
+from autoscaler.core import model
+
+from .support import WALL_S
+
+
+def test_state_round_trips_with_the_replicas_last_set() -> None:
+    """A state written as text reads back as the same state and replica count."""
+    state = model.PolicyState(last_scale_up_s=WALL_S, last_scale_change_s=WALL_S + 1.5)
+    text = codec.state_text(state, replicas=6)
+    assert json.loads(text) == {
+        "lastScaleUp": WALL_S,
+        "lastScaleChange": WALL_S + 1.5,
+        "replicas": 6,
+    }
+    assert codec.parse_state(text) == (state, 6)
+    assert codec.parse_state(codec.state_text(model.PolicyState(), replicas=None)) == (
+        model.PolicyState(),
+        None,
+    )
+
+
+def test_state_ignores_keys_it_does_not_know() -> None:
+    """Keys a newer controller may add are ignored rather than refused."""
+    state, replicas = codec.parse_state('{"burstUntil": 12.0, "rampStep": 2}')
+    assert state == model.PolicyState(burst_until_s=12.0)
+    assert replicas is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        "[]",
+        '{"lastScaleUp": "yesterday"}',
+        '{"lastScaleUp": true}',
+        '{"lastScaleChange": NaN}',
+        '{"burstUntil": Infinity}',
+        '{"replicas": -1}',
+        '{"replicas": 2.5}',
+    ],
+)
+def test_malformed_state_is_refused(text: str) -> None:
+    """Text that is not a state object with numeric times raises ValueError."""
+    with pytest.raises(ValueError, match=r"."):
+        codec.parse_state(text)
+
+
+def test_status_is_compact_json_and_its_time_is_not_a_change() -> None:
+    """The status names the decision and its votes; only a change besides the time is a change."""
+    vote = model.Contribution(ratio=math.nan, desired=None, estimator="missing")
+    decision = model.Decision(
+        current=3,
+        desired=3,
+        kind=model.Kind.HOLD,
+        reason=model.Reason.COOLDOWN,
+        detail="scale-up to 5 waits for the scale-up cooldown",
+        contributions={model.Signal.SATURATION: vote},
+        bound=model.Bound.MAX,
+        cooldown_until_s=WALL_S + 60,
+    )
+    document = codec.status_document(decision, time_s=WALL_S)
+    text = codec.dumps(document)
+    assert " " not in text.replace(decision.detail, "")
+    assert json.loads(text)["cooldownUntil"] == "2025-06-15T15:07:40Z"
+    assert json.loads(text)["contributions"]["saturation"]["ratio"] is None
+    assert json.loads(text)["bound"] == "max"
+
+    later = codec.status_document(decision, time_s=WALL_S + 10)
+    assert codec.same_status(text, later)
+    assert not codec.same_status(text, {**later, "desired": 4})
+    assert not codec.same_status(None, later)
+    assert not codec.same_status("{", later)

@@ -1,0 +1,434 @@
+"""The Prometheus adapter against a real Prometheus scraping test exporters every second."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import requests
+from prom import server, stub
+from prom.fixtures import Stack
+from prometheus_api_client.exceptions import PrometheusApiClientException
+
+from autoscaler import errors, ports
+from autoscaler.adapters import prometheus
+from autoscaler.core import model
+
+LOAD, SATURATION, CAPACITY = model.Signal.LOAD, model.Signal.SATURATION, model.Signal.CAPACITY
+VLLM = prometheus.PRESETS["vllm"]
+HOSTILE = [
+    'a"} or vector(1) #',
+    'a",pod=~".*',
+    "a|b",
+    ".*",
+    "a\\",
+    "a\nb",
+    "A",
+    "a_b",
+    "",
+    "a b",
+    "ünï",
+]
+
+
+class FakePodIndex:
+    """An in-memory `PodIndex`."""
+
+    def __init__(self, services: Mapping[model.ServiceId, prometheus.ServingPods]) -> None:
+        self.services = dict(services)
+
+    def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
+        return self.services.get(service)
+
+
+def serving(
+    namespace: str, *pods: str, metrics: prometheus.MetricNames = VLLM
+) -> prometheus.ServingPods:
+    return prometheus.ServingPods(namespace, frozenset(pods), metrics)
+
+
+def workloads(*services: str) -> list[ports.Workload]:
+    config = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
+    return [
+        ports.Workload(model.ServiceId(s), config, half_life_s=math.inf, replicas=2, serving=2)
+        for s in services
+    ]
+
+
+SourceFactory = Callable[..., prometheus.MetricsSource]
+
+
+@pytest.fixture
+def source_for() -> Iterator[SourceFactory]:
+    """Makes adapters reading a `FakePodIndex` of the given services; closes them after the test."""
+    made: list[prometheus.MetricsSource] = []
+
+    def make(
+        url: str, services: Mapping[str, prometheus.ServingPods], **kwargs: Any
+    ) -> prometheus.MetricsSource:
+        index = FakePodIndex({model.ServiceId(k): v for k, v in services.items()})
+        source = prometheus.MetricsSource(
+            url, index, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
+        )
+        made.append(source)
+        return source
+
+    yield make
+    for source in made:
+        source.close()
+
+
+async def sample_until(
+    source: prometheus.MetricsSource,
+    load: Sequence[ports.Workload],
+    done: Callable[[npt.NDArray[np.float64]], bool],
+    what: str,
+) -> npt.NDArray[np.float64]:
+    return await server.poll(lambda: source.sample(load, 0.0), done, what=what)
+
+
+async def wait_for_series(stack: Stack, promql: str, count: int) -> None:
+    """Wait until Prometheus has scraped `count` series of `promql`."""
+    await stack.prometheus.wait_for_series(promql, lambda result: len(result) >= count)
+
+
+# The query builder, on its own.
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_query_builder_refuses_namespaces_that_are_not_kubernetes_names(bad: str) -> None:
+    """A namespace that is not a DNS-1123 label never reaches PromQL: building the query fails."""
+    with pytest.raises(ValueError, match="not a namespace name"):
+        prometheus.build_queries([serving(bad, "chat-0")], rate_window_s=4, max_age_s=3)
+
+
+@pytest.mark.parametrize("bad", [*HOSTILE, "-a", "a.", "a" * 254])
+def test_query_builder_refuses_pods_that_are_not_kubernetes_names(bad: str) -> None:
+    """A pod name that is not a DNS-1123 subdomain never reaches PromQL: building fails."""
+    with pytest.raises(ValueError, match="not a pod name"):
+        prometheus.build_queries([serving("ns-a", "chat-0", bad)], rate_window_s=4, max_age_s=3)
+
+
+@pytest.mark.parametrize(
+    "bad", ['up{job="x"}', "up or vector(1)", "1up", "vllm-num", "", 'a"b', "sum(up)"]
+)
+def test_metric_names_outside_the_grammar_are_refused(bad: str) -> None:
+    """Metric names must match `[a-zA-Z_:][a-zA-Z0-9_:]*`, in presets, `custom` names and GPU."""
+    with pytest.raises(ValueError, match="not a Prometheus metric name"):
+        prometheus.MetricNames(requests=bad, queue="q")
+    with pytest.raises(ValueError, match="not a Prometheus metric name"):
+        prometheus.MetricNames(requests="r", queue=bad)
+    with pytest.raises(ValueError, match="not a Prometheus metric name"):
+        prometheus.MetricsSource("http://127.0.0.1:9", FakePodIndex({}), gpu_metric=bad)
+
+
+def test_queries_quote_pod_names_and_group_servers_by_metric_name() -> None:
+    """Dots in pod names are escaped, each metric name gets one `or` branch, limits render."""
+    sglang = prometheus.PRESETS["sglang"]
+    queries = prometheus.build_queries(
+        [
+            serving("ns-b", "chat.v2-0"),
+            serving("ns-a", "chat-0", "chat-1"),
+            serving("ns-c", "lm-0", metrics=sglang),
+        ],
+        rate_window_s=4,
+        max_age_s=3,
+    )
+
+    sglang_pods = 'sglang:e2e_request_latency_seconds_count{namespace=~"ns-c",pod=~"lm-0"}'
+    vllm_pods = (
+        'vllm:request_success_total{namespace=~"ns-a|ns-b",pod=~"chat-0|chat-1|chat\\\\.v2-0"}'
+    )
+    assert queries[LOAD] == (
+        f"sum by (namespace, pod) (rate({sglang_pods}[4s])"
+        f" and (time() - timestamp({sglang_pods})) <= 3)"
+        f" or sum by (namespace, pod) (rate({vllm_pods}[4s])"
+        f" and (time() - timestamp({vllm_pods})) <= 3)"
+    )
+    assert queries[SATURATION].count(" or ") == 1
+    assert queries[CAPACITY].startswith("avg by (namespace, pod) ((DCGM_FI_DEV_GPU_UTIL{")
+    assert 'exported_pod=~"chat-0|chat-1|chat\\\\.v2-0|lm-0"' in queries[CAPACITY]
+
+
+def test_long_pod_lists_fall_back_to_namespace_selection() -> None:
+    """Past the pod-matcher limit a query selects by namespace alone (pods are filtered later)."""
+    pods = [f"chat-{i}" for i in range(100)]
+    queries = prometheus.build_queries(
+        [serving("ns-a", *pods)], rate_window_s=0.5, max_age_s=2.5, max_pod_matcher_chars=100
+    )
+
+    for query in queries.values():
+        assert "pod=~" not in query
+        assert 'namespace=~"ns-a"' in query
+    assert "[500ms]" in queries[LOAD]
+    assert "<= 2.5" in queries[SATURATION]
+
+
+def test_limits_default_to_multiples_of_the_scrape_interval() -> None:
+    """Values older than 3 scrape intervals are stale; rates span 4 intervals."""
+    source = prometheus.MetricsSource("http://127.0.0.1:9", FakePodIndex({}), scrape_interval_s=15)
+
+    assert (source.max_age_s, source.rate_window_s) == (45.0, 60.0)
+
+
+def test_every_preset_has_a_request_counter_and_a_queue_gauge() -> None:
+    """vllm, tgi, triton and sglang each name the two series the loop reads per tick."""
+    assert set(prometheus.PRESETS) == {"vllm", "tgi", "triton", "sglang"}
+    assert prometheus.PRESETS["tgi"].queue == "tgi_queue_size"
+    assert prometheus.PRESETS["triton"].queue == "nv_inference_pending_request_count"
+
+
+# Against the real Prometheus.
+
+
+async def test_rates_and_queues_come_back_per_service(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """Two services in different namespaces read their own pods' summed rates and queues."""
+    a, b = f"{unique}-a", f"{unique}-b"
+    stack.upper.set_vllm(a, "chat-0", rate_per_s=2.0, waiting=3)
+    stack.upper.set_vllm(a, "chat-0", rate_per_s=1.0, finished_reason="length")
+    stack.lower.set_vllm(a, "chat-1", rate_per_s=4.0, waiting=4)
+    stack.upper.set_vllm(b, "chat-0", rate_per_s=7.0, waiting=5)  # same pod name, other namespace
+    source = source_for(
+        stack.prometheus.url,
+        {"a/chat": serving(a, "chat-0", "chat-1"), "b/chat": serving(b, "chat-0")},
+    )
+    # A rate reads low until its window has filled: wait for samples older than the window.
+    full = f"{source.rate_window_s + 2 * server.SCRAPE_INTERVAL_S:g}"
+    await stack.prometheus.wait_for_series(
+        f'count_over_time(vllm:request_success_total{{namespace=~"{a}|{b}"}}[{full}s])',
+        lambda result: (
+            len(result) == 4 and all(float(s["value"][1]) >= float(full) for s in result)
+        ),
+    )
+
+    values = await source.sample(workloads("a/chat", "b/chat"), 0.0)
+
+    assert values[:, LOAD] == pytest.approx([7.0, 7.0], rel=0.1)
+    assert values[:, SATURATION].tolist() == [7.0, 5.0]
+    assert np.isnan(values[:, CAPACITY]).all()
+
+
+@pytest.mark.parametrize("max_pod_matcher_chars", [prometheus.DEFAULT_MAX_POD_MATCHER_CHARS, 0])
+async def test_pods_not_in_the_index_are_ignored(
+    stack: Stack, unique: str, max_pod_matcher_chars: int, source_for: SourceFactory
+) -> None:
+    """Warming pods, unmanaged pods and same-named pods elsewhere add nothing to a service."""
+    a, other = f"{unique}-a", f"{unique}-other"
+    stack.upper.set_vllm(a, "chat-0", waiting=1)
+    stack.upper.set_vllm(a, "chat-1", waiting=2)
+    stack.upper.set_vllm(a, "chat-2", waiting=100)  # warming: not serving yet
+    stack.upper.set_vllm(other, "chat-0", waiting=1000)  # unmanaged namespace
+    stack.upper.set_vllm(other, "lm-0", waiting=10000)  # a managed pod name, another namespace
+    await wait_for_series(stack, f'vllm:num_requests_waiting{{namespace=~"{a}|{other}"}}', 5)
+    services = {"a/chat": serving(a, "chat-0", "chat-1"), "b/lm": serving(f"{unique}-b", "lm-0")}
+    source = source_for(stack.prometheus.url, services, max_pod_matcher_chars=max_pod_matcher_chars)
+
+    values = await source.sample(workloads("a/chat", "b/lm"), 0.0)
+
+    assert values[0, SATURATION] == 3.0
+    assert np.isnan(values[1]).all()
+    assert all(("pod=~" in q) == (max_pod_matcher_chars > 0) for q in source.last_queries)
+
+
+async def test_services_without_series_read_nan_never_zero(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """No series, pods or index entry reads NaN; a partly reporting service sums its reporters."""
+    a = f"{unique}-a"
+    stack.upper.set_vllm(a, "chat-0", waiting=4)
+    stack.upper.set_gpu(a, "chat-0", 70.0)
+    await wait_for_series(stack, f'{{namespace="{a}"}}', 5)  # the vLLM and GPU series
+    services = {
+        "a/chat": serving(a, "chat-0", "chat-1"),  # chat-1 exports nothing
+        "b/quiet": serving(f"{unique}-b", "quiet-0"),
+        "c/empty": serving(f"{unique}-c"),
+    }
+    source = source_for(stack.prometheus.url, services)
+
+    values = await source.sample(workloads("a/chat", "b/quiet", "c/empty", "d/unknown"), 0.0)
+
+    assert values[0, SATURATION] == 4.0
+    assert values[0, CAPACITY] == 70.0
+    assert np.isnan(values[0, LOAD])  # chat-0's counter has no series
+    assert np.isnan(values[1:]).all()
+
+
+async def test_gpu_utilisation_reads_either_hostname_label_and_renamed_pods(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """DCGM series labelled `Hostname` or `hostname`, or with `exported_pod`, all count."""
+    a, b, c = f"{unique}-a", f"{unique}-b", f"{unique}-c"
+    stack.upper.set_gpu(a, "chat-0", 40.0, index=0)  # Hostname
+    stack.upper.set_gpu(a, "chat-0", 60.0, index=1)
+    stack.upper.set_gpu(a, "chat-1", 80.0, index=2)
+    stack.lower.set_gpu(b, "chat-0", 30.0)  # hostname
+    stack.lower.set_gpu(c, "chat-0", 90.0, index=3, renamed=True)  # exported_namespace/pod
+    await wait_for_series(stack, f'DCGM_FI_DEV_GPU_UTIL{{namespace=~"{a}|{b}"}}', 4)
+    await wait_for_series(stack, f'DCGM_FI_DEV_GPU_UTIL{{exported_namespace="{c}"}}', 1)
+    services = {
+        "a/chat": serving(a, "chat-0", "chat-1"),
+        "b/chat": serving(b, "chat-0"),
+        "c/chat": serving(c, "chat-0"),
+    }
+    source = source_for(stack.prometheus.url, services)
+
+    values = await source.sample(workloads("a/chat", "b/chat", "c/chat"), 0.0)
+
+    # Pod means (50, 80), then the mean over the service's pods.
+    assert values[:, CAPACITY].tolist() == [65.0, 30.0, 90.0]
+
+
+async def test_one_query_per_signal_per_tick_whatever_the_number_of_services(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """One service or a hundred with four kinds of server: three HTTP queries reach Prometheus."""
+    kinds = list(prometheus.PRESETS.values())
+    for count in (1, 100):
+        services = {
+            f"ns/s{i}": serving(f"{unique}-{i % 7}", f"s{i}-0", f"s{i}-1", metrics=kinds[i % 4])
+            for i in range(count)
+        }
+        source = source_for(stack.prometheus.url, services)
+        received = stack.prometheus.http_requests("/api/v1/query")
+
+        await source.sample(workloads(*services), 0.0)
+
+        assert stack.prometheus.http_requests("/api/v1/query") - received == 3
+        assert source.queries_sent == len(source.last_queries) == 3
+
+
+async def test_hostile_names_from_the_index_never_reach_promql(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """Pods and namespaces that are not Kubernetes names are skipped; the rest are still read."""
+    a = f"{unique}-a"
+    stack.upper.set_vllm(a, "chat-0", waiting=2)
+    await wait_for_series(stack, f'vllm:num_requests_waiting{{namespace="{a}"}}', 1)
+    services = {
+        "a/chat": serving(a, "chat-0", *HOSTILE),
+        "b/chat": serving('b"} or vector(1) #', "chat-0"),
+    }
+    source = source_for(stack.prometheus.url, services)
+
+    values = await source.sample(workloads("a/chat", "b/chat"), 0.0)
+
+    assert values[0, SATURATION] == 2.0
+    assert np.isnan(values[1]).all()
+    sent = "\n".join(source.last_queries)
+    assert "vector(1)" not in sent
+    assert ".*" not in sent
+    assert "chat-0" in sent
+
+
+async def test_regex_literals_match_exactly_their_values(stack: Stack) -> None:
+    """On the real PromQL engine a quoted value matches itself and nothing else."""
+    values = ["a.b", "aXb", "a|b", ".*", 'x"y', "back\\slash", "new\nline", "(p)", "[s]", "{1}",
+              "^$", "ünï", "a+"]  # fmt: skip
+    for value in values:
+        stack.upper.add_probe(value)
+    await wait_for_series(stack, "promql_probe", len(values))
+
+    for value in values:
+        matched = stack.prometheus.query(
+            f"promql_probe{{value=~{prometheus.regex_literal([value])}}}"
+        )
+        assert [s["metric"]["value"] for s in matched] == [value]
+    both = stack.prometheus.query(
+        f"promql_probe{{value=~{prometheus.regex_literal(['a.b', '.*'])}}}"
+    )
+    assert sorted(s["metric"]["value"] for s in both) == [".*", "a.b"]
+
+
+async def test_a_dropped_series_reads_nan_after_prometheus_marks_it_stale(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """When an exporter stops serving a pod, its values turn NaN (Prometheus's staleness marker)."""
+    a = f"{unique}-a"
+    stack.upper.set_vllm(a, "chat-0", waiting=6)
+    source = source_for(stack.prometheus.url, {"a/chat": serving(a, "chat-0")})
+    load = workloads("a/chat")
+    await sample_until(source, load, lambda v: v[0, SATURATION] == 6.0, "queue read")
+
+    stack.upper.drop(a, "chat-0")
+
+    await sample_until(source, load, lambda v: bool(np.isnan(v[0]).all()), "queue gone")
+
+
+async def test_a_series_older_than_the_limit_reads_nan_though_prometheus_still_has_it(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """A sample whose timestamp stopped moving turns NaN past `max_age_s`, by the adapter."""
+    a = f"{unique}-a"
+    # An explicit, frozen timestamp: Prometheus keeps the series (no staleness marker) and its
+    # 5-minute lookback still answers it, but the sample ages.
+    stack.upper.set_vllm(a, "chat-0", waiting=9, timestamp_s=time.time())
+    source = source_for(stack.prometheus.url, {"a/chat": serving(a, "chat-0")})
+    load = workloads("a/chat")
+    await sample_until(source, load, lambda v: v[0, SATURATION] == 9.0, "queue read while fresh")
+
+    await sample_until(source, load, lambda v: bool(np.isnan(v[0, SATURATION])), "queue stale")
+
+    raw = stack.prometheus.values(f'vllm:num_requests_waiting{{namespace="{a}"}}')
+    assert raw == {"chat-0": 9.0}
+
+
+async def test_a_stopped_prometheus_raises_observation_error(
+    lone_prometheus: server.Prometheus, unique: str, source_for: SourceFactory
+) -> None:
+    """Connection refused is an `ObservationError` raised from the library's exception."""
+    source = source_for(lone_prometheus.url, {"a/chat": serving(f"{unique}-a", "chat-0")})
+    load = workloads("a/chat")
+    assert np.isnan(await source.sample(load, 0.0)).all()  # answered: no series yet
+
+    lone_prometheus.stop()
+
+    with pytest.raises(errors.ObservationError, match="query failed") as caught:
+        await source.sample(load, 0.0)
+    assert isinstance(caught.value.__cause__, requests.ConnectionError)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "content_type", "cause"),
+    [
+        (503, "overloaded", "text/plain", PrometheusApiClientException),
+        (422, '{"status":"error","errorType":"execution"}', "application/json",
+         PrometheusApiClientException),
+        (200, "<html>not json</html>", "text/html", requests.JSONDecodeError),
+        (200, '{"status":"success"}', "application/json", KeyError),
+        (200, json.dumps({"data": {"result": 1}}), "application/json", type(None)),
+        (200, json.dumps({"data": {"result": [{"metric": {}, "value": [1, "x"]}]}}),
+         "application/json", ValueError),
+    ],
+)  # fmt: skip
+async def test_a_broken_answer_raises_observation_error(
+    status: int, body: str, content_type: str, cause: type[BaseException], source_for: SourceFactory
+) -> None:
+    """HTTP errors, bad JSON and malformed results raise `ObservationError` from their cause."""
+    async with stub.answering(status, body, content_type) as url:
+        source = source_for(url, {"a/chat": serving("ns-a", "chat-0")})
+
+        with pytest.raises(errors.ObservationError) as caught:
+            await source.sample(workloads("a/chat"), 0.0)
+
+    assert isinstance(caught.value.__cause__, cause)
+
+
+async def test_a_silent_prometheus_times_out_as_observation_error(
+    source_for: SourceFactory,
+) -> None:
+    """A server that never answers costs one timeout, then an `ObservationError`."""
+    with stub.silent() as url:
+        source = source_for(url, {"a/chat": serving("ns-a", "chat-0")}, timeout_s=0.2)
+
+        with pytest.raises(errors.ObservationError, match="ReadTimeout") as caught:
+            await source.sample(workloads("a/chat"), 0.0)
+
+    assert isinstance(caught.value.__cause__, requests.Timeout)

@@ -1,0 +1,296 @@
+"""Test exporters: small aiohttp servers serving series a test sets, for Prometheus to scrape.
+
+Each exporter serves, per pod, vLLM-style series and DCGM GPU series, in the plain text
+exposition format 0.0.4 whatever the scraper asks for: prometheus_client renames `a:b` names when
+OpenMetrics is negotiated, and vLLM's names have colons. The `namespace` and `pod` labels are on
+the series themselves, as ServiceMonitors attach them (the scrape job honours them).
+
+Exporters run on an event loop in a thread of their own, so one set serves a whole test session
+whatever loop each test runs on; tests change series from their own thread under a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+T = TypeVar("T")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# vLLM's buckets for vllm:e2e_request_latency_seconds (vllm/v1/metrics/loggers.py).
+LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0)
+GPU_MODEL = "NVIDIA A100-SXM4-80GB"
+
+
+@dataclass
+class _Ramp:
+    """A counter growing at a constant rate from the moment it was last set."""
+
+    value: float = 0.0
+    since_s: float = field(default_factory=time.monotonic)
+    rate_per_s: float = 0.0
+
+    def at(self, now_s: float) -> float:
+        return self.value + self.rate_per_s * (now_s - self.since_s)
+
+
+@dataclass
+class VllmPod:
+    """One vLLM server's series; change them through `Exporter` methods."""
+
+    namespace: str
+    pod: str
+    waiting: float = 0.0
+    running: float = 0.0
+    timestamp_s: float | None = None
+    """When set, every sample carries this Unix time instead of the scrape's (it stops ageing)."""
+    completed: dict[str, _Ramp] = field(default_factory=dict)
+    """`vllm:request_success_total` per `finished_reason`."""
+    latency_counts: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
+    latency_over: int = 0
+    latency_sum_s: float = 0.0
+
+
+@dataclass
+class Gpu:
+    """One GPU's `DCGM_FI_DEV_GPU_UTIL` series, used by a pod."""
+
+    namespace: str
+    pod: str
+    index: int
+    util_pct: float
+    renamed: bool = False
+    """Labels as Prometheus leaves them without `honor_labels`: `exported_namespace`,
+    `exported_pod`, with `namespace`/`pod` naming the exporter's own pod."""
+
+
+class Exporter:
+    """A `/metrics` endpoint on a free loopback port whose series the test sets."""
+
+    def __init__(self, *, hostname_label: str = "Hostname", node: str = "gpu-node-1") -> None:
+        self.hostname_label = hostname_label
+        self.node = node
+        self.port = 0
+        self._lock = threading.Lock()
+        self._vllm: dict[tuple[str, str], VllmPod] = {}
+        self._gpus: dict[tuple[str, str, int], Gpu] = {}
+        self._probes: set[str] = set()
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(self)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def target(self) -> str:
+        """`host:port` for a scrape config."""
+        return f"127.0.0.1:{self.port}"
+
+    def set_vllm(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        rate_per_s: float | None = None,
+        finished_reason: str = "stop",
+        waiting: float | None = None,
+        running: float | None = None,
+        timestamp_s: float | None = None,
+    ) -> None:
+        """Create or change a vLLM pod's series; a rate makes its counter grow from now on."""
+        now_s = time.monotonic()
+        with self._lock:
+            vllm = self._vllm.setdefault((namespace, pod), VllmPod(namespace, pod))
+            if rate_per_s is not None:
+                ramp = vllm.completed.setdefault(finished_reason, _Ramp(since_s=now_s))
+                ramp.value, ramp.since_s, ramp.rate_per_s = ramp.at(now_s), now_s, rate_per_s
+            if waiting is not None:
+                vllm.waiting = waiting
+            if running is not None:
+                vllm.running = running
+            vllm.timestamp_s = timestamp_s
+
+    def observe_latency(self, namespace: str, pod: str, latency_s: float) -> None:
+        """Count one finished request's latency in the pod's histogram."""
+        with self._lock:
+            vllm = self._vllm.setdefault((namespace, pod), VllmPod(namespace, pod))
+            vllm.latency_sum_s += latency_s
+            for i, bound in enumerate(LATENCY_BUCKETS_S):
+                if latency_s <= bound:
+                    vllm.latency_counts[i] += 1
+                    break
+            else:
+                vllm.latency_over += 1
+
+    def set_gpu(
+        self, namespace: str, pod: str, util_pct: float, *, index: int = 0, renamed: bool = False
+    ) -> None:
+        """Create or change the utilisation of GPU `index` used by a pod."""
+        with self._lock:
+            self._gpus[(namespace, pod, index)] = Gpu(namespace, pod, index, util_pct, renamed)
+
+    def add_probe(self, value: str) -> None:
+        """Serve `promql_probe{value=<value>} 1`, for checking how label values are matched."""
+        with self._lock:
+            self._probes.add(value)
+
+    def drop(self, namespace: str, pod: str) -> None:
+        """Stop serving every series of a pod."""
+        with self._lock:
+            self._vllm.pop((namespace, pod), None)
+            for key in [k for k in self._gpus if k[:2] == (namespace, pod)]:
+                del self._gpus[key]
+
+    def clear(self) -> None:
+        """Stop serving every series."""
+        with self._lock:
+            self._vllm.clear()
+            self._gpus.clear()
+            self._probes.clear()
+
+    def render(self) -> bytes:
+        """The exposition text of every series now."""
+        return generate_latest(self._registry)
+
+    def collect(self) -> Iterable[Metric]:
+        """The series, as prometheus_client metric families (the registry calls this)."""
+        now_s = time.monotonic()
+        with self._lock:
+            vllms = list(self._vllm.values())
+            gpus = list(self._gpus.values())
+            probes = sorted(self._probes)
+        yield from _vllm_families(vllms, now_s)
+        yield _gpu_family(gpus, self.hostname_label, self.node)
+        probe = GaugeMetricFamily("promql_probe", "Values for matcher tests.", labels=["value"])
+        for value in probes:
+            probe.add_metric([value], 1.0)
+        yield probe
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        # Whatever the Accept header asks (Prometheus prefers OpenMetrics), answer 0.0.4.
+        return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def _vllm_families(pods: list[VllmPod], now_s: float) -> Iterator[Metric]:
+    labels = ["namespace", "pod", "model_name", "engine"]
+    completed = CounterMetricFamily(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        labels=[*labels, "finished_reason"],
+    )
+    waiting = GaugeMetricFamily(
+        "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels=labels
+    )
+    running = GaugeMetricFamily(
+        "vllm:num_requests_running", "Number of requests in model execution batches.", labels=labels
+    )
+    latency = HistogramMetricFamily(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        labels=labels,
+    )
+    for p in pods:
+        values = [p.namespace, p.pod, "test-model", "0"]
+        ts = p.timestamp_s
+        for reason, ramp in sorted(p.completed.items()):
+            completed.add_metric([*values, reason], ramp.at(now_s), timestamp=ts)
+        waiting.add_metric(values, p.waiting, timestamp=ts)
+        running.add_metric(values, p.running, timestamp=ts)
+        cumulative, buckets = 0, []
+        for bound, count in zip(LATENCY_BUCKETS_S, p.latency_counts, strict=True):
+            cumulative += count
+            buckets.append((f"{bound}", float(cumulative)))
+        buckets.append(("+Inf", float(cumulative + p.latency_over)))
+        latency.add_metric(values, buckets, p.latency_sum_s, timestamp=ts)
+    yield from (completed, waiting, running, latency)
+
+
+def _gpu_family(gpus: list[Gpu], hostname_label: str, node: str) -> Metric:
+    # dcgm-exporter's labels in Kubernetes mode (`--kubernetes`): the GPU, and the pod using it.
+    family = GaugeMetricFamily(
+        "DCGM_FI_DEV_GPU_UTIL",
+        "GPU utilization (in %).",
+        labels=[
+            "gpu",
+            "UUID",
+            "device",
+            "modelName",
+            hostname_label,
+            "namespace",
+            "pod",
+            "container",
+            "exported_namespace",
+            "exported_pod",
+        ],
+    )
+    for g in gpus:
+        gpu_uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{g.index}')}"
+        common = [str(g.index), gpu_uuid, f"nvidia{g.index}", GPU_MODEL, node]
+        if g.renamed:
+            where = ["gpu-operator", "nvidia-dcgm-exporter-7x2k9", "", g.namespace, g.pod]
+        else:
+            where = [g.namespace, g.pod, "server", "", ""]
+        # Empty label values are absent labels in Prometheus.
+        family.add_metric([*common, *where], g.util_pct)
+    return family
+
+
+class LoopThread:
+    """An event loop running in a thread of its own, for servers that outlive one test's loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="exporters", daemon=True)
+
+    def __enter__(self) -> LoopThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+    def run(self, coro: Coroutine[Any, Any, T], *, timeout_s: float = 10.0) -> T:
+        """Run `coro` on the thread's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+
+@contextlib.contextmanager
+def serving(hostname_labels: Iterable[str]) -> Iterator[list[Exporter]]:
+    """Started exporters, one per DCGM hostname label spelling, stopped on exit."""
+    with LoopThread() as thread:
+        exporters = [Exporter(hostname_label=label) for label in hostname_labels]
+        try:
+            for exporter in exporters:
+                thread.run(exporter.start())
+            yield exporters
+        finally:
+            for exporter in exporters:
+                thread.run(exporter.stop())

@@ -1,0 +1,228 @@
+"""Runs the real Prometheus binary for tests: free loopback port, temporary data, 1 s scrapes.
+
+Waiting here is waiting on a real external process: it polls the server's HTTP API with short
+pauses until a condition holds, bounded by a timeout, and never sleeps for a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prometheus_client import parser
+
+T = TypeVar("T")
+
+DEBIAN_BINARY = "/usr/bin/prometheus"
+SCRAPE_INTERVAL_S = 1.0
+READY_TIMEOUT_S = 10.0
+WAIT_TIMEOUT_S = 15.0
+POLL_PAUSE_S = 0.05
+
+
+def find_binary() -> str | None:
+    """The Prometheus binary: Debian's package path, else the first on PATH."""
+    if os.access(DEBIAN_BINARY, os.X_OK):
+        return DEBIAN_BINARY
+    return shutil.which("prometheus")
+
+
+@dataclass
+class Prometheus:
+    """One running Prometheus process and its HTTP API."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    started_s: float
+    """`time.monotonic()` when the process was started."""
+    ready_after_s: float = field(default=float("nan"))
+    """Seconds from start until `/-/ready` answered 200."""
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """The result of an instant query, as Prometheus's JSON gives it."""
+        address = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+        with urllib.request.urlopen(address, timeout=5) as response:
+            body = json.load(response)
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def values(self, promql: str) -> dict[str, float]:
+        """Each series of an instant query's result, keyed by its `pod` label (or all labels)."""
+        return {
+            s["metric"].get("pod", json.dumps(s["metric"], sort_keys=True)): float(s["value"][1])
+            for s in self.query(promql)
+        }
+
+    async def wait_for_series(
+        self,
+        promql: str,
+        done: Callable[[list[dict[str, Any]]], bool],
+        *,
+        timeout_s: float = WAIT_TIMEOUT_S,
+    ) -> list[dict[str, Any]]:
+        """Poll an instant query until its result satisfies `done`; fails after `timeout_s`."""
+        return await poll(
+            lambda: asyncio.to_thread(self.query, promql),
+            done,
+            timeout_s=timeout_s,
+            what=f"Prometheus query {promql!r}",
+        )
+
+    def wait_until_scraped(self, targets: Sequence[str], *, timeout_s: float) -> float:
+        """Block until every target has been scraped successfully; seconds since start."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            up = {s["metric"].get("instance"): s["value"][1] for s in self.query("up")}
+            if all(up.get(t) == "1" for t in targets):
+                return time.monotonic() - self.started_s
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"targets not scraped after {timeout_s} s: up={up}")
+            time.sleep(POLL_PAUSE_S)
+
+    def http_requests(self, handler: str) -> float:
+        """Requests served on `handler`, from Prometheus's own `prometheus_http_requests_total`."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return sum(
+            sample.value
+            for family in parser.text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "prometheus_http_requests_total"
+            and sample.labels.get("handler") == handler
+        )
+
+    def stop(self) -> int:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s); its exit code."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def running(binary: str, work_dir: Path, *, targets: Sequence[str] = ()) -> Iterator[Prometheus]:
+    """A ready Prometheus scraping `targets` every second, stopped on exit."""
+    prometheus = start(binary, work_dir, targets=targets)
+    try:
+        yield prometheus
+    finally:
+        prometheus.stop()
+
+
+def start(binary: str, work_dir: Path, *, targets: Sequence[str] = ()) -> Prometheus:
+    """Start Prometheus on a free loopback port and wait until `/-/ready` answers."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    config = work_dir / "prometheus.yml"
+    config.write_text(json.dumps(_config(targets), indent=2))  # JSON is YAML
+    # The port is free when chosen but could be taken before Prometheus binds it: try again then.
+    for _ in range(3):
+        prometheus = _launch(binary, work_dir, config, _free_port())
+        if _wait_ready(prometheus):
+            return prometheus
+        if prometheus.process.poll() is None or "address already in use" not in (
+            prometheus.log_tail().lower()
+        ):
+            prometheus.stop()
+            raise RuntimeError(f"Prometheus not ready:\n{prometheus.log_tail()}")
+    raise RuntimeError(f"Prometheus found no free port:\n{prometheus.log_tail()}")
+
+
+def _config(targets: Sequence[str]) -> dict[str, Any]:
+    interval = f"{SCRAPE_INTERVAL_S:g}s"
+    return {
+        "global": {
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "evaluation_interval": interval,
+        },
+        "scrape_configs": [
+            {
+                "job_name": "exporters",
+                # The exporters' own `namespace` and `pod` labels win, as with the pod labels
+                # that ServiceMonitors and PodMonitors attach.
+                "honor_labels": True,
+                "static_configs": [{"targets": list(targets)}],
+            }
+        ],
+    }
+
+
+def _launch(binary: str, work_dir: Path, config: Path, port: int) -> Prometheus:
+    data = work_dir / f"data-{port}"
+    log_path = work_dir / f"prometheus-{port}.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    return Prometheus(f"http://127.0.0.1:{port}", process, log_path, time.monotonic())
+
+
+def _wait_ready(prometheus: Prometheus) -> bool:
+    """Poll `/-/ready` until it answers 200 (True) or the process exits (False)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if prometheus.process.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=1) as response:
+                if response.status == 200:
+                    prometheus.ready_after_s = time.monotonic() - prometheus.started_s
+                    return True
+        except OSError:
+            pass  # not listening yet, or still starting (503)
+        time.sleep(POLL_PAUSE_S)
+    return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def poll(
+    probe: Callable[[], Awaitable[T]],
+    done: Callable[[T], bool],
+    *,
+    timeout_s: float = WAIT_TIMEOUT_S,
+    what: str,
+) -> T:
+    """Await `probe` with short pauses until `done(result)`; fails with the last result."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = await probe()
+        if done(result):
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: condition not met after {timeout_s} s; last {result!r}")
+        await asyncio.sleep(POLL_PAUSE_S)
