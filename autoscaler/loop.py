@@ -53,7 +53,7 @@ class Loop:
         self.smoothing_config = smoothing_config or smoothing.SmoothingConfig()
         self._windows = smoothing.Windows(self.smoothing_config)
         self._states: dict[model.ServiceId, model.PolicyState] = {}
-        self._published: dict[model.ServiceId, tuple[int, model.Kind, model.Reason]] = {}
+        self._published: dict[model.ServiceId, tuple[int, model.Kind, model.Reason | None]] = {}
 
     @property
     def tick_s(self) -> float:
@@ -160,7 +160,10 @@ class Loop:
         for service, decision in decisions.items():
             if service in failed:
                 continue
-            key = (decision.desired, decision.kind, decision.reason)
+            # Steady outcomes differ only in wording (in the deadband, at the desired count):
+            # flipping between them under noise is not news worth a write.
+            reason = None if decision.kind is model.Kind.STEADY else decision.reason
+            key = (decision.desired, decision.kind, reason)
             if self._published.get(service) == key:
                 continue
             try:

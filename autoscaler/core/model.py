@@ -86,16 +86,41 @@ class BurstConfig:
 class LookaheadConfig:
     """The trend term: scale up for the load expected once a new pod could be serving.
 
-    The horizon is the observed pod start-up time (or `default_startup_s` until one is seen),
-    capped at `max_horizon_s`. It only ever adds capacity; scale-down uses the plain mean.
+    The smoothed mean lags the signal by the weighted age of its samples; the forecast extends
+    it by the trend over that lag plus the horizon, the observed pod start-up time (or
+    `default_startup_s` until one is seen), capped at `max_horizon_s`. Only the part of the
+    trend that is `confidence_z` standard errors above zero counts, so noise on a flat load
+    does not project into phantom growth. It only ever adds capacity; scale-down uses the mean.
     """
 
     default_startup_s: float = 60.0
     max_horizon_s: float = 600.0
+    confidence_z: float = 2.0
 
     def __post_init__(self) -> None:
         _require(self.default_startup_s >= 0, "lookahead default_startup_s must be >= 0")
         _require(self.max_horizon_s >= 0, "lookahead max_horizon_s must be >= 0")
+        _require(self.confidence_z >= 0, "lookahead confidence_z must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDrainConfig:
+    """Read the queue as demand, in requests per second, instead of as a count per replica.
+
+    A queue is a stock, not a flow: `ceil(waiting / target per replica)` asks for dozens of
+    replicas for a backlog that a few could clear. With this, the saturation vote asks for the
+    replicas that carry the load estimate, plus the queue's growth rate (the demand the served
+    rate cannot show while the servers are saturated; only the part `confidence_z` standard
+    errors above zero), plus the backlog above the queue target drained over `drain_s`.
+    It needs a load target; without one the seed formula applies.
+    """
+
+    drain_s: float = 60.0
+    confidence_z: float = 2.0
+
+    def __post_init__(self) -> None:
+        _require(self.drain_s > 0, "queue drain_s must be > 0")
+        _require(self.confidence_z >= 0, "queue confidence_z must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +138,7 @@ class PolicyConfig:
     scale_down_max_ratio: float = 0.2
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
+    queue_drain: QueueDrainConfig | None = None
 
     def __post_init__(self) -> None:
         _require(self.min_replicas >= 0, "min_replicas must be >= 0")
@@ -161,6 +187,10 @@ class SignalEstimate(NamedTuple):
     last: float
     """The sample recorded at this tick (NaN when it is missing)."""
     fresh: bool
+    trend_stderr_per_s: float = math.inf
+    """Standard error of `trend_per_s` (inf when the window holds too few samples)."""
+    mean_age_s: float = 0.0
+    """Weighted mean age of the samples behind `mean`: how far the mean lags behind now."""
 
     @classmethod
     def missing(cls) -> SignalEstimate:

@@ -40,10 +40,12 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
-    """Ours: the seed policy plus the burst fast path and the trend look-ahead."""
+    """Ours: the seed policy plus the burst fast path, the trend look-ahead and the queue read
+    as demand."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(),
         "lookahead": model.LookaheadConfig(),
+        "queue_drain": model.QueueDrainConfig(),
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -225,6 +227,7 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
     wanted: int | None = None
     driver: Signal | None = None
     burst = False
+    load_value: float | None = None
     for signal in model.PRIMARY_SIGNALS:
         target = config.target(signal)
         if target is None:
@@ -234,23 +237,24 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
             missing.append(signal)
             contributions[signal] = Contribution(ratio=math.nan, desired=None, estimator="missing")
             continue
-        value, estimator = est.mean, "mean"
-        if config.lookahead is not None and math.isfinite(est.level):
-            ahead = config.lookahead
-            startup = observation.startup_s
-            horizon = min(
-                ahead.max_horizon_s, ahead.default_startup_s if startup is None else startup
-            )
-            forecast = est.level + max(0.0, est.trend_per_s) * horizon
-            if forecast > value:
-                value, estimator = forecast, "forecast"
-        if config.burst is not None and math.isfinite(est.burst_mean):
-            capacity = target * serving
-            if est.burst_mean > 0 and est.burst_mean >= config.burst.threshold_ratio * capacity:
+        if signal is Signal.SATURATION and config.queue_drain and config.target_load_per_replica:
+            if load_value is None:  # the load is missing: the queue alone cannot give a rate
+                missing.append(signal)
+                contributions[signal] = Contribution(math.nan, None, "missing")
+                continue
+            target = config.target_load_per_replica
+            value, estimator = _queue_demand(config, config.queue_drain, est, load_value, serving)
+        else:
+            value, estimator = _estimate(config, est, observation.startup_s)
+        if config.burst is not None and estimator != "missing":
+            burst_value = _burst_value(config, signal, est, load_value, serving)
+            if burst_value > 0 and burst_value >= config.burst.threshold_ratio * target * serving:
                 burst = True
-                if est.burst_mean > value:
-                    value, estimator = est.burst_mean, "burst"
+                if burst_value > value:
+                    value, estimator = burst_value, "burst"
         value = max(0.0, value)
+        if signal is Signal.LOAD:
+            load_value = value
         desired = math.ceil(value / target - _CEIL_SLACK)
         ratio = _ratio(value, target, serving)
         contributions[signal] = Contribution(
@@ -262,6 +266,55 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
         if wanted is None or desired > wanted or tie_won:
             wanted, driver = desired, signal
     return _Votes(contributions, wanted, driver, tuple(missing), burst)
+
+
+def _estimate(
+    config: model.PolicyConfig, est: model.SignalEstimate, startup_s: float | None
+) -> tuple[float, str]:
+    """The smoothed mean, raised to the look-ahead forecast when that is higher."""
+    ahead = config.lookahead
+    if ahead is None or not math.isfinite(est.trend_per_s):
+        return est.mean, "mean"
+    startup = ahead.default_startup_s if startup_s is None else startup_s
+    horizon = min(ahead.max_horizon_s, startup) + est.mean_age_s
+    growth = est.trend_per_s - ahead.confidence_z * est.trend_stderr_per_s
+    if not growth > 0:
+        return est.mean, "mean"
+    return est.mean + growth * horizon, "forecast"
+
+
+def _queue_demand(
+    config: model.PolicyConfig,
+    drain: model.QueueDrainConfig,
+    queue: model.SignalEstimate,
+    load_rps: float,
+    serving: int,
+) -> tuple[float, str]:
+    """Requests per second the queue says the service must carry (see `QueueDrainConfig`)."""
+    growth = queue.trend_per_s - drain.confidence_z * queue.trend_stderr_per_s
+    waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
+    allowed = (config.target_queue_per_replica or 0.0) * serving
+    backlog = max(0.0, waiting - allowed)
+    demand = load_rps + max(0.0, growth) + backlog / drain.drain_s
+    return demand, "queue-demand"
+
+
+def _burst_value(
+    config: model.PolicyConfig,
+    signal: Signal,
+    est: model.SignalEstimate,
+    load_rps: float | None,
+    serving: int,
+) -> float:
+    """What the last few seconds alone ask for, in the vote's units."""
+    if not math.isfinite(est.burst_mean):
+        return 0.0
+    if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:
+        # The queue's short mean read as demand: as `_queue_demand`, without the smoothing.
+        allowed = (config.target_queue_per_replica or 0.0) * serving
+        backlog = max(0.0, est.burst_mean - allowed)
+        return load_rps + backlog / config.queue_drain.drain_s
+    return est.burst_mean
 
 
 def _ratio(value: float, target: float, serving: int) -> float:

@@ -52,11 +52,16 @@ class SmoothingConfig:
 
 @dataclass(frozen=True, slots=True)
 class Estimates:
-    """Smoothed values for a batch of rows: arrays of shape (rows, signals)."""
+    """Smoothed values for a batch of rows: arrays of shape (rows, signals).
+
+    Each field has the meaning of the `model.SignalEstimate` field of the same name.
+    """
 
     mean: FloatArray
     level: FloatArray
     trend_per_s: FloatArray
+    trend_stderr_per_s: FloatArray
+    mean_age_s: FloatArray
     burst_mean: FloatArray
     last: FloatArray
     fresh: npt.NDArray[np.bool_]
@@ -70,22 +75,19 @@ class Estimates:
             self.burst_mean.tolist(),
             self.last.tolist(),
             self.fresh.tolist(),
+            self.trend_stderr_per_s.tolist(),
+            self.mean_age_s.tolist(),
             strict=True,
         )
         signals = tuple(model.Signal)
+        make = model.SignalEstimate
+        # Positional: the field order of SignalEstimate; this runs per service per tick.
         return [
             {
-                signal: model.SignalEstimate(
-                    mean=mean[signal],
-                    level=level[signal],
-                    trend_per_s=trend[signal],
-                    burst_mean=burst[signal],
-                    last=last[signal],
-                    fresh=fresh[signal],
-                )
-                for signal in signals
+                s: make(mean[s], level[s], trend[s], burst[s], last[s], fresh[s], se[s], age[s])
+                for s in signals
             }
-            for mean, level, trend, burst, last, fresh in columns
+            for mean, level, trend, burst, last, fresh, se, age in columns
         ]
 
 
@@ -104,6 +106,8 @@ class Windows:
         # products over contiguous memory, with no NaN handling per tick.
         self._val: FloatArray = np.zeros((0, n_signals, self._slots))
         self._ok: FloatArray = np.zeros((0, n_signals, self._slots))
+        # Squares of the values, kept at record time for the residual variance of the trend.
+        self._sq: FloatArray = np.zeros((0, n_signals, self._slots))
         self._slot_tick = np.full(self._slots, _EMPTY_TICK, dtype=np.int64)
         self._last_tick: int | None = None
         self._row_of: dict[model.ServiceId, int] = {}
@@ -131,6 +135,7 @@ class Windows:
             if row is not None:
                 self._val[row] = 0.0
                 self._ok[row] = 0.0
+                self._sq[row] = 0.0
                 self._free.append(row)
 
     def known(self) -> set[model.ServiceId]:
@@ -157,8 +162,10 @@ class Windows:
         if len(rows):
             slot = tick % self._slots
             ok = ~np.isnan(values)
-            self._val[rows, :, slot] = np.where(ok, values, 0.0)
+            clean = np.where(ok, values, 0.0)
+            self._val[rows, :, slot] = clean
             self._ok[rows, :, slot] = ok
+            self._sq[rows, :, slot] = clean * clean
 
     def estimate(self, now_s: float, rows: IntArray, half_life_s: FloatArray) -> Estimates:
         """Smoothed estimates at `now_s` for `rows`, each with its own half-life (seconds).
@@ -167,11 +174,11 @@ class Windows:
         """
         n = len(rows)
         shape = (n, self._n_signals)
-        out = {k: np.full(shape, np.nan) for k in ("mean", "level", "trend", "burst")}
+        out = {k: np.full(shape, np.nan) for k in _OUTPUTS}
         fresh = np.zeros(shape, dtype=bool)
         last = np.full(shape, np.nan)
         if n == 0 or self._last_tick is None:
-            return Estimates(out["mean"], out["level"], out["trend"], out["burst"], last, fresh)
+            return Estimates(**out, last=last, fresh=fresh)
 
         tick = self._tick(now_s)
         age_ticks = tick - self._slot_tick
@@ -180,9 +187,9 @@ class Windows:
         age_index = np.where(in_window, age_ticks, self._slots)
 
         if _is_prefix(rows):  # the usual case: a view, no copy
-            val, ok = self._val[: len(rows)], self._ok[: len(rows)]
+            val, ok, sq = self._val[:n], self._ok[:n], self._sq[:n]
         else:
-            val, ok = self._val[rows], self._ok[rows]
+            val, ok, sq = self._val[rows], self._ok[rows], self._sq[rows]
         current_slot = tick % self._slots
         if self._slot_tick[current_slot] == tick:
             fresh = ok[:, :, current_slot] > 0
@@ -193,32 +200,23 @@ class Windows:
             groups, inverse = half_life_s[:1], None
         else:
             groups, inverse = np.unique(half_life_s, return_inverse=True)
+        k = self._n_signals
         for g, half_life in enumerate(groups):
             members = slice(None) if inverse is None else np.flatnonzero(inverse == g)
-            basis = self._basis(float(half_life))[age_index]  # (slots, 4)
-            # Sums of weights and of weighted values, as two matrix products: (k, signals, 4).
-            m = (ok[members].reshape(-1, self._slots) @ basis).reshape(-1, self._n_signals, 4)
-            s = (val[members].reshape(-1, self._slots) @ basis).reshape(-1, self._n_signals, 4)
-            sw, swt, swtt, sb = m[..., 0], m[..., 1], m[..., 2], m[..., 3]
-            sx, sxt, sbx = s[..., 0], s[..., 1], s[..., 3]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mean = np.where(sw > 0, sx / sw, np.nan)
-                denom = sw * swtt - swt * swt
-                # Fewer than two distinct sample times: no trend, the level is the mean.
-                flat = ~(denom > 1e-9 * np.maximum(sw * swtt, 1e-300))
-                slope = np.where(flat, 0.0, (sw * sxt - swt * sx) / np.where(flat, 1.0, denom))
-                slope = np.where(sw > 0, slope, np.nan)
-                level = np.where(sw > 0, (sx - slope * swt) / sw, np.nan)
-                burst_mean = np.where(sb > 0, sbx / sb, np.nan)
-            out["mean"][members] = mean
-            out["level"][members] = level
-            out["trend"][members] = slope
-            out["burst"][members] = burst_mean
-        return Estimates(out["mean"], out["level"], out["trend"], out["burst"], last, fresh)
+            basis = self._basis(float(half_life))[age_index]  # (slots, 7)
+            # Weighted sums as matrix products over the buffer, (rows, signals, columns):
+            # of the weights and their moments (mask), of the values, of the squared values.
+            m = (ok[members].reshape(-1, self._slots) @ basis).reshape(-1, k, _BASIS_COLUMNS)
+            s = (val[members].reshape(-1, self._slots) @ basis[:, :4]).reshape(-1, k, 4)
+            sxx = (sq[members].reshape(-1, self._slots) @ basis[:, 0]).reshape(-1, k)
+            for name, column in _fit(m, s, sxx).items():
+                out[name][members] = column
+        return Estimates(**out, last=last, fresh=fresh)
 
     def _basis(self, half_life_s: float) -> FloatArray:
         """Per age in ticks (0..slots-1, then a zero row for "out of the window"): the weight
-        w, w x tau, w x tau^2 (tau = -age in seconds) and the burst-window indicator.
+        w, w x tau, w x tau^2 (tau = -age in seconds), the burst-window indicator, and
+        w^2, w^2 x tau, w^2 x tau^2 for the variance of the trend.
 
         Built once per half-life: the ages of the slots change every tick, their weights do not.
         """
@@ -228,7 +226,8 @@ class Windows:
             tau = -np.where(np.isfinite(age_s), age_s, 0.0)  # seconds relative to now, <= 0
             burst = (age_s < self.config.burst_window_s).astype(np.float64)
             w = _decay(age_s, half_life_s)
-            basis = np.stack([w, w * tau, w * tau * tau, burst], axis=1)
+            w2 = w * w
+            basis = np.stack([w, w * tau, w * tau * tau, burst, w2, w2 * tau, w2 * tau * tau], 1)
             if len(self._bases) >= _MAX_BASES:
                 self._bases.clear()
             self._bases[half_life_s] = basis
@@ -246,7 +245,46 @@ class Windows:
             shape = (max(8, 2 * size), *self._val.shape[1:])
             self._val = _grown(self._val, shape)
             self._ok = _grown(self._ok, shape)
+            self._sq = _grown(self._sq, shape)
         return row
+
+
+_OUTPUTS = ("mean", "level", "trend_per_s", "trend_stderr_per_s", "mean_age_s", "burst_mean")
+_BASIS_COLUMNS = 7
+
+
+def _fit(m: FloatArray, s: FloatArray, sxx: FloatArray) -> dict[str, FloatArray]:
+    """Weighted least squares of value on time, per (row, signal), from the weighted sums.
+
+    `m` holds sums over valid samples of w, w tau, w tau^2, burst, w^2, w^2 tau, w^2 tau^2;
+    `s` the same first four weights times the value; `sxx` the sum of w x value^2. The trend's
+    standard error treats the samples as independent with equal variance, with the weights'
+    effective sample size (sum w)^2 / sum w^2 for the degrees of freedom.
+    """
+    sw, swt, swtt, sb = m[..., 0], m[..., 1], m[..., 2], m[..., 3]
+    sw2, sw2t, sw2tt = m[..., 4], m[..., 5], m[..., 6]
+    sx, sxt, sbx = s[..., 0], s[..., 1], s[..., 3]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        has = sw > 0
+        mean = np.where(has, sx / sw, np.nan)
+        tbar = np.where(has, swt / sw, 0.0)
+        stt = swtt - swt * tbar  # centred sum of w tau^2
+        # Fewer than two distinct sample times: no trend, the level is the mean.
+        flat = ~(stt > 1e-9 * np.maximum(swtt, 1e-300))
+        slope = np.where(flat, 0.0, (sxt - sx * tbar) / np.where(flat, 1.0, stt))
+        n_eff = np.where(sw2 > 0, sw * sw / sw2, 0.0)
+        rss = np.maximum(0.0, sxx - sx * np.where(has, sx / sw, 0.0) - slope * slope * stt)
+        variance = np.where(n_eff > 2, rss / sw * n_eff / (n_eff - 2), np.inf)
+        spread = np.maximum(0.0, sw2tt - 2 * tbar * sw2t + tbar * tbar * sw2)
+        stderr = np.where(flat, np.inf, np.sqrt(variance * spread) / np.where(flat, 1.0, stt))
+        return {
+            "mean": mean,
+            "level": np.where(has, mean - slope * tbar, np.nan),
+            "trend_per_s": np.where(has, slope, np.nan),
+            "trend_stderr_per_s": np.where(has, stderr, np.nan),
+            "mean_age_s": np.where(has, -tbar, np.nan),
+            "burst_mean": np.where(sb > 0, sbx / sb, np.nan),
+        }
 
 
 def _grown(a: FloatArray, shape: tuple[int, ...]) -> FloatArray:

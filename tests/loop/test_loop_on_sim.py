@@ -111,13 +111,7 @@ async def test_constant_load_never_scales(policy: str) -> None:
     "policy",
     [
         "seed",
-        pytest.param(
-            "default",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the look-ahead projects the noisy trend 60 s ahead and flaps",
-            ),
-        ),
+        "default",
     ],
 )
 async def test_noisy_flat_load_stays_put_after_settling(policy: str) -> None:
