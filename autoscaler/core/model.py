@@ -111,7 +111,8 @@ class QueueDrainConfig:
     replicas for a backlog that a few could clear. With this, the saturation vote asks for the
     replicas that carry the load estimate, plus the queue's growth rate (the demand the served
     rate cannot show while the servers are saturated; only the part `confidence_z` standard
-    errors above zero), plus the backlog above the queue target drained over `drain_s`.
+    errors above zero), plus the waiting requests drained over `drain_s`. None of it depends
+    on the replica count, so the vote has a fixed point and cannot swing between two counts.
     It needs a load target; without one the seed formula applies.
     """
 

@@ -5,9 +5,15 @@ returns the decision and the next state. The steps, in order:
 
 1. **Votes.** Each primary signal (load, saturation) with a target asks for
    `ceil(estimate / target)` replicas: the same as `ceil(serving x per-replica mean / target)`.
-   The estimate is the smoothed mean; the optional look-ahead raises it to the trend's value one
-   start-up time ahead; the optional burst path raises it to the short-window mean when that asks
-   for `threshold` times the serving capacity.
+   The estimate is the smoothed mean. Three optional steps, each switched on in `default` and
+   off in `seed`, so the benchmark can weigh them:
+   - the look-ahead raises a rising estimate by the part of its trend that stands out of the
+     noise, over the mean's lag plus the pod start-up time (`model.LookaheadConfig`);
+   - the queue drain reads the saturation signal as demand in requests per second (the load,
+     plus the queue's growth, plus the waiting requests drained over a horizon) and votes with
+     the load target (`model.QueueDrainConfig`);
+   - the burst path raises a vote to the short-window value when that asks for `threshold`
+     times the serving capacity, skipping the scale-up cooldown (`model.BurstConfig`).
 2. **Data.** A missing or stale signal does not vote. Nothing fresh: hold. Something missing:
    never scale down; scale up only on what is fresh.
 3. **Bounds.** Clamp to [min, max]; a count outside the bounds is brought back at once.
@@ -243,11 +249,11 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
                 contributions[signal] = Contribution(math.nan, None, "missing")
                 continue
             target = config.target_load_per_replica
-            value, estimator = _queue_demand(config, config.queue_drain, est, load_value, serving)
+            value, estimator = _queue_demand(config.queue_drain, est, load_value)
         else:
             value, estimator = _estimate(config, est, observation.startup_s)
         if config.burst is not None and estimator != "missing":
-            burst_value = _burst_value(config, signal, est, load_value, serving)
+            burst_value = _burst_value(config, signal, est, load_value)
             if burst_value > 0 and burst_value >= config.burst.threshold_ratio * target * serving:
                 burst = True
                 if burst_value > value:
@@ -284,36 +290,24 @@ def _estimate(
 
 
 def _queue_demand(
-    config: model.PolicyConfig,
-    drain: model.QueueDrainConfig,
-    queue: model.SignalEstimate,
-    load_rps: float,
-    serving: int,
+    drain: model.QueueDrainConfig, queue: model.SignalEstimate, load_rps: float
 ) -> tuple[float, str]:
     """Requests per second the queue says the service must carry (see `QueueDrainConfig`)."""
     growth = queue.trend_per_s - drain.confidence_z * queue.trend_stderr_per_s
     waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
-    allowed = (config.target_queue_per_replica or 0.0) * serving
-    backlog = max(0.0, waiting - allowed)
-    demand = load_rps + max(0.0, growth) + backlog / drain.drain_s
+    demand = load_rps + max(0.0, growth) + max(0.0, waiting) / drain.drain_s
     return demand, "queue-demand"
 
 
 def _burst_value(
-    config: model.PolicyConfig,
-    signal: Signal,
-    est: model.SignalEstimate,
-    load_rps: float | None,
-    serving: int,
+    config: model.PolicyConfig, signal: Signal, est: model.SignalEstimate, load_rps: float | None
 ) -> float:
     """What the last few seconds alone ask for, in the vote's units."""
     if not math.isfinite(est.burst_mean):
         return 0.0
     if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:
-        # The queue's short mean read as demand: as `_queue_demand`, without the smoothing.
-        allowed = (config.target_queue_per_replica or 0.0) * serving
-        backlog = max(0.0, est.burst_mean - allowed)
-        return load_rps + backlog / config.queue_drain.drain_s
+        # The queue's short mean read as demand: as `_queue_demand`, without the trend.
+        return load_rps + max(0.0, est.burst_mean) / config.queue_drain.drain_s
     return est.burst_mean
 
 

@@ -1,0 +1,1 @@
+"""Tests of the pure decision core: smoothing and the replica policy, no I/O and no clock."""
