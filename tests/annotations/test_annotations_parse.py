@@ -68,6 +68,7 @@ def test_defaults_follow_the_design() -> None:
         scale_down_max_ratio=0.2,
         burst=model.BurstConfig(),
         lookahead=model.LookaheadConfig(),
+        queue_drain=model.QueueDrainConfig(),
     )
     assert (config.window_s, config.half_life_s) == (300.0, 30.0)
     assert config.server is Server.VLLM
