@@ -30,6 +30,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic import model_validator as _model_validator
 from pydantic_core import PydanticCustomError
 
+from autoscaler import metricnames
 from autoscaler.core import model, policy
 
 PREFIX = "autoscaler.dsec.io/"
@@ -209,7 +210,7 @@ _QUANTITY_BYTES = {
     "Ei": 2**60,
 }
 _MIB = 2**20
-METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+METRIC_NAME = metricnames.METRIC_NAME
 _METRIC_NAME_MAX = 200
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _STEPS = re.compile(r"[0-9]{1,3}(?: *, *[0-9]{1,3}){0,99}")
@@ -783,95 +784,18 @@ ENABLED_KEY = PREFIX + "enabled"
 
 
 # ---------------------------------------------------------------------------------------------
-# Metric presets (DESIGN §3.1)
+# Metric names (DESIGN §3.1): presets from `metricnames`, the one table the adapter queries.
 
 
-class LatencyKind(enum.Enum):
-    HISTOGRAM_S = "histogram-seconds"
-    """A Prometheus histogram in seconds: P95 from `histogram_quantile` over `<name>_bucket`."""
-    CUMULATIVE_US = "cumulative-microseconds"
-    """A counter of summed request time in microseconds: only a mean (Δtime / Δrequests)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """A metric name, optionally narrowed to fixed label values.
-
-    Label matchers come only from the presets in this module, never from annotations: a
-    service owner can name a metric (`METRIC_NAME` grammar), nothing more.
-    """
-
-    name: str
-    label: str | None = None
-    values: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class MetricNames:
-    """What to query for one server kind. Rates of `requests` (summed) are the load."""
-
-    requests: tuple[Series, ...]
-    queue: Series | None
-    errors: tuple[Series, ...]
-    latency: Series | None
-    latency_kind: LatencyKind = LatencyKind.HISTOGRAM_S
-
-
-# Checked against each server's own source and docs (names change between versions):
-# - vLLM: vllm-project/vllm vllm/v1/metrics/loggers.py (counter `vllm:request_success`,
-#   exposed with `_total`, label `finished_reason`; gauge `vllm:num_requests_waiting`; histogram
-#   `vllm:e2e_request_latency_seconds`), vllm/v1/engine/__init__.py (FINISH_REASON_STRINGS:
-#   stop, length, abort, error, repetition), docs/usage/metrics.md.
-# - TGI: huggingface/text-generation-inference docs/source/reference/metrics.md
-#   (`tgi_request_count`, `tgi_queue_size`, histogram `tgi_request_duration` in seconds) and
-#   router/src/infer/mod.rs (`tgi_request_failure`, label `err`: emitted by the router though
-#   missing from the docs table).
-# - Triton: triton-inference-server/server docs/user_guide/metrics.md
-#   (`nv_inference_request_success`, `nv_inference_request_failure`,
-#   `nv_inference_pending_request_count`, cumulative counter `nv_inference_request_duration_us`;
-#   quantiles need `--metrics-config summary_latencies=true`).
-# - SGLang: sgl-project/sglang python/sglang/srt/metrics/collector.py
-#   (`sglang:num_requests_total`, counted per finished request; `sglang:num_aborted_requests_total`;
-#   gauge `sglang:num_queue_reqs`; histogram `sglang:e2e_request_latency_seconds`). DESIGN §3.1
-#   predates the request and abort counters; they replace the histogram's `_count` as the load.
-PRESETS: Mapping[Server, MetricNames] = {
-    Server.VLLM: MetricNames(
-        requests=(Series("vllm:request_success_total"),),
-        queue=Series("vllm:num_requests_waiting"),
-        errors=(Series("vllm:request_success_total", "finished_reason", ("abort", "error")),),
-        latency=Series("vllm:e2e_request_latency_seconds"),
-    ),
-    Server.TGI: MetricNames(
-        requests=(Series("tgi_request_count"),),
-        queue=Series("tgi_queue_size"),
-        errors=(Series("tgi_request_failure"),),
-        latency=Series("tgi_request_duration"),
-    ),
-    Server.TRITON: MetricNames(
-        requests=(Series("nv_inference_request_success"), Series("nv_inference_request_failure")),
-        queue=Series("nv_inference_pending_request_count"),
-        errors=(Series("nv_inference_request_failure"),),
-        latency=Series("nv_inference_request_duration_us"),
-        latency_kind=LatencyKind.CUMULATIVE_US,
-    ),
-    Server.SGLANG: MetricNames(
-        requests=(Series("sglang:num_requests_total"),),
-        queue=Series("sglang:num_queue_reqs"),
-        errors=(Series("sglang:num_aborted_requests_total"),),
-        latency=Series("sglang:e2e_request_latency_seconds"),
-    ),
-}
-
-
-def _custom_names(a: Annotations) -> MetricNames:
-    def one(name: str | None) -> Series | None:
-        return None if name is None else Series(name)
-
-    return MetricNames(
-        requests=() if a.metric_requests is None else (Series(a.metric_requests),),
-        queue=one(a.metric_queue),
-        errors=() if a.metric_errors is None else (Series(a.metric_errors),),
-        latency=one(a.metric_latency),
+def _metric_names(a: Annotations) -> metricnames.MetricNames:
+    """The preset of `server`, or the validated `metric-*` names of a `custom` server."""
+    if a.server is not Server.CUSTOM:
+        return metricnames.PRESETS[a.server.value]
+    return metricnames.MetricNames(
+        requests=a.metric_requests,
+        queue=a.metric_queue,
+        errors=a.metric_errors,
+        latency=a.metric_latency,
     )
 
 
@@ -912,7 +836,7 @@ class ServiceConfig:
     window_s: float
     half_life_s: float
     server: Server
-    metrics: MetricNames
+    metrics: metricnames.MetricNames
     traffic: TrafficConfig
     warmup: WarmupConfig
     placement: Placement
@@ -996,7 +920,7 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
         scale_down_cooldown_s=a.scale_down_cooldown_s,
         scale_down_max_ratio=a.scale_down_max_ratio,
     )
-    metrics = _custom_names(a) if a.server is Server.CUSTOM else PRESETS[a.server]
+    metrics = _metric_names(a)
     return ServiceConfig(
         enabled=a.enabled,
         mode=a.mode,
@@ -1045,19 +969,16 @@ def _default_text(name: str) -> str:
     return f"`{_PARSERS[name].show(info.default)}`"
 
 
-def _series_text(series: Sequence[Series]) -> str:
-    out = []
-    for s in series:
-        if s.label is None:
-            out.append(f"`{s.name}`")
-        else:
-            values = "|".join(s.values)
-            out.append(f'`{s.name}{{{s.label}=~"{values}"}}`')
-    return " + ".join(out) if out else "—"
+def _names_text(*names: str | None, label: str | None = None, values: Sequence[str] = ()) -> str:
+    shown = [f"`{name}`" for name in names if name is not None]
+    if label is not None and len(shown) == 1:
+        alternatives = "|".join(values)
+        shown = [f'`{names[0]}{{{label}=~"{alternatives}"}}`']
+    return " + ".join(shown) if shown else "—"
 
 
 def reference_markdown() -> str:
-    """The README's annotation reference, generated from `Annotations` and `PRESETS`."""
+    """The README's annotation reference, generated from `Annotations` and the presets."""
     lines = [
         f"All keys take the prefix `{PREFIX}`; values are strings (quote numbers and booleans "
         "in YAML). An invalid value skips the service with a Warning Event `InvalidConfig` "
@@ -1081,17 +1002,13 @@ def reference_markdown() -> str:
         "| server | requests (counter) | errors (counter) | queue (gauge) | latency |",
         "|---|---|---|---|---|",
     ]
-    for server, names in PRESETS.items():
-        latency = "—" if names.latency is None else f"`{names.latency.name}`"
-        if names.latency_kind is LatencyKind.CUMULATIVE_US:
-            latency += " (cumulative µs: mean only)"
-        else:
-            latency += " (histogram, s)"
+    for server, names in metricnames.PRESETS.items():
+        latency = "—" if names.latency is None else f"`{names.latency}` (histogram, s)"
         row = (
-            server.value,
-            _series_text(names.requests),
-            _series_text(names.errors),
-            _series_text([] if names.queue is None else [names.queue]),
+            server,
+            _names_text(names.requests),
+            _names_text(names.errors, label=names.error_label, values=names.error_values),
+            _names_text(names.queue),
             latency,
         )
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")

@@ -19,7 +19,6 @@ import dataclasses
 import json
 import math
 import re
-import types
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -32,7 +31,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from autoscaler import errors, ports
+from autoscaler import errors, metricnames, ports
 from autoscaler.core import model
 
 log = structlog.get_logger(__name__)
@@ -50,8 +49,6 @@ its request line is about 7.3 KB (46 pods of 31-character names), under the 8 Ki
 reverse proxies accept in front of Prometheus.
 """
 
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # RE2's metacharacters, each behind a backslash: exactly what Go's regexp.QuoteMeta escapes.
@@ -79,85 +76,11 @@ def _check_names(serving: ServingPods) -> None:
             raise ValueError(f"not a pod name: {pod!r}")
 
 
-def _check_metric_name(name: str) -> None:
-    if not _METRIC_NAME.fullmatch(name):
-        raise ValueError(f"not a Prometheus metric name: {name!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class MetricNames:
-    """The series one kind of model server exports, each name checked against PromQL's grammar.
-
-    Only `requests` and `queue` are read per tick; `latency` and `errors` are for the traffic
-    ramp's health gates.
-    """
-
-    requests: str
-    """Counter of requests; its per-second rate is the LOAD signal."""
-    queue: str
-    """Gauge of requests waiting in the server's queue: the SATURATION signal."""
-    latency: str | None = None
-    """Histogram of end-to-end request latency in seconds (the name without `_bucket`)."""
-    errors: str | None = None
-    """Counter of failed requests."""
-    error_label: str | None = None
-    """When set, only the `errors` series whose `error_label` is one of `error_values` count."""
-    error_values: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for name in (self.requests, self.queue, self.latency, self.errors):
-            if name is not None:
-                _check_metric_name(name)
-        if self.error_label is not None and not _LABEL_NAME.fullmatch(self.error_label):
-            raise ValueError(f"not a Prometheus label name: {self.error_label!r}")
-        if (self.error_label is None) != (not self.error_values):
-            raise ValueError("error_label and error_values go together")
-
-
-# Names as each server exports them, checked against the source that registers them.
-PRESETS: Final[Mapping[str, MetricNames]] = types.MappingProxyType(
-    {
-        # vllm-project/vllm vllm/v1/metrics/loggers.py (PrometheusStatLogger): the counter
-        # `vllm:request_success` (served as `..._total`) has one series per `finished_reason`,
-        # whose values are in vllm/v1/engine/__init__.py (FINISH_REASON_STRINGS: stop, length,
-        # abort, error, repetition): every finished request counts as load.
-        "vllm": MetricNames(
-            requests="vllm:request_success_total",
-            queue="vllm:num_requests_waiting",
-            latency="vllm:e2e_request_latency_seconds",
-            errors="vllm:request_success_total",
-            error_label="finished_reason",
-            error_values=("abort", "error"),
-        ),
-        # huggingface/text-generation-inference docs/source/reference/metrics.md; the Rust
-        # exporter adds no `_total`. `tgi_request_count` is incremented as a request arrives
-        # (router/src/server.rs), so its rate is demand, served or not.
-        "tgi": MetricNames(
-            requests="tgi_request_count",
-            queue="tgi_queue_size",
-            latency="tgi_request_duration",
-            errors="tgi_request_failure",
-        ),
-        # triton-inference-server/server docs/user_guide/metrics.md. Load counts successful
-        # requests only: summing two counters needs the metric name that `rate()` drops.
-        # Latency is a cumulative counter (`nv_inference_request_duration_us`), not a histogram,
-        # unless summaries or histograms are switched on, so there is none here.
-        "triton": MetricNames(
-            requests="nv_inference_request_success",
-            queue="nv_inference_pending_request_count",
-            errors="nv_inference_request_failure",
-        ),
-        # sgl-project/sglang python/sglang/srt/metrics/collector.py: a finished request observes
-        # the e2e histogram and increments `sglang:num_requests_total` in the same call
-        # (`observe_one_finished_request`), so the histogram's `_count` counts finished requests.
-        "sglang": MetricNames(
-            requests="sglang:e2e_request_latency_seconds_count",
-            queue="sglang:num_queue_reqs",
-            latency="sglang:e2e_request_latency_seconds",
-            errors="sglang:num_aborted_requests_total",
-        ),
-    }
-)
+MetricNames = metricnames.MetricNames
+"""Re-exported: the names a `ServingPods` carries (the table lives in `autoscaler.metricnames`)."""
+PRESETS = metricnames.PRESETS
+"""Re-exported from `autoscaler.metricnames`, the one source of the presets."""
+_check_metric_name = metricnames.check_metric_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,8 +249,9 @@ def build_queries(
     """The PromQL for one tick: one query per signal, covering every pod of `targets`.
 
     Services whose servers export different metric names share the query, one `or` branch per
-    name. Raises `ValueError` for a metric, namespace or pod name that is not valid: such text
-    never reaches PromQL.
+    name; a signal that no service names a metric for gets no query (its column stays NaN).
+    Raises `ValueError` for a metric, namespace or pod name that is not valid: such text never
+    reaches PromQL.
     """
     by_requests: dict[str, _PodSet] = {}
     by_queue: dict[str, _PodSet] = {}
@@ -338,7 +262,8 @@ def build_queries(
             (by_requests, serving.metrics.requests),
             (by_queue, serving.metrics.queue),
         ):
-            groups.setdefault(name, _PodSet()).add(serving)
+            if name is not None:  # a `custom` server may export only one of the two
+                groups.setdefault(name, _PodSet()).add(serving)
         everyone.add(serving)
     if not everyone.pods:
         return {}
@@ -352,11 +277,13 @@ def build_queries(
     for name, pods in sorted(by_queue.items()):
         sel = _selector(name, pods.matchers(max_pod_matcher_chars))
         queues.append(f"sum by (namespace, pod) ({_fresh(sel, sel, age)})")
-    return {
-        model.Signal.LOAD: " or ".join(loads),
-        model.Signal.SATURATION: " or ".join(queues),
-        model.Signal.CAPACITY: _gpu_query(gpu_metric, everyone, age, max_pod_matcher_chars),
-    }
+    queries: dict[model.Signal, str] = {}
+    if loads:
+        queries[model.Signal.LOAD] = " or ".join(loads)
+    if queues:
+        queries[model.Signal.SATURATION] = " or ".join(queues)
+    queries[model.Signal.CAPACITY] = _gpu_query(gpu_metric, everyone, age, max_pod_matcher_chars)
+    return queries
 
 
 def _gpu_query(metric: str, pods: _PodSet, age: str, max_pod_matcher_chars: int) -> str:

@@ -184,6 +184,19 @@ def test_every_preset_has_a_request_counter_and_a_queue_gauge() -> None:
     assert prometheus.PRESETS["triton"].queue == "nv_inference_pending_request_count"
 
 
+def test_a_custom_server_with_one_metric_gets_only_the_queries_it_names() -> None:
+    """A server naming only a queue gauge joins the saturation query and no load query."""
+    queue_only = prometheus.MetricNames(requests=None, queue="app_queue")
+    queries = prometheus.build_queries(
+        [serving("ns-a", "q-0", metrics=queue_only)], rate_window_s=4, max_age_s=3
+    )
+
+    assert set(queries) == {SATURATION, CAPACITY}
+    assert queries[SATURATION].startswith("sum by (namespace, pod) (app_queue{")
+    with pytest.raises(ValueError, match="request counter or a queue gauge"):
+        prometheus.MetricNames(requests=None, queue=None)
+
+
 # Against the real Prometheus.
 
 

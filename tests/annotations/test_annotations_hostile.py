@@ -102,9 +102,10 @@ def test_any_text_in_any_key_never_raises_and_stays_safe(key: str, value: str) -
         for problem in result.problems:
             assert_safe(problem.message)
         return
-    for series in (*result.metrics.requests, *result.metrics.errors, result.metrics.queue):
-        if series is not None:
-            assert ann.METRIC_NAME.fullmatch(series.name)
+    names = result.metrics
+    for name in (names.requests, names.queue, names.errors, names.latency):
+        if name is not None:
+            assert ann.METRIC_NAME.fullmatch(name)
     assert result.project.isprintable()
 
 

@@ -6,14 +6,13 @@ from typing import Any
 import pytest
 
 from autoscaler import annotations as ann
+from autoscaler import metricnames
 from autoscaler.annotations import (
     PREFIX,
     Invalid,
-    LatencyKind,
     Mode,
     Placement,
     PolicyName,
-    Series,
     Server,
     ServiceConfig,
     TrafficRouter,
@@ -66,13 +65,13 @@ def test_defaults_follow_the_design() -> None:
         scale_up_cooldown_s=60.0,
         scale_down_cooldown_s=300.0,
         scale_down_max_ratio=0.2,
-        burst=model.BurstConfig(),
+        burst=model.BurstConfig(threshold_ratio=1.5),
         lookahead=model.LookaheadConfig(),
         queue_drain=model.QueueDrainConfig(),
     )
     assert (config.window_s, config.half_life_s) == (300.0, 30.0)
     assert config.server is Server.VLLM
-    assert config.metrics == ann.PRESETS[Server.VLLM]
+    assert config.metrics == metricnames.PRESETS["vllm"]
     assert config.traffic == ann.TrafficConfig(
         router=TrafficRouter.NONE,
         steps_pct=(10, 30, 50, 100),
@@ -124,9 +123,9 @@ VALID: list[tuple[str, str, Any, Any]] = [
     ("min-replicas", "10", lambda c: c.policy.min_replicas, 10),
     ("min-replicas", "007", lambda c: c.policy.min_replicas, 7),
     ("max-replicas", "10000", lambda c: c.policy.max_replicas, 10000),
-    ("server", "tgi", lambda c: c.metrics, ann.PRESETS[Server.TGI]),
-    ("server", "triton", lambda c: c.metrics, ann.PRESETS[Server.TRITON]),
-    ("server", "sglang", lambda c: c.metrics, ann.PRESETS[Server.SGLANG]),
+    ("server", "tgi", lambda c: c.metrics, metricnames.PRESETS["tgi"]),
+    ("server", "triton", lambda c: c.metrics, metricnames.PRESETS["triton"]),
+    ("server", "sglang", lambda c: c.metrics, metricnames.PRESETS["sglang"]),
     ("target-qps-per-replica", "0.5", lambda c: c.policy.target_load_per_replica, 0.5),
     ("target-qps-per-replica", "12", lambda c: c.policy.target_load_per_replica, 12.0),
     ("target-queue-per-replica", "3", lambda c: c.policy.target_queue_per_replica, 3.0),
@@ -430,21 +429,20 @@ def test_custom_server_uses_the_given_names() -> None:
             "traffic-router": "smi",
         }
     )
-    assert config.metrics == ann.MetricNames(
-        requests=(Series("app:requests_total"),),
-        queue=Series("queue_depth"),
-        errors=(Series("app_errors_total"),),
-        latency=Series("app_latency_seconds"),
-        latency_kind=LatencyKind.HISTOGRAM_S,
+    assert config.metrics == metricnames.MetricNames(
+        requests="app:requests_total",
+        queue="queue_depth",
+        errors="app_errors_total",
+        latency="app_latency_seconds",
     )
 
 
 def test_custom_server_with_only_the_load_metric() -> None:
     """A custom server with a load target and no ramp needs only metric-requests."""
     config = ok({"server": "custom", "metric-requests": "reqs"})
-    assert config.metrics.requests == (Series("reqs"),)
+    assert config.metrics.requests == "reqs"
     assert config.metrics.queue is None
-    assert config.metrics.errors == ()
+    assert config.metrics.errors is None
 
 
 @pytest.mark.parametrize(
@@ -485,10 +483,17 @@ def test_opted_in_is_exact() -> None:
 
 def test_presets_are_valid_metric_names() -> None:
     """Every preset names series that pass the same grammar as custom names."""
-    for names in ann.PRESETS.values():
-        series = [*names.requests, *names.errors, names.queue, names.latency]
-        for s in series:
-            assert s is not None
-            assert ann.METRIC_NAME.fullmatch(s.name), s
-            assert s.label is None or ann.METRIC_NAME.fullmatch(s.label), s
-    assert set(ann.PRESETS) == set(Server) - {Server.CUSTOM}
+    for names in metricnames.PRESETS.values():
+        for name in (names.requests, names.queue, names.errors):
+            assert name is not None
+            assert ann.METRIC_NAME.fullmatch(name), name
+        assert names.latency is None or ann.METRIC_NAME.fullmatch(names.latency)
+        assert names.error_label is None or ann.METRIC_NAME.fullmatch(names.error_label)
+
+
+def test_every_preset_server_has_the_adapters_names() -> None:
+    """Each `server` choice but `custom` maps to exactly one entry of the one presets table."""
+    presets = {s.value for s in Server if s is not Server.CUSTOM}
+    assert presets == set(metricnames.PRESETS)
+    for server in presets:
+        assert ok({"server": server}).metrics is metricnames.PRESETS[server]

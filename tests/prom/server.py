@@ -129,11 +129,22 @@ def running(binary: str, work_dir: Path, *, targets: Sequence[str] = ()) -> Iter
         prometheus.stop()
 
 
-def start(binary: str, work_dir: Path, *, targets: Sequence[str] = ()) -> Prometheus:
-    """Start Prometheus on a free loopback port and wait until `/-/ready` answers."""
+def start(
+    binary: str, work_dir: Path, *, targets: Sequence[str] = (), port: int | None = None
+) -> Prometheus:
+    """Start Prometheus on a free loopback port and wait until `/-/ready` answers.
+
+    With `port` (a restart where an earlier one ran), that port and its data are used again.
+    """
     work_dir.mkdir(parents=True, exist_ok=True)
     config = work_dir / "prometheus.yml"
     config.write_text(json.dumps(_config(targets), indent=2))  # JSON is YAML
+    if port is not None:
+        prometheus = _launch(binary, work_dir, config, port)
+        if not _wait_ready(prometheus):
+            prometheus.stop()
+            raise RuntimeError(f"Prometheus not ready on port {port}:\n{prometheus.log_tail()}")
+        return prometheus
     # The port is free when chosen but could be taken before Prometheus binds it: try again then.
     for _ in range(3):
         prometheus = _launch(binary, work_dir, config, _free_port())

@@ -6,7 +6,8 @@ found by owner. A Deployment with invalid annotations is skipped, with one `conf
 log line and one Warning Event `InvalidConfig` per distinct set of problems.
 
 Writes: `scale` patches the Deployment's `scale` subresource; `publish` writes the `status` and
-`state` annotations in one merge patch that carries the cached resourceVersion (a 409 re-reads
+`state` annotations in one merge patch that carries the cached resourceVersion (or that of the
+controller's own scale write when the cache has not seen it yet; a 409 re-reads
 the Deployment and retries), only when their content changed, and posts Events modelled on the
 HPA's. With the global dry-run nothing is written at all; a service in `mode: dry-run` gets its
 status, state and Events but never a replica change. An instance that is not the leader
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 import statistics
 import time
@@ -49,7 +51,7 @@ __all__ = [
     "KubeCluster",
     "NotLeaderError",
     "is_serving",
-    "metric_names",
+    "read_deployment",
     "spec_replicas",
     "startup_s",
 ]
@@ -73,7 +75,6 @@ class _Managed:
     name: str
     config: contract.ServiceConfig
     serving: frozenset[str]
-    metrics: prometheus.MetricNames | None
 
 
 def is_serving(pod: Obj) -> bool:
@@ -109,24 +110,31 @@ def spec_replicas(deployment: Obj) -> int:
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
 
 
-def metric_names(config: contract.ServiceConfig) -> prometheus.MetricNames | None:
-    """The names the Prometheus adapter queries for a service; None when it cannot query them.
+async def read_deployment(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    *,
+    request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
+) -> Obj | None:
+    """One Deployment as the API serialises it, read once (for `autoscaler explain`).
 
-    Presets come from the Prometheus adapter's own table; `custom` names from the annotations.
-    The adapter needs both a request counter and a queue gauge, so a `custom` service naming
-    only one of them has no metrics here.
+    None when it does not exist; any other failure is a `KubeApiError` with the HTTP status.
     """
-    if config.server is not contract.Server.CUSTOM:
-        return prometheus.PRESETS.get(config.server.value)
-    names = config.metrics
-    if not names.requests or names.queue is None:
-        return None
-    return prometheus.MetricNames(
-        requests=names.requests[0].name,
-        queue=names.queue.name,
-        latency=None if names.latency is None else names.latency.name,
-        errors=names.errors[0].name if names.errors else None,
-    )
+    operation = "deployments.get"
+    try:
+        return await _api.call_json(
+            client.AppsV1Api(api).read_namespaced_deployment,
+            name,
+            namespace,
+            request_timeout_s=request_timeout_s,
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise _api.failure(operation, f"{namespace}/{name}", e) from e
+    except (*_api.TRANSPORT_ERRORS, ValueError) as e:
+        raise _api.failure(operation, f"{namespace}/{name}", e) from e
 
 
 class KubeCluster:
@@ -190,7 +198,7 @@ class KubeCluster:
         self._written_version: dict[model.ServiceId, str] = {}
         self._scaled: dict[model.ServiceId, int] = {}
         self._holding: dict[model.ServiceId, model.Reason] = {}
-        self._unmapped: set[model.ServiceId] = set()
+        self._announced: set[model.ServiceId] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -234,7 +242,6 @@ class KubeCluster:
                 name,
                 config,
                 frozenset(_api.name(pod) for pod in serving),
-                self._metrics(service, config),
             )
             found.append(
                 ports.Workload(
@@ -256,14 +263,14 @@ class KubeCluster:
         self._last_set = {k: v for k, v in self._last_set.items() if k in present}
         self._written_version = {k: v for k, v in self._written_version.items() if k in present}
         self._holding = {k: v for k, v in self._holding.items() if k in present}
-        self._unmapped &= set(present)
+        self._announced &= set(present)
 
     def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
         """The serving pods the last `workloads()` found for `service` (`PodIndex`)."""
         managed = self._managed.get(service)
-        if managed is None or managed.metrics is None:
+        if managed is None:
             return None
-        return prometheus.ServingPods(managed.namespace, managed.serving, managed.metrics)
+        return prometheus.ServingPods(managed.namespace, managed.serving, managed.config.metrics)
 
     def _parse(
         self,
@@ -322,15 +329,6 @@ class KubeCluster:
         if replicas is not None:
             self._last_set.setdefault(service, replicas)
         return state
-
-    def _metrics(
-        self, service: model.ServiceId, config: contract.ServiceConfig
-    ) -> prometheus.MetricNames | None:
-        names = metric_names(config)
-        if names is None and service not in self._unmapped:
-            self._unmapped.add(service)
-            log.warning("metrics.unmapped", service=service, server=config.server.value)
-        return names
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -422,6 +420,13 @@ class KubeCluster:
     ) -> None:
         operation = "deployments.patch"
         current = deployment
+        # Right after its own scale write the cache usually lags by that write: patching from
+        # its version would only earn a 409 and a re-read.
+        version = (
+            self._written_version[service]
+            if self._lags(service)
+            else _api.resource_version(current)
+        )
         for attempt in range(1, self._conflict_attempts + 1):
             notes = _api.annotations_of(current)
             if (
@@ -431,7 +436,7 @@ class KubeCluster:
                 return
             body = {
                 "metadata": {
-                    "resourceVersion": _api.resource_version(current),
+                    "resourceVersion": version,
                     "annotations": {
                         contract.STATUS_KEY: codec.dumps(document),
                         contract.STATE_KEY: state_text,
@@ -458,6 +463,7 @@ class KubeCluster:
             log.info("publish.conflicted", service=service, attempt=attempt)
             await self.clock.sleep(self._conflict_backoff.delay_s(attempt, self._rng))
             current = await self._read(service, managed)
+            version = _api.resource_version(current)
 
     async def _read(self, service: model.ServiceId, managed: _Managed) -> Obj:
         operation = "deployments.get"
@@ -491,13 +497,39 @@ class KubeCluster:
         elif decision.changes and managed.config.mode is contract.Mode.DRY_RUN:
             message = f"Would set size: {decision.desired} (dry-run); reason: {why}"
             self.events.record(deployment, events.NORMAL, DRY_RUN_RESCALE, message)
+        # The first hold this process publishes for a service may be one that an earlier leader
+        # announced already: the status annotation says so.
+        first = service not in self._announced
+        self._announced.add(service)
         if decision.kind is model.Kind.HOLD:
-            if self._holding.get(service) is not decision.reason:
-                self._holding[service] = decision.reason
+            if self._holding.get(service) is not decision.reason and not (
+                first and _held_already(deployment, decision)
+            ):
                 message = f"Holding at {decision.current} replicas; reason: {why}"
                 self.events.record(deployment, events.NORMAL, HELD, message)
+            self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)
+
+
+def _held_already(deployment: Obj, decision: model.Decision) -> bool:
+    """Whether the status on the Deployment already announces this hold.
+
+    It does after a restart or a change of leader: the new leader's memory of holds is empty,
+    and without this every holding service would get its ScaleHeld Event again.
+    """
+    text = _api.annotations_of(deployment).get(contract.STATUS_KEY)
+    if text is None:
+        return False
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(status, dict) and (
+        status.get("kind"),
+        status.get("reason"),
+        status.get("current"),
+    ) == (model.Kind.HOLD.value, decision.reason.value, decision.current)
 
 
 if TYPE_CHECKING:

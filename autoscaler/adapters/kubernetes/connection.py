@@ -19,6 +19,9 @@ from autoscaler import errors
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 
+ApiClient = client.ApiClient
+"""The client type, for callers that must not import kubernetes_asyncio themselves."""
+
 
 def in_cluster(env: Mapping[str, str] | None = None) -> bool:
     """Whether this process runs in a pod (the API server's service is in its environment)."""

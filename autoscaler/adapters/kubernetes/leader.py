@@ -200,7 +200,9 @@ class LeaderElector:
             return
         self.leading.clear()
         self.lost.set()
-        log.warning("leader.lost", lease=self._lease_name, identity=self.identity, why=why)
+        # Giving the Lease up on the way out is the clean path, not a warning.
+        report = log.info if why == "released" else log.warning
+        report("leader.lost", lease=self._lease_name, identity=self.identity, why=why)
         if self._on_stopped is not None:
             self._on_stopped()
 

@@ -392,6 +392,24 @@ async def test_publish_carries_the_cached_resource_version(
     assert contract.STATUS_KEY in stored["metadata"]["annotations"]
 
 
+async def test_publish_right_after_a_scale_carries_the_version_of_that_write(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """The status written right after a scale uses the scale's resourceVersion: no 409, no read."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+    await managed(made, "web")
+
+    await made.scale(WEB, 3)
+    await made.publish(WEB, decision(2, 3), model.PolicyState(last_scale_up_s=WALL_S))
+
+    assert kube.requests.count("patch", "deployments") == 1
+    assert kube.requests.count("get", "deployments") == 0
+    stored = kube.store.get("apps/v1/deployments", NS, "web")
+    assert stored["spec"]["replicas"] == 3
+    assert contract.STATUS_KEY in stored["metadata"]["annotations"]
+
+
 async def test_publish_gives_up_after_repeated_conflicts(
     kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:
@@ -432,6 +450,37 @@ async def test_holds_post_one_event_per_new_reason(
         "missing-data",
     ]
     assert all(e["message"].startswith("Holding at 2 replicas") for e in held)
+
+
+async def test_a_hold_already_on_the_deployment_is_not_announced_again(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A new leader that finds the same hold in the status annotation posts no second ScaleHeld."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    cooldown = decision(2, 2, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN)
+    before = await make_cluster(identity="autoscaler-0")
+    await managed(before, "web")
+    await before.publish(WEB, cooldown, model.PolicyState())
+    await before.events.wait_idle()
+
+    after = await make_cluster(identity="autoscaler-1")
+    await eventually(
+        lambda: (
+            contract.STATUS_KEY in _api.annotations_of(after.caches.deployment(NS, "web") or {})
+        ),
+        after.caches.deployments,
+    )
+    after.workloads()
+    await after.publish(WEB, cooldown, model.PolicyState())
+    await after.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), model.PolicyState())
+    await after.publish(WEB, cooldown, model.PolicyState())
+    await after.events.wait_idle()
+
+    held = await events_of(api, "web", "ScaleHeld")
+    assert [(e["reportingInstance"], e["count"]) for e in held] == [
+        ("autoscaler-0", 1),
+        ("autoscaler-1", 1),
+    ]
 
 
 async def test_repeated_events_bump_the_count_of_one_event(
