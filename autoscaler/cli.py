@@ -1,16 +1,22 @@
-"""The command line: `autoscaler simulate` and `autoscaler demo` (DESIGN §5, §6).
+"""The command line: `run`, `explain`, `validate`, `simulate` and `demo` (DESIGN §5, §6).
 
-`main` parses the arguments, reads the settings once, configures logging and runs one command.
-Every input is validated before anything runs or is written: a bad trace, setting or number
-ends in one line on stderr (`error: FILE:LINE: field 'NAME': problem`) and exit code 2, and the
-output directory is left untouched (the report itself is written all-or-nothing).
+`main` parses the arguments, reads the settings once (a command's flags override the
+environment), configures logging and runs one command. Every input is validated before anything
+runs or is written: a bad trace, setting or number ends in one line on stderr (`error:
+FILE:LINE: field 'NAME': problem`) and exit code 2, and the output directory is left untouched
+(the report itself is written all-or-nothing).
 
-It must not decide anything itself: the simulator and the report do the work.
+Exit codes: 0 done; 1 `explain` found nothing managed, `validate` found problems, or `run`
+stopped on an unexpected error; 2 bad arguments, settings, input or credentials.
+
+It must not decide anything itself: the controller (`app`), the simulator and the report do the
+work.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import math
@@ -19,7 +25,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -27,19 +33,21 @@ import pydantic
 import structlog
 
 import autoscaler
-from autoscaler import errors, logs, settings
+from autoscaler import errors, explain, logs, settings, validate
 from autoscaler.sim import params as sim_params
 from autoscaler.sim import run as sim_run
 from autoscaler.sim import trace
 
 if TYPE_CHECKING:
-    # Imported where used at run time: it pulls in matplotlib (most of a second), which
-    # `--help` and input errors do without.
+    # Imported where used at run time: the report pulls in matplotlib and `app` the Kubernetes
+    # and Prometheus clients (most of a second each), which `--help` and input errors do without.
     from autoscaler.sim import report
 
 log = structlog.get_logger(__name__)
 
 EXIT_OK = 0
+EXIT_FAILED = 1
+"""`run` stopped on an unexpected error (logged); Kubernetes restarts the container."""
 EXIT_USAGE = 2
 """Bad arguments, settings or input files."""
 EXIT_INTERRUPTED = 130
@@ -73,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help and --version
         return e.code if isinstance(e.code, int) else EXIT_OK
     try:
-        config = settings.Settings()
+        config = settings.Settings(**args.overrides(args))
     except pydantic.ValidationError as e:
         return _fail(_settings_problem(e))
     # The simulated controller's decisions are the loop's ordinary info lines: dozens a minute
@@ -89,6 +97,75 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+
+def _run_controller(args: argparse.Namespace, config: settings.Settings) -> int:
+    from autoscaler import app
+
+    try:
+        asyncio.run(app.run(config))
+    except errors.ConfigError:
+        raise
+    except Exception:
+        # The one place an unexpected error is caught: to log it as JSON before exiting.
+        log.exception(RUN_FAILED)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+RUN_FAILED = "controller.failed"
+
+
+def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the `run` flags give, in the shape of `Settings` (flags beat variables)."""
+    kubernetes = _kubernetes_overrides(args)
+    if args.namespaces:
+        kubernetes["namespaces"] = tuple(args.namespaces)
+    if args.exclude_namespaces:
+        kubernetes["exclude_namespaces"] = tuple(args.exclude_namespaces)
+    if args.dry_run:
+        kubernetes["dry_run"] = True
+    overrides: dict[str, Any] = {"kubernetes": kubernetes} if kubernetes else {}
+    if args.prometheus_url is not None:
+        overrides["prometheus"] = {"url": args.prometheus_url}
+    if args.metrics_port is not None:
+        overrides["http"] = {"port": args.metrics_port}
+    return overrides
+
+
+def _kubernetes_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    chosen = {"kubeconfig": args.kubeconfig, "context": args.context}
+    return {k: v for k, v in chosen.items() if v is not None}
+
+
+def _no_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {}
+
+
+# --- explain and validate ----------------------------------------------------------------------
+
+
+def _explain(args: argparse.Namespace, config: settings.Settings) -> int:
+    from autoscaler import app
+
+    namespace, name = args.target
+    try:
+        deployment = asyncio.run(app.read_deployment(config.kubernetes, namespace, name))
+    except errors.ActuationError as e:
+        return _fail(str(e))
+    return explain.main(namespace, name, deployment, sys.stdout, sys.stderr)
+
+
+def _explain_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    kubernetes = _kubernetes_overrides(args)
+    return {"kubernetes": kubernetes} if kubernetes else {}
+
+
+def _validate(args: argparse.Namespace, config: settings.Settings) -> int:
+    return validate.main(args.files, sys.stdout, sys.stderr)
 
 
 # --- simulate ----------------------------------------------------------------------------------
@@ -391,6 +468,74 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=autoscaler.__version__)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    parser.set_defaults(overrides=_no_overrides)
+
+    run = commands.add_parser(
+        "run",
+        help="run the controller against a cluster and Prometheus",
+        description="Run the controller: watch the annotated Deployments, read their load from "
+        "Prometheus, and scale them (one leader among the replicas). Settings come from "
+        "AUTOSCALER_ variables; these flags override them. Stops cleanly on SIGTERM or SIGINT.",
+    )
+    run.set_defaults(command=_run_controller, log_level="info", overrides=_run_overrides)
+    _add_kubernetes_flags(run)
+    run.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        metavar="NS",
+        help="manage Deployments in NS only (repeat for several; default: all namespaces)",
+    )
+    run.add_argument(
+        "--exclude-namespace",
+        dest="exclude_namespaces",
+        action="append",
+        metavar="NS",
+        help="never manage Deployments in NS (repeat for several)",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="decide and log for the whole cluster, but write nothing (not even the Lease)",
+    )
+    run.add_argument("--prometheus-url", metavar="URL", help="base URL of the Prometheus HTTP API")
+    run.add_argument(
+        "--metrics-port",
+        type=_integer(minimum=0),
+        metavar="N",
+        help="port of /metrics, /healthz and /readyz (default: 8080)",
+    )
+
+    explain_ = commands.add_parser(
+        "explain",
+        help="print the last decision on a Deployment and why",
+        description="Read a Deployment once and print the autoscaler's last decision on it "
+        "(replicas, reason, each signal's ratio and estimate, cooldowns), or why it is not "
+        "managed. Exit code 1 when it is missing or not managed.",
+    )
+    explain_.set_defaults(command=_explain, log_level="warning", overrides=_explain_overrides)
+    explain_.add_argument(
+        "target", type=_deployment_ref, metavar="NAMESPACE/NAME", help="the Deployment"
+    )
+    _add_kubernetes_flags(explain_)
+
+    validate_ = commands.add_parser(
+        "validate",
+        help="lint the autoscaler annotations in manifests, offline",
+        description="Check the autoscaler annotations of every Deployment in the given YAML "
+        "manifests without a cluster; one problem per line. Exit code 0 when valid, 1 with "
+        "problems, 2 when a file cannot be read.",
+    )
+    validate_.set_defaults(command=_validate, log_level="warning")
+    validate_.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a manifest (multi-document YAML; - for standard input); repeat for several",
+    )
 
     simulate = commands.add_parser(
         "simulate",
@@ -473,6 +618,22 @@ def _parser() -> argparse.ArgumentParser:
         help="one subdirectory per policy in DIR (default: %(default)s)",
     )
     return parser
+
+
+def _add_kubernetes_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig file (default: in-cluster credentials, else KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+
+
+def _deployment_ref(text: str) -> tuple[str, str]:
+    namespace, slash, name = text.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
+    return namespace, name
 
 
 def _policy_names() -> list[str]:

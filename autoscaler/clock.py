@@ -1,24 +1,43 @@
 """Time as an input. The loop reads `now()` and waits with `sleep()`; nothing else reads a clock.
 
-`LoopClock` is production time: the event loop's monotonic clock. Tests and the simulator
-provide their own clocks (the simulator's `sleep` advances the virtual cluster instead of
-waiting), so nothing in the tests sleeps for real.
+`WallClock` is production time: Unix seconds, because the policy state the controller persists
+on each Deployment (cooldown timestamps) must mean the same thing to the next leader, in
+another process on another node. `LoopClock` is the event loop's monotonic clock, for code whose
+times never leave the process. Tests and the simulator provide their own clocks (the
+simulator's `sleep` advances the virtual cluster instead of waiting), so nothing in the tests
+sleeps for real.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Protocol
 
 
 class Clock(Protocol):
     def now(self) -> float:
-        """Seconds on a monotonic scale; only differences are meaningful."""
+        """Seconds on this clock's scale (Unix time for `WallClock`); never goes backwards by
+        design, though a wall clock can be stepped."""
         ...
 
     async def sleep(self, seconds: float) -> None:
         """Wait until `now()` has advanced by `seconds`."""
         ...
+
+
+class WallClock:
+    """Unix time (`time.time()`): comparable across processes and restarts, if not monotonic.
+
+    A step of the system clock (NTP) shifts a cooldown by that much once; Lease expiry, which
+    must not depend on wall time, is judged by the leader elector on its own monotonic reads.
+    """
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
 
 
 class LoopClock:

@@ -1,0 +1,371 @@
+"""Wiring: settings -> the Kubernetes and Prometheus adapters -> the loop, run as one controller.
+
+The only module that names concrete adapters. `run` is `autoscaler run`; `wire` builds a
+`Controller` from the settings (with clocks a test can replace) and `Controller.serve` runs it
+in one `asyncio.TaskGroup`:
+
+- the caches and the Event recorder, on every replica: followers keep their caches warm so
+  that they can take over at once;
+- the leader elector (a coordination.k8s.io Lease); none with the global dry-run, which writes
+  nothing, the Lease included, so a dry-run instance never displaces the real controller;
+- the ticker: while this replica leads, `Loop.step` every `tick_s` on a fixed grid, each
+  report fed to `Telemetry`. Every new term of leadership starts a fresh `Loop`, whose state
+  comes from the Deployments' `state` annotations as the previous leader left them;
+- the HTTP server: `/metrics`, `/healthz`, and `/readyz` (caches synced and, for the leader,
+  a tick within the last few `tick_s`).
+
+An unexpected exception in any of them ends the group, and with it the process, for
+Kubernetes to restart. Setting `stop` (SIGTERM or SIGINT under `run`) stops ticking, lets
+queued Events out, releases the Lease, stops the rest, and returns.
+
+Production time is wall time for the loop (the persisted cooldowns are Unix seconds and must
+survive a change of leader) and the event loop's monotonic clock for the Lease, readiness and
+the adapters' retries. Tests replace the first two and leave the retries on the event loop.
+
+It decides nothing: the loop and the core do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Final
+
+import structlog
+from aiohttp import web
+
+from autoscaler import clock as clock_
+from autoscaler import loop as loop_
+from autoscaler import ports, settings, telemetry
+from autoscaler.adapters import prometheus
+from autoscaler.adapters.kubernetes import caches, cluster, connection, leader
+from autoscaler.core import model, smoothing
+
+log = structlog.get_logger(__name__)
+
+STARTED: Final = "controller.started"
+STOPPING: Final = "controller.stopping"
+STOPPED: Final = "controller.stopped"
+HTTP_SERVING: Final = "http.serving"
+
+STALLED_TICKS: Final = 5
+"""A leader whose last tick is older than this many `tick_s` (plus a Prometheus timeout) is
+not ready."""
+EVENT_FLUSH_S: Final = 5.0
+"""Seconds a stopping leader waits for its queued Events to be posted."""
+
+OnTick = Callable[[loop_.TickReport, float], None]
+"""Told each tick's report and its duration in seconds (benchmarks)."""
+
+
+class _Observed:
+    """The `Cluster` port over the adapter, remembering what the last tick's `workloads()` saw.
+
+    Telemetry needs the workloads of a tick next to its report, and asking the adapter again
+    would walk every Deployment twice per tick.
+    """
+
+    def __init__(self, inner: ports.Cluster) -> None:
+        self._inner = inner
+        self.last: Sequence[ports.Workload] = ()
+
+    def workloads(self) -> Sequence[ports.Workload]:
+        self.last = self._inner.workloads()
+        return self.last
+
+    async def scale(self, service: model.ServiceId, replicas: int) -> None:
+        await self._inner.scale(service, replicas)
+
+    async def publish(
+        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
+    ) -> None:
+        await self._inner.publish(service, decision, state)
+
+
+class Controller:
+    """One replica of the controller, wired and ready to `serve`; see the module docstring."""
+
+    def __init__(
+        self,
+        config: settings.Settings,
+        api: connection.ApiClient,
+        *,
+        clock: clock_.Clock,
+        lease_clock: clock_.Clock,
+        wall_now: Callable[[], float],
+        identity: str | None = None,
+        on_tick: OnTick | None = None,
+    ) -> None:
+        """Build the adapters, the elector and the telemetry on `api` (a kubernetes-asyncio
+        `ApiClient`); nothing runs until `serve`.
+
+        `clock` is the loop's (policy time, persisted in Unix seconds in production);
+        `lease_clock` (monotonic) paces the Lease and judges its expiry and readiness;
+        `wall_now` stamps the status annotation, Events and the Lease. The adapters' retries
+        and backoffs run on the event loop's clock.
+        """
+        k8s, prom = config.kubernetes, config.prometheus
+        self.settings = config
+        self.clock = clock
+        self.lease_clock = lease_clock
+        self.identity = identity or k8s.identity or leader.default_identity()
+        self.telemetry = telemetry.Telemetry()
+        self._on_tick = on_tick
+        self.elector: leader.LeaderElector | None = None
+        if not k8s.dry_run:
+            self.elector = leader.LeaderElector(
+                api,
+                name=k8s.lease_name,
+                namespace=k8s.lease_namespace,
+                identity=self.identity,
+                clock=lease_clock,
+                wall_now=wall_now,
+                lease_duration_s=k8s.lease_duration_s,
+                renew_interval_s=k8s.renew_interval_s,
+                renew_deadline_s=k8s.renew_deadline_s,
+                retry_interval_s=k8s.retry_interval_s,
+                on_started_leading=self._started_leading,
+                on_stopped_leading=self._stopped_leading,
+                on_api_error=self._api_error,
+            )
+        self.cluster = cluster.KubeCluster(
+            api,
+            identity=self.identity,
+            clock=clock_.LoopClock(),
+            wall_now=wall_now,
+            namespaces=caches.NamespaceFilter.of(k8s.namespaces, k8s.exclude_namespaces),
+            dry_run=k8s.dry_run,
+            may_write=self.is_leader,
+            on_api_error=self._api_error,
+        )
+        self.metrics = prometheus.MetricsSource(
+            prom.url,
+            self.cluster,
+            timeout_s=prom.timeout_s,
+            scrape_interval_s=prom.scrape_interval_s,
+            max_age_s=prom.max_age_s,
+            rate_window_s=prom.rate_window_s,
+        )
+        self._observed = _Observed(self.cluster)
+        self.loop: loop_.Loop | None = None
+        """The loop of the current term of leadership; None while following."""
+        self.ticks = 0
+        """Ticks run since start, over every term."""
+        self.http_port: int | None = None
+        """The port `/metrics` is served on, once serving (useful when the setting is 0)."""
+        self.serving = asyncio.Event()
+        """Set once the HTTP server listens."""
+        self._term = 0
+        self._leading_since_s = -math.inf
+        self._last_tick_s = -math.inf
+        self.stall_after_s = STALLED_TICKS * config.loop.tick_s + prom.timeout_s
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica is in a term of leadership (always, in dry-run)."""
+        return self.elector is None or self.elector.leading.is_set()
+
+    def is_leader(self) -> bool:
+        """Whether this replica may act now: leading, with its renew deadline not passed."""
+        return self.elector is None or self.elector.is_leader
+
+    def ready(self) -> bool:
+        """`/readyz`: caches synced and, for the leader, the loop ticking."""
+        if not self.cluster.synced:
+            return False
+        if not self.is_leader():
+            return True
+        since = max(self._leading_since_s, self._last_tick_s)
+        return self.lease_clock.now() - since <= self.stall_after_s
+
+    def new_loop(self) -> loop_.Loop:
+        """A loop over this replica's adapters, with no memory of earlier terms."""
+        return loop_.Loop(
+            cluster=self._observed,
+            metrics=self.metrics,
+            clock=self.clock,
+            smoothing_config=smoothing.SmoothingConfig(
+                window_s=self.settings.smoothing.window_s, tick_s=self.settings.loop.tick_s
+            ),
+        )
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Run every part until `stop` is set, then shut down in order; see the module docstring."""
+        log.info(
+            STARTED,
+            identity=self.identity,
+            dry_run=self.elector is None,
+            namespaces=list(self.settings.kubernetes.namespaces) or "all",
+            excluded=list(self.settings.kubernetes.exclude_namespaces),
+            prometheus=self.settings.prometheus.url,
+        )
+        if self.elector is None:  # dry-run: leads its own, writeless, term at once
+            self._term, self._leading_since_s = 1, self.lease_clock.now()
+        async with asyncio.TaskGroup() as group:
+            rest = [
+                group.create_task(self.cluster.run(), name="caches"),
+                group.create_task(self._serve_http(), name="http"),
+            ]
+            elector = None
+            if self.elector is not None:
+                elector = group.create_task(self.elector.run(), name="leader")
+            ticker = group.create_task(self._tick_while_leading(), name="ticker")
+            await stop.wait()
+            log.info(STOPPING, identity=self.identity)
+            await _cancel(ticker)
+            if self.is_leader():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(EVENT_FLUSH_S):
+                        await self.cluster.events.wait_idle()
+            if elector is not None:
+                await _cancel(elector)  # the elector releases the Lease as it stops
+            for task in rest:
+                task.cancel()
+        log.info(STOPPED, identity=self.identity, ticks=self.ticks)
+
+    async def _tick_while_leading(self) -> None:
+        term = -1
+        next_tick_s = 0.0
+        tick_s = self.settings.loop.tick_s
+        # A tick over half-filled caches would see Deployments without their pods: nothing
+        # serving, every service holding, a status written for each.
+        await self.cluster.wait_synced()
+        while True:
+            if not self.leading:
+                self.loop = None
+                assert self.elector is not None
+                await self.elector.wait_leading()
+                continue
+            if self.loop is None or term != self._term:
+                term, self.loop = self._term, self.new_loop()
+                next_tick_s = self.clock.now()
+            if self.is_leader():  # else the renewal is late: wait a tick for it, or the loss
+                await self._tick(self.loop)
+            next_tick_s += tick_s
+            now_s = self.clock.now()
+            if next_tick_s < now_s:  # overran: skip the missed ticks, keep the grid
+                next_tick_s += math.ceil((now_s - next_tick_s) / tick_s) * tick_s
+            await self.clock.sleep(next_tick_s - now_s)
+
+    async def _tick(self, loop: loop_.Loop) -> None:
+        started = time.perf_counter()
+        report = await loop.step()
+        duration_s = time.perf_counter() - started
+        self.telemetry.observe_tick(
+            report, self._observed.last, duration_s=duration_s, wall_time_s=time.time()
+        )
+        self.ticks += 1
+        self._last_tick_s = self.lease_clock.now()
+        if self._on_tick is not None:
+            self._on_tick(report, duration_s)
+
+    async def _serve_http(self) -> None:
+        http = self.settings.http
+        app = telemetry.http_app(self.telemetry, ready=self.ready)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, http.host, http.port).start()
+            self.http_port = int(runner.addresses[0][1])
+            self.serving.set()
+            log.info(HTTP_SERVING, host=http.host, port=self.http_port)
+            await asyncio.get_running_loop().create_future()  # until cancelled
+        finally:
+            await runner.cleanup()
+
+    # -- callbacks -----------------------------------------------------------------------------
+
+    def _started_leading(self) -> None:
+        self._term += 1
+        self._leading_since_s = self.lease_clock.now()
+        self.telemetry.leader.set(1)
+
+    def _stopped_leading(self) -> None:
+        self.telemetry.leader.set(0)
+
+    def _api_error(self, operation: str) -> None:
+        self.telemetry.api_errors.labels(operation).inc()
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    """Cancel a task of the group and wait until it has finished (its `finally` included)."""
+    task.cancel()
+    await asyncio.wait([task])
+
+
+@contextlib.asynccontextmanager
+async def wire(
+    config: settings.Settings,
+    *,
+    clock: clock_.Clock | None = None,
+    lease_clock: clock_.Clock | None = None,
+    wall_now: Callable[[], float] = time.time,
+    identity: str | None = None,
+    on_tick: OnTick | None = None,
+) -> AsyncIterator[Controller]:
+    """A `Controller` on a client for the configured cluster; the clients close on exit.
+
+    Production clocks by default: `WallClock` for the loop, the event loop's for the Lease.
+    Raises `ConfigError` when no Kubernetes configuration can be loaded.
+    """
+    k8s = config.kubernetes
+    api = await connection.api_client(kubeconfig=k8s.kubeconfig, context=k8s.context)
+    try:
+        controller = Controller(
+            config,
+            api,
+            clock=clock or clock_.WallClock(),
+            lease_clock=lease_clock or clock_.LoopClock(),
+            wall_now=wall_now,
+            identity=identity,
+            on_tick=on_tick,
+        )
+        try:
+            yield controller
+        finally:
+            controller.metrics.close()
+    finally:
+        await api.close()
+
+
+async def run(config: settings.Settings, *, stop: asyncio.Event | None = None) -> None:
+    """`autoscaler run`: the controller until `stop` is set, or until SIGTERM or SIGINT.
+
+    Signal handlers are installed only when no `stop` is given (the caller owns it otherwise).
+    Returns after a clean shutdown; an unexpected error propagates.
+    """
+    handled: list[signal.Signals] = []
+    if stop is None:
+        stop = asyncio.Event()
+        running = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            running.add_signal_handler(signum, stop.set)
+            handled.append(signum)
+    try:
+        async with wire(config) as controller:
+            await controller.serve(stop)
+    finally:
+        for signum in handled:
+            asyncio.get_running_loop().remove_signal_handler(signum)
+
+
+async def read_deployment(
+    config: settings.KubernetesSettings, namespace: str, name: str
+) -> dict[str, Any] | None:
+    """One Deployment, read once with the configured credentials; None when it does not exist.
+
+    Raises `ConfigError` without credentials and `ActuationError` when the API fails.
+    """
+    api = await connection.api_client(kubeconfig=config.kubeconfig, context=config.context)
+    try:
+        return await cluster.read_deployment(api, namespace, name)
+    finally:
+        await api.close()

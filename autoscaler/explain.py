@@ -1,0 +1,170 @@
+"""`autoscaler explain NAMESPACE/NAME`: the last decision on a Deployment and why, for people.
+
+Reads what the controller wrote on the Deployment (the `status` annotation: desired and
+current replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown
+end; the `state` annotation: when it last scaled) and the service owner's settings, and prints
+them as one block. A Deployment that is missing, not opted in, or whose annotations do not parse
+(the problems are listed, as in the `InvalidConfig` Event) exits 1.
+
+Annotations are text anyone allowed to edit the Deployment can write: every value read from
+them reaches the output through `contract.escape`, never raw. No cluster access here (the
+CLI reads the Deployment through `app`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from autoscaler import annotations as contract
+
+EXIT_OK = 0
+EXIT_NOT_MANAGED = 1
+
+
+def main(
+    namespace: str,
+    name: str,
+    deployment: Mapping[str, Any] | None,
+    stdout: TextIO,
+    stderr: TextIO,
+) -> int:
+    """Print the explanation of `deployment` (None: not found); 0, or 1 when not managed."""
+    title = f"Deployment {namespace}/{name}"
+    if deployment is None:
+        stderr.write(f"{title} not found\n")
+        return EXIT_NOT_MANAGED
+    notes = _annotations(deployment)
+    if not contract.opted_in(notes):
+        value = notes.get(contract.ENABLED_KEY)
+        why = "is not set" if value is None else f'is {contract.quote(value)}, not "true"'
+        stderr.write(f"{title} is not managed by the autoscaler: {contract.ENABLED_KEY} {why}\n")
+        return EXIT_NOT_MANAGED
+    config = contract.parse(notes, namespace=namespace)
+    if isinstance(config, contract.Invalid):
+        stdout.write(f"{title} is not managed: its annotations are invalid (InvalidConfig)\n")
+        for problem in config.problems:
+            stdout.write(f"  - {problem.message}\n")
+        return EXIT_NOT_MANAGED
+    stdout.write(_describe(title, deployment, config, notes))
+    return EXIT_OK
+
+
+def _describe(
+    title: str,
+    deployment: Mapping[str, Any],
+    config: contract.ServiceConfig,
+    notes: Mapping[str, str],
+) -> str:
+    policy = config.policy
+    targets = []
+    if policy.target_load_per_replica is not None:
+        targets.append(f"{policy.target_load_per_replica:g} req/s")
+    if policy.target_queue_per_replica is not None:
+        targets.append(f"{policy.target_queue_per_replica:g} waiting")
+    spec = deployment.get("spec")
+    replicas = spec.get("replicas") if isinstance(spec, dict) else None
+    lines = [
+        title,
+        f"  managed        mode {config.mode.value}, policy {config.policy_name.value}, "
+        f"server {config.server.value}",
+        f"  bounds         {policy.min_replicas}..{policy.max_replicas} replicas; target per "
+        f"replica {' and '.join(targets)}",
+        f"  spec.replicas  {replicas if isinstance(replicas, int) else '(unset)'}",
+    ]
+    status_text = notes.get(contract.STATUS_KEY)
+    if status_text is None:
+        lines.append("  no decision recorded yet (is the controller running, and leading?)")
+        return "\n".join(lines) + "\n"
+    status = _json_object(status_text)
+    if status is None:
+        lines.append(f"  {contract.STATUS_KEY} is not a JSON object: {contract.quote(status_text)}")
+        return "\n".join(lines) + "\n"
+    lines += _decision(status)
+    lines += _cooldowns(config, notes.get(contract.STATE_KEY))
+    return "\n".join(lines) + "\n"
+
+
+def _decision(status: Mapping[str, Any]) -> list[str]:
+    kind = _text(status.get("kind"))
+    lines = [
+        f"Last decision ({_text(status.get('time'))})",
+        f"  replicas       {_number(status.get('current'))} -> "
+        f"{_number(status.get('desired'))} ({kind})",
+        f"  reason         {_text(status.get('reason'))}",
+    ]
+    detail = status.get("detail")
+    if detail:
+        lines.append(f"  detail         {_text(detail)}")
+    if "bound" in status:
+        lines.append(f"  bound          {_text(status.get('bound'))} replicas")
+    if "cooldownUntil" in status:
+        lines.append(f"  cooldown until {_text(status.get('cooldownUntil'))}")
+    contributions = status.get("contributions")
+    if isinstance(contributions, dict) and contributions:
+        lines.append("  signals        ratio    estimate  wants  estimator")
+        for signal, vote in sorted(contributions.items(), key=lambda kv: str(kv[0])):
+            vote = vote if isinstance(vote, dict) else {}
+            lines.append(
+                f"    {contract.escape(str(signal), limit=12):<12} "
+                f"{_number(vote.get('ratio'), '.2f'):>6}  "
+                f"{_number(vote.get('estimate'), '.2f'):>10}  "
+                f"{_number(vote.get('desired')):>5}  {_text(vote.get('estimator'))}"
+            )
+    return lines
+
+
+def _cooldowns(config: contract.ServiceConfig, state_text: str | None) -> list[str]:
+    """When the last scale-up and scale change were, and when their cooldowns end."""
+    state = _json_object(state_text) if state_text is not None else None
+    if state is None:
+        return []
+    lines = []
+    for key, label, cooldown_s in (
+        ("lastScaleUp", "last scale-up ", config.policy.scale_up_cooldown_s),
+        ("lastScaleChange", "last change   ", config.policy.scale_down_cooldown_s),
+    ):
+        at = state.get(key)
+        if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at):
+            ends = "scale-up" if key == "lastScaleUp" else "scale-down"
+            lines.append(f"  {label} {_time(at)}; {ends} cooldown ends {_time(at + cooldown_s)}")
+    return lines
+
+
+def _annotations(deployment: Mapping[str, Any]) -> dict[str, str]:
+    metadata = deployment.get("metadata")
+    notes = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(notes, dict):
+        return {}
+    return {str(k): v for k, v in notes.items() if isinstance(v, str)}
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "-"
+    return contract.escape(value if isinstance(value, str) else json.dumps(value))
+
+
+def _number(value: object, spec: str = "") -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return "-"
+    return format(value, spec) if spec else str(value)
+
+
+def _time(unix_s: float) -> str:
+    try:
+        moment = datetime.datetime.fromtimestamp(unix_s, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return "-"
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,81 @@
+"""The manifests' RBAC grants exactly the API calls the controllers made in the e2e tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .support import LEASE_NAMESPACE, CallLog
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+SERVICE_ACCOUNT = ("inference-autoscaler", "inference-autoscaler")
+
+Rule = tuple[str, str, str]
+"""(verb, API group, resource[/subresource]), as RBAC names what it grants."""
+
+
+def documents() -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(MANIFESTS.glob("*.yaml")):
+        found += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    return found
+
+
+def granted(role: dict[str, Any]) -> Iterator[Rule]:
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    yield verb, group, resource
+
+
+def bound(kind: str) -> dict[str, Any]:
+    """The one role of `kind` bound to the controller's ServiceAccount."""
+    binding_kind = "ClusterRoleBinding" if kind == "ClusterRole" else "RoleBinding"
+    names = {
+        d["roleRef"]["name"]
+        for d in documents()
+        if d.get("kind") == binding_kind
+        and d["roleRef"]["kind"] == kind
+        and any(
+            (s["kind"], s.get("namespace"), s["name"])
+            == ("ServiceAccount", SERVICE_ACCOUNT[0], SERVICE_ACCOUNT[1])
+            for s in d["subjects"]
+        )
+    }
+    (role,) = [d for d in documents() if d.get("kind") == kind and d["metadata"]["name"] in names]
+    return role
+
+
+@pytest.mark.after_e2e
+def test_roles_grant_exactly_what_the_controllers_used(
+    api_calls: CallLog, scenarios: set[str]
+) -> None:
+    """Every call is granted (lease calls in the Role's namespace), and every grant was used."""
+    if not api_calls.tests:
+        pytest.skip("no controller ran in this session: run the e2e tests together")
+    cluster_role = set(granted(bound("ClusterRole")))
+    role = bound("Role")
+    namespaced = set(granted(role))
+    assert role["metadata"]["namespace"] == LEASE_NAMESPACE
+
+    used: set[Rule] = set()
+    refused = []
+    for call in api_calls.calls:
+        resource = f"{call.resource}/{call.subresource}" if call.subresource else call.resource
+        rule = (call.verb, call.group, resource)
+        used.add(rule)
+        in_role = rule in namespaced and call.namespace == role["metadata"]["namespace"]
+        if rule not in cluster_role and not in_role:
+            refused.append(call)
+    assert not refused, f"calls the manifests' RBAC does not grant: {refused}"
+
+    missing = scenarios - api_calls.tests
+    if missing:
+        pytest.skip(f"unused grants are judged only after every e2e test ran; missing {missing}")
+    assert (cluster_role | namespaced) - used == set(), "granted but never used"
+    assert cluster_role & namespaced == set()
