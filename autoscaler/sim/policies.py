@@ -6,11 +6,35 @@ the policy's own knobs), which the cluster reports in every `ports.Workload`, an
 perfect-foresight oracle fits the same shape. Add a policy with `register`; nothing else in
 the simulator changes.
 
+Besides ours (`seed`, `default`), the baselines of `autoscaler.baselines` are registered, each as
+upstream ships it, on the same per-replica load target (`params.target_load_per_replica`) and the
+same bounds as ours:
+
+- `hpa`: the HorizontalPodAutoscaler on the per-pod request rate. Its floor is our
+  `min_replicas`, not HPA's own default of 1, so both pay for the same idle floor.
+- `keda`: KEDA's Prometheus scaler with upstream's default `useCachedMetrics: false`: the HPA
+  queries Prometheus afresh at every 15 s sync (the 30 s `pollingInterval` only drives
+  activation, which is off with a floor of at least 1).
+- `kpa`: the Knative Pod Autoscaler, with the load target as its `target` annotation; Knative's
+  own `target-utilization` (0.7) applies on top, so it aims at 70 % of that target per pod.
+- `oracle`: perfect foresight of the rate-scaled trace, with mu = `replica_capacity_rps` and the
+  start-up delay `startup_s + warmup_s`. Two allowances make it the floor rather than a
+  caricature. It reads the arrival rate as a centred `ORACLE_RATE_WINDOW_S` mean, not
+  single-second counts: the SLO lets a request wait `slo_latency_s - service_time_s`, which
+  absorbs the noise within a second, while sizing for every one-second peak costs 30 to 50 %
+  more GPU time, more than a reactive policy spends on a flat load. And it looks
+  `startup_hold_s` further ahead, because the simulator draws each start-up log-normally around
+  `startup_s`: with the median alone, half the pods it asks for just in time come late.
+
+Baselines scale on the load signal only; their `PolicyConfig` is the seed policy's, of which they
+read the bounds.
+
 It must not run anything: it only builds values.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -18,7 +42,7 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import ports
+from autoscaler import baselines, ports
 from autoscaler.core import model, policy
 from autoscaler.sim.params import SimParams
 
@@ -55,9 +79,69 @@ def default_config(params: SimParams) -> model.PolicyConfig:
     return policy.default(max_replicas=params.max_replicas, **_targets(params))
 
 
+def hpa_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:
+    return baselines.make("hpa", target=params.target_load_per_replica)
+
+
+def keda_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:
+    return baselines.make("keda", target=params.target_load_per_replica, use_cached_metrics=False)
+
+
+def kpa_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:
+    return baselines.make("kpa", target=params.target_load_per_replica)
+
+
+ORACLE_RATE_WINDOW_S = 30
+"""The oracle sizes for the arrival rate averaged over this many seconds around each second."""
+
+
+def oracle_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:
+    return baselines.make(
+        "oracle",
+        target=params.target_load_per_replica,
+        arrivals=centred_mean(arrivals, ORACLE_RATE_WINDOW_S),
+        mu=params.replica_capacity_rps,
+        startup_s=params.startup_s + params.warmup_s,
+        hold_s=startup_hold_s(params),
+    )
+
+
+def startup_hold_s(params: SimParams) -> float:
+    """How much later than its median a slow start-up comes: the log-normal draw's 97.7th
+    percentile (two sigmas) minus the median."""
+    return params.startup_s * (math.exp(2.0 * params.startup_sigma) - 1.0)
+
+
+def centred_mean(values: FloatArray, window_s: int) -> FloatArray:
+    """The mean of each second's `window_s` neighbourhood (fewer seconds at the ends)."""
+    values = np.asarray(values, dtype=np.float64)
+    if window_s <= 1 or len(values) == 0:
+        return values
+    before = window_s // 2
+    after = window_s - before - 1
+    sums = np.concatenate(([0.0], np.cumsum(values)))
+    index = np.arange(len(values))
+    lo = np.maximum(index - before, 0)
+    hi = np.minimum(index + after + 1, len(values))
+    means: FloatArray = (sums[hi] - sums[lo]) / (hi - lo)
+    return means
+
+
 _REGISTRY: dict[str, PolicyEntry] = {
     "seed": PolicyEntry(seed_config, about="DESIGN §3.3 as written: smoothed mean, deadband"),
     "default": PolicyEntry(default_config, about="seed plus the burst path and look-ahead"),
+    "hpa": PolicyEntry(
+        seed_config, hpa_decider, about="Kubernetes HPA, shipped defaults, our min replicas"
+    ),
+    "keda": PolicyEntry(
+        seed_config, keda_decider, about="KEDA Prometheus scaler, fresh query every HPA sync"
+    ),
+    "kpa": PolicyEntry(
+        seed_config, kpa_decider, about="Knative KPA on rps, its 0.7 utilisation on top"
+    ),
+    "oracle": PolicyEntry(
+        seed_config, oracle_decider, about="perfect foresight of the trace and start-up delay"
+    ),
 }
 
 
