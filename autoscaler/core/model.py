@@ -55,6 +55,8 @@ class Reason(enum.Enum):
     COOLDOWN = "cooldown"
     CAPACITY_VETO = "capacity-veto"
     BURST_HOLD = "burst-hold"
+    RECENT_LOAD = "recent-load"
+    """The smoothed signals allow a scale-down but the last few seconds do not."""
     MISSING_DATA = "missing-data"
 
 
@@ -68,13 +70,19 @@ class BurstConfig:
     """The fast path for sudden bursts, after Knative's panic mode.
 
     When the mean of the last `window_s` seconds of a primary signal asks for at least
-    `threshold_ratio` times the serving capacity, the policy scales on that short mean at once,
-    ignoring the scale-up cooldown, and refuses to scale down for `hold_s` afterwards.
+    `threshold_ratio` times the capacity already asked for (pods starting included, so a burst
+    fires once rather than every tick while they start), the policy scales on that short mean
+    at once, ignoring the scale-up cooldown, and refuses to scale down for `hold_s` afterwards.
+    It also refuses a scale-down that the smoothed signals allow while the short means are not
+    below target: the smoothed mean lags the first seconds of a burst.
     """
 
     window_s: float = 6.0
     threshold_ratio: float = 2.0
     hold_s: float = 60.0
+    # Knative's panic threshold is 200 %; `policy.default` uses 150 %, chosen on the benchmark
+    # (bench/): measured against requested rather than ready capacity it fires once per burst,
+    # and the lower threshold cut the SLO misses of a 5x step and of on/off bursts.
 
     def __post_init__(self) -> None:
         _require(self.window_s > 0, "burst window_s must be > 0")
@@ -111,12 +119,16 @@ class QueueDrainConfig:
     replicas for a backlog that a few could clear. With this, the saturation vote asks for the
     replicas that carry the load estimate, plus the queue's growth rate (the demand the served
     rate cannot show while the servers are saturated; only the part `confidence_z` standard
-    errors above zero), plus the waiting requests drained over `drain_s`. None of it depends
-    on the replica count, so the vote has a fixed point and cannot swing between two counts.
+    errors above zero), plus the waiting requests drained over `drain_s`. Waiting requests up
+    to the queue target times the replicas the load asks for are normal queueing and are left
+    alone. None of it depends on the replica count, so the vote has a fixed point and cannot
+    swing between two counts.
     It needs a load target; without one the seed formula applies.
     """
 
-    drain_s: float = 60.0
+    drain_s: float = 30.0
+    """Chosen on the benchmark: 30 s cut the misses of steps and bursts against 60 s and 120 s,
+    at a few percent more GPU time on a 60 s spike."""
     confidence_z: float = 2.0
 
     def __post_init__(self) -> None:

@@ -49,7 +49,7 @@ def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
     """Ours: the seed policy plus the burst fast path, the trend look-ahead and the queue read
     as demand."""
     fields: dict[str, object] = {
-        "burst": model.BurstConfig(),
+        "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
     }
@@ -65,6 +65,8 @@ class _Votes:
     driver: Signal | None
     missing: tuple[Signal, ...]
     burst: bool
+    recent_ratios: dict[Signal, float]
+    """Each vote's ratio on the burst window alone (only with the burst path on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +196,10 @@ def _scale_down(
         if not vote.ratio < 1.0 - config.deadband_ratio:
             detail = f"{signal.name.lower()} ratio {vote.ratio:.2f} in the deadband"
             return tick.steady(Reason.IN_DEADBAND, detail)
+    for signal, ratio in votes.recent_ratios.items():
+        if not ratio < 1.0 - config.deadband_ratio:
+            detail = f"{signal.name.lower()} ratio {ratio:.2f} over the last seconds"
+            return tick.hold(Reason.RECENT_LOAD, detail)
     gpu_target = config.target_gpu_utilization_pct
     gpu = tick.observation.signal(Signal.CAPACITY)
     if gpu_target is not None and gpu.fresh and gpu.mean > gpu_target:
@@ -233,6 +239,7 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
     wanted: int | None = None
     driver: Signal | None = None
     burst = False
+    recent_ratios: dict[Signal, float] = {}
     load_value: float | None = None
     for signal in model.PRIMARY_SIGNALS:
         target = config.target(signal)
@@ -249,12 +256,14 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
                 contributions[signal] = Contribution(math.nan, None, "missing")
                 continue
             target = config.target_load_per_replica
-            value, estimator = _queue_demand(config.queue_drain, est, load_value)
+            value, estimator = _queue_demand(config, config.queue_drain, est, load_value)
         else:
             value, estimator = _estimate(config, est, observation.startup_s)
-        if config.burst is not None and estimator != "missing":
+        if config.burst is not None:
             burst_value = _burst_value(config, signal, est, load_value)
-            if burst_value > 0 and burst_value >= config.burst.threshold_ratio * target * serving:
+            recent_ratios[signal] = _ratio(burst_value, target, serving)
+            asked = target * max(serving, observation.replicas)
+            if burst_value > 0 and burst_value >= config.burst.threshold_ratio * asked:
                 burst = True
                 if burst_value > value:
                     value, estimator = burst_value, "burst"
@@ -271,7 +280,7 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
         tie_won = desired == wanted and driver is not None and ratio > contributions[driver].ratio
         if wanted is None or desired > wanted or tie_won:
             wanted, driver = desired, signal
-    return _Votes(contributions, wanted, driver, tuple(missing), burst)
+    return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios)
 
 
 def _estimate(
@@ -290,24 +299,34 @@ def _estimate(
 
 
 def _queue_demand(
-    drain: model.QueueDrainConfig, queue: model.SignalEstimate, load_rps: float
+    config: model.PolicyConfig,
+    drain: model.QueueDrainConfig,
+    queue: model.SignalEstimate,
+    load_rps: float,
 ) -> tuple[float, str]:
     """Requests per second the queue says the service must carry (see `QueueDrainConfig`)."""
     growth = queue.trend_per_s - drain.confidence_z * queue.trend_stderr_per_s
     waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
-    demand = load_rps + max(0.0, growth) + max(0.0, waiting) / drain.drain_s
+    demand = load_rps + max(0.0, growth) + _backlog(config, waiting, load_rps) / drain.drain_s
     return demand, "queue-demand"
+
+
+def _backlog(config: model.PolicyConfig, waiting: float, load_rps: float) -> float:
+    """Waiting requests beyond normal queueing: the queue target times the load's replicas."""
+    load_target = config.target_load_per_replica or math.inf
+    normal = (config.target_queue_per_replica or 0.0) * math.ceil(load_rps / load_target)
+    return max(0.0, waiting - normal)
 
 
 def _burst_value(
     config: model.PolicyConfig, signal: Signal, est: model.SignalEstimate, load_rps: float | None
 ) -> float:
-    """What the last few seconds alone ask for, in the vote's units."""
+    """What the last few seconds ask for, in the vote's units."""
     if not math.isfinite(est.burst_mean):
         return 0.0
     if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:
-        # The queue's short mean read as demand: as `_queue_demand`, without the trend.
-        return load_rps + max(0.0, est.burst_mean) / config.queue_drain.drain_s
+        # The queue demand already reads the queue's short mean and its growth.
+        return _queue_demand(config, config.queue_drain, est, load_rps)[0]
     return est.burst_mean
 
 

@@ -527,14 +527,15 @@ def test_lookahead_never_lowers_the_estimate(trend_per_s: float, trend_stderr_pe
 
 
 def test_seed_is_the_default_with_every_extension_off() -> None:
-    """The seed policy is the default one with the burst path and the look-ahead (at least) off."""
+    """The seed policy is the default one with the burst path, look-ahead and queue drain off."""
     seed = policy.seed(max_replicas=8, target_load_per_replica=5.0)
     ours = policy.default(max_replicas=8, target_load_per_replica=5.0)
-    assert (ours.burst, ours.lookahead) == (BurstConfig(), LookaheadConfig())
+    assert ours.lookahead == LookaheadConfig()
+    assert ours.burst == BurstConfig(threshold_ratio=1.5)
     differing = [
         f.name for f in dataclasses.fields(seed) if getattr(seed, f.name) != getattr(ours, f.name)
     ]
-    assert {"burst", "lookahead"} <= set(differing)
+    assert set(differing) == {"burst", "lookahead", "queue_drain"}
     assert all(getattr(seed, name) is None for name in differing)
 
 
