@@ -48,15 +48,7 @@ def hold(
     bound: Bound | None = None,
 ) -> Decision:
     """A change was wanted but the baseline's own rules keep the current count."""
-    return Decision(
-        current=observation.replicas,
-        desired=observation.replicas,
-        kind=Kind.HOLD,
-        reason=reason,
-        detail=detail,
-        contributions=contributions or {},
-        bound=bound,
-    )
+    return _unchanged(observation, Kind.HOLD, reason, detail, contributions, bound)
 
 
 def steady(
@@ -68,10 +60,21 @@ def steady(
     bound: Bound | None = None,
 ) -> Decision:
     """Nothing to do: the count stays as it is."""
+    return _unchanged(observation, Kind.STEADY, reason, detail, contributions, bound)
+
+
+def _unchanged(
+    observation: model.Observation,
+    kind: Kind,
+    reason: Reason,
+    detail: str,
+    contributions: Mapping[Signal, Contribution] | None,
+    bound: Bound | None,
+) -> Decision:
     return Decision(
         current=observation.replicas,
         desired=observation.replicas,
-        kind=Kind.STEADY,
+        kind=kind,
         reason=reason,
         detail=detail,
         contributions=contributions or {},
