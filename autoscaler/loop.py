@@ -23,6 +23,11 @@ from autoscaler.core import model, smoothing
 
 log = structlog.get_logger(__name__)
 
+PUBLISH_CONCURRENCY = 16
+"""Decisions published (status writes, Events) at once per tick."""
+
+_PublishKey = tuple[int, model.Kind, model.Reason | None]
+
 
 @dataclass(frozen=True, slots=True)
 class TickReport:
@@ -53,7 +58,8 @@ class Loop:
         self.smoothing_config = smoothing_config or smoothing.SmoothingConfig()
         self._windows = smoothing.Windows(self.smoothing_config)
         self._states: dict[model.ServiceId, model.PolicyState] = {}
-        self._published: dict[model.ServiceId, tuple[int, model.Kind, model.Reason | None]] = {}
+        self._published: dict[model.ServiceId, _PublishKey] = {}
+        self._metrics_down = False
 
     @property
     def tick_s(self) -> float:
@@ -77,7 +83,12 @@ class Loop:
             # Recorded as missing, never as zero: every service holds and says why.
             metrics_error = str(e)
             values = np.full((len(workloads), len(model.Signal)), np.nan)
-            log.warning("metrics.unavailable", error=metrics_error)
+            if not self._metrics_down:  # once per outage, not once per tick
+                log.warning("metrics.unavailable", error=metrics_error)
+        else:
+            if self._metrics_down:
+                log.info("metrics.recovered")
+        self._metrics_down = metrics_error is not None
         self._windows.record(now, rows, values)
         half_lives = np.fromiter((w.half_life_s for w in workloads), float, len(workloads))
         estimates = self._windows.estimate(now, rows, half_lives).per_row()
@@ -157,6 +168,7 @@ class Loop:
     async def _publish(
         self, decisions: dict[model.ServiceId, model.Decision], failed: Sequence[model.ServiceId]
     ) -> None:
+        changed: list[tuple[model.ServiceId, model.Decision, _PublishKey]] = []
         for service, decision in decisions.items():
             if service in failed:
                 continue
@@ -164,13 +176,23 @@ class Loop:
             # flipping between them under noise is not news worth a write.
             reason = None if decision.kind is model.Kind.STEADY else decision.reason
             key = (decision.desired, decision.kind, reason)
-            if self._published.get(service) == key:
-                continue
-            try:
-                await self.cluster.publish(service, decision, self._states[service])
-            except errors.ActuationError as e:
-                log.warning("decision.unpublished", service=service, error=str(e))
-                continue
+            if self._published.get(service) != key:
+                changed.append((service, decision, key))
+        if not changed:
+            return
+        # Writes go out a few at a time: one by one, a controller that takes over a thousand
+        # services spends seconds on its first tick; all at once would flood the API server.
+        slots = asyncio.Semaphore(PUBLISH_CONCURRENCY)
+
+        async def publish(
+            service: model.ServiceId, decision: model.Decision, key: _PublishKey
+        ) -> None:
+            async with slots:
+                try:
+                    await self.cluster.publish(service, decision, self._states[service])
+                except errors.ActuationError as e:
+                    log.warning("decision.unpublished", service=service, error=str(e))
+                    return
             self._published[service] = key
             log.info(
                 "decision.made",
@@ -181,6 +203,13 @@ class Loop:
                 desired=decision.desired,
                 detail=decision.detail,
             )
+
+        if len(changed) == 1:
+            await publish(*changed[0])
+            return
+        async with asyncio.TaskGroup() as group:
+            for item in changed:
+                group.create_task(publish(*item))
 
     def _forget_gone(self, workloads: Sequence[ports.Workload]) -> None:
         present = {w.id for w in workloads}

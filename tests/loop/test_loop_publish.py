@@ -1,0 +1,95 @@
+"""The loop's writes and logs: bounded concurrency for status writes, one log line per outage."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from structlog.testing import capture_logs
+
+from autoscaler import clock, errors, loop, ports
+from autoscaler.core import model
+
+CONFIG = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
+
+
+class SlowPublishCluster:
+    """Workloads below their minimum, so every one changes at the first tick; publish waits."""
+
+    def __init__(self, n: int) -> None:
+        self._workloads = [
+            ports.Workload(
+                id=model.ServiceId(f"ns/s{i}"),
+                policy=CONFIG,
+                half_life_s=30.0,
+                replicas=1,
+                serving=1,
+            )
+            for i in range(n)
+        ]
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.published: list[model.ServiceId] = []
+
+    def workloads(self) -> Sequence[ports.Workload]:
+        return self._workloads
+
+    async def scale(self, service: model.ServiceId, replicas: int) -> None:
+        return None
+
+    async def publish(
+        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
+    ) -> None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        for _ in range(3):  # let the other publishers start, as a network round trip would
+            await asyncio.sleep(0)
+        self.in_flight -= 1
+        self.published.append(service)
+
+
+class SwitchableMetrics:
+    def __init__(self) -> None:
+        self.up = True
+
+    async def sample(
+        self, workloads: Sequence[ports.Workload], now_s: float
+    ) -> npt.NDArray[np.float64]:
+        if not self.up:
+            raise errors.ObservationError("connection refused")
+        return np.full((len(workloads), len(model.Signal)), 1.0)
+
+
+async def test_decisions_are_published_a_bounded_number_at_a_time() -> None:
+    """Forty changed decisions are all published, never more than the limit at once."""
+    cluster = SlowPublishCluster(40)
+    the_loop = loop.Loop(cluster=cluster, metrics=SwitchableMetrics(), clock=clock.ManualClock())
+
+    await the_loop.step()
+
+    assert sorted(cluster.published) == sorted(w.id for w in cluster.workloads())
+    assert cluster.most_in_flight == loop.PUBLISH_CONCURRENCY
+
+
+async def test_a_metrics_outage_is_logged_once_and_its_end_once() -> None:
+    """Ten ticks without metrics log one warning, and their return one info line."""
+    metrics = SwitchableMetrics()
+    ticking = clock.ManualClock()
+    the_loop = loop.Loop(cluster=SlowPublishCluster(2), metrics=metrics, clock=ticking)
+
+    with capture_logs() as logs:
+        await the_loop.step()
+        metrics.up = False
+        for _ in range(10):
+            ticking.advance(1.0)
+            report = await the_loop.step()
+            assert report.metrics_error == "connection refused"
+        metrics.up = True
+        ticking.advance(1.0)
+        await the_loop.step()
+
+    events = [entry["event"] for entry in logs]
+    assert events.count("metrics.unavailable") == 1
+    assert events.count("metrics.recovered") == 1
