@@ -28,6 +28,25 @@ TIMESERIES_COLUMNS = (
 """Columns of `timeseries.csv`, one row per simulated second (DESIGN §6). `gpu_cost` is the
 GPU-hours spent in that second by pods holding a GPU (starting, warming or serving)."""
 
+SUMMARY_KEYS = frozenset(
+    {
+        "requests",
+        "served",
+        "dropped",
+        "queued_at_end",
+        "slo_misses",
+        "slo_miss_pct",
+        "p95_latency_s",
+        "gpu_hours",
+        "scale_events",
+        "mean_replicas",
+        "max_replicas_seen",
+        "simulated_s",
+        "params",
+    }
+)
+"""Keys of `summary.json`: the run's totals, and `params`, everything it was run with."""
+
 
 @dataclass(frozen=True, slots=True)
 class SimParams:
@@ -91,8 +110,7 @@ class SimResult:
     scale_events: list[tuple[float, int, int]] = field(default_factory=list)
     """(t_s, replicas before, replicas after) for every change of the desired count."""
     summary: dict[str, Any] = field(default_factory=dict)
-    """requests, served, dropped, slo_misses, slo_miss_pct, p95_latency_s, gpu_hours,
-    scale_events, mean_replicas, max_replicas_seen, simulated_s, plus `params`."""
+    """One value per `SUMMARY_KEYS` entry."""
 
 
 def rate_scale_for_mean_replicas(

@@ -17,27 +17,12 @@ import pytest
 
 from autoscaler import cli, settings
 from autoscaler.sim import run as sim_run
-from autoscaler.sim.params import TIMESERIES_COLUMNS
+from autoscaler.sim.params import SUMMARY_KEYS, TIMESERIES_COLUMNS
 
 from .builders import write_trace
 from .conftest import Outcome
 
 Run = Callable[..., Outcome]
-
-SUMMARY_KEYS = {
-    "requests",
-    "served",
-    "dropped",
-    "slo_misses",
-    "slo_miss_pct",
-    "p95_latency_s",
-    "gpu_hours",
-    "scale_events",
-    "mean_replicas",
-    "max_replicas_seen",
-    "simulated_s",
-    "params",
-}
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -35,6 +35,10 @@ EVENTS = "v1/events"
 NAMESPACES = "v1/namespaces"
 LEASES = "coordination.k8s.io/v1/leases"
 SETTLE_TIMEOUT_S = 10.0
+SCALE_UP_COOLDOWN_S = 60.0
+"""The annotation contract's default scale-up cooldown, which the e2e services keep."""
+SCALE_DOWN_COOLDOWN_S = 300.0
+"""The default scale-down cooldown."""
 
 
 class SteppedClock:

@@ -11,6 +11,8 @@ from prom.fixtures import Stack
 from autoscaler.annotations import PREFIX
 
 from .support import (
+    SCALE_DOWN_COOLDOWN_S,
+    SCALE_UP_COOLDOWN_S,
     Controllers,
     Service,
     SteppedClock,
@@ -19,9 +21,6 @@ from .support import (
     wait_for,
     wait_for_load,
 )
-
-SCALE_UP_COOLDOWN_S = 60.0
-SCALE_DOWN_COOLDOWN_S = 300.0
 
 
 async def test_an_invalid_annotation_is_reported_and_the_others_keep_scaling(

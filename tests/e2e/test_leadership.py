@@ -9,6 +9,7 @@ from prom.fixtures import Stack
 from .support import (
     LEASE_NAMESPACE,
     LEASES,
+    SCALE_UP_COOLDOWN_S,
     Controllers,
     Service,
     SteppedClock,
@@ -16,8 +17,6 @@ from .support import (
     wait_for,
     wait_for_load,
 )
-
-SCALE_UP_COOLDOWN_S = 60.0
 
 
 async def test_the_follower_takes_over_when_the_leader_stops(

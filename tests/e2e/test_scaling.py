@@ -7,9 +7,14 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
-from .support import Controllers, Service, SteppedClock, advance_until, wait_for_load
-
-SCALE_DOWN_COOLDOWN_S = 300.0
+from .support import (
+    SCALE_DOWN_COOLDOWN_S,
+    Controllers,
+    Service,
+    SteppedClock,
+    advance_until,
+    wait_for_load,
+)
 
 
 async def get(url: str) -> tuple[int, str]:
