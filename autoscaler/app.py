@@ -260,7 +260,11 @@ class Controller:
         report = await loop.step()
         duration_s = time.perf_counter() - started
         self.telemetry.observe_tick(
-            report, self._observed.last, duration_s=duration_s, wall_time_s=time.time()
+            report,
+            self._observed.last,
+            duration_s=duration_s,
+            wall_time_s=time.time(),
+            tick_s=self.settings.loop.tick_s,
         )
         self.ticks += 1
         self._last_tick_s = self.lease_clock.now()

@@ -7,13 +7,14 @@ anything that waits on the network is a coroutine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler import metricnames
 from autoscaler.core import model, policy
 
 
@@ -33,6 +34,13 @@ class Workload:
     """Recently observed time from pod creation to serving."""
     state: model.PolicyState | None = None
     """Policy state persisted on the object, for resuming after a restart."""
+    admissible: int | None = None
+    """The most replicas the cluster would admit (the namespace's GPU ResourceQuota, over every
+    placement tier); None when nothing caps it. The policy never asks for more (DESIGN §3.5)."""
+    core_rate: float = 0.0
+    """GPU core-hours per hour the service's pods hold now (DESIGN §3.6), for accounting."""
+    project: str = ""
+    """The accounting label (`autoscaler.dsec.io/project`, the namespace by default)."""
 
 
 class Cluster(Protocol):
@@ -80,3 +88,103 @@ class CorePolicy:
         state: model.PolicyState,
     ) -> tuple[model.Decision, model.PolicyState]:
         return policy.decide(workload.policy, observation, state)
+
+
+# -- The warm-up gate and the traffic ramp (DESIGN §3.4) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One pod of a managed service (any placement tier), as the ramp sees it."""
+
+    name: str
+    created_s: float
+    """Creation time on the loop's clock."""
+    ip: str | None
+    running: bool
+    """Phase Running with every container ready: up, whether or not it is warm."""
+    warm: bool
+    """The readiness-gate condition `autoscaler.dsec.io/warm` is True."""
+    warming: bool
+    """Labelled `autoscaler.dsec.io/warming: "true"` (every new pod is, from the template)."""
+    stable: bool
+    """Labelled `autoscaler.dsec.io/stable: "true"` (added on promotion)."""
+    terminating: bool
+    tier: str = "whole"
+    """Placement tier: `whole`, `mig-<profile>` or `shared` (DESIGN §3.5)."""
+    in_flight: float = float("nan")
+    """Queued plus running requests, when the metrics say (NaN when unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTarget:
+    """What a router needs to split one service's traffic between stable and warming pods."""
+
+    service: model.ServiceId
+    namespace: str
+    deployment: str
+    pod_labels: Mapping[str, str]
+    """The owner's pod-template labels (without the ramp's own labels)."""
+
+
+class TrafficRouter(Protocol):
+    """One mesh's weight API (Istio, Gateway API, SMI, or none)."""
+
+    async def ensure(self, target: RouteTarget) -> None:
+        """Create what is absent (subsets, Services, route) with all traffic on stable; touch
+        nothing of the owner's own routes. Idempotent."""
+        ...
+
+    async def set_weights(self, target: RouteTarget, warming_pct: int) -> None:
+        """Route `warming_pct` percent to the warming set and the rest to the stable set."""
+        ...
+
+    async def settled(self, target: RouteTarget) -> bool:
+        """Whether the last weights written are in effect (Gateway API: `Accepted` at the
+        current `observedGeneration`)."""
+        ...
+
+    async def release(self, target: RouteTarget) -> None:
+        """Remove what `ensure` created (the service left the ramp or the controller)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class GroupHealth:
+    """Health of a set of pods over the gate's window, from the servers' own metrics."""
+
+    requests: float
+    """Requests completed in the window (the gate needs a minimum)."""
+    error_rate: float
+    """Failed / all requests; NaN without requests."""
+    p95_s: float
+    """P95 latency in seconds from the latency histogram; NaN when unknown."""
+
+
+class HealthSource(Protocol):
+    async def health(
+        self,
+        namespace: str,
+        metrics: metricnames.MetricNames,
+        warming: Collection[str],
+        stable: Collection[str],
+        window_s: float,
+    ) -> tuple[GroupHealth, GroupHealth]:
+        """(warming, stable) health over the last `window_s`; raises `ObservationError`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    ok: int
+    failed: int
+    latencies_s: tuple[float, ...]
+    """Latency of each answered probe."""
+
+
+class WarmupProber(Protocol):
+    async def probe(
+        self, ip: str, port: int, path: str, requests: int, timeout_s: float
+    ) -> ProbeResult:
+        """Send `requests` probe requests to one pod's warm-up endpoint, one after another."""
+        ...

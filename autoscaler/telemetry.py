@@ -91,8 +91,65 @@ class Telemetry:
         self.leader = prom.Gauge(
             "autoscaler_leader", "1 when this instance holds the leader lease.", registry=r
         )
+        self.missing = prom.Gauge(
+            "autoscaler_metrics_missing",
+            "1 while a service holds because its metrics are missing or stale.",
+            ["namespace", "service"],
+            registry=r,
+        )
+        self.core_hours = prom.Counter(
+            "autoscaler_gpu_core_hours",
+            "GPU core-hours used per service, weighted by card product (DESIGN §3.6).",
+            ["namespace", "service", "project"],
+            registry=r,
+        )
+        # The traffic ramp (DESIGN §3.4).
+        self.ramp_step = prom.Gauge(
+            "autoscaler_ramp_step_percent",
+            "The ramp step the service's warming pods are at (0 when none is ramping).",
+            ["namespace", "service"],
+            registry=r,
+        )
+        self.ramp_weight = prom.Gauge(
+            "autoscaler_ramp_warming_weight_percent",
+            "Percent of the service's traffic routed to its warming pods.",
+            ["namespace", "service"],
+            registry=r,
+        )
+        self.ramp_held = prom.Gauge(
+            "autoscaler_ramp_held",
+            "1 while a service's ramp is held after repeated failed health gates.",
+            ["namespace", "service"],
+            registry=r,
+        )
+        self.ramp_rollbacks = prom.Counter(
+            "autoscaler_ramp_rollbacks",
+            "Ramps rolled back because the warming pods failed a health gate or warm-up.",
+            ["namespace", "service"],
+            registry=r,
+        )
+        self.ramp_promotions = prom.Counter(
+            "autoscaler_ramp_promotions",
+            "Ramps that reached 100 % and promoted their pods to the stable set.",
+            ["namespace", "service"],
+            registry=r,
+        )
+        # The placement ladder (DESIGN §3.5).
+        self.tier_replicas = prom.Gauge(
+            "autoscaler_tier_replicas",
+            "Replicas asked for per placement tier (whole, mig-<profile>, shared).",
+            ["namespace", "service", "tier"],
+            registry=r,
+        )
+        self.fallbacks = prom.Counter(
+            "autoscaler_placement_fallbacks",
+            "Replicas placed below the whole-card tier because whole cards ran out, by tier.",
+            ["namespace", "service", "tier"],
+            registry=r,
+        )
         self._seen: dict[model.ServiceId, tuple[model.Kind, model.Reason]] = {}
         self._labelled: set[model.ServiceId] = set()
+        self._tiers: dict[model.ServiceId, set[str]] = {}
 
     def observe_tick(
         self,
@@ -101,8 +158,12 @@ class Telemetry:
         *,
         duration_s: float,
         wall_time_s: float,
+        tick_s: float = 1.0,
     ) -> None:
-        """Record one tick: its duration, the decisions, and each service's gauges."""
+        """Record one tick: its duration, the decisions, and each service's gauges.
+
+        `tick_s` is the time the tick stands for: core-hours accrue the services' current rate
+        over it."""
         self.tick.observe(duration_s)
         self.last_tick.set(wall_time_s)
         if report.metrics_error is not None:
@@ -124,6 +185,21 @@ class Telemetry:
             self.replicas.labels(namespace, name, "desired").set(decision.desired)
             self.replicas.labels(namespace, name, "current").set(decision.current)
             self.replicas.labels(namespace, name, "serving").set(workload.serving)
+            self.replicas.labels(namespace, name, "min").set(workload.policy.min_replicas)
+            self.replicas.labels(namespace, name, "max").set(workload.policy.max_replicas)
+            self.missing.labels(namespace, name).set(decision.reason is model.Reason.MISSING_DATA)
+            if workload.id not in self._labelled:
+                # Every managed service has its ramp series from its first tick, so dashboards
+                # and alerts read 0 rather than nothing.
+                self.ramp_step.labels(namespace, name)
+                self.ramp_weight.labels(namespace, name)
+                self.ramp_held.labels(namespace, name)
+                self.ramp_rollbacks.labels(namespace, name)
+                self.ramp_promotions.labels(namespace, name)
+            if workload.core_rate > 0 and tick_s > 0:
+                self.core_hours.labels(namespace, name, workload.project or namespace).inc(
+                    workload.core_rate * tick_s / 3600.0
+                )
             remaining = 0.0
             if decision.cooldown_until_s is not None:
                 remaining = max(0.0, decision.cooldown_until_s - report.now_s)
@@ -146,12 +222,47 @@ class Telemetry:
         for service in gone:
             namespace, _, name = service.partition("/")
             self._seen.pop(service, None)
-            for state in ("desired", "current", "serving"):
+            for state in ("desired", "current", "serving", "min", "max"):
                 _remove(self.replicas, namespace, name, state)
-            _remove(self.cooldown_until, namespace, name)
+            for gauge in (self.cooldown_until, self.missing, self.ramp_step, self.ramp_weight):
+                _remove(gauge, namespace, name)
+            _remove(self.ramp_held, namespace, name)
+            for tier in self._tiers.pop(service, ()):
+                _remove(self.tier_replicas, namespace, name, tier)
             for signal in model.Signal:
                 _remove(self.signal, namespace, name, signal.name.lower())
                 _remove(self.target, namespace, name, signal.name.lower())
+
+    def ramp(
+        self, service: model.ServiceId, *, step_pct: float, warming_pct: float, held: bool
+    ) -> None:
+        """Where a service's ramp is (called by the ramp driver whenever it acts)."""
+        namespace, _, name = service.partition("/")
+        self.ramp_step.labels(namespace, name).set(step_pct)
+        self.ramp_weight.labels(namespace, name).set(warming_pct)
+        self.ramp_held.labels(namespace, name).set(held)
+
+    def rolled_back(self, service: model.ServiceId) -> None:
+        namespace, _, name = service.partition("/")
+        self.ramp_rollbacks.labels(namespace, name).inc()
+
+    def promoted(self, service: model.ServiceId) -> None:
+        namespace, _, name = service.partition("/")
+        self.ramp_promotions.labels(namespace, name).inc()
+
+    def tiers(self, service: model.ServiceId, replicas: dict[str, int]) -> None:
+        """Replicas asked for per placement tier; tiers absent from `replicas` are dropped."""
+        namespace, _, name = service.partition("/")
+        for tier in self._tiers.get(service, set()) - replicas.keys():
+            _remove(self.tier_replicas, namespace, name, tier)
+        for tier, count in replicas.items():
+            self.tier_replicas.labels(namespace, name, tier).set(count)
+        self._tiers[service] = set(replicas)
+
+    def fell_back(self, service: model.ServiceId, tier: str, replicas: int) -> None:
+        """`replicas` new replicas went to `tier` because better tiers had no room."""
+        namespace, _, name = service.partition("/")
+        self.fallbacks.labels(namespace, name, tier).inc(replicas)
 
     def exposition(self) -> bytes:
         return prom.generate_latest(self.registry)

@@ -77,9 +77,17 @@ class _Managed:
     serving: frozenset[str]
 
 
+WARMING_LABEL: Final = "autoscaler.dsec.io/warming"
+STABLE_LABEL: Final = "autoscaler.dsec.io/stable"
+
+
 def is_serving(pod: Obj) -> bool:
-    """Running, Ready and not terminating: the pods that count as capacity."""
-    if _api.meta(pod).get("deletionTimestamp"):
+    """Running, Ready, out of the ramp's warming set and not terminating: the pods that count
+    as capacity (DESIGN §3.1)."""
+    metadata = _api.meta(pod)
+    if metadata.get("deletionTimestamp"):
+        return False
+    if (metadata.get("labels") or {}).get(WARMING_LABEL) == "true":
         return False
     if _api.status(pod).get("phase") != "Running":
         return False
