@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler import annotations as contract
 from autoscaler import metricnames
 from autoscaler.core import model, policy
 
@@ -173,6 +174,12 @@ class HealthSource(Protocol):
         """(warming, stable) health over the last `window_s`; raises `ObservationError`."""
         ...
 
+    async def in_flight(
+        self, namespace: str, metrics: metricnames.MetricNames, pods: Collection[str]
+    ) -> Mapping[str, float]:
+        """Queued plus running requests per pod, for draining; a pod without data is absent."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
@@ -187,4 +194,70 @@ class WarmupProber(Protocol):
         self, ip: str, port: int, path: str, requests: int, timeout_s: float
     ) -> ProbeResult:
         """Send `requests` probe requests to one pod's warm-up endpoint, one after another."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RampTarget:
+    """One managed service whose new pods pass the warm-up gate and the traffic ramp."""
+
+    service: model.ServiceId
+    route: RouteTarget
+    traffic: contract.TrafficConfig
+    warmup: contract.WarmupConfig
+    metrics: metricnames.MetricNames
+    dry_run: bool
+    """`mode: dry-run` (or the controller's dry-run): decide and log, write nothing."""
+    saved: str | None
+    """The ramp state persisted on the Deployment (`autoscaler.dsec.io/ramp`), if any."""
+
+
+class RampCluster(Protocol):
+    """The pod-level writes the ramp and the drain need, on the same caches as `Cluster`."""
+
+    def ramp_targets(self) -> Sequence[RampTarget]:
+        """The services the last `workloads()` found, with their ramp settings."""
+        ...
+
+    def pods(self, service: model.ServiceId) -> Sequence[PodInfo]:
+        """Every pod of the service, in every placement tier, from the caches."""
+        ...
+
+    async def set_warm(self, service: model.ServiceId, pod: str, warm: bool, message: str) -> None:
+        """Set the readiness-gate condition on `pods/status` (merged by condition type)."""
+        ...
+
+    async def set_labels(
+        self, service: model.ServiceId, pod: str, *, warming: bool, stable: bool
+    ) -> None:
+        """Set or remove the `warming` and `stable` labels."""
+        ...
+
+    async def mark_victim(self, service: model.ServiceId, pod: str) -> None:
+        """Give the pod the lowest `controller.kubernetes.io/pod-deletion-cost`, so the next
+        scale-down of its ReplicaSet removes it first."""
+        ...
+
+    async def reclaim(self, service: model.ServiceId, pod: str) -> None:
+        """Delete a pod that failed its warm-up or a gate; its ReplicaSet makes a fresh one."""
+        ...
+
+    async def save_ramp(self, service: model.ServiceId, text: str) -> None:
+        """Persist the ramp state on the Deployment (only when it changed)."""
+        ...
+
+    def record(self, service: model.ServiceId, type_: str, reason: str, message: str) -> None:
+        """Queue a Kubernetes Event (`Normal` or `Warning`) on the service's Deployment."""
+        ...
+
+
+class Rollouts(Protocol):
+    """The ramp driver as the loop sees it: it takes scale writes and runs once per tick."""
+
+    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
+        """Scale up at once; scale down only after draining the victims (over later ticks)."""
+        ...
+
+    async def reconcile(self, now_s: float, workloads: Sequence[Workload]) -> None:
+        """Advance every service's warm-up, ramp and drain by one tick."""
         ...
