@@ -58,11 +58,15 @@ class Reason(enum.Enum):
     RECENT_LOAD = "recent-load"
     """The smoothed signals allow a scale-down but the last few seconds do not."""
     MISSING_DATA = "missing-data"
+    QUOTA = "quota"
+    """The namespace's GPU ResourceQuota admits fewer replicas than the signals ask for."""
 
 
 class Bound(enum.Enum):
     MIN = "min"
     MAX = "max"
+    QUOTA = "quota"
+    """The quota's cap (`Observation.admissible`), lower than `max`, was hit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +236,9 @@ class Observation:
     signals: Mapping[Signal, SignalEstimate]
     startup_s: float | None = None
     """Observed time from pod creation to serving, for the look-ahead horizon."""
+    admissible: int | None = None
+    """The most replicas the namespace's GPU quota admits over every placement tier (DESIGN
+    §3.5); None when nothing caps it. A scale-up never asks for more."""
 
     def signal(self, signal: Signal) -> SignalEstimate:
         return self.signals.get(signal) or SignalEstimate.missing()

@@ -23,6 +23,9 @@ returns the decision and the next state. The steps, in order:
 6. **Cooldowns.** No scale-up within `scale_up_cooldown_s` of the last one (a burst skips this);
    no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
 7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
+8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
+   (`observation.admissible`, DESIGN §3.5): it is clamped to `max(current, admissible)`, and a
+   scale-up the quota refuses entirely is a hold. The quota never scales anything down.
 
 Pure: no I/O, no clock (time is `observation.now_s`).
 """
@@ -142,6 +145,9 @@ def decide(
     lo, hi = config.min_replicas, config.max_replicas
     if current < lo:
         desired = lo if votes.wanted is None else min(hi, max(lo, votes.wanted))
+        capped = _quota_capped(tick, desired)
+        if capped is not None:
+            return capped
         return tick.verdict(desired, Kind.SCALE_UP, Reason.BELOW_MIN, f"{current} < min {lo}")
     if current > hi:
         return tick.verdict(hi, Kind.SCALE_DOWN, Reason.ABOVE_MAX, f"{current} > max {hi}")
@@ -174,6 +180,9 @@ def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision,
                 f"scale-up to {desired} waits for the scale-up cooldown",
                 cooldown_until_s=until,
             )
+    capped = _quota_capped(tick, desired)
+    if capped is not None:
+        return capped
     if votes.burst:
         reason = Reason.BURST
     elif driver.estimator == "forecast":
@@ -225,6 +234,18 @@ def _scale_down(
     if capped > desired:
         detail += f"; {desired} wanted, at most {step} removed per step"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
+
+
+def _quota_capped(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyState] | None:
+    """The decision when the quota admits fewer than `desired`; None when it admits them."""
+    admissible = tick.observation.admissible
+    if admissible is None or desired <= admissible:
+        return None
+    capped = max(tick.current, admissible)
+    detail = f"the GPU quota admits {admissible} replicas, {desired} wanted"
+    if capped <= tick.current:
+        return tick.hold(Reason.QUOTA, detail)
+    return tick.verdict(capped, Kind.SCALE_UP, Reason.QUOTA, detail, bound=Bound.QUOTA)
 
 
 def max_scale_down_step(current: int, ratio: float) -> int:
