@@ -53,6 +53,9 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 DEFAULT_OUT = Path("sim-out")
+DEFAULT_SIM_CLUSTER = "fragmented"
+"""The cluster `simulate --placement` runs on without `--cluster`."""
+DEFAULT_MODEL_MEMORY_GIB = 6.0
 DEMO_OUT = DEFAULT_OUT / "demo"
 DEMO_MEAN_REPLICAS = 20.0
 DEMO_POLICIES = ("default", "seed")
@@ -202,6 +205,8 @@ def _sim_params(
         "max_replicas": args.max_replicas,
         "startup_s": args.startup_s,
         "seed": args.seed,
+        "ramp": args.ramp,
+        **_placement_options(args),
     }
     base = sim_params.SimParams(
         half_life_s=config.smoothing.half_life_s,
@@ -222,6 +227,18 @@ def _sim_params(
             )
         rate_scale = _rate_scale(arrivals, mean, base, trace_name=str(args.trace))
     return _replace(base, rate_scale=rate_scale)
+
+
+def _placement_options(args: argparse.Namespace) -> dict[str, object]:
+    """`--placement` and `--cluster`: a cluster described by GPU tier (DESIGN §3.5); either
+    option alone takes the other's default (`fragmented`, `whole`)."""
+    if args.placement is None and args.cluster is None:
+        return {}
+    return {
+        "nodes": sim_params.CLUSTERS[args.cluster or DEFAULT_SIM_CLUSTER],
+        "placement": args.placement or "whole",
+        "model_memory_mib": round(args.model_memory_gib * sim_params.GIB),
+    }
 
 
 def _rate_scale(
@@ -589,6 +606,33 @@ def _parser() -> argparse.ArgumentParser:
         type=_integer(minimum=0),
         metavar="N",
         help=f"random seed (default: {_SIM_DEFAULTS.seed})",
+    )
+    simulate.add_argument(
+        "--ramp",
+        choices=sim_params.RAMP_ROUTERS,
+        metavar="ROUTER",
+        help="new pods pass the warm-up gate, then the traffic ramp through ROUTER (istio, "
+        "gateway-api, smi; none: the gate alone); without this option a pod serves its full "
+        "share once warm",
+    )
+    simulate.add_argument(
+        "--placement",
+        choices=sim_params.PLACEMENTS,
+        help="place pods on whole cards only, or by the placement ladder (whole cards, then "
+        "MIG slices, then time-sliced shares), on --cluster",
+    )
+    simulate.add_argument(
+        "--cluster",
+        choices=sorted(sim_params.CLUSTERS),
+        help=f"a cluster described by GPU tier (default with --placement: "
+        f"{DEFAULT_SIM_CLUSTER}); without either option, unlimited whole cards",
+    )
+    simulate.add_argument(
+        "--model-memory-gib",
+        type=_number(minimum=0, inclusive=False),
+        default=DEFAULT_MODEL_MEMORY_GIB,
+        metavar="G",
+        help="GPU memory the model needs, for --placement (default: %(default)s)",
     )
     simulate.add_argument(
         "--out",

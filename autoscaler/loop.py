@@ -50,10 +50,14 @@ class Loop:
         clock: clock_.Clock,
         policy: ports.Policy | None = None,
         smoothing_config: smoothing.SmoothingConfig | None = None,
+        rollouts: ports.Rollouts | None = None,
     ) -> None:
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
+        self.rollouts = rollouts
+        """The ramp driver: when set, it takes the scale writes (draining before a scale-down)
+        and advances the warm-up gate and the traffic ramp at the end of every tick."""
         self.policy: ports.Policy = policy or ports.CorePolicy()
         self.smoothing_config = smoothing_config or smoothing.SmoothingConfig()
         self._windows = smoothing.Windows(self.smoothing_config)
@@ -102,6 +106,7 @@ class Loop:
                 serving=workload.serving,
                 signals=estimates[i],
                 startup_s=workload.startup_s,
+                admissible=workload.admissible,
             )
             state = self._states.get(workload.id) or workload.state or model.PolicyState()
             decision, next_state = self.policy.decide(workload, observation, state)
@@ -113,6 +118,8 @@ class Loop:
 
         scaled, failed = await self._act(decisions, pending)
         await self._publish(decisions, failed)
+        if self.rollouts is not None:
+            await self.rollouts.reconcile(now, workloads)
         kinds = Counter(d.kind for d in decisions.values())
         return TickReport(now, decisions, scaled, failed, metrics_error, kinds)
 
@@ -141,7 +148,10 @@ class Loop:
         async def scale(service: model.ServiceId) -> None:
             decision = decisions[service]
             try:
-                await self.cluster.scale(service, decision.desired)
+                if self.rollouts is not None:
+                    await self.rollouts.scale(service, decision.desired, decision.current)
+                else:
+                    await self.cluster.scale(service, decision.desired)
             except errors.ActuationError as e:
                 # The policy state is not advanced: the next tick decides again.
                 failed.append(service)

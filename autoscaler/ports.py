@@ -115,6 +115,8 @@ class PodInfo:
     """Placement tier: `whole`, `mig-<profile>` or `shared` (DESIGN §3.5)."""
     in_flight: float = float("nan")
     """Queued plus running requests, when the metrics say (NaN when unknown)."""
+    port: int | None = None
+    """The first container port: where the warm-up probe goes when `warmup-port` is unset."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,18 @@ model (starting, for a delay drawn from a log-normal at creation), warms up (war
 serves. Scale-down removes pods in a fixed victim order (`victim_order`). Pods that hold a GPU
 (starting, warming, serving) are what the cluster pays for: `gpu_seconds` integrates them.
 
+A service whose lifecycle is `gated` has the warm-up gate and the traffic ramp (DESIGN §3.4): a
+started pod stays warming (running, not warm, labelled `warming`) until the ramp driver marks it
+warm and promotes it (`set_pod`); it serves once warm, labelled `stable` and no longer
+`warming`. `delete_pod` reclaims a pod, and the service's replica controller makes a fresh one.
+
+On a cluster described by GPU tier (`nodes`), a service with a placement `need` has its pods
+placed by the placement ladder (`core.placement.plan`, DESIGN §3.5): each pod belongs to a tier
+(`whole`, `mig-<profile>`, `shared`), waits for a free slot of that tier and serves at that
+tier's speed, a part of a whole card's. The plan is made again at every `scale` and every
+`advance`, so replicas move up the ladder and pods stuck pending move down as capacity frees.
+`core_seconds` weighs GPU time by card product and the part of a card held (DESIGN §3.6).
+
 Time moves only through `advance`; the cluster never reads a clock and never sleeps. It must
 not model traffic or metrics (`traffic` and `metrics` do, driven by `world`).
 """
@@ -16,13 +28,14 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from autoscaler import errors, ports
-from autoscaler.core import model
+from autoscaler.core import model, placement
+from autoscaler.sim.params import NodeSpec
 
 # How many recent start-ups the observed start-up time averages over.
 _STARTUPS_REMEMBERED = 10
@@ -40,7 +53,8 @@ class Phase(enum.IntEnum):
     STARTING = 1
     """Holds a GPU and loads the model."""
     WARMING = 2
-    """Model loaded, answering warm-up probes; not in the traffic set yet."""
+    """Model loaded, answering warm-up probes; not in the traffic set yet. With the ramp, also
+    a warm pod that is still being ramped (labelled `warming`)."""
     SERVING = 3
     """Warm and in the stable traffic set: the only phase that counts as capacity."""
 
@@ -57,6 +71,9 @@ class Lifecycle:
     startup_sigma: float = 0.2
     """Log-normal sigma of the start-up delay; 0 for a fixed delay."""
     warmup_s: float = 5.0
+    gated: bool = False
+    """The warm-up gate and the ramp decide when a started pod serves (`SimCluster.set_pod`);
+    without, it serves `warmup_s` after starting."""
 
     def __post_init__(self) -> None:
         for name in ("startup_s", "startup_sigma", "warmup_s"):
@@ -73,6 +90,9 @@ class ServiceSpec:
     policy: model.PolicyConfig
     half_life_s: float = 30.0
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    need: placement.Need | None = None
+    """Placement on a cluster described by tier: its pods go where `core.placement.plan` puts
+    them. None: every pod waits for a whole card, first come first served."""
 
 
 @dataclass(slots=True, eq=False)
@@ -91,6 +111,26 @@ class Pod:
     gpu_at_s: float | None = None
     serving_at_s: float | None = None
     removed: bool = False
+    ordinal: int = 0
+    """Creation order within its service."""
+    running_at_s: float | None = None
+    """When its model was loaded (it left STARTING)."""
+    warm: bool = False
+    """The readiness-gate condition `autoscaler.dsec.io/warm`."""
+    warming: bool = False
+    """Labelled `autoscaler.dsec.io/warming` (every new pod of a gated service)."""
+    stable: bool = False
+    """Labelled `autoscaler.dsec.io/stable`."""
+    deletion_cost: int = 0
+    """`controller.kubernetes.io/pod-deletion-cost`: the lowest goes first within a phase."""
+    tier: str = placement.WHOLE
+    """Placement tier (DESIGN §3.5): the kind of GPU slot it waits for or holds."""
+    slot: int | None = None
+    """Which time-sliced card of its node it shares (shared tier only)."""
+    speed: float = 1.0
+    """Its throughput as a ratio of a whole card's mu (set when it gets its slot)."""
+    core_rate: float = 1.0
+    """Core-hours per hour it costs while it holds its slot (set when it gets it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +144,18 @@ class NodeView:
 class _Node:
     name: str
     gpus: int
+    """Whole cards."""
     used: int = 0
+    product: str = ""
+    card_memory_mib: int = 0
+    weight: float = placement.UNKNOWN_CORE_WEIGHT
+    """Core-hours per card-hour of its product."""
+    mig_free: dict[str, int] = field(default_factory=dict)
+    shared_replicas: int = 1
+    shared_free: list[int] = field(default_factory=list)
+    """Free shares per time-sliced card."""
+    shared_free_mib: list[int] = field(default_factory=list)
+    """Free memory per time-sliced card."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,17 +175,25 @@ class ServiceState:
 
     __slots__ = (
         "_workload",
+        "admissible",
+        "core_rate",
+        "core_s",
         "counts",
+        "created",
         "decision",
         "decisions",
         "desired",
         "gpu_s",
         "gpu_since_s",
+        "pending_s",
+        "plan",
         "pods",
         "published",
         "scale_events",
+        "serving_speed",
         "spec",
         "startups_s",
+        "tier_s",
     )
 
     def __init__(self, spec: ServiceSpec, now_s: float) -> None:
@@ -143,6 +202,8 @@ class ServiceState:
         self.pods: list[Pod] = []
         self.counts = [0, 0, 0, 0]
         """Pods per `Phase`, indexed by its value."""
+        self.created = 0
+        """Pods created so far (the next pod's `ordinal`)."""
         self.startups_s: deque[float] = deque(maxlen=_STARTUPS_REMEMBERED)
         self.gpu_s = 0.0
         self.gpu_since_s = now_s
@@ -151,6 +212,18 @@ class ServiceState:
         self.decisions: deque[tuple[float, model.Decision]] = deque(maxlen=_DECISIONS_REMEMBERED)
         self.published = 0
         self._workload: ports.Workload | None = None
+        self.serving_speed = 0.0
+        """Sum of the serving pods' speeds: serving capacity in whole cards' worth."""
+        self.core_rate = 0.0
+        """Core-hours per hour of the pods holding a slot now."""
+        self.core_s = 0.0
+        self.pending_s = 0.0
+        """Pod-seconds spent pending so far (banked up to `gpu_since_s`)."""
+        self.tier_s: dict[str, float] = {}
+        """Pod-seconds spent holding a slot, per tier (banked up to `gpu_since_s`)."""
+        self.plan: placement.Plan | None = None
+        """The last placement plan (services with a `need` only)."""
+        self.admissible: int | None = None
 
     @property
     def serving(self) -> int:
@@ -176,6 +249,8 @@ class ServiceState:
                 replicas=self.desired,
                 serving=self.serving,
                 startup_s=self.startup_s,
+                admissible=self.admissible,
+                core_rate=self.core_rate,
             )
         return self._workload
 
@@ -185,8 +260,9 @@ class ServiceState:
 
 def victim_order(pods: Iterable[Pod]) -> list[Pod]:
     """The order scale-down removes pods in: pending, then starting, then warming, then
-    serving; the newest first within each phase, so the least invested pod goes first."""
-    return sorted(pods, key=lambda p: (p.phase, -p.created_s, -p.serial))
+    serving; within each phase the lowest pod-deletion-cost first (as a ReplicaSet does), then
+    the newest, so the least invested pod goes first."""
+    return sorted(pods, key=lambda p: (p.phase, p.deletion_cost, -p.created_s, -p.serial))
 
 
 class SimCluster:
@@ -195,6 +271,11 @@ class SimCluster:
     `gpus` is the cluster's GPU count (one per replica), spread over nodes of `gpus_per_node`;
     None means never short of GPUs (nodes appear as they are needed). Start-up delays come from
     one generator seeded with `seed`, drawn in pod creation order.
+
+    `nodes` describes the cluster by GPU tier instead (whole cards, MIG slices, time-sliced
+    cards), for services with a placement `need`; `quota` is the namespace's GPU ResourceQuota
+    (`hard` by quota key), and `tier_speeds` a replica's throughput per tier as a ratio of a
+    whole card's (`SimParams.tier_speeds`; by default the part of the card it holds).
     """
 
     def __init__(
@@ -204,14 +285,24 @@ class SimCluster:
         gpus_per_node: int = 8,
         seed: int = 0,
         start_s: float = 0.0,
+        nodes: Sequence[NodeSpec] = (),
+        quota: Mapping[str, int] | None = None,
+        tier_speeds: Mapping[str, float] | None = None,
     ) -> None:
         if gpus_per_node < 1:
             raise ValueError("gpus_per_node must be >= 1")
         if gpus is not None and gpus < 0:
             raise ValueError("gpus must be >= 0")
+        if nodes and gpus is not None:
+            raise ValueError("give either nodes or gpus, not both")
         self._gpus_per_node = gpus_per_node
-        self._unlimited = gpus is None
-        self._nodes: list[_Node] = []
+        self._unlimited = gpus is None and not nodes
+        self._tiered = bool(nodes)
+        self._quota = dict(quota or {})
+        self._tier_speeds = dict(tier_speeds or {})
+        self._placed: list[ServiceState] = []
+        """Services with a placement `need`, planned at every `advance`."""
+        self._nodes: list[_Node] = [n for spec in nodes for n in _nodes_of(spec)]
         if gpus is not None:
             for i in range(math.ceil(gpus / gpus_per_node)):
                 self._nodes.append(
@@ -257,19 +348,27 @@ class SimCluster:
             raise ValueError(f"service {spec.id} already exists")
         if replicas < 0:
             raise ValueError("replicas must be >= 0")
+        if spec.need is not None and not self._tiered:
+            raise ValueError("a placement need asks for a cluster described by tier (nodes)")
         svc = ServiceState(spec, self._now_s)
         self._services[spec.id] = svc
         self._workloads = None
         svc.desired = replicas
-        for _ in range(replicas):
+        tiers = [placement.WHOLE] * replicas
+        if spec.need is not None:
+            self._placed.append(svc)
+            first = placement.plan(spec.need, self.snapshot(), {}, replicas, self._quota_now())
+            tiers = [t for t, n in first.replicas.items() for _ in range(n)]
+        for tier in tiers:
             pod = self._new_pod(svc)
-            node = self._free_node()
-            if node is None:
+            pod.tier = tier
+            if not self._take_slot(svc, pod):
                 self._waiting.append(pod)
                 continue
             self._set_phase(svc, pod, Phase.SERVING)
-            pod.node = node
-            pod.gpu_at_s = pod.serving_at_s = self._now_s
+            pod.gpu_at_s = pod.serving_at_s = pod.running_at_s = self._now_s
+            pod.warm = pod.stable = True
+            pod.warming = False
         return svc
 
     def service(self, service: model.ServiceId) -> ServiceState:
@@ -293,6 +392,68 @@ class SimCluster:
         chosen = self._services.values() if service is None else [self._service(service)]
         return sum(s.gpu_s + s.holding_gpu * (self._now_s - s.gpu_since_s) for s in chosen)
 
+    def core_seconds(self, service: model.ServiceId | None = None) -> float:
+        """GPU time weighted by card product and card fraction (DESIGN §3.6), in core-seconds:
+        the sum over pods holding a slot of `core_weight x tier_fraction x time`."""
+        chosen = self._services.values() if service is None else [self._service(service)]
+        return sum(s.core_s + s.core_rate * (self._now_s - s.gpu_since_s) for s in chosen)
+
+    def pending_seconds(self, service: model.ServiceId) -> float:
+        """Pod-seconds the service's pods spent pending (waiting for a slot) so far."""
+        svc = self._service(service)
+        return svc.pending_s + svc.counts[Phase.PENDING] * (self._now_s - svc.gpu_since_s)
+
+    def tier_seconds(self, service: model.ServiceId) -> dict[str, float]:
+        """Pod-seconds spent holding a slot so far, per placement tier."""
+        svc = self._service(service)
+        totals = dict(svc.tier_s)
+        for tier, holding in self._holding_by_tier(svc).items():
+            totals[tier] = totals.get(tier, 0.0) + holding * (self._now_s - svc.gpu_since_s)
+        return totals
+
+    def snapshot(self) -> placement.Snapshot:
+        """Free GPU capacity by tier, as the Kubernetes adapter would read it from its caches.
+
+        A time-sliced card is listed on its own (`<node>/gpu<i>`), so its free memory is its
+        own and not the best card's of its node.
+        """
+        caps: list[placement.NodeCapacity] = []
+        for node in self._nodes:
+            caps.append(
+                placement.NodeCapacity(
+                    name=node.name,
+                    product=node.product,
+                    card_memory_mib=node.card_memory_mib,
+                    whole_free=node.gpus - node.used,
+                    mig_free=dict(node.mig_free),
+                )
+            )
+            for i, (free, free_mib) in enumerate(
+                zip(node.shared_free, node.shared_free_mib, strict=True)
+            ):
+                caps.append(
+                    placement.NodeCapacity(
+                        name=f"{node.name}/gpu{i}",
+                        product=node.product,
+                        card_memory_mib=node.card_memory_mib,
+                        whole_free=0,
+                        shared_free=free,
+                        shared_replicas=node.shared_replicas,
+                        shared_free_memory_mib=max(0, free_mib),
+                    )
+                )
+        return placement.Snapshot(tuple(caps))
+
+    def tier_counts(self, service: model.ServiceId) -> dict[str, placement.TierCount]:
+        """The service's pods per placement tier: asked for, serving, pending."""
+        counts: dict[str, list[int]] = {}
+        for pod in self._service(service).pods:
+            c = counts.setdefault(pod.tier, [0, 0, 0])
+            c[0] += 1
+            c[1] += pod.phase is Phase.SERVING
+            c[2] += pod.phase is Phase.PENDING
+        return {tier: placement.TierCount(*c) for tier, c in counts.items()}
+
     def set_replicas(self, service: model.ServiceId, replicas: int) -> None:
         """Set the desired count at once: create pods, or remove them in victim order."""
         try:
@@ -305,6 +466,11 @@ class SimCluster:
             return
         svc.scale_events.append((self._now_s, svc.desired, replicas))
         self._accrue(svc)
+        if svc.spec.need is not None:
+            svc.desired = replicas
+            self._replan(svc)
+            self._changed(svc)
+            return
         if replicas > svc.desired:
             for _ in range(replicas - svc.desired):
                 self._waiting.append(self._new_pod(svc))
@@ -314,6 +480,67 @@ class SimCluster:
         svc.desired = replicas
         self._assign_gpus()
         self._changed(svc)
+
+    def pod(self, service: model.ServiceId, name: str) -> Pod:
+        """A live pod of the service by name; `ActuationError` when there is none (as the API
+        answers 404)."""
+        svc = self._services.get(service)
+        if svc is None:
+            raise errors.ActuationError(f"no such service: {service}")
+        for pod in svc.pods:
+            if pod.name == name:
+                return pod
+        raise errors.ActuationError(f"no pod {name} in {service}")
+
+    def set_pod(
+        self,
+        service: model.ServiceId,
+        name: str,
+        *,
+        warm: bool | None = None,
+        warming: bool | None = None,
+        stable: bool | None = None,
+        deletion_cost: int | None = None,
+    ) -> None:
+        """Change a pod's readiness-gate condition, ramp labels or deletion cost (None keeps
+        one). A gated pod that is running serves exactly while warm, `stable` and not
+        `warming` (DESIGN §3.1)."""
+        pod = self.pod(service, name)
+        svc = self._services[service]
+        if warm is not None:
+            pod.warm = warm
+        if warming is not None:
+            pod.warming = warming
+        if stable is not None:
+            pod.stable = stable
+        if deletion_cost is not None:
+            pod.deletion_cost = deletion_cost
+        if not svc.spec.lifecycle.gated or pod.phase not in (Phase.WARMING, Phase.SERVING):
+            return
+        serves = pod.warm and pod.stable and not pod.warming
+        if serves and pod.phase is Phase.WARMING:
+            self._set_phase(svc, pod, Phase.SERVING)
+            if pod.serving_at_s is None:
+                pod.serving_at_s = self._now_s
+                svc.startups_s.append(self._now_s - pod.created_s)
+            self._changed(svc)
+        elif not serves and pod.phase is Phase.SERVING:
+            self._set_phase(svc, pod, Phase.WARMING)
+            self._changed(svc)
+
+    def delete_pod(self, service: model.ServiceId, name: str) -> Pod:
+        """Delete one pod; the service's replica controller creates a fresh one at once (a new
+        start-up delay, a new ordinal). Returns the new pod."""
+        pod = self.pod(service, name)
+        svc = self._services[service]
+        self._accrue(svc)
+        self._remove(svc, pod)
+        fresh = self._new_pod(svc)
+        fresh.tier = pod.tier
+        self._waiting.append(fresh)
+        self._assign_gpus()
+        self._changed(svc)
+        return fresh
 
     def advance(self, dt_s: float) -> None:
         """Move the pods' clock forward by `dt_s`, applying every phase change now due."""
@@ -329,12 +556,16 @@ class SimCluster:
             svc = self._services[pod.service]
             if pod.phase is Phase.STARTING:
                 self._set_phase(svc, pod, Phase.WARMING)
-                self._schedule(at_s + svc.spec.lifecycle.warmup_s, pod)
+                pod.running_at_s = at_s
+                if not svc.spec.lifecycle.gated:
+                    self._schedule(at_s + svc.spec.lifecycle.warmup_s, pod)
             elif pod.phase is Phase.WARMING:
                 self._set_phase(svc, pod, Phase.SERVING)
                 pod.serving_at_s = at_s
                 svc.startups_s.append(at_s - pod.created_s)
             self._changed(svc)
+        for placed in self._placed:
+            self._replan(placed)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -356,15 +587,26 @@ class SimCluster:
             service=svc.spec.id,
             created_s=self._now_s,
             startup_delay_s=delay,
+            ordinal=svc.created,
+            warming=life.gated,
         )
+        svc.created += 1
         svc.pods.append(pod)
         svc.counts[Phase.PENDING] += 1
         return pod
 
     def _set_phase(self, svc: ServiceState, pod: Pod, phase: Phase) -> None:
-        svc.counts[pod.phase] -= 1
+        before = pod.phase
+        svc.counts[before] -= 1
         svc.counts[phase] += 1
         pod.phase = phase
+        # With none left, the sums are reset: no float residue from fractional speeds.
+        if (before is Phase.SERVING) != (phase is Phase.SERVING):
+            speed = pod.speed if phase is Phase.SERVING else -pod.speed
+            svc.serving_speed = svc.serving_speed + speed if svc.serving else 0.0
+        if (before in HOLDS_GPU) != (phase in HOLDS_GPU):
+            rate = pod.core_rate if phase in HOLDS_GPU else -pod.core_rate
+            svc.core_rate = svc.core_rate + rate if svc.holding_gpu else 0.0
 
     def _schedule(self, at_s: float, pod: Pod) -> None:
         heapq.heappush(self._transitions, (at_s, pod.serial, pod))
@@ -373,14 +615,30 @@ class SimCluster:
         pod.removed = True
         svc.pods.remove(pod)
         svc.counts[pod.phase] -= 1
+        if pod.phase is Phase.SERVING:
+            svc.serving_speed = svc.serving_speed - pod.speed if svc.serving else 0.0
+        if pod.phase in HOLDS_GPU:
+            svc.core_rate = svc.core_rate - pod.core_rate if svc.holding_gpu else 0.0
         if pod.node is None:
             self._waiting.remove(pod)
             return
-        self._nodes[pod.node].used -= 1
-        self._first_free = min(self._first_free, pod.node)
+        node = self._nodes[pod.node]
+        if pod.tier == placement.WHOLE:
+            node.used -= 1
+            self._first_free = min(self._first_free, pod.node)
+        elif pod.tier == placement.SHARED:
+            assert pod.slot is not None
+            node.shared_free[pod.slot] += 1
+            node.shared_free_mib[pod.slot] += _memory_mib(svc) or 0
+        else:
+            profile = pod.tier[len(placement.MIG_PREFIX) :]
+            node.mig_free[profile] += 1
 
     def _assign_gpus(self) -> None:
         """Give free GPUs to pending pods, oldest first across all services."""
+        if self._tiered:
+            self._assign_slots()
+            return
         while self._waiting:
             node = self._free_node()
             if node is None:
@@ -410,9 +668,163 @@ class SimCluster:
 
     def _accrue(self, svc: ServiceState) -> None:
         """Bank the GPU time of the current holders before their number changes."""
-        svc.gpu_s += svc.holding_gpu * (self._now_s - svc.gpu_since_s)
+        elapsed = self._now_s - svc.gpu_since_s
+        svc.gpu_s += svc.holding_gpu * elapsed
+        svc.core_s += svc.core_rate * elapsed
+        svc.pending_s += svc.counts[Phase.PENDING] * elapsed
+        if svc.spec.need is not None and elapsed > 0:
+            for tier, holding in self._holding_by_tier(svc).items():
+                svc.tier_s[tier] = svc.tier_s.get(tier, 0.0) + holding * elapsed
         svc.gpu_since_s = self._now_s
+
+    # -- placement (DESIGN §3.5) ------------------------------------------------------------
+
+    def _replan(self, svc: ServiceState) -> None:
+        """Bring the service's pods per tier to what the placement plan says now."""
+        need = svc.spec.need
+        assert need is not None
+        current = self.tier_counts(svc.spec.id)
+        plan = placement.plan(need, self.snapshot(), current, svc.desired, self._quota_now())
+        changed = plan.admissible != svc.admissible
+        svc.plan, svc.admissible = plan, plan.admissible
+        accrued = False
+        for tier, target in plan.replicas.items():
+            have = [p for p in svc.pods if p.tier == tier]
+            if target == len(have):
+                continue
+            if not accrued:
+                self._accrue(svc)
+                accrued = True
+            for pod in victim_order(have)[: max(0, len(have) - target)]:
+                self._remove(svc, pod)
+            for _ in range(target - len(have)):
+                pod = self._new_pod(svc)
+                pod.tier = tier
+                self._waiting.append(pod)
+        if accrued:
+            self._assign_gpus()
+        if accrued or changed:
+            self._changed(svc)
+
+    def _quota_now(self) -> placement.Quota | None:
+        """The namespace's GPU quota, its usage counted from every pod (pending ones too)."""
+        if not self._quota:
+            return None
+        used = dict.fromkeys(self._quota, 0)
+        for svc in self._services.values():
+            cards = 1 if svc.spec.need is None else svc.spec.need.cards
+            for pod in svc.pods:
+                key = placement.QUOTA_PREFIX + placement.resource_of(pod.tier)
+                if key in used:
+                    used[key] += cards if pod.tier == placement.WHOLE else 1
+        return placement.Quota(hard=self._quota, used=used)
+
+    def _assign_slots(self) -> None:
+        """Give each pending pod a free slot of its tier, oldest first; the ones that find
+        none keep waiting (a pod waiting for a slice never blocks one waiting for a card)."""
+        waiting: deque[Pod] = deque()
+        for pod in self._waiting:
+            svc = self._services[pod.service]
+            if not self._take_slot(svc, pod):
+                waiting.append(pod)
+                continue
+            self._accrue(svc)
+            pod.gpu_at_s = self._now_s
+            self._set_phase(svc, pod, Phase.STARTING)
+            self._schedule(self._now_s + pod.startup_delay_s, pod)
+            self._changed(svc)
+        self._waiting = waiting
+
+    def _take_slot(self, svc: ServiceState, pod: Pod) -> bool:
+        """Bind the pod to a free slot of its tier, with its speed and core rate; False when
+        its tier has none free."""
+        if pod.tier == placement.WHOLE:
+            pod.node = self._free_node()
+        elif pod.tier == placement.SHARED:
+            pod.node, pod.slot = self._free_share(_memory_mib(svc))
+        else:
+            pod.node = self._free_slice(pod.tier[len(placement.MIG_PREFIX) :])
+        if pod.node is None:
+            return False
+        if self._tiered:
+            node = self._nodes[pod.node]
+            fraction = placement.tier_fraction(pod.tier, _capacity_of(node))
+            pod.core_rate = node.weight * fraction
+            pod.speed = self._speed_of(pod.tier, fraction)
+        return True
+
+    def _speed_of(self, tier: str, fraction: float) -> float:
+        if tier == placement.WHOLE:
+            return 1.0
+        speeds = self._tier_speeds
+        if tier in speeds:
+            return speeds[tier]
+        if tier.startswith(placement.MIG_PREFIX) and "mig" in speeds:
+            return speeds["mig"]
+        return fraction
+
+    def _free_slice(self, profile: str) -> int | None:
+        for i, node in enumerate(self._nodes):
+            if node.mig_free.get(profile, 0) > 0:
+                node.mig_free[profile] -= 1
+                return i
+        return None
+
+    def _free_share(self, memory_mib: int | None) -> tuple[int | None, int | None]:
+        """The time-sliced card with a free share and the most free memory that holds the
+        model (first such card on a tie); (None, None) when there is none."""
+        if memory_mib is None:
+            return None, None
+        best: tuple[int, int, int] | None = None
+        for i, node in enumerate(self._nodes):
+            for card, (free, free_mib) in enumerate(
+                zip(node.shared_free, node.shared_free_mib, strict=True)
+            ):
+                if free > 0 and free_mib >= memory_mib and (best is None or free_mib > best[0]):
+                    best = (free_mib, i, card)
+        if best is None:
+            return None, None
+        _, i, card = best
+        self._nodes[i].shared_free[card] -= 1
+        self._nodes[i].shared_free_mib[card] -= memory_mib
+        return i, card
+
+    def _holding_by_tier(self, svc: ServiceState) -> dict[str, int]:
+        holding: dict[str, int] = {}
+        for pod in svc.pods:
+            if pod.phase in HOLDS_GPU:
+                holding[pod.tier] = holding.get(pod.tier, 0) + 1
+        return holding
 
     def _changed(self, svc: ServiceState) -> None:
         svc.changed()
         self._workloads = None
+
+
+def _nodes_of(spec: NodeSpec) -> list[_Node]:
+    weight = placement.core_weight(spec.product)
+    return [
+        _Node(
+            name=f"{spec.name}-{i}",
+            gpus=spec.whole,
+            product=spec.product,
+            card_memory_mib=spec.card_memory_mib,
+            weight=weight,
+            mig_free=dict(spec.mig),
+            shared_replicas=spec.shared_replicas,
+            shared_free=[spec.shared_replicas - spec.shared_taken] * spec.shared_cards,
+            shared_free_mib=[spec.card_memory_mib - spec.shared_used_mib] * spec.shared_cards,
+        )
+        for i in range(spec.count)
+    ]
+
+
+def _capacity_of(node: _Node) -> placement.NodeCapacity:
+    """The node as `core.placement` reads a card's product and its sharing."""
+    return placement.NodeCapacity(
+        node.name, node.product, node.card_memory_mib, 0, shared_replicas=node.shared_replicas
+    )
+
+
+def _memory_mib(svc: ServiceState) -> int | None:
+    return None if svc.spec.need is None else svc.spec.need.memory_mib

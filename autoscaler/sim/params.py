@@ -2,10 +2,15 @@
 
 Every policy in a comparison runs on the same `SimParams` (capacity model, trace, seed); all of
 it is written into `summary.json` so a result can be reproduced.
+
+With `ramp` set, new pods pass the warm-up gate and the traffic ramp (DESIGN §3.4) run by the
+ramp driver; `faults` make chosen pods slow or failing (the bad-pod scenario). Without either, a
+run is exactly the plain model: pods serve once warm, every replica alike.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -38,6 +43,8 @@ SUMMARY_KEYS = frozenset(
         "slo_miss_pct",
         "p95_latency_s",
         "gpu_hours",
+        "core_hours",
+        "pending_replica_s",
         "scale_events",
         "mean_replicas",
         "max_replicas_seen",
@@ -45,7 +52,109 @@ SUMMARY_KEYS = frozenset(
         "params",
     }
 )
-"""Keys of `summary.json`: the run's totals, and `params`, everything it was run with."""
+"""Keys of `summary.json`: the run's totals, and `params`, everything it was run with.
+`core_hours` weighs the GPU time by card product and the part of a card each pod holds
+(DESIGN §3.6; 1 per card-hour for a card the weight table does not name, so it equals
+`gpu_hours` on the plain model); `pending_replica_s` adds up the seconds pods spent pending."""
+
+RAMP_SUMMARY_KEYS = frozenset({"failed", "rejected", "ramp"})
+"""Keys `summary.json` adds when pods differ (`SimParams.ramp` or `faults` set): `failed`,
+requests answered with an error (a failing pod's, and `rejected`); `rejected`, requests routed
+to a traffic set with no ready pod; `ramp`, what the gate and the ramp did (None without one).
+A failed or rejected request also counts as an SLO miss."""
+
+PLACEMENT_SUMMARY_KEYS = frozenset({"placement"})
+"""Keys `summary.json` adds on a cluster described by tier (`SimParams.nodes`): `placement`,
+pod-seconds holding a slot per tier (`tier_replica_s`) and the last plan's reason."""
+
+RAMP_ROUTERS = ("none", "istio", "gateway-api", "smi")
+"""The traffic routers a simulated ramp can use (the `traffic-router` annotation's values)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodFault:
+    """A pod that misbehaves from the moment its model is loaded (the bad-pod scenario)."""
+
+    pod: int
+    """Which pod: its place among the pods created after the start (0 is the first new one).
+    A pod that replaces a reclaimed one is a new pod: it behaves normally unless a fault names
+    its place too."""
+    slow_factor: float = 1.0
+    """Its service time is multiplied, and its throughput divided, by this (>= 1)."""
+    error_ratio: float = 0.0
+    """Share of its requests, warm-up probes included, that fail (in [0, 1])."""
+
+    def __post_init__(self) -> None:
+        if self.pod < 0:
+            raise ValueError(f"fault pod must be >= 0, got {self.pod}")
+        if not (math.isfinite(self.slow_factor) and self.slow_factor >= 1):
+            raise ValueError(f"fault slow_factor must be finite and >= 1, got {self.slow_factor}")
+        if not 0 <= self.error_ratio <= 1:
+            raise ValueError(f"fault error_ratio must be within [0, 1], got {self.error_ratio}")
+
+
+PLACEMENTS = ("whole", "ladder")
+"""`SimParams.placement`: every pod on a whole card, or the placement ladder (DESIGN §3.5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A group of identical GPU nodes of a simulated cluster, counting what is free for the
+    simulated services (other tenants' pods are not simulated: their slices and shares are
+    simply not offered)."""
+
+    name: str
+    product: str = ""
+    """GFD `nvidia.com/gpu.product`; it picks the core-hour weight (DESIGN §3.6)."""
+    card_memory_mib: int = 0
+    """GFD `nvidia.com/gpu.memory`; 0 when unknown (no MIG or shared placement then)."""
+    whole: int = 0
+    """Whole cards (`nvidia.com/gpu`) per node."""
+    mig: tuple[tuple[str, int], ...] = ()
+    """MIG slices per node: (profile, count), e.g. (("3g.40gb", 4),)."""
+    shared_cards: int = 0
+    """Time-sliced cards (`nvidia.com/gpu.shared`) per node."""
+    shared_replicas: int = 4
+    """Shares per time-sliced card."""
+    shared_taken: int = 0
+    """Shares of each time-sliced card other tenants hold."""
+    shared_used_mib: int = 0
+    """Memory of each time-sliced card other tenants use."""
+    count: int = 1
+    """Identical nodes in the group (named `<name>-0`, `<name>-1`, ...)."""
+
+    def __post_init__(self) -> None:
+        numbers = (self.card_memory_mib, self.whole, self.shared_cards, self.shared_taken)
+        if any(n < 0 for n in (*numbers, self.shared_used_mib, *(n for _, n in self.mig))):
+            raise ValueError(f"node {self.name}: counts and memory must be >= 0")
+        if self.count < 1 or self.shared_replicas < 1:
+            raise ValueError(f"node {self.name}: count and shared_replicas must be >= 1")
+        if self.shared_taken > self.shared_replicas:
+            raise ValueError(f"node {self.name}: shared_taken exceeds shared_replicas")
+        if self.shared_used_mib > self.card_memory_mib and self.shared_cards:
+            raise ValueError(f"node {self.name}: shared_used_mib exceeds the card memory")
+
+
+GIB = 1024
+FRAGMENTED = (
+    NodeSpec("a100", "NVIDIA-A100-SXM4-40GB", 40 * GIB, whole=8, count=3),
+    NodeSpec("a800-mig", "NVIDIA-A800-SXM4-80GB", 80 * GIB, mig=(("3g.40gb", 16),), count=2),
+    NodeSpec(
+        "rtx4090-shared",
+        "NVIDIA-GeForce-RTX-4090-SHARED",
+        24 * GIB,
+        shared_cards=4,
+        shared_replicas=4,
+        shared_taken=2,
+        shared_used_mib=16 * GIB,
+    ),
+)
+"""A fragmented cluster: 24 whole A100-40GB cards, two A800-80GB nodes whose 8 cards are each
+split into two 3g.40gb MIG slices, and 4 time-sliced RTX 4090s with 8 GiB and two of four
+shares free each."""
+
+CLUSTERS: dict[str, tuple[NodeSpec, ...]] = {"fragmented": FRAGMENTED}
+"""Named cluster descriptions (`autoscaler simulate --cluster NAME`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +202,72 @@ class SimParams:
 
     # Smoothing (DESIGN §3.2).
     half_life_s: float = 30.0
+
+    # The warm-up gate and the traffic ramp (DESIGN §3.4), as the annotations would set them.
+    ramp: str | None = None
+    """Traffic router of the ramp (one of `RAMP_ROUTERS`); None: no gate and no ramp, a pod
+    serves its full share `warmup_s` after its model is loaded."""
+    ramp_steps_pct: tuple[int, ...] = (10, 30, 50, 100)
+    ramp_step_interval_s: float = 30.0
+    ramp_max_error_rate: float = 0.01
+    ramp_max_p95_latency_s: float | None = None
+    ramp_max_p95_ratio: float = 1.2
+    warmup_requests: int = 3
+    warmup_deadline_s: float = 600.0
+    cold_factor: float = 3.0
+    """With the ramp, a pod answers `cold_factor` times slower for its first `warmup_s` after
+    the model is loaded (the first requests compile and fill caches): its warm-up probes show
+    it, and the gate waits for them to come back to normal."""
+    faults: tuple[PodFault, ...] = ()
+    """Pods that are slow or failing; see `PodFault`."""
+
+    # GPU placement (DESIGN §3.5, §3.6).
+    nodes: tuple[NodeSpec, ...] = ()
+    """The cluster's GPU nodes, by tier (instead of `gpus`); empty: the plain model, `gpus`
+    whole cards and nothing else, where `placement` changes nothing."""
+    placement: str = "whole"
+    """`whole`: every pod waits for a whole card; `ladder`: `core.placement.plan` places pods
+    on whole cards, MIG slices or shares (the `placement: auto` annotation)."""
+    model_memory_mib: int | None = None
+    """The `model-memory` annotation; None: unknown, so the ladder keeps to whole cards."""
+    tier_speeds: tuple[tuple[str, float], ...] = ()
+    """Throughput of one replica per tier (`shared`, `mig-3g.40gb`, or `mig` for every
+    profile) as a ratio of a whole card's mu. A tier not named serves in proportion to the part
+    of the card it holds (`core.placement.tier_fraction`: a 3g slice 3/7, a four-way share
+    1/4); the service time is the same on every tier, only the rate differs."""
+    gpu_quota: tuple[tuple[str, int], ...] = ()
+    """The namespace's ResourceQuota `hard` entries, e.g. (("requests.nvidia.com/gpu", 8),);
+    used is counted from the simulated pods."""
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(
+                f"unknown placement {self.placement!r}; known: {', '.join(PLACEMENTS)}"
+            )
+        if self.nodes and self.gpus is not None:
+            raise ValueError("give either nodes or gpus, not both")
+        if self.model_memory_mib is not None and self.model_memory_mib <= 0:
+            raise ValueError(f"model_memory_mib must be > 0, got {self.model_memory_mib}")
+        if any(not (math.isfinite(v) and v > 0) for _, v in self.tier_speeds):
+            raise ValueError(f"tier_speeds must be > 0: {self.tier_speeds}")
+        if any(v < 0 for _, v in self.gpu_quota):
+            raise ValueError(f"gpu_quota must be >= 0: {self.gpu_quota}")
+        if self.ramp is not None and self.ramp not in RAMP_ROUTERS:
+            raise ValueError(f"unknown ramp router {self.ramp!r}; known: {', '.join(RAMP_ROUTERS)}")
+        steps = self.ramp_steps_pct
+        if not steps or steps[-1] != 100 or any(not 0 < s <= 100 for s in steps):
+            raise ValueError(f"ramp_steps_pct must be within (0, 100] and end at 100: {steps}")
+        if any(b <= a for a, b in itertools.pairwise(steps)):
+            raise ValueError(f"ramp_steps_pct must increase: {steps}")
+        if not (math.isfinite(self.cold_factor) and self.cold_factor >= 1):
+            raise ValueError(f"cold_factor must be finite and >= 1, got {self.cold_factor}")
+        if len({f.pod for f in self.faults}) != len(self.faults):
+            raise ValueError("two faults name the same pod")
+
+    @property
+    def detailed(self) -> bool:
+        """Whether pods can differ (a ramp or faults), so traffic is modelled per pod."""
+        return self.ramp is not None or bool(self.faults)
 
     @property
     def target_load_per_replica(self) -> float:

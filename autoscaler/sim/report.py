@@ -107,15 +107,20 @@ _TABLE_ROWS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("mean replicas", "mean_replicas", lambda v: f"{v:.1f}"),
     ("max replicas", "max_replicas_seen", _count),
 )
+_PLACEMENT_ROWS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("core-hours", "core_hours", lambda v: f"{v:,.1f}"),
+    ("pending replica-s", "pending_replica_s", _count),
+)
+"""Rows added when a result ran on a cluster described by GPU tier (`SimParams.nodes`)."""
 
 
 def summary_table(*results: SimResult) -> str:
     """A Markdown table of the headline numbers, one column per result (headed by its policy)."""
     header = ["policy", *(r.params.policy for r in results)]
-    body = [
-        [label, *(_cell(r.summary.get(key), fmt) for r in results)]
-        for label, key, fmt in _TABLE_ROWS
-    ]
+    rows = _TABLE_ROWS
+    if any(r.params.nodes for r in results):
+        rows += _PLACEMENT_ROWS
+    body = [[label, *(_cell(r.summary.get(key), fmt) for r in results)] for label, key, fmt in rows]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:

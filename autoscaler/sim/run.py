@@ -3,7 +3,9 @@
 `simulate` builds a world with one service, wires the real `loop.Loop` to it (tick 1 s,
 window 300 s, the service's half-life from `params`), runs one tick per simulated second over
 the whole trace and summarises what happened. Every policy in a comparison gets exactly the
-same model, trace and seed (DESIGN §6).
+same model, trace and seed (DESIGN §6). With `params.ramp`, the ramp driver runs in the loop on
+the world's ramp ports (DESIGN §3.4): scale writes go through it, and it gates, ramps, promotes,
+rolls back and drains the service's pods.
 
 It must not configure logging, print, or write files: the CLI does that with the result.
 """
@@ -12,15 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import loop, ports
-from autoscaler.core import model, smoothing
+from autoscaler import loop, ports, rollout
+from autoscaler.core import model, placement, smoothing
 from autoscaler.sim import policies, world
+from autoscaler.sim import traffic as traffic_
 from autoscaler.sim.params import SimParams, SimResult
 
 FloatArray = npt.NDArray[np.float64]
@@ -84,7 +88,8 @@ async def drive(
     """Run the real loop on `sim`, one tick per simulated second, until `until_s`.
 
     Every service of the world is managed; `policy` decides for all of them (default: the
-    core policy, each service with its own config). Returns the loop, for its policy states.
+    core policy, each service with its own config). When a service has the ramp, the ramp
+    driver runs in the loop (`ramp_driver`). Returns the loop, for its policy states.
     """
     controller = loop.Loop(
         cluster=sim.cluster,
@@ -92,9 +97,21 @@ async def drive(
         clock=sim.clock,
         policy=policy,
         smoothing_config=SMOOTHING,
+        rollouts=ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None,
     )
     await controller.run(until_s=until_s)
     return controller
+
+
+def ramp_driver(sim: world.World) -> rollout.RampDriver:
+    """The project's ramp driver on the world's ramp ports."""
+    return rollout.RampDriver(
+        cluster=sim.cluster,
+        pods=sim.ramp_cluster,
+        routers=sim.routers,
+        health=sim.health,
+        prober=sim.prober,
+    )
 
 
 def result_of(sim: world.World, service: model.ServiceId, params: SimParams) -> SimResult:
@@ -114,18 +131,55 @@ def result_of(sim: world.World, service: model.ServiceId, params: SimParams) -> 
         "slo_miss_pct": 100.0 * traffic.slo_misses / requests if requests > 0 else 0.0,
         "p95_latency_s": None if math.isnan(p95) else p95,
         "gpu_hours": sim.cluster.gpu_seconds(service) / 3600.0,
+        "core_hours": sim.cluster.core_seconds(service) / 3600.0,
+        "pending_replica_s": sim.cluster.pending_seconds(service),
         "scale_events": len(state.scale_events),
         "mean_replicas": float(np.mean(desired)) if len(desired) else 0.0,
         "max_replicas_seen": int(np.max(desired)) if len(desired) else 0,
         "simulated_s": float(sim.now_s),
         "params": params.as_dict(),
     }
+    if isinstance(traffic, traffic_.SplitTraffic):
+        summary |= _per_pod_summary(sim, service, traffic)
+    if params.nodes:
+        summary["placement"] = _placement_summary(sim, service)
     return SimResult(
         params=params,
         timeseries=series,
         scale_events=list(state.scale_events),
         summary=summary,
     )
+
+
+def _per_pod_summary(
+    sim: world.World, service: model.ServiceId, traffic: traffic_.SplitTraffic
+) -> dict[str, Any]:
+    """The `RAMP_SUMMARY_KEYS` of a service modelled per pod."""
+    ramp: dict[str, Any] | None = None
+    if sim.ramp_cluster.has(service):
+        events = Counter(e.reason for e in sim.ramp_cluster.events if e.service == service)
+        router = sim.router_of(service)
+        ramp = {
+            "router": None if router is None else router.name,
+            "pods_reclaimed": sim.ramp_cluster.reclaimed[service],
+            "weights_written": 0 if router is None else router.writes_for(service),
+            "events": dict(sorted(events.items())),
+        }
+    return {"failed": traffic.failed, "rejected": traffic.rejected, "ramp": ramp}
+
+
+def _placement_summary(sim: world.World, service: model.ServiceId) -> dict[str, Any]:
+    """The `PLACEMENT_SUMMARY_KEYS` entry of a run on a cluster described by tier."""
+    state = sim.cluster.service(service)
+    tiers = sim.cluster.tier_seconds(service)
+    return {
+        "tier_replica_s": {t: tiers[t] for t in sorted(tiers, key=_by_rank)},
+        "last_plan": None if state.plan is None else state.plan.reason,
+    }
+
+
+def _by_rank(tier: str) -> tuple[int, str]:
+    return placement.tier_rank(tier), tier
 
 
 def _checked(arrivals: npt.NDArray[Any]) -> FloatArray:

@@ -16,7 +16,15 @@ piece is a "chunk" whose waits are uniform between two values: SLO misses and qu
 analytically, never from a loop over requests. A quiet second with no queue is one chunk of
 zero wait, which is the common case and the fast path.
 
-It must not know about pods, metrics or the control loop: capacity comes in per second.
+`SplitTraffic` is the same fluid model when replicas differ or traffic is split (DESIGN §3.4,
+§6): two such queues, one in front of the stable set and one in front of the warming set, each
+fed its share of the arrivals and served by its own servers. A server has its own speed,
+service time and error ratio, and takes the requests of its queue in proportion to its speed,
+so a slow server adds its extra service time to the latency of its share. Requests routed to a
+set with no server at all are rejected (an empty mesh subset answers 503).
+
+It must not know about pods, metrics or the control loop: capacity comes in per second, and
+servers are names with a speed.
 """
 
 from __future__ import annotations
@@ -167,6 +175,36 @@ class Traffic:
         wait = self._histogram.quantile(q)
         return self.config.service_time_s + wait
 
+    def take(self, capacity_rps: float, arrivals: float) -> tuple[list[Chunk], float]:
+        """Simulate the next second of a queue fed as it goes: `arrivals` join it now, servers
+        that can take `capacity_rps` requests/s serve it. Returns the chunks served (waits, not
+        latencies) and the requests dropped.
+
+        Only for a queue built without arrivals (`Traffic(())`); the caller accounts for
+        latency and SLO misses, since the servers' service times may differ. A queue is driven
+        by `step` or by `take`, never both.
+        """
+        if not (math.isfinite(arrivals) and arrivals >= 0):
+            raise ValueError("arrivals must be finite and >= 0")
+        if not capacity_rps >= 0:
+            raise ValueError("capacity_rps must be >= 0")
+        t = self._t
+        if t != self._n:
+            raise ValueError("take feeds a queue built without arrivals")
+        self._arrivals.append(arrivals)
+        self._n = t + 1
+        self._t = t + 1
+        self.arrived += arrivals
+        if self._head_s >= t - _EPS and capacity_rps >= arrivals:
+            self._head_s = t + 1.0
+            self.served += arrivals
+            return ([Chunk(arrivals, 0.0, 0.0)] if arrivals > 0 else []), 0.0
+        capacity = capacity_rps if capacity_rps > _EPS else 0.0
+        chunks, dropped = self._walk(float(t), t + 1.0, capacity)
+        self.served += sum(chunk.mass for chunk in chunks)
+        self.dropped += dropped
+        return chunks, dropped
+
     def _walk(self, tau: float, end: float, capacity: float) -> tuple[list[Chunk], float]:
         """Move the head through one second piece by piece; returns the chunks served and
         the requests dropped."""
@@ -233,6 +271,201 @@ class Traffic:
                 head += speed * piece
         self._head_s = head
         return chunks, dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """One replica as `SplitTraffic` sees it."""
+
+    name: str
+    rate_rps: float
+    """Requests per second it completes at most."""
+    service_time_s: float
+    """Latency of a request it takes without waiting (never below the service's own)."""
+    error_ratio: float = 0.0
+    """Share of the requests it takes that fail."""
+
+
+class Split(NamedTuple):
+    """Where one second's arrivals go: shares of them, the rest is rejected."""
+
+    stable: float
+    """Share that joins the stable set's queue."""
+    warming: float
+    """Share that joins the warming set's queue."""
+
+
+ALL_STABLE = Split(1.0, 0.0)
+
+
+class ServerGroupSecond(NamedTuple):
+    """What one second did for the servers of one set that share a service time and an error
+    ratio: they take the set's requests in proportion to their speed."""
+
+    warming_set: bool
+    served: float
+    failed: float
+    latencies: tuple[Chunk, ...]
+    """The served requests' latencies (wait plus service time), spread uniformly per chunk."""
+    shares: dict[str, float]
+    """Each server's share of `served` (and of `failed`, and of every chunk's mass)."""
+    running_per_served: float
+    """Requests in service per request served in a second (the service time, by Little's law)."""
+
+
+class SplitSecond(NamedTuple):
+    """What one second of `SplitTraffic` did: the fields of `Second`, plus failures."""
+
+    arrivals: float
+    served: float
+    dropped: float
+    rejected: float
+    """Routed to a set without servers."""
+    failed: float
+    """Answered with an error: the servers' failures and the rejected requests."""
+    slo_misses: float
+    """Served too late, failed, rejected or dropped (each request once)."""
+    queue: float
+    p95_latency_s: float
+    groups: tuple[ServerGroupSecond, ...]
+    queues: tuple[float, float]
+    """Requests waiting at the end of the second in front of the stable and warming sets."""
+
+
+class SplitTraffic:
+    """The queues of one service whose replicas differ or whose traffic is split between the
+    stable and the warming set; moved forward one second at a time by `step`.
+
+    It has the totals and `latency_quantile` of `Traffic`, plus `rejected` and `failed`.
+    """
+
+    def __init__(
+        self, arrivals: Sequence[float] | FloatArray, config: TrafficConfig | None = None
+    ) -> None:
+        values = np.asarray(arrivals, dtype=np.float64)
+        if values.ndim != 1:
+            raise ValueError("arrivals must be one value per second")
+        if not bool(np.all(np.isfinite(values)) and np.all(values >= 0)):
+            raise ValueError("arrivals must be finite and >= 0")
+        self.config = config or TrafficConfig()
+        self._arrivals: list[float] = values.tolist()
+        self._n = len(self._arrivals)
+        self._t = 0
+        self._sets = (Traffic((), self.config), Traffic((), self.config))
+        self.arrived = 0.0
+        self.rejected = 0.0
+        self.failed = 0.0
+        self.slo_misses = 0.0
+        # Latencies above the service's own service time, so a run where every server is alike
+        # reports exactly what `Traffic` does.
+        self._histogram = _WaitHistogram(self.config.queue_timeout_s, self.config.histogram_bin_s)
+
+    @property
+    def now_s(self) -> int:
+        return self._t
+
+    @property
+    def served(self) -> float:
+        return self._sets[0].served + self._sets[1].served
+
+    @property
+    def dropped(self) -> float:
+        return self._sets[0].dropped + self._sets[1].dropped
+
+    @property
+    def queue(self) -> float:
+        return self._sets[0].queue + self._sets[1].queue
+
+    def arrivals_at(self, second: int) -> float:
+        return self._arrivals[second] if 0 <= second < self._n else 0.0
+
+    def latency_quantile(self, q: float) -> float:
+        """The q-quantile latency over every request served so far; NaN when none was."""
+        return self.config.service_time_s + self._histogram.quantile(q)
+
+    def step(
+        self, split: Split, stable: Sequence[Server], warming: Sequence[Server]
+    ) -> SplitSecond:
+        """Simulate the next second: `split` routes the arrivals, the servers of each set
+        serve its queue."""
+        if not (
+            split.stable >= 0 and split.warming >= 0 and split.stable + split.warming <= 1 + _EPS
+        ):
+            raise ValueError(f"split shares must be >= 0 and add up to at most 1: {split}")
+        t = self._t
+        self._t = t + 1
+        arrivals = self._arrivals[t] if t < self._n else 0.0
+        self.arrived += arrivals
+        to_warming = arrivals * split.warming
+        rest = 1.0 - split.stable - split.warming
+        if rest > _EPS:
+            to_stable, rejected = arrivals * split.stable, arrivals * rest
+        else:  # every request is routed: none is lost to rounding
+            to_stable, rejected = max(0.0, arrivals - to_warming), 0.0
+        config = self.config
+        base_s = config.service_time_s
+        slo_s = config.slo_latency_s
+        served = dropped = failed = late = 0.0
+        groups: list[ServerGroupSecond] = []
+        waits: list[Chunk] = []
+        for warming_set, queue, servers, offered in (
+            (False, self._sets[0], stable, to_stable),
+            (True, self._sets[1], warming, to_warming),
+        ):
+            capacity = math.fsum(s.rate_rps for s in servers)
+            chunks, lost = queue.take(capacity, offered)
+            dropped += lost
+            mass = math.fsum(c.mass for c in chunks)
+            if not mass > 0:
+                continue
+            served += mass
+            for (service_s, error_ratio), members in _alike(servers).items():
+                rate = math.fsum(s.rate_rps for s in members)
+                share = 1.0 if len(members) == len(servers) else rate / capacity
+                extra_s = service_s - base_s
+                group_served = mass * share
+                group_failed = group_served * error_ratio
+                group_late = 0.0
+                latencies = []
+                for c in chunks:
+                    part = Chunk(c.mass * share, c.first_s + extra_s, c.last_s + extra_s)
+                    waits.append(part)
+                    self._histogram.add(part)
+                    group_late += part.mass * _fraction_above(part, slo_s - base_s)
+                    latencies.append(Chunk(part.mass, part.first_s + base_s, part.last_s + base_s))
+                failed += group_failed
+                # A late request that also failed is one miss.
+                late += group_late * (1.0 - error_ratio) + group_failed
+                shares = {s.name: s.rate_rps / rate for s in members}
+                groups.append(
+                    ServerGroupSecond(
+                        warming_set, group_served, group_failed, tuple(latencies), shares, service_s
+                    )
+                )
+        self.rejected += rejected
+        self.failed += failed + rejected
+        self.slo_misses += late + dropped + rejected
+        p95 = base_s + wait_quantile(waits, 0.95) if served > 0 else math.nan
+        return SplitSecond(
+            arrivals,
+            served,
+            dropped,
+            rejected,
+            failed + rejected,
+            late + dropped + rejected,
+            self.queue,
+            p95,
+            tuple(groups),
+            (self._sets[0].queue, self._sets[1].queue),
+        )
+
+
+def _alike(servers: Sequence[Server]) -> dict[tuple[float, float], list[Server]]:
+    """Servers grouped by (service time, error ratio), in order of first appearance."""
+    groups: dict[tuple[float, float], list[Server]] = {}
+    for server in servers:
+        groups.setdefault((server.service_time_s, server.error_ratio), []).append(server)
+    return groups
 
 
 def _fraction_above(chunk: Chunk, wait_s: float) -> float:

@@ -7,13 +7,24 @@ time-series row, then advances the pods and scrapes the metrics when a scrape is
 simulation, one tick per simulated second, as fast as the CPU allows.
 
 Ports for the loop: `world.cluster` (`ports.Cluster`), `world.metrics` (`ports.MetricsSource`),
-`world.clock` (`clock.Clock`).
+`world.clock` (`clock.Clock`). Ports for the ramp driver (DESIGN §3.4): `world.ramp_cluster`
+(`ports.RampCluster`), `world.routers` (`ports.TrafficRouter` by name), `world.health`
+(`ports.HealthSource`) and `world.prober` (`ports.WarmupProber`).
+
+A service whose params set `ramp` or `faults` is modelled per pod (`traffic.SplitTraffic`): each
+second, the arrivals are split between the stable and the warming set by the router's weight
+(every ready pod alike without a split), each set serves its own queue with its pods' own
+speeds, and what each pod did goes to `world.health`. With `ramp`, its pods pass the warm-up
+gate: a started pod waits, unready, for the driver. Other services keep the plain model.
 
 The row of second t (`TIMESERIES_COLUMNS`) describes [t, t+1): the arrivals, served and dropped
 requests; `replicas_desired`, the count the loop asked for at its tick at t; `replicas_total`,
 the pods holding a GPU (starting, warming, serving: pending pods are the gap to the desired
-count); `replicas_serving` and `capacity_rps` (serving x mu); the p95 latency of the requests
-served in that second (NaN when none was); and `gpu_cost`, `replicas_total` GPU-seconds in hours.
+count); `replicas_serving` and `capacity_rps` (the serving pods' speeds x mu, a whole card
+counting 1 and a MIG slice or a share its tier's speed; or the serving pods' own speeds when
+modelled per pod); the p95 latency of the requests served in that second (NaN when none
+was); and `gpu_cost`, `replicas_total` GPU-seconds in hours. A service modelled per pod also has
+`ramp_series` (`RAMP_COLUMNS`).
 
 It must not decide anything (the loop does), read a real clock, or import the real adapters.
 """
@@ -28,10 +39,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler.core import model
+from autoscaler import annotations as contract
+from autoscaler import metricnames, ports
+from autoscaler.core import model, placement
 from autoscaler.sim import cluster as cluster_
 from autoscaler.sim import metrics as metrics_
 from autoscaler.sim import policies
+from autoscaler.sim import ramp as ramp_
 from autoscaler.sim import traffic as traffic_
 from autoscaler.sim.params import TIMESERIES_COLUMNS, SimParams
 
@@ -42,12 +56,35 @@ _EPS = 1e-9
 # Seconds of trace that size the initial replicas and the metrics' seeded history.
 _OPENING_S = 60
 _SECONDS_PER_HOUR = 3600.0
+_RUNNING = (cluster_.Phase.WARMING, cluster_.Phase.SERVING)
+
+RAMP_COLUMNS = ("failed", "rejected", "warming_pct", "pods_ramping")
+"""Per-second columns of a service modelled per pod: requests that failed (a failing pod's and
+the rejected), requests rejected (routed to an empty set), the router's warming weight (NaN
+while traffic is not split), and warm pods still labelled `warming`."""
+WARMUP_PATH = "/v1/models"
+WARMUP_PORT = 8000
+SERVER_PRESET = "vllm"
+"""The metric preset of a simulated service (for the ramp's health gate)."""
 
 
 class _Feed:
     """One service as the world drives it."""
 
-    __slots__ = ("capacity_rps", "id", "last_served", "rows", "state", "traffic")
+    __slots__ = (
+        "capacity_rps",
+        "id",
+        "last_served",
+        "pod_model",
+        "ramp_rows",
+        "router",
+        "rows",
+        "servers",
+        "split",
+        "state",
+        "traffic",
+        "utilisation_pct",
+    )
 
     def __init__(
         self,
@@ -65,6 +102,16 @@ class _Feed:
         """The time series, `TIMESERIES_COLUMNS` per second, flat."""
         self.last_served = 0.0
         """Requests served in the last simulated second."""
+        self.split: traffic_.SplitTraffic | None = None
+        """The per-pod model, for a service whose pods can differ (then `traffic` is unused)."""
+        self.pod_model: ramp_.PodModel | None = None
+        self.router: ramp_.SimRouter | None = None
+        """The ramp's router; None without the warm-up gate."""
+        self.servers: dict[str, traffic_.Server] = {}
+        self.ramp_rows = array("d")
+        """`RAMP_COLUMNS` per second, flat (per-pod model only)."""
+        self.utilisation_pct = math.nan
+        """GPU utilisation of the serving pods in the last second (per-pod model only)."""
 
 
 class World:
@@ -74,11 +121,23 @@ class World:
     def __init__(self, params: SimParams | None = None) -> None:
         self.params = params or SimParams()
         p = self.params
-        self.cluster = cluster_.SimCluster(gpus=p.gpus, gpus_per_node=p.gpus_per_node, seed=p.seed)
+        self.cluster = cluster_.SimCluster(
+            gpus=p.gpus,
+            gpus_per_node=p.gpus_per_node,
+            seed=p.seed,
+            nodes=p.nodes,
+            quota=dict(p.gpu_quota),
+            tier_speeds=dict(p.tier_speeds),
+        )
         self.metrics = metrics_.SimMetrics(
             scrape_interval_s=p.scrape_interval_s, rate_window_s=p.rate_window_s
         )
         self.clock = SimClock(self)
+        self.ramp_cluster = ramp_.SimRampCluster(self.cluster)
+        self.routers = ramp_.routers(lambda: self.time_s)
+        self.health = ramp_.SimHealth(self.cluster, lambda: self.time_s)
+        self._pod_models: dict[model.ServiceId, ramp_.PodModel] = {}
+        self.prober = ramp_.SimProber(self.cluster, self._pod_models, seed=p.seed)
         self._feeds: list[_Feed] = []
         self._by_id: dict[model.ServiceId, _Feed] = {}
         self._t = 0
@@ -110,7 +169,9 @@ class World:
         settings; `policy_config` its policy (default: the registry's entry for `params.policy`).
         `replicas` start already serving (default: `initial_replicas`). With `warm_start` the
         metrics have a window of history at the opening load, as for a service that was
-        running before; without, its counters start fresh.
+        running before; without, its counters start fresh. With `params.ramp` its new pods
+        pass the warm-up gate and the ramp; `params.faults` count pods from the first one
+        created after these.
         """
         p = params or self.params
         sid = model.ServiceId(service)
@@ -124,33 +185,76 @@ class World:
             policy=config,
             half_life_s=p.half_life_s,
             lifecycle=cluster_.Lifecycle(
-                startup_s=p.startup_s, startup_sigma=p.startup_sigma, warmup_s=p.warmup_s
+                startup_s=p.startup_s,
+                startup_sigma=p.startup_sigma,
+                warmup_s=p.warmup_s,
+                gated=p.ramp is not None,
             ),
+            need=placement_need(p) if self.params.nodes else None,
         )
         state = self.cluster.add_service(spec, replicas=n)
-        traffic = traffic_.Traffic(
-            values,
-            traffic_.TrafficConfig(
-                service_time_s=p.service_time_s,
-                slo_latency_s=p.slo_latency_s,
-                queue_timeout_s=p.queue_timeout_s,
-            ),
+        traffic_config = traffic_.TrafficConfig(
+            service_time_s=p.service_time_s,
+            slo_latency_s=p.slo_latency_s,
+            queue_timeout_s=p.queue_timeout_s,
         )
+        traffic = traffic_.Traffic(values, traffic_config)
         feed = _Feed(sid, traffic, state, p.replica_capacity_rps)
+        if p.detailed:
+            self._model_per_pod(feed, values, traffic_config, p, initial=len(state.pods))
         self._feeds.append(feed)
         self._by_id[sid] = feed
         history: float | None = None
         if warm_start:
-            history = min(_opening_rps(values), state.serving * feed.capacity_rps)
+            history = min(_opening_rps(values), state.serving_speed * feed.capacity_rps)
         self.metrics.add_service(sid, now_s=float(self._t), history_rps=history)
         utilisation = math.nan
         if history is not None and state.serving > 0:
-            utilisation = 100.0 * history / (state.serving * feed.capacity_rps)
+            utilisation = 100.0 * history / (state.serving_speed * feed.capacity_rps)
         self.metrics.scrape(float(self._t), {sid: metrics_.Reading(0.0, 0.0, utilisation)})
         return sid
 
-    def traffic(self, service: model.ServiceId) -> traffic_.Traffic:
-        return self._by_id[service].traffic
+    def traffic(self, service: model.ServiceId) -> traffic_.Traffic | traffic_.SplitTraffic:
+        """The service's queues: `SplitTraffic` when it is modelled per pod."""
+        feed = self._by_id[service]
+        return feed.traffic if feed.split is None else feed.split
+
+    def router_of(self, service: model.ServiceId) -> ramp_.SimRouter | None:
+        """The router of a service with the ramp; None without."""
+        return self._by_id[service].router
+
+    def pod_model(self, service: model.ServiceId) -> ramp_.PodModel | None:
+        """How the service's pods behave, when it is modelled per pod."""
+        return self._by_id[service].pod_model
+
+    def ramp_series(self, service: model.ServiceId) -> dict[str, FloatArray]:
+        """One array per `RAMP_COLUMNS` entry, one value per simulated second (empty arrays
+        for a service on the plain model)."""
+        flat = np.frombuffer(self._by_id[service].ramp_rows, dtype=np.float64)
+        table = flat.reshape(-1, len(RAMP_COLUMNS))
+        return {name: table[:, i].copy() for i, name in enumerate(RAMP_COLUMNS)}
+
+    def _model_per_pod(
+        self,
+        feed: _Feed,
+        values: FloatArray,
+        config: traffic_.TrafficConfig,
+        p: SimParams,
+        *,
+        initial: int,
+    ) -> None:
+        feed.split = traffic_.SplitTraffic(values, config)
+        feed.pod_model = self._pod_models[feed.id] = ramp_.PodModel(
+            capacity_rps=p.replica_capacity_rps,
+            service_time_s=p.service_time_s,
+            warmup_s=p.warmup_s,
+            cold_factor=p.cold_factor,
+            faults={initial + f.pod: f for f in p.faults},
+        )
+        if p.ramp is None:
+            return
+        feed.router = self.routers[p.ramp]
+        self.ramp_cluster.add(ramp_target(feed.id, p))
 
     def advance(self, dt_s: float) -> None:
         """Move the world forward by `dt_s`, in whole seconds (fractions carry over)."""
@@ -170,10 +274,14 @@ class World:
     def _second(self) -> None:
         t = self._t
         for feed in self._feeds:
+            if feed.split is not None:
+                self._second_per_pod(t, feed, feed.split)
+                continue
             state = feed.state
             _, starting, warming, serving = state.counts
             holding = starting + warming + serving
-            capacity = serving * feed.capacity_rps
+            # Serving pods' speeds: each whole card's worth serves mu (a slice or a share less).
+            capacity = state.serving_speed * feed.capacity_rps
             second = feed.traffic.step(capacity)
             feed.last_served = second.served
             feed.rows.extend(
@@ -195,15 +303,77 @@ class World:
         if self.metrics.scrape_due(now):
             self._scrape(float(now))
 
+    def _second_per_pod(self, t: int, feed: _Feed, split: traffic_.SplitTraffic) -> None:
+        state = feed.state
+        pods = state.pods
+        serving_pods = [p for p in pods if p.phase is cluster_.Phase.SERVING]
+        warming_pct = math.nan
+        ramping = 0
+        warming: list[cluster_.Pod] = []
+        if feed.router is None:
+            # No gate: the serving pods take every request, as in the plain model.
+            route, stable = traffic_.ALL_STABLE, serving_pods
+        else:
+            # Endpoints are the ready pods: running with the readiness gate True.
+            ready = [p for p in pods if p.warm and p.phase in _RUNNING]
+            ramping = sum(1 for p in ready if p.warming)
+            pct = feed.router.warming_pct(feed.id)
+            if pct is None:
+                route, stable = traffic_.ALL_STABLE, ready
+            else:
+                warming_pct = float(pct)
+                route, stable, warming = _route(ready, pct)
+        second = split.step(
+            route, [self._server(feed, p) for p in stable], [self._server(feed, p) for p in warming]
+        )
+        serving_names = {p.name for p in serving_pods}
+        capacity = math.fsum(self._server(feed, p).rate_rps for p in serving_pods)
+        served_by_serving = math.fsum(
+            g.served * share
+            for g in second.groups
+            for name, share in g.shares.items()
+            if name in serving_names
+        )
+        feed.last_served = second.served
+        feed.utilisation_pct = 100.0 * served_by_serving / capacity if capacity > 0 else math.nan
+        _, starting, warming_count, serving = state.counts
+        holding = starting + warming_count + serving
+        feed.rows.extend(
+            (
+                t,
+                second.arrivals,
+                second.served,
+                second.dropped,
+                state.desired,
+                holding,
+                serving,
+                capacity,
+                second.p95_latency_s,
+                holding / _SECONDS_PER_HOUR,
+            )
+        )
+        feed.ramp_rows.extend((second.failed, second.rejected, warming_pct, ramping))
+        self.health.record(t, feed.id, second)
+
+    def _server(self, feed: _Feed, pod: cluster_.Pod) -> traffic_.Server:
+        server = feed.servers.get(pod.name)
+        if server is None:
+            assert feed.pod_model is not None
+            server = feed.servers[pod.name] = feed.pod_model.server(pod)
+        return server
+
     def _scrape(self, now_s: float) -> None:
         readings: dict[model.ServiceId, metrics_.Reading] = {}
         for feed in self._feeds:
-            traffic = feed.traffic
+            traffic: traffic_.Traffic | traffic_.SplitTraffic = feed.traffic
             serving = feed.state.counts[cluster_.Phase.SERVING]
             # Mean utilisation over the pods serving now: one that just joined has done nothing.
             utilisation = math.nan
-            if serving > 0:
-                utilisation = 100.0 * feed.last_served / (serving * feed.capacity_rps)
+            if feed.split is not None:
+                traffic, utilisation = feed.split, feed.utilisation_pct
+            elif serving > 0:
+                speed = feed.state.serving_speed
+                utilisation = 100.0 * feed.last_served / (speed * feed.capacity_rps)
             readings[feed.id] = metrics_.Reading(traffic.served, traffic.queue, utilisation)
         self.metrics.scrape(now_s, readings)
 
@@ -247,6 +417,61 @@ class SimClock:
             await asyncio.sleep(0)
 
 
+def _route(
+    ready: Sequence[cluster_.Pod], warming_pct: int
+) -> tuple[traffic_.Split, list[cluster_.Pod], list[cluster_.Pod]]:
+    """Split arrivals between the mesh's `stable` and `warming` subsets of the ready pods.
+
+    Each subset spreads its share over its own pods. A pod in both (being promoted) serves the
+    stable queue, so the warming subset's share of it joins that queue. A share routed to an
+    empty subset is rejected (no healthy upstream): the driver must never route to one.
+    """
+    stable = [p for p in ready if p.stable]
+    in_warming = [p for p in ready if p.warming]
+    warming = [p for p in in_warming if not p.stable]
+    to_warming_set = warming_pct / 100.0
+    to_stable = 1.0 - to_warming_set if stable else 0.0
+    to_warming = 0.0
+    if in_warming:
+        to_stable += to_warming_set * (len(in_warming) - len(warming)) / len(in_warming)
+        to_warming = to_warming_set * len(warming) / len(in_warming)
+    return traffic_.Split(to_stable, to_warming), stable, warming
+
+
+def ramp_target(service: model.ServiceId, params: SimParams) -> ports.RampTarget:
+    """The ramp settings of a simulated service, as its annotations would give them."""
+    if params.ramp is None:
+        raise ValueError("the params set no ramp router")
+    namespace, _, deployment = service.rpartition("/")
+    namespace = namespace or "default"
+    return ports.RampTarget(
+        service=service,
+        route=ports.RouteTarget(
+            service=service,
+            namespace=namespace,
+            deployment=deployment,
+            pod_labels={"app": deployment},
+        ),
+        traffic=contract.TrafficConfig(
+            router=contract.TrafficRouter(params.ramp),
+            steps_pct=params.ramp_steps_pct,
+            step_interval_s=params.ramp_step_interval_s,
+            max_error_rate=params.ramp_max_error_rate,
+            max_p95_latency_s=params.ramp_max_p95_latency_s,
+            max_p95_ratio=params.ramp_max_p95_ratio,
+        ),
+        warmup=contract.WarmupConfig(
+            path=WARMUP_PATH,
+            port=WARMUP_PORT,
+            requests=params.warmup_requests,
+            deadline_s=params.warmup_deadline_s,
+        ),
+        metrics=metricnames.PRESETS[SERVER_PRESET],
+        dry_run=False,
+        saved=None,
+    )
+
+
 def _opening_rps(arrivals: FloatArray) -> float:
     opening = arrivals[:_OPENING_S]
     return float(np.mean(opening)) if len(opening) else 0.0
@@ -259,3 +484,10 @@ def initial_replicas(arrivals: FloatArray, params: SimParams) -> int:
         return params.initial_replicas
     needed = math.ceil(_opening_rps(arrivals) / params.target_load_per_replica - 1e-9)
     return min(params.max_replicas, max(params.min_replicas, needed))
+
+
+def placement_need(params: SimParams) -> placement.Need:
+    """What a simulated service's replicas need from the placement ladder (DESIGN §3.5), as
+    its `placement` and `model-memory` annotations would say: `auto` under the ladder."""
+    mode = "auto" if params.placement == "ladder" else "whole"
+    return placement.Need(params.model_memory_mib, mode=mode)

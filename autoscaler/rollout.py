@@ -1,0 +1,563 @@
+"""The ramp driver (DESIGN §3.4): runs `core.rollout` for every gated service, once per tick.
+
+`RampDriver` implements `ports.Rollouts`. For each service of `RampCluster.ramp_targets()` it
+restores the state persisted on the Deployment on first sight (a restarted controller resumes
+and writes the weights again, so none stays stuck), hands the core the pods and the answers to
+the requests of the last tick, carries out the returned actions in order through the ports (the
+writes one by one, then the reads the core asked for, concurrently), and persists the state
+only when its text changed. A service with nothing under way and no warming pod costs a look
+at its pods: no health query, no probe, no write.
+
+`scale` takes the loop's replica changes: up at once, down after draining the victims (the
+replicas drop on a later tick), refused with `RampBusyError` (an `ActuationError`, so the loop
+does not advance its policy state and decides again next tick) while new pods hold traffic.
+
+A hold ends when a ramp setting changes (the core sees that) or when someone deletes the
+`autoscaler.dsec.io/ramp` annotation: once the cache has shown the text last written, a
+missing annotation can only be a deletion.
+
+One error boundary per service: an `AutoscalerError` is logged and the service tries again next
+tick with the state it had (every action is safe to repeat); the others go on. A service in
+dry-run runs the same rules but only logs the writes it would make (reads still happen); its
+state lives in memory and it is not reported to the observer.
+
+It decides nothing: every rule is in `core.rollout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from autoscaler import annotations as contract
+from autoscaler import errors, ports
+from autoscaler.core import model
+from autoscaler.core import rollout as core
+
+log = structlog.get_logger(__name__)
+
+CONCURRENCY = 16
+"""Services whose ramp acts at once per tick (each of them may write and probe)."""
+
+_IDLE_TEXT = core.dumps(core.RampState())
+"""What a service with no persisted state has, in effect."""
+
+
+class RampObserver(Protocol):
+    """Told where each ramp is (`autoscaler.telemetry.Telemetry` is one)."""
+
+    def ramp(
+        self, service: model.ServiceId, *, step_pct: float, warming_pct: float, held: bool
+    ) -> None: ...
+
+    def rolled_back(self, service: model.ServiceId) -> None: ...
+
+    def promoted(self, service: model.ServiceId) -> None: ...
+
+
+class RampBusyError(errors.ActuationError):
+    """A scale-down that must wait: new pods hold traffic, or another drain is under way."""
+
+
+class RouterMissingError(errors.ActuationError):
+    """The service names a traffic router this controller was not given."""
+
+
+class RampConfigError(errors.ActuationError):
+    """Ramp settings the core refuses (the annotation contract's ranges should prevent it)."""
+
+
+_OUTCOME_EVENTS = {
+    core.Outcome.PROMOTED: "ramp.promoted",
+    core.Outcome.ROLLED_BACK: "ramp.rolled_back",
+    core.Outcome.HELD: "ramp.held",
+    core.Outcome.RELEASED: "ramp.released",
+}
+
+
+def ramp_config(traffic: contract.TrafficConfig, warmup: contract.WarmupConfig) -> core.RampConfig:
+    """The core's settings from a Deployment's annotations; the rest keep their defaults."""
+    return core.RampConfig(
+        steps_pct=traffic.steps_pct,
+        step_interval_s=traffic.step_interval_s,
+        max_error_rate=traffic.max_error_rate,
+        max_p95_latency_s=traffic.max_p95_latency_s,
+        max_p95_ratio=traffic.max_p95_ratio,
+        warmup_probe=warmup.path is not None,
+        warmup_requests=warmup.requests,
+        warmup_deadline_s=warmup.deadline_s,
+        gate_only=traffic.router is contract.TrafficRouter.NONE,
+    )
+
+
+@dataclass(slots=True)
+class _Service:
+    """What the driver keeps about one service between ticks."""
+
+    state: core.RampState
+    text: str
+    """The persisted text as far as this process knows (written by it, or read at first sight)."""
+    confirmed: bool = True
+    """The cache has shown `text` since it was written."""
+    resumed: bool = False
+    probes: dict[str, core.Probed] = field(default_factory=dict)
+    health: tuple[core.Health, core.Health] | None = None
+    pod_health: dict[str, tuple[core.Health, core.Health]] = field(default_factory=dict)
+    settled: bool | None = None
+    in_flight: dict[str, float] = field(default_factory=dict)
+    reported: tuple[int, int, bool] | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.state.quiet and not self.resumed
+
+    def take_answers(self) -> _Answers:
+        """The answers to the last tick's requests, each handed to the core once."""
+        answers = _Answers(self.health, self.pod_health, self.probes, self.settled)
+        self.health, self.pod_health, self.probes, self.settled = None, {}, {}, None
+        return answers
+
+
+@dataclass(frozen=True, slots=True)
+class _Answers:
+    health: tuple[core.Health, core.Health] | None
+    pod_health: dict[str, tuple[core.Health, core.Health]]
+    probes: dict[str, core.Probed]
+    settled: bool | None
+
+
+class RampDriver:
+    def __init__(
+        self,
+        *,
+        cluster: ports.Cluster,
+        pods: ports.RampCluster,
+        routers: Mapping[str, ports.TrafficRouter],
+        health: ports.HealthSource,
+        prober: ports.WarmupProber,
+        observer: RampObserver | None = None,
+        probe_timeout_s: float = 5.0,
+    ) -> None:
+        self._cluster = cluster
+        self._pods = pods
+        self._routers = routers
+        self._health = health
+        self._prober = prober
+        self._observer = observer
+        self._probe_timeout_s = probe_timeout_s
+        self._services: dict[model.ServiceId, _Service] = {}
+        self._index: dict[model.ServiceId, ports.RampTarget] = {}
+        self._fresh = False
+        """Whether `_index` was built this tick (by `reconcile` or the first `scale`)."""
+        self._configs: dict[
+            tuple[contract.TrafficConfig, contract.WarmupConfig], core.RampConfig
+        ] = {}
+
+    def state_of(self, service: model.ServiceId) -> core.RampState | None:
+        known = self._services.get(service)
+        return None if known is None else known.state
+
+    # -- ports.Rollouts --------------------------------------------------------------------------
+
+    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
+        """Scale up at once; scale down only after draining the victims (over later ticks)."""
+        target = self._target(service)
+        if target is None:  # not a gated service: nothing to drain
+            await self._cluster.scale(service, replicas)
+            return
+        known = self._service(target)
+        infos = self._pods.pods(service)
+        state = known.state
+        in_flight: Mapping[str, float] = {}
+        drainable = state.phase not in core.RAMP_PHASES and state.drain is None
+        if replicas < current and drainable and infos:
+            in_flight = await self._loads(target, infos)
+        pods = [_pod(info, in_flight) for info in infos]
+        answer = core.scale(
+            self._config(target), state, pods=pods, replicas=replicas, current=current
+        )
+        if isinstance(answer, core.Refusal):
+            raise RampBusyError(f"{service}: scale-down to {replicas} waits: {answer.reason}")
+        await self._carry_out(target, known, answer, infos)
+
+    async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
+        """Advance every gated service's warm-up, ramp and drain by one tick.
+
+        `workloads` is not read: the targets come from the `RampCluster`, which the same
+        `workloads()` call refreshed.
+        """
+        del workloads
+        targets = self._pods.ramp_targets()
+        self._index = {t.service: t for t in targets}
+        for gone in self._services.keys() - self._index.keys():
+            del self._services[gone]
+        busy: list[tuple[ports.RampTarget, _Service, Sequence[ports.PodInfo]]] = []
+        for target in targets:
+            known = self._service(target)
+            self._notice_edit(target, known)
+            infos = self._pods.pods(target.service)
+            if known.idle and not any(_needs_care(p) for p in infos):
+                continue
+            busy.append((target, known, infos))
+        self._fresh = False
+        if not busy:
+            return
+        slots = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(
+            target: ports.RampTarget, known: _Service, infos: Sequence[ports.PodInfo]
+        ) -> None:
+            async with slots:
+                try:
+                    await self._tick(now_s, target, known, infos)
+                except errors.AutoscalerError as e:
+                    # The state is not advanced: the next tick repeats what failed.
+                    log.warning("ramp.failed", service=target.service, error=str(e))
+
+        if len(busy) == 1:
+            await one(*busy[0])
+            return
+        async with asyncio.TaskGroup() as group:
+            for item in busy:
+                group.create_task(one(*item))
+
+    # -- one service -----------------------------------------------------------------------------
+
+    async def _tick(
+        self,
+        now_s: float,
+        target: ports.RampTarget,
+        known: _Service,
+        infos: Sequence[ports.PodInfo],
+    ) -> None:
+        pods = tuple(_pod(info, known.in_flight) for info in infos)
+        known.in_flight = {}
+        answers = known.take_answers()
+        tick = core.Tick(
+            now_s=now_s,
+            pods=pods,
+            health=answers.health,
+            pod_health=answers.pod_health,
+            probes=answers.probes,
+            settled=answers.settled,
+            resumed=known.resumed,
+        )
+        plan = core.advance(self._config(target), known.state, tick)
+        await self._carry_out(target, known, plan, infos)
+
+    async def _carry_out(
+        self,
+        target: ports.RampTarget,
+        known: _Service,
+        plan: core.Plan,
+        infos: Sequence[ports.PodInfo],
+    ) -> None:
+        """Writes in order, then the requested reads; then commit, tell, persist."""
+        requests = []
+        for action in plan.actions:
+            if isinstance(action, core.REQUESTS):
+                requests.append(action)
+            else:
+                await self._write(target, action)
+        known.state = plan.state
+        known.resumed = False
+        if requests:
+            await self._ask(target, known, requests, infos)
+        self._tell(target, known, plan)
+        await self._persist(target, known)
+
+    async def _write(self, target: ports.RampTarget, action: core.Action) -> None:
+        service = target.service
+        event, fields, write = self._describe(target, action)
+        if target.dry_run:
+            log.info(event, service=service, dry_run=True, **fields)
+            return
+        await write()
+        log.info(event, service=service, **fields)
+
+    def _describe(
+        self, target: ports.RampTarget, action: core.Action
+    ) -> tuple[str, dict[str, Any], Callable[[], Awaitable[None]]]:
+        """The log event, its fields and the write (not yet started) for one action."""
+        service = target.service
+        pods = self._pods
+        match action:
+            case core.SetWeights(warming_pct=pct):
+                router = self._router(target)
+                write = functools.partial(router.set_weights, target.route, pct)
+                return "ramp.weights_set", {"warming_pct": pct}, write
+            case core.EnsureRoutes():
+                router = self._router(target)
+                write = functools.partial(router.ensure, target.route)
+                return "ramp.routes_ensured", {"router": target.traffic.router.value}, write
+            case core.SetWarm(pod=pod, warm=warm, message=message):
+                write = functools.partial(pods.set_warm, service, pod, warm, message)
+                return "ramp.warm_set", {"pod": pod, "warm": warm, "why": message}, write
+            case core.Label(pod=pod, warming=warming, stable=stable):
+                write = functools.partial(
+                    pods.set_labels, service, pod, warming=warming, stable=stable
+                )
+                return "ramp.labelled", {"pod": pod, "warming": warming, "stable": stable}, write
+            case core.Reclaim(pod=pod, reason=reason):
+                write = functools.partial(pods.reclaim, service, pod)
+                return "ramp.reclaimed", {"pod": pod, "why": reason}, write
+            case core.MarkVictim(pod=pod):
+                write = functools.partial(pods.mark_victim, service, pod)
+                return "ramp.victim_marked", {"pod": pod}, write
+            case core.ScaleTo(replicas=replicas):
+                write = functools.partial(self._cluster.scale, service, replicas)
+                return "ramp.scaled", {"replicas": replicas}, write
+            case core.Event(type=type_, reason=reason, message=message):
+                fields = {"type": type_.value, "reason": reason, "message": message}
+                return (
+                    "ramp.event_recorded",
+                    fields,
+                    functools.partial(self._record, target, action),
+                )
+        raise AssertionError(f"not a write: {action!r}")
+
+    async def _record(self, target: ports.RampTarget, event: core.Event) -> None:
+        self._pods.record(target.service, event.type.value, event.reason, event.message)
+
+    async def _ask(
+        self,
+        target: ports.RampTarget,
+        known: _Service,
+        requests: Sequence[core.Action],
+        infos: Sequence[ports.PodInfo],
+    ) -> None:
+        """Make the reads the core asked for; the answers wait for the next tick."""
+        by_name = {info.name: info for info in infos}
+
+        async def ask(request: core.Action) -> None:
+            try:
+                await self._answer(target, known, request, by_name)
+            except errors.AutoscalerError as e:
+                # No answer: the core asks again.
+                kind = type(request).__name__
+                log.warning(
+                    "ramp.request_failed", service=target.service, request=kind, error=str(e)
+                )
+
+        if len(requests) == 1:
+            await ask(requests[0])
+            return
+        async with asyncio.TaskGroup() as group:
+            for request in requests:
+                group.create_task(ask(request))
+
+    async def _answer(
+        self,
+        target: ports.RampTarget,
+        known: _Service,
+        request: core.Action,
+        pods: Mapping[str, ports.PodInfo],
+    ) -> None:
+        namespace, metrics = target.route.namespace, target.metrics
+        match request:
+            case core.Probe(pod=name):
+                info = pods.get(name)
+                if info is not None and info.ip is not None:
+                    known.probes[name] = await self._probe(target, info, info.ip)
+            case core.MeasureHealth(warming=warming, stable=stable, window_s=window_s):
+                measured = await self._health.health(namespace, metrics, warming, stable, window_s)
+                known.health = (_health(measured[0]), _health(measured[1]))
+                log.debug("ramp.health_measured", service=target.service, window_s=window_s)
+            case core.MeasurePodHealth(pods=names, stable=stable, window_s=window_s):
+                known.pod_health = await self._pod_health(target, names, stable, window_s)
+                log.debug(
+                    "ramp.pod_health_measured",
+                    service=target.service,
+                    pods=len(names),
+                    window_s=window_s,
+                )
+            case core.MeasureInFlight(pods=names):
+                counts = await self._health.in_flight(namespace, metrics, names)
+                known.in_flight.update(counts)
+            case core.CheckSettled():
+                known.settled = await self._router(target).settled(target.route)
+
+    async def _pod_health(
+        self,
+        target: ports.RampTarget,
+        names: Sequence[str],
+        stable: Sequence[str],
+        window_s: float,
+    ) -> dict[str, tuple[core.Health, core.Health]]:
+        """Each pod alone against the stable pods, one query per pod at once; every pod or an
+        error (the core asks again), never a partial answer."""
+        namespace, metrics = target.route.namespace, target.metrics
+
+        async def one(name: str) -> tuple[ports.GroupHealth, ports.GroupHealth]:
+            return await self._health.health(namespace, metrics, (name,), stable, window_s)
+
+        results = await asyncio.gather(*(one(name) for name in names), return_exceptions=True)
+        answers: dict[str, tuple[core.Health, core.Health]] = {}
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, BaseException):
+                raise result
+            answers[name] = (_health(result[0]), _health(result[1]))
+        return answers
+
+    async def _probe(self, target: ports.RampTarget, pod: ports.PodInfo, ip: str) -> core.Probed:
+        warmup = target.warmup
+        port = warmup.port if warmup.port is not None else pod.port
+        if warmup.path is None or port is None:
+            # Nothing to probe: every request counts as failed, and the deadline decides.
+            log.warning("ramp.probe_unaddressable", service=target.service, pod=pod.name)
+            return core.Probed(ok=0, failed=warmup.requests)
+        result = await self._prober.probe(
+            ip, port, warmup.path, warmup.requests, self._probe_timeout_s
+        )
+        log.debug(
+            "ramp.probed", service=target.service, pod=pod.name, ok=result.ok, failed=result.failed
+        )
+        return core.Probed(result.ok, result.failed, tuple(result.latencies_s))
+
+    async def _loads(
+        self, target: ports.RampTarget, infos: Sequence[ports.PodInfo]
+    ) -> Mapping[str, float]:
+        """In-flight requests per pod for choosing scale-down victims; empty when unknown."""
+        names = [info.name for info in infos if not info.terminating]
+        try:
+            return await self._health.in_flight(target.route.namespace, target.metrics, names)
+        except errors.ObservationError as e:
+            log.warning("ramp.load_unknown", service=target.service, error=str(e))
+            return {}
+
+    def _tell(self, target: ports.RampTarget, known: _Service, plan: core.Plan) -> None:
+        service = target.service
+        for outcome in plan.outcomes:
+            log.info(_OUTCOME_EVENTS[outcome], service=service, dry_run=target.dry_run)
+        if self._observer is None or target.dry_run:
+            return
+        for outcome in plan.outcomes:
+            if outcome is core.Outcome.PROMOTED:
+                self._observer.promoted(service)
+            elif outcome is core.Outcome.ROLLED_BACK:
+                self._observer.rolled_back(service)
+        state = plan.state
+        step_pct = 0
+        if state.phase in core.RAMP_PHASES:
+            steps = target.traffic.steps_pct
+            step_pct = steps[min(state.step, len(steps) - 1)]
+        reported = (step_pct, state.weight_pct, state.held)
+        if reported != known.reported:
+            self._observer.ramp(
+                service, step_pct=step_pct, warming_pct=state.weight_pct, held=state.held
+            )
+            known.reported = reported
+
+    async def _persist(self, target: ports.RampTarget, known: _Service) -> None:
+        text = core.dumps(known.state)
+        if text == known.text or target.dry_run:
+            return
+        await self._pods.save_ramp(target.service, text)
+        known.text = text
+        known.confirmed = False
+
+    # -- memory ----------------------------------------------------------------------------------
+
+    def _service(self, target: ports.RampTarget) -> _Service:
+        known = self._services.get(target.service)
+        if known is None:
+            known = self._services[target.service] = _restore(target)
+        return known
+
+    def _notice_edit(self, target: ports.RampTarget, known: _Service) -> None:
+        """Release a hold whose persisted state someone deleted; rewrite any other edit."""
+        seen = target.saved if target.saved is not None else _IDLE_TEXT
+        if seen == known.text:
+            known.confirmed = True
+            return
+        if not known.confirmed:  # the cache has not caught up with the last write yet
+            return
+        log.warning("ramp.state_edited", service=target.service, deleted=target.saved is None)
+        known.text = seen  # so the state is written again at the next persist
+        if target.saved is None and known.state.held:
+            plan = core.release(known.state, "the saved ramp state was deleted")
+            known.state = plan.state
+            for action in plan.actions:
+                if isinstance(action, core.Event):
+                    fields = {"type": action.type.value, "reason": action.reason}
+                    if target.dry_run:
+                        log.info(
+                            "ramp.event_recorded", service=target.service, dry_run=True, **fields
+                        )
+                        continue
+                    self._pods.record(
+                        target.service, action.type.value, action.reason, action.message
+                    )
+                    log.info("ramp.event_recorded", service=target.service, **fields)
+            self._tell(target, known, plan)
+
+    def _target(self, service: model.ServiceId) -> ports.RampTarget | None:
+        if not self._fresh:
+            self._index = {t.service: t for t in self._pods.ramp_targets()}
+            self._fresh = True
+        return self._index.get(service)
+
+    def _config(self, target: ports.RampTarget) -> core.RampConfig:
+        key = (target.traffic, target.warmup)
+        config = self._configs.get(key)
+        if config is None:
+            try:
+                config = ramp_config(target.traffic, target.warmup)
+            except ValueError as e:
+                raise RampConfigError(f"{target.service}: unusable ramp settings: {e}") from e
+            self._configs[key] = config
+        return config
+
+    def _router(self, target: ports.RampTarget) -> ports.TrafficRouter:
+        name = target.traffic.router.value
+        router = self._routers.get(name)
+        if router is None:
+            raise RouterMissingError(f"{target.service}: no traffic router {name!r} is configured")
+        return router
+
+
+def _restore(target: ports.RampTarget) -> _Service:
+    """The state persisted on the Deployment, or a fresh one; resumed unless nothing was on."""
+    if target.saved is None:
+        return _Service(core.RampState(), _IDLE_TEXT)
+    try:
+        state = core.loads(target.saved)
+    except ValueError as e:
+        # Unknown weights: start afresh and write them again (to 0) at the first tick.
+        log.warning(
+            "ramp.state_invalid",
+            service=target.service,
+            error=str(e),
+            text=contract.escape(target.saved),
+        )
+        return _Service(core.RampState(), target.saved, resumed=True)
+    return _Service(state, target.saved, resumed=not state.quiet)
+
+
+def _needs_care(pod: ports.PodInfo) -> bool:
+    """A pod the core has work for even when nothing is under way: a new one, or a warm one
+    outside the stable set."""
+    return not pod.terminating and (pod.warming or (pod.warm and not pod.stable))
+
+
+def _pod(info: ports.PodInfo, in_flight: Mapping[str, float]) -> core.Pod:
+    return core.Pod(
+        name=info.name,
+        running=info.running,
+        warm=info.warm,
+        warming=info.warming,
+        stable=info.stable,
+        terminating=info.terminating,
+        ip=info.ip,
+        tier=info.tier,
+        in_flight=in_flight.get(info.name, info.in_flight),
+    )
+
+
+def _health(health: ports.GroupHealth) -> core.Health:
+    return core.Health(health.requests, health.error_rate, health.p95_s)
