@@ -3,14 +3,17 @@
 An API server runs no controllers, so a Deployment's replicas never become pods on its own.
 `FakeCluster.reconcile()` runs each of these once, in order, and a test steps it explicitly:
 
-1. garbage collection: ReplicaSets and pods whose controlling owner is gone are deleted;
+1. garbage collection: Deployments (a controller's own siblings), ReplicaSets and pods whose
+   controlling owner is gone are deleted;
 2. Deployment controller: one ReplicaSet per pod template (`NAME-HASH`, labelled with
    `pod-template-hash`) scaled to `spec.replicas`; ReplicaSets of older templates go to 0 at
    once (as the Recreate strategy; rolling updates are not modelled);
 3. ReplicaSet controller: creates pods from the template (`generateName`, labels,
    annotations, spec, ownerReferences), or deletes the surplus in the order of the real
    controller: unscheduled, Pending, not ready, lower `controller.kubernetes.io/pod-deletion-cost`,
-   newer;
+   newer. A pod that a namespace's ResourceQuota would not admit (its `hard` limits on
+   `requests.<resource>`, `<resource>` for cpu and memory, `pods`, `count/pods`) is not created,
+   as the API server refuses it; `refused` counts them;
 4. scheduler: binds each unscheduled pod to the first node, by name, that is Ready,
    schedulable, matches `nodeSelector` and required node affinity, tolerates its NoSchedule
    taints, and has the allocatable room (`nvidia.com/gpu`, MIG slices, cpu, memory, pods)
@@ -20,11 +23,14 @@ An API server runs no controllers, so a Deployment's replicas never become pods 
    started them); it is Ready only while ContainersReady and every `spec.readinessGates`
    condition are True;
 6. status: ReplicaSet and Deployment `replicas`, `readyReplicas`, `availableReplicas` (after
-   `minReadySeconds`), `updatedReplicas`, `observedGeneration`.
+   `minReadySeconds`), `updatedReplicas`, `observedGeneration`; ResourceQuota `hard` and `used`
+   (as the quota controller computes them from the namespace's non-terminal pods).
 
 Readiness timing is the test's: the default `ready_after_s`, a pod template annotation
 `fake.kubelet/ready-after-s`, or `set_ready_after()` per pod (`math.inf`: never ready, which
 also takes a ready pod out of service). Time is a `FakeClock` that only the test advances.
+A started pod gets a `status.podIP` of its own in 10.0.0.0/16, or the address in its template
+annotation `fake.kubelet/pod-ip` (127.0.0.1, for a test whose code under test calls the pod).
 
 Writes go through the emulator's store in-process, as the control plane writes to etcd: they
 bump resourceVersions and reach watches, but stay out of the request log, which records only
@@ -48,11 +54,13 @@ PODS = "v1/pods"
 NODES = "v1/nodes"
 DEPLOYMENTS = "apps/v1/deployments"
 REPLICASETS = "apps/v1/replicasets"
+QUOTAS = "v1/resourcequotas"
 
 GPU = "nvidia.com/gpu"
 POD_TEMPLATE_HASH = "pod-template-hash"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 READY_AFTER = "fake.kubelet/ready-after-s"
+POD_IP = "fake.kubelet/pod-ip"
 EPOCH = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
 
 _CONTAINERS_NOT_READY = ("False", "ContainersNotReady", None)
@@ -174,6 +182,8 @@ class FakeCluster:
         self._started_s: dict[str, float] = {}  # pod uid -> when its containers started
         self._ready_since_s: dict[str, float] = {}  # pod uid -> when it last became Ready
         self._pod_ips = 0
+        self.refused = 0
+        """Pods the ReplicaSet controller could not create because a ResourceQuota refused them."""
 
     # -- test controls -------------------------------------------------------------------------
 
@@ -227,6 +237,8 @@ class FakeCluster:
             self._update_replicaset_status(replicaset)
         for deployment in self.store.list_objects(DEPLOYMENTS):
             self._update_deployment_status(deployment)
+        for quota in self.store.list_objects(QUOTAS):
+            self._update_quota_status(quota)
         await asyncio.sleep(0)  # let open watches deliver what changed
 
     async def settle(self, *, max_rounds: int = 10) -> int:
@@ -246,7 +258,7 @@ class FakeCluster:
             for ref in (DEPLOYMENTS, REPLICASETS)
             for obj in self.store.list_objects(ref)
         }
-        for ref in (REPLICASETS, PODS):
+        for ref in (DEPLOYMENTS, REPLICASETS, PODS):
             for obj in self.store.list_objects(ref):
                 owner = _controller_uid(obj)
                 if owner is not None and owner not in live:
@@ -337,6 +349,9 @@ class FakeCluster:
                 },
                 "spec": dict(template.get("spec") or {}),
             }
+            if self._quota_refuses(meta.get("namespace"), pod):
+                self.refused += 1
+                continue
             self.store.create(PODS, pod)
 
     def _deletion_rank(self, pod: Obj) -> tuple[Any, ...]:
@@ -363,6 +378,51 @@ class FakeCluster:
         except ApiError as e:
             if e.status != 404:
                 raise
+
+    # -- quota -------------------------------------------------------------------------------
+
+    def _quota_used(self, namespace: str | None, keys: Iterable[str]) -> dict[str, decimal.Decimal]:
+        """What the namespace's non-terminal pods use, under the quota's names for `keys`."""
+        pods = [
+            pod
+            for pod in self.store.list_objects(PODS, namespace)
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        used: dict[str, decimal.Decimal] = {}
+        for key in keys:
+            if key in ("pods", "count/pods"):
+                used[key] = decimal.Decimal(len(pods))
+                continue
+            resource = key.removeprefix("requests.")
+            used[key] = sum(
+                (pod_requests(pod).get(resource, decimal.Decimal(0)) for pod in pods),
+                decimal.Decimal(0),
+            )
+        return used
+
+    def _quota_refuses(self, namespace: str | None, pod: Obj) -> bool:
+        wanted = pod_requests(pod)
+        for quota in self.store.list_objects(QUOTAS, namespace):
+            hard = (quota.get("spec") or {}).get("hard") or {}
+            used = self._quota_used(namespace, hard)
+            for key, limit in hard.items():
+                if key in ("pods", "count/pods"):
+                    extra = decimal.Decimal(1)
+                else:
+                    extra = wanted.get(key.removeprefix("requests."), decimal.Decimal(0))
+                if extra and used[key] + extra > parse_quantity(limit):
+                    return True
+        return False
+
+    def _update_quota_status(self, quota: Obj) -> None:
+        hard = dict((quota.get("spec") or {}).get("hard") or {})
+        used = self._quota_used(_meta(quota).get("namespace"), hard)
+        status = {"hard": hard, "used": {key: _format_quantity(n) for key, n in used.items()}}
+        if quota.get("status") != status:
+            namespace, name = _key(quota)
+            self.store.replace(
+                QUOTAS, namespace, name, {**quota, "status": status}, subresource="status"
+            )
 
     # -- scheduler -----------------------------------------------------------------------------
 
@@ -502,10 +562,11 @@ class FakeCluster:
         started = format_time(self.clock.datetime())
         containers = (pod.get("spec") or {}).get("containers") or []
         self._pod_ips += 1
+        pod_ip = (_meta(pod).get("annotations") or {}).get(POD_IP)
         extra = {
             "phase": "Running",
             "startTime": started,
-            "podIP": f"10.0.{self._pod_ips // 250}.{self._pod_ips % 250 + 1}",
+            "podIP": pod_ip or f"10.0.{self._pod_ips // 250}.{self._pod_ips % 250 + 1}",
             "containerStatuses": [
                 {
                     "name": container.get("name"),
@@ -624,6 +685,10 @@ class FakeCluster:
             self.store.replace(
                 ref, namespace, name, {**obj, "status": status}, subresource="status"
             )
+
+
+def _format_quantity(amount: decimal.Decimal) -> str:
+    return str(int(amount)) if amount == amount.to_integral_value() else str(amount.normalize())
 
 
 def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:

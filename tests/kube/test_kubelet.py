@@ -9,7 +9,14 @@ from kubernetes_asyncio import client, watch
 
 from .emulator import Kube
 from .fixtures import wait_next
-from .kubelet import DELETION_COST, POD_TEMPLATE_HASH, READY_AFTER, FakeClock, FakeCluster
+from .kubelet import (
+    DELETION_COST,
+    POD_IP,
+    POD_TEMPLATE_HASH,
+    READY_AFTER,
+    FakeClock,
+    FakeCluster,
+)
 
 NS = "default"
 GATE = "autoscaler.example.com/warm"
@@ -121,6 +128,24 @@ async def test_pods_run_then_become_ready_after_the_simulated_delay(
     (pod,) = await pods(core)
     assert (conditions(pod)["ContainersReady"], conditions(pod)["Ready"]) == ("True", "True")
     assert pod.status.container_statuses[0].ready is True
+
+
+async def test_started_pods_get_their_own_ip_or_the_one_their_template_names(
+    kubelet: FakeCluster, apps: client.AppsV1Api, core: client.CoreV1Api
+) -> None:
+    """Each started pod has a distinct address, unless its template names one (loopback, for
+    code under test that calls the pod)."""
+    kubelet.add_node("node-1")
+    await apps.create_namespaced_deployment(NS, deployment(replicas=2))
+    local = deployment("local", replicas=1, annotations={POD_IP: "127.0.0.1"})
+    await apps.create_namespaced_deployment(NS, local)
+    await kubelet.reconcile()
+
+    ips = {p.metadata.name.split("-")[0]: p.status.pod_ip for p in await pods(core)}
+    addresses = [p.status.pod_ip for p in await pods(core, label_selector="app=llm")]
+    assert len(set(addresses)) == 2
+    assert all(ip.startswith("10.0.") for ip in addresses)
+    assert ips["local"] == "127.0.0.1"
 
 
 async def test_readiness_gates_hold_ready_until_their_conditions_are_true(
@@ -278,6 +303,52 @@ async def test_deleting_a_deployment_collects_its_replicasets_and_pods(
     await kubelet.settle()
     assert (await apps.list_namespaced_replica_set(NS)).items == []
     assert await pods(core) == []
+
+
+async def test_deleting_a_deployment_collects_the_deployments_it_controls(
+    kubelet: FakeCluster, apps: client.AppsV1Api, core: client.CoreV1Api
+) -> None:
+    """A Deployment controlled by a deleted one goes too, and its pods with it."""
+    kubelet.add_node("node-1")
+    owner = await apps.create_namespaced_deployment(NS, deployment(replicas=1))
+    sibling = deployment("llm-shared", replicas=1)
+    sibling["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": "llm",
+            "uid": owner.metadata.uid,
+            "controller": True,
+        }
+    ]
+    await apps.create_namespaced_deployment(NS, sibling)
+    await kubelet.settle()
+    assert len(await pods(core)) == 2
+
+    await apps.delete_namespaced_deployment("llm", NS)
+    await kubelet.settle()
+    assert (await apps.list_namespaced_deployment(NS)).items == []
+    assert await pods(core) == []
+
+
+async def test_a_resource_quota_refuses_pods_beyond_it_and_reports_its_use(
+    kubelet: FakeCluster, apps: client.AppsV1Api, core: client.CoreV1Api
+) -> None:
+    """Pods a ResourceQuota would not admit are not created; its status says hard and used."""
+    kubelet.add_node("gpu-1", gpus=8)
+    quota = {
+        "metadata": {"name": "gpus"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "3", "pods": "10"}},
+    }
+    await core.create_namespaced_resource_quota(NS, quota)
+    await apps.create_namespaced_deployment(NS, deployment(replicas=2, gpus=2))
+    await kubelet.settle()
+
+    assert len(await pods(core)) == 1
+    assert kubelet.refused >= 1
+    status = (await core.read_namespaced_resource_quota("gpus", NS)).status
+    assert status.hard == {"requests.nvidia.com/gpu": "3", "pods": "10"}
+    assert status.used == {"requests.nvidia.com/gpu": "2", "pods": "1"}
 
 
 async def test_a_pod_can_be_made_unready(

@@ -1,8 +1,11 @@
-"""The caches the controller reads: Deployments, ReplicaSets, Pods and Nodes, by list+watch.
+"""The caches the controller reads: Deployments, ReplicaSets, Pods, Nodes and ResourceQuotas,
+by list+watch.
 
 Pods are indexed by their controlling ReplicaSet and ReplicaSets by their controlling
 Deployment (ownerReferences, by uid), so `pods_of` groups pods by owner rather than by label
 selector: sibling Deployments whose labels overlap (DESIGN §3.5) never count each other's pods.
+Deployments are indexed by their controlling owner too (a placement tier's sibling by the
+service owner's Deployment, `siblings_of`), and ResourceQuotas by namespace (`quotas_in`).
 Namespaced kinds are watched in all namespaces, or in each namespace of an include list; an
 exclude list drops objects as they arrive. Stored objects are trimmed of what no reader needs
 (managed fields, pod templates of ReplicaSets, node image lists) to keep memory flat.
@@ -26,6 +29,8 @@ from autoscaler.adapters.kubernetes._api import Obj
 
 OWNER: Final = "owner"
 """Index of objects by the uid of their controlling owner."""
+NAMESPACE: Final = "namespace"
+"""Index of objects by their namespace."""
 
 LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -58,6 +63,10 @@ def owner_values(obj: Obj) -> Iterable[str]:
     return () if owner is None else (owner,)
 
 
+def namespace_values(obj: Obj) -> Iterable[str]:
+    return (_api.namespace(obj),)
+
+
 def _trim_meta(obj: Obj) -> Obj:
     metadata = dict(_api.meta(obj))
     metadata.pop("managedFields", None)
@@ -82,7 +91,7 @@ def trim_node(obj: Obj) -> Obj:
 
 
 class Caches:
-    """The four informers, built on one API client; see the module docstring."""
+    """The five informers, built on one API client; see the module docstring."""
 
     def __init__(
         self,
@@ -121,6 +130,7 @@ class Caches:
             sources(apps.list_deployment_for_all_namespaces, apps.list_namespaced_deployment),
             keep=keep,
             transform=_trim_meta,
+            indexers={OWNER: owner_values},
             **common,
         )
         self.replicasets = informer.Informer(
@@ -142,10 +152,20 @@ class Caches:
         self.nodes = informer.Informer(
             "nodes", [informer.Source(core.list_node)], transform=trim_node, **common
         )
+        self.quotas = informer.Informer(
+            "resourcequotas",
+            sources(
+                core.list_resource_quota_for_all_namespaces, core.list_namespaced_resource_quota
+            ),
+            keep=keep,
+            transform=_trim_meta,
+            indexers={NAMESPACE: namespace_values},
+            **common,
+        )
 
     @property
     def informers(self) -> tuple[informer.Informer, ...]:
-        return (self.deployments, self.replicasets, self.pods, self.nodes)
+        return (self.deployments, self.replicasets, self.pods, self.nodes, self.quotas)
 
     @property
     def synced(self) -> bool:
@@ -163,6 +183,13 @@ class Caches:
 
     def deployment(self, namespace: str, name: str) -> Obj | None:
         return self.deployments.get(namespace, name)
+
+    def siblings_of(self, deployment: Obj) -> list[Obj]:
+        """The Deployments whose controlling owner is `deployment` (its placement tiers)."""
+        return self.deployments.by_index(OWNER, _api.uid(deployment))
+
+    def quotas_in(self, namespace: str) -> list[Obj]:
+        return self.quotas.by_index(NAMESPACE, namespace)
 
     def replicasets_of(self, deployment: Obj) -> list[Obj]:
         return self.replicasets.by_index(OWNER, _api.uid(deployment))

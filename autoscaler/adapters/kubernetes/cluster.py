@@ -15,6 +15,14 @@ refuses every write (`NotLeaderError`). Library errors leave as `KubeApiError`, 
 `errors.ActuationError` carrying the HTTP status, and each failed call is counted through
 `on_api_error`.
 
+Placement (DESIGN §3.5, §3.6, `placement`): a service whose owner requests `nvidia.com/gpu` spans
+tier Deployments (the owner is `whole`; `<name>-mig-<profile>` and `<name>-shared` are the
+controller's). `workloads()` reports replicas and serving pods summed over the tiers (pods
+grouped by owner), what the namespace's GPU quota admits, and the core-hour rate of the pods;
+`scale` distributes the count over the tiers with `core.placement.plan` and writes each tier's
+`scale` subresource; `publish` adds the last plan to the status annotation. The siblings are
+never managed services themselves.
+
 It decides nothing: replica counts come from the loop, and a failed write is the loop's to retry.
 """
 
@@ -37,7 +45,7 @@ import autoscaler.annotations as contract
 from autoscaler import clock as clock_
 from autoscaler import ports
 from autoscaler.adapters import prometheus
-from autoscaler.adapters.kubernetes import _api, caches, codec, events, informer
+from autoscaler.adapters.kubernetes import _api, caches, codec, events, informer, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.core import model
 
@@ -164,13 +172,19 @@ class KubeCluster:
         watch_timeout_s: float = 300.0,
         request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
         rng: random.Random | None = None,
+        idle_tier_grace_s: float = placement.DEFAULT_IDLE_GRACE_S,
+        core_weights: Mapping[str, float] = placement.DEFAULT_CORE_WEIGHTS,
+        on_tiers: placement.TierCallback | None = None,
+        on_fallback: placement.FallbackCallback | None = None,
     ) -> None:
         """Build the caches and the Event recorder on `api`; `run()` fills and follows them.
 
         `identity` names this replica in Events (`reportingInstance`). `clock` paces the
         retries of a conflicting write and the watches' backoff; `wall_now` stamps the status
-        annotation and Events. `may_write` is asked before every write (the leader elector's
-        `is_leader`).
+        annotation and Events, and times how long an empty tier Deployment has been idle
+        (`idle_tier_grace_s` before it is deleted). `may_write` is asked before every write (the
+        leader elector's `is_leader`). `core_weights` are core-hours per card-hour by GPU
+        product; `on_tiers` and `on_fallback` are told of placements (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
@@ -198,6 +212,20 @@ class KubeCluster:
             may_write=lambda: not dry_run and may_write(),
             on_api_error=on_api_error,
         )
+        self.placement = placement.Ladder(
+            api,
+            self.caches,
+            self.events,
+            wall_now=wall_now,
+            may_write=lambda: not dry_run and may_write(),
+            is_serving=is_serving,
+            on_api_error=on_api_error,
+            request_timeout_s=request_timeout_s,
+            idle_grace_s=idle_tier_grace_s,
+            core_weights=core_weights,
+            on_tiers=on_tiers,
+            on_fallback=on_fallback,
+        )
         self._parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
         self._states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
         self._invalid: dict[str, tuple[str, ...]] = {}
@@ -211,10 +239,12 @@ class KubeCluster:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Fill and follow the caches and post Events until cancelled."""
+        """Fill and follow the caches, post Events and keep the tier Deployments until
+        cancelled."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self.caches.run())
             group.create_task(self.events.run())
+            group.create_task(self.placement.run(replan=self._replan))
 
     @property
     def synced(self) -> bool:
@@ -235,7 +265,7 @@ class KubeCluster:
         found: list[ports.Workload] = []
         for deployment in self.caches.deployments.items():
             notes = _api.annotations_of(deployment)
-            if not contract.opted_in(notes):
+            if not contract.opted_in(notes) or placement.is_sibling(deployment):
                 continue
             namespace, name = _api.namespace(deployment), _api.name(deployment)
             service = model.ServiceId(f"{namespace}/{name}")
@@ -243,8 +273,10 @@ class KubeCluster:
             if isinstance(config, contract.Invalid):
                 self._report_invalid(service, deployment, config, invalid)
                 continue
-            serving = [pod for pod in self.caches.pods_of(deployment) if is_serving(pod)]
+            tiers = self.placement.view(service, deployment, config)
+            serving = tiers.serving
             state = self._state(service, notes.get(contract.STATE_KEY), states)
+            asked = self._last_set.get(service)
             managed[service] = _Managed(
                 namespace,
                 name,
@@ -256,14 +288,20 @@ class KubeCluster:
                     id=service,
                     policy=config.policy,
                     half_life_s=config.half_life_s,
-                    replicas=spec_replicas(deployment),
+                    replicas=self.placement.reported_replicas(service, tiers, asked),
                     serving=len(serving),
                     startup_s=startup_s(serving, recent=self._recent_pods),
                     state=state,
+                    admissible=tiers.admissible,
+                    core_rate=tiers.core_rate,
+                    project=config.project,
                 )
             )
+            active = not self.dry_run and config.mode is not contract.Mode.DRY_RUN
+            self.placement.observe(service, deployment, tiers, asked=asked, active=active)
         self._parsed, self._states, self._invalid, self._managed = parsed, states, invalid, managed
         self._forget(managed.keys())
+        self.placement.wake()
         return found
 
     def _forget(self, present: Collection[model.ServiceId]) -> None:
@@ -272,6 +310,7 @@ class KubeCluster:
         self._written_version = {k: v for k, v in self._written_version.items() if k in present}
         self._holding = {k: v for k, v in self._holding.items() if k in present}
         self._announced &= set(present)
+        self.placement.forget(present)
 
     def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
         """The serving pods the last `workloads()` found for `service` (`PodIndex`)."""
@@ -279,6 +318,23 @@ class KubeCluster:
         if managed is None:
             return None
         return prometheus.ServingPods(managed.namespace, managed.serving, managed.config.metrics)
+
+    def managed_services(self) -> list[model.ServiceId]:
+        """The services the last `workloads()` found, in its order (for the ramp)."""
+        return list(self._managed)
+
+    def managed(self, service: model.ServiceId) -> _Managed | None:
+        """Namespace, Deployment name and config of a service the last `workloads()` found."""
+        return self._managed.get(service)
+
+    def may_write(self) -> bool:
+        """Whether this instance may write now (the leader elector's answer)."""
+        return self._may_write()
+
+    @property
+    def on_api_error(self) -> _api.ErrorCallback:
+        """Told of every failed API call; writers built on this cluster report theirs here."""
+        return self._on_api_error
 
     def _parse(
         self,
@@ -341,7 +397,12 @@ class KubeCluster:
     # -- writes ------------------------------------------------------------------------------------
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        """Set the Deployment's replicas through its `scale` subresource (a merge patch)."""
+        """Set the Deployment's replicas through its `scale` subresource (a merge patch); for a
+        GPU service, distribute them over its placement tiers first.
+
+        Raises `placement.UnplaceableError` (an `ActuationError`) for a service that no GPU in
+        the cluster could run: it keeps its size.
+        """
         managed, deployment = self._target(service)
         if self.dry_run or managed.config.mode is contract.Mode.DRY_RUN:
             log.info(
@@ -352,7 +413,30 @@ class KubeCluster:
             )
             return
         self._require_leader(service)
-        observed, last = spec_replicas(deployment), self._last_set.get(service)
+        async with self.placement.lock(service):
+            tiers = self.placement.view(service, deployment, managed.config)
+            last = self._last_set.get(service)
+            observed = self.placement.reported_replicas(service, tiers, last)
+            self._check_override(service, deployment, observed, replicas)
+            placed = replicas
+            if tiers.need is None:
+                await self._scale_owner(service, managed, replicas)
+            else:
+                plan = await self.placement.apply(
+                    service,
+                    deployment,
+                    tiers,
+                    replicas,
+                    scale_owner=lambda n: self._scale_owner(service, managed, n),
+                )
+                placed = min(replicas, plan.total)
+            self._last_set[service] = replicas
+            self._scaled[service] = placed
+
+    def _check_override(
+        self, service: model.ServiceId, deployment: Obj, observed: int, replicas: int
+    ) -> None:
+        last = self._last_set.get(service)
         if last is not None and observed not in (last, replicas) and not self._lags(service):
             log.warning("scale.overridden", service=service, found=observed, set=last)
             message = (
@@ -360,6 +444,10 @@ class KubeCluster:
                 f"{last}); the autoscaler manages this Deployment and sets {replicas}"
             )
             self.events.record(deployment, events.WARNING, OVERRIDDEN, message)
+
+    async def _scale_owner(
+        self, service: model.ServiceId, managed: _Managed, replicas: int
+    ) -> None:
         operation = "deployments/scale.patch"
         try:
             answer = await _api.call_json(
@@ -373,9 +461,26 @@ class KubeCluster:
         except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
             self._on_api_error(operation)
             raise _api.failure(operation, service, e) from e
-        self._last_set[service] = replicas
         self._written_version[service] = _api.resource_version(answer)
-        self._scaled[service] = replicas
+
+    async def _replan(self, service: model.ServiceId, desired: int) -> None:
+        """Distribute the policy's last total again (the ladder's upkeep, under its lock)."""
+        managed = self._managed.get(service)
+        deployment = (
+            None if managed is None else self.caches.deployment(managed.namespace, managed.name)
+        )
+        if managed is None or deployment is None or managed.config.mode is contract.Mode.DRY_RUN:
+            return
+        tiers = self.placement.view(service, deployment, managed.config)
+        if tiers.need is None or tiers.problem is not None:
+            return
+        await self.placement.apply(
+            service,
+            deployment,
+            tiers,
+            desired,
+            scale_owner=lambda n: self._scale_owner(service, managed, n),
+        )
 
     async def publish(
         self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
@@ -387,6 +492,9 @@ class KubeCluster:
             return
         self._require_leader(service)
         document = codec.status_document(decision, time_s=self._wall_now())
+        placed = self.placement.status_of(service)
+        if placed is not None:
+            document["placement"] = placed
         state_text = codec.state_text(state, replicas=self._last_set.get(service))
         await self._annotate(service, managed, deployment, document, state_text)
         self._announce(service, managed, deployment, decision)

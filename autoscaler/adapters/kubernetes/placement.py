@@ -1,0 +1,1127 @@
+"""The placement ladder on Kubernetes (DESIGN §3.5, §3.6): free GPU capacity from the caches, the
+tier Deployments, the namespace's GPU quota, and the GPU time a service's pods hold.
+
+Capacity. Per node, `status.allocatable` of `nvidia.com/gpu`, `nvidia.com/mig-<profile>` and
+`nvidia.com/gpu.shared` minus the requests of the non-terminated pods bound to it (`spec.nodeName`,
+phase neither Succeeded nor Failed), kept up to date from the pod cache's changes: nothing is
+listed per tick, and a node's entry is rebuilt only when that node or its GPU pods change. GPU
+Feature Discovery labels give the card (`nvidia.com/gpu.product`, `nvidia.com/gpu.memory` in MiB),
+the time-slicing replicas (`nvidia.com/gpu.replicas`) and the MIG slices' memory
+(`nvidia.com/mig-<profile>.memory`). A time-shared `nvidia.com/gpu` (replicas > 1, or a product
+ending in `-SHARED`) is never offered as a whole card. Cordoned nodes (`spec.unschedulable`), nodes
+that are not Ready and nodes labelled `autoscaler.dsec.io/gpu-health: faulty` are not used (DCGM
+XID errors reach placement through that label, set by whoever watches them; this module reads no
+metrics).
+
+Quota. The namespace's ResourceQuotas, from their cache: `spec.hard` and `status.used` of the
+`requests.nvidia.com/...` keys, the tightest quota of each key winning.
+
+Tiers. The service owner's Deployment is the `whole` tier. `<name>-mig-<profile>` and
+`<name>-shared` are siblings the controller creates from the owner's template and owns (an
+ownerReference with `controller: true`, so deleting the owner deletes them):
+
+- each container that requests `nvidia.com/gpu` requests one `nvidia.com/mig-<profile>` or
+  `nvidia.com/gpu.shared` instead, in its limits and requests alike;
+- the owner's node selector and required node affinity are kept, minus the keys that describe
+  whole cards (`nvidia.com/gpu.*`, `nvidia.com/mig*`): the planner has chosen by memory already,
+  and under time-slicing the product label itself changes. A MIG sibling selects
+  `nvidia.com/mig.strategy: mixed`, the label GFD puts on nodes that advertise MIG slices as
+  `nvidia.com/mig-<profile>`; a shared sibling needs no label, since only time-sliced nodes
+  (`renameByDefault`) advertise `nvidia.com/gpu.shared`;
+- selector and pod labels are the owner's plus `autoscaler.dsec.io/tier: <tier>`, so its pods
+  still match the owner's Service; the owner's metadata annotations (the `enabled` opt-in among
+  them) are not copied: a sibling is never a managed service;
+- `autoscaler.dsec.io/template-hash` records the owner's template it was built from: when the
+  owner's template changes, the sibling's is rewritten (a JSON patch guarded by its
+  resourceVersion);
+- a sibling at 0 replicas without pods for `idle_grace_s` is deleted (guarded by uid and
+  resourceVersion, so one scaled up meanwhile stays).
+
+Distribution. `Ladder.apply` asks `core.placement.plan` for a count per tier and writes it:
+tiers that grow first (best first, creating siblings as needed), then tiers that shrink (worst
+first), the owner through its caller's `scale` path. A replica placed below `whole` earns a
+Normal Event `PlacementFallback`; a service whose `model-memory` or `placement` no node in the
+cluster can satisfy gets one Warning Event `PlacementUnsatisfiable` and is held at its size.
+
+Maintenance (template sync, idle deletion, and re-planning a service whose plan is not settled:
+a move back up the ladder, pods stuck pending, a quota that freed up) is found by `observe`, from
+the caches, each time the controller reads its workloads, and carried out by `run` in the
+background, one service at a time, never alongside a `scale` of the same service.
+
+It decides nothing: how many replicas go where is `core.placement.plan`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiException
+
+import autoscaler.annotations as contract
+from autoscaler import errors
+from autoscaler.adapters.kubernetes import _api, caches, events
+from autoscaler.adapters.kubernetes._api import KubeApiError, Obj
+from autoscaler.core import model
+from autoscaler.core import placement as ladder
+
+log = structlog.get_logger(__name__)
+
+TIER_LABEL: Final = "autoscaler.dsec.io/tier"
+TEMPLATE_HASH_KEY: Final = "autoscaler.dsec.io/template-hash"
+HEALTH_LABEL: Final = "autoscaler.dsec.io/gpu-health"
+FAULTY: Final = "faulty"
+
+PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
+REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
+MIG_STRATEGY_LABEL: Final = "nvidia.com/mig.strategy"
+SHARED_SUFFIX: Final = "-SHARED"
+_WHOLE_CARD_KEYS: Final = ("nvidia.com/gpu.", "nvidia.com/mig")
+"""Node label prefixes that describe the owner's whole cards; siblings drop them."""
+
+FALLBACK: Final = "PlacementFallback"
+UNSATISFIABLE: Final = "PlacementUnsatisfiable"
+LIMITED: Final = "PlacementLimited"
+NAME_TAKEN: Final = "PlacementNameTaken"
+
+DEFAULT_IDLE_GRACE_S: Final = 600.0
+DEFAULT_CORE_WEIGHTS: Final = ladder.DEFAULT_CORE_WEIGHTS
+_TERMINAL: Final = ("Succeeded", "Failed")
+_JSON_PATCH: Final = "application/json-patch+json"
+
+TierCallback = Callable[[model.ServiceId, dict[str, int]], None]
+"""Told a service's replicas per tier after each write (`Telemetry.tiers`)."""
+FallbackCallback = Callable[[model.ServiceId, str, int], None]
+"""Told the replicas placed below `whole`, by tier (`Telemetry.fell_back`)."""
+
+
+class UnplaceableError(errors.ActuationError):
+    """The service's `model-memory` or `placement` fits no GPU in the cluster: it keeps its size."""
+
+
+# -- reading objects ----------------------------------------------------------------------------
+
+
+def _count(value: object) -> int | None:
+    """A whole, non-negative count from a quantity or label ("8"); None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name in (ladder.GPU, ladder.GPU_SHARED) or name.startswith(ladder.MIG_RESOURCE_PREFIX)
+
+
+def gpu_requests(pod_spec: Mapping[str, Any]) -> dict[str, int]:
+    """GPU resources the containers of a pod (or pod template) spec request, summed.
+
+    Extended resources cannot be overcommitted, so a container that sets only the limit
+    requests as much. A count that is not a whole number is left out.
+    """
+    total: dict[str, int] = {}
+    for container in pod_spec.get("containers") or ():
+        if not isinstance(container, dict):
+            continue
+        resources = container.get("resources") or {}
+        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, amount in wanted.items():
+            count = _count(amount)
+            if is_gpu_resource(str(name)) and count:
+                total[name] = total.get(name, 0) + count
+    return total
+
+
+def _template(deployment: Obj) -> Obj:
+    value = _api.spec(deployment).get("template")
+    return value if isinstance(value, dict) else {}
+
+
+def _pod_spec(template: Mapping[str, Any]) -> Obj:
+    value = template.get("spec")
+    return value if isinstance(value, dict) else {}
+
+
+def cards_of(owner: Obj) -> int:
+    """Whole cards one replica of the owner requests (0: not a GPU workload)."""
+    return gpu_requests(_pod_spec(_template(owner))).get(ladder.GPU, 0)
+
+
+def tier_of(deployment: Obj) -> str:
+    """The tier a Deployment serves: its `autoscaler.dsec.io/tier` label, else `whole`."""
+    labels = _api.meta(deployment).get("labels") or {}
+    tier = labels.get(TIER_LABEL)
+    return tier if isinstance(tier, str) and tier else ladder.WHOLE
+
+
+def is_sibling(deployment: Obj) -> bool:
+    """Whether this is a tier Deployment the controller made: a controlling owner and a tier
+    label naming a tier below `whole` (`mig-<profile>`, `shared`)."""
+    if _api.controller_uid(deployment) is None:
+        return False
+    tier = tier_of(deployment)
+    try:
+        return ladder.tier_rank(tier) > 0
+    except ValueError:
+        return False
+
+
+def sibling_name(owner_name: str, tier: str) -> str:
+    return f"{owner_name}-{tier}"
+
+
+def template_hash(owner: Obj) -> str:
+    """A digest of the owner's pod template: a sibling built from it records this."""
+    text = json.dumps(_template(owner), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _bound(pod: Obj) -> str | None:
+    node = _api.spec(pod).get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def _terminal(pod: Obj) -> bool:
+    return _api.status(pod).get("phase") in _TERMINAL
+
+
+def is_pending(pod: Obj) -> bool:
+    """Not bound to a node yet, and not on its way out."""
+    return (
+        _bound(pod) is None and not _terminal(pod) and not _api.meta(pod).get("deletionTimestamp")
+    )
+
+
+# -- capacity -----------------------------------------------------------------------------------
+
+
+def node_capacity(node: Obj, used: Mapping[str, int]) -> ladder.NodeCapacity | None:
+    """What a node has free for GPU pods, given what its pods request; None without GPUs."""
+    allocatable = {
+        str(name): _count(amount) or 0
+        for name, amount in (_api.status(node).get("allocatable") or {}).items()
+        if is_gpu_resource(str(name))
+    }
+    if not any(allocatable.values()):
+        return None
+    labels = _api.meta(node).get("labels") or {}
+    product = str(labels.get(PRODUCT_LABEL) or "")
+    replicas = max(1, _count(labels.get(REPLICAS_LABEL)) or 1)
+    time_shared = replicas > 1 or product.upper().endswith(SHARED_SUFFIX)
+
+    def free(resource: str) -> int:
+        return max(0, allocatable.get(resource, 0) - used.get(resource, 0))
+
+    mig_free: dict[str, int] = {}
+    mig_memory: dict[str, int] = {}
+    for resource in allocatable:
+        profile = resource.removeprefix(ladder.MIG_RESOURCE_PREFIX)
+        if profile == resource:
+            continue
+        try:
+            ladder.parse_mig_profile(profile)
+        except ValueError:
+            continue  # a MIG resource this planner cannot size: not offered
+        mig_free[profile] = free(resource)
+        memory = _count(labels.get(f"{ladder.MIG_RESOURCE_PREFIX}{profile}.memory"))
+        if memory:
+            mig_memory[profile] = memory
+    return ladder.NodeCapacity(
+        name=_api.name(node),
+        product=product,
+        card_memory_mib=_count(labels.get(MEMORY_LABEL)) or 0,
+        whole_free=0 if time_shared else free(ladder.GPU),
+        mig_free=mig_free,
+        mig_memory_mib=mig_memory,
+        shared_free=free(ladder.GPU_SHARED),
+        shared_replicas=replicas,
+        usable=usable(node),
+    )
+
+
+def usable(node: Obj) -> bool:
+    """Schedulable, Ready, and not labelled faulty."""
+    if _api.spec(node).get("unschedulable"):
+        return False
+    if (_api.meta(node).get("labels") or {}).get(HEALTH_LABEL) == FAULTY:
+        return False
+    ready = _api.condition(node, "Ready")
+    return ready is not None and ready.get("status") == "True"
+
+
+class Capacity:
+    """Free GPU capacity per node, followed from the pod and node caches; see the module
+    docstring."""
+
+    def __init__(
+        self, cache: caches.Caches, *, weights: Mapping[str, float] = ladder.DEFAULT_CORE_WEIGHTS
+    ) -> None:
+        self._caches = cache
+        self.weights = weights
+        self._held: dict[str, tuple[str, dict[str, int]]] = {}
+        """Pod (namespace/name) -> (node, GPU requests) of every GPU pod bound to a node."""
+        self._used: dict[str, dict[str, int]] = {}
+        """Node -> GPU requests of its pods."""
+        self._free: dict[str, ladder.NodeCapacity] = {}
+        self._total: dict[str, ladder.NodeCapacity] = {}
+        self._dirty: set[str] = set()
+        self._snapshot: ladder.Snapshot | None = None
+        self._totals: ladder.Snapshot | None = None
+        self._rates: dict[tuple[str, str], float] = {}
+        """(node, resource) -> core-hours per hour of one unit, until the nodes change."""
+        self._quotas: dict[str, ladder.Quota | None] = {}
+        self.quota_changes = 0
+        """Bumped whenever a ResourceQuota changes (readers keep what they derive until then)."""
+        cache.pods.add_handler(self._pod_changed)
+        cache.nodes.add_handler(self._node_changed)
+        cache.quotas.add_handler(self._quota_changed)
+
+    def _pod_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        key = f"{_api.namespace(obj)}/{_api.name(obj)}"
+        before = self._held.get(key)
+        after: tuple[str, dict[str, int]] | None = None
+        if new is not None and not _terminal(new):
+            node = _bound(new)
+            requested = gpu_requests(_api.spec(new)) if node is not None else {}
+            if node is not None and requested:
+                after = (node, requested)
+        if before == after:
+            return
+        for held, sign in ((before, -1), (after, 1)):
+            if held is None:
+                continue
+            node, requested = held
+            usage = self._used.setdefault(node, {})
+            for resource, count in requested.items():
+                usage[resource] = usage.get(resource, 0) + sign * count
+            self._dirty.add(node)
+        if after is None:
+            self._held.pop(key, None)
+        else:
+            self._held[key] = after
+
+    def _node_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        self._dirty.add(_api.name(obj))
+        self._rates.clear()
+
+    def _quota_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        self._quotas.pop(_api.namespace(obj), None)
+        self.quota_changes += 1
+
+    def _refresh(self) -> None:
+        if not self._dirty and self._snapshot is not None:
+            return
+        for name in self._dirty:
+            node = self._caches.nodes.get("", name)
+            free = None if node is None else node_capacity(node, self._used.get(name, {}))
+            total = None if node is None else node_capacity(node, {})
+            if free is None or total is None:
+                self._free.pop(name, None)
+                self._total.pop(name, None)
+            else:
+                self._free[name], self._total[name] = free, total
+        self._dirty.clear()
+        self._snapshot = ladder.Snapshot(tuple(self._free[n] for n in sorted(self._free)))
+        self._totals = ladder.Snapshot(tuple(self._total[n] for n in sorted(self._total)))
+
+    def snapshot(self) -> ladder.Snapshot:
+        """Free capacity of every GPU node (unusable ones marked so)."""
+        self._refresh()
+        assert self._snapshot is not None
+        return self._snapshot
+
+    def totals(self) -> ladder.Snapshot:
+        """Every GPU node as if nothing ran on it: what the cluster could ever offer."""
+        self._refresh()
+        assert self._totals is not None
+        return self._totals
+
+    def node(self, name: str) -> ladder.NodeCapacity | None:
+        self._refresh()
+        return self._free.get(name)
+
+    def quota(self, namespace: str) -> ladder.Quota | None:
+        """The namespace's GPU quota, the tightest of its ResourceQuotas per resource; None
+        when none caps a GPU resource."""
+        if namespace not in self._quotas:
+            self._quotas[namespace] = self._read_quota(namespace)
+        return self._quotas[namespace]
+
+    def _read_quota(self, namespace: str) -> ladder.Quota | None:
+        tightest: dict[str, tuple[float, int, int | None]] = {}
+        for quota in self._caches.quotas_in(namespace):
+            hard = _api.spec(quota).get("hard") or {}
+            used = _api.status(quota).get("used") or {}
+            for key, amount in hard.items():
+                resource = key.removeprefix(ladder.QUOTA_PREFIX)
+                if resource == key or not is_gpu_resource(resource):
+                    continue
+                limit = _count(amount)
+                if limit is None:
+                    log.warning(
+                        "quota.unreadable", namespace=namespace, quota=_api.name(quota), key=key
+                    )
+                    limit = 0  # a cap we cannot read admits nothing more, never everything
+                spent = _count(used.get(key))
+                room = 0.0 if spent is None else float(limit - spent)
+                if key not in tightest or room < tightest[key][0]:
+                    tightest[key] = (room, limit, spent)
+        if not tightest:
+            return None
+        return ladder.Quota(
+            hard={key: limit for key, (_, limit, _) in tightest.items()},
+            used={key: spent for key, (_, _, spent) in tightest.items() if spent is not None},
+        )
+
+    def core_rate(self, pods: Iterable[Obj]) -> float:
+        """Core-hours per hour the GPU pods among `pods` that are bound to a node and not
+        terminated hold now (DESIGN §3.6): per unit of GPU resource, the card's weight by
+        product times the part of a card the unit is."""
+        rate = 0.0
+        for pod in pods:
+            held = self._held.get(f"{_api.namespace(pod)}/{_api.name(pod)}")
+            if held is None:
+                continue
+            node_name, requested = held
+            for resource, count in requested.items():
+                unit = self._rates.get((node_name, resource))
+                if unit is None:
+                    unit = self._unit_rate(node_name, resource)
+                    self._rates[node_name, resource] = unit
+                rate += count * unit
+        return rate
+
+    def _unit_rate(self, node_name: str, resource: str) -> float:
+        node = self.node(node_name) or ladder.NodeCapacity(node_name, "", 0, 0)
+        weight = ladder.core_weight(node.product, self.weights)
+        return weight * ladder.tier_fraction(_tier_of_resource(resource, node), node)
+
+
+def unsatisfiable(need: ladder.Need, totals: ladder.Snapshot) -> str | None:
+    """Why no GPU in the cluster could ever run one replica; None when one could, or when the
+    cluster shows no GPU node at all (nothing to judge by)."""
+    if not totals.nodes or (need.memory_mib is None and need.mode in ("auto", "whole")):
+        return None
+    fits = ladder.free_by_tier(need, totals)
+    below = any(count > 0 for tier, count in fits.items() if tier != ladder.WHOLE)
+    memory = need.memory_mib
+    if need.mode in ("auto", "whole"):
+        assert memory is not None
+        cards = [n.card_memory_mib for n in totals.nodes if n.whole_free > 0]
+        if any(m == 0 or m * need.cards >= memory for m in cards):
+            return None
+        if need.mode == "auto" and below:
+            return None
+        largest = max((n.card_memory_mib for n in totals.nodes), default=0)
+        return (
+            f"model-memory {memory} MiB exceeds every GPU card in the cluster (largest "
+            f"{largest} MiB{f' x {need.cards}' if need.cards > 1 else ''})"
+        )
+    if need.mode == "mig":
+        if any(tier.startswith(ladder.MIG_PREFIX) and n > 0 for tier, n in fits.items()):
+            return None
+        return (
+            f"placement mig: no MIG slice in the cluster fits model-memory {memory} MiB with "
+            f"{need.headroom_ratio:.0%} headroom (and below a quarter of its card)"
+        )
+    if fits.get(ladder.SHARED, 0) > 0:
+        return None
+    return (
+        f"placement shared: no time-sliced GPU in the cluster has room for model-memory "
+        f"{memory} MiB with {need.headroom_ratio:.0%} headroom"
+    )
+
+
+def _tier_of_resource(resource: str, node: ladder.NodeCapacity) -> str:
+    if resource == ladder.GPU_SHARED:
+        return ladder.SHARED
+    if resource.startswith(ladder.MIG_RESOURCE_PREFIX):
+        profile = resource.removeprefix(ladder.MIG_RESOURCE_PREFIX)
+        try:
+            return ladder.mig_tier(profile)
+        except ValueError:
+            return ladder.WHOLE
+    # A time-shared `nvidia.com/gpu` is a share of a card, not a card.
+    return ladder.SHARED if node.shared_replicas > 1 else ladder.WHOLE
+
+
+# -- tier Deployments ---------------------------------------------------------------------------
+
+
+def _drop_whole_card_keys(key: object) -> bool:
+    return isinstance(key, str) and key.startswith(_WHOLE_CARD_KEYS)
+
+
+def _node_affinity(affinity: Obj) -> Obj | None:
+    """The owner's affinity with whole-card terms removed from its required node affinity."""
+    affinity = copy.deepcopy(affinity)
+    node = affinity.get("nodeAffinity")
+    if not isinstance(node, dict):
+        return affinity or None
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, dict):
+        return affinity or None
+    terms = []
+    for term in required.get("nodeSelectorTerms") or ():
+        kept = {
+            kind: [e for e in term.get(kind) or () if not _drop_whole_card_keys(e.get("key"))]
+            for kind in ("matchExpressions", "matchFields")
+        }
+        kept = {kind: items for kind, items in kept.items() if items}
+        if kept:  # an empty term matches nothing: a term left empty goes
+            terms.append(kept)
+    if terms:
+        required["nodeSelectorTerms"] = terms
+    else:
+        del node["requiredDuringSchedulingIgnoredDuringExecution"]
+        if not node:
+            del affinity["nodeAffinity"]
+    return affinity or None
+
+
+def sibling_template(owner: Obj, tier: str) -> Obj:
+    """The owner's pod template, rewritten for `tier` (see the module docstring)."""
+    template = copy.deepcopy(_template(owner))
+    metadata = template.setdefault("metadata", {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), TIER_LABEL: tier}
+    spec = template.setdefault("spec", {})
+    resource = ladder.resource_of(tier)
+    for container in spec.get("containers") or ():
+        if not isinstance(container, dict):
+            continue
+        resources = container.get("resources") or {}
+        for part in ("limits", "requests"):
+            amounts = resources.get(part)
+            if isinstance(amounts, dict) and ladder.GPU in amounts:
+                del amounts[ladder.GPU]
+                amounts[resource] = "1"
+    selector = {
+        k: v for k, v in (spec.get("nodeSelector") or {}).items() if not _drop_whole_card_keys(k)
+    }
+    if ladder.mig_profile(tier) is not None:
+        selector[MIG_STRATEGY_LABEL] = "mixed"
+    if selector:
+        spec["nodeSelector"] = selector
+    else:
+        spec.pop("nodeSelector", None)
+    if isinstance(spec.get("affinity"), dict):
+        affinity = _node_affinity(spec["affinity"])
+        if affinity:
+            spec["affinity"] = affinity
+        else:
+            del spec["affinity"]
+    return template
+
+
+def sibling(owner: Obj, tier: str, *, replicas: int) -> Obj:
+    """A new tier Deployment for `owner` (see the module docstring)."""
+    owner_meta, owner_spec = _api.meta(owner), _api.spec(owner)
+    selector = copy.deepcopy(owner_spec.get("selector") or {})
+    selector["matchLabels"] = {**(selector.get("matchLabels") or {}), TIER_LABEL: tier}
+    spec: Obj = {
+        "replicas": replicas,
+        "selector": selector,
+        "template": sibling_template(owner, tier),
+    }
+    for key in ("strategy", "minReadySeconds", "revisionHistoryLimit", "progressDeadlineSeconds"):
+        if key in owner_spec:
+            spec[key] = copy.deepcopy(owner_spec[key])
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": sibling_name(_api.name(owner), tier),
+            "namespace": _api.namespace(owner),
+            "labels": {**(owner_meta.get("labels") or {}), TIER_LABEL: tier},
+            "annotations": {TEMPLATE_HASH_KEY: template_hash(owner)},
+            # No blockOwnerDeletion: setting it needs `update` on the owner's finalizers.
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": _api.name(owner),
+                    "uid": _api.uid(owner),
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+# -- one service across its tiers ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tier:
+    """One tier of a service: its Deployment and pods, as the caches show them."""
+
+    name: str
+    deployment: Obj
+    pods: tuple[Obj, ...]
+    serving: tuple[Obj, ...]
+
+    @property
+    def replicas(self) -> int:
+        value = _api.spec(self.deployment).get("replicas", 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+    def count(self) -> ladder.TierCount:
+        pending = sum(1 for pod in self.pods if is_pending(pod))
+        replicas = self.replicas
+        return ladder.TierCount(replicas, min(len(self.serving), replicas), min(pending, replicas))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class View:
+    """One service across its tiers at this tick, for `workloads()`."""
+
+    tiers: tuple[Tier, ...]
+    """The owner's first, then its siblings by name."""
+    need: ladder.Need | None
+    """None when the owner requests no whole GPU: no ladder, the owner alone."""
+    admissible: int | None
+    core_rate: float
+    problem: str | None
+    """Why no GPU in the cluster could run the service (it is held at its size)."""
+
+    @property
+    def replicas(self) -> int:
+        return sum(tier.replicas for tier in self.tiers)
+
+    @property
+    def serving(self) -> list[Obj]:
+        return [pod for tier in self.tiers for pod in tier.serving]
+
+    @property
+    def pods(self) -> list[Obj]:
+        return [pod for tier in self.tiers for pod in tier.pods]
+
+    def counts(self) -> dict[str, ladder.TierCount]:
+        return {tier.name: tier.count() for tier in self.tiers}
+
+    def specs(self) -> dict[str, int]:
+        return {tier.name: tier.replicas for tier in self.tiers}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Job:
+    """Maintenance found by `observe`, done by `run`."""
+
+    kind: str
+    """`sync` (rewrite a sibling's template), `delete` (an idle sibling) or `plan` (re-plan)."""
+    service: model.ServiceId
+    namespace: str
+    owner: str
+    target: str = ""
+    """The sibling (sync, delete)."""
+    desired: int = 0
+    """The policy's total (plan)."""
+
+
+class Ladder:
+    """The placement ladder of every managed service; see the module docstring."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cache: caches.Caches,
+        recorder: events.EventRecorder,
+        *,
+        wall_now: Callable[[], float],
+        may_write: Callable[[], bool],
+        is_serving: Callable[[Obj], bool],
+        on_api_error: _api.ErrorCallback = _api.ignore_error,
+        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
+        idle_grace_s: float = DEFAULT_IDLE_GRACE_S,
+        headroom_ratio: float = 0.1,
+        core_weights: Mapping[str, float] = ladder.DEFAULT_CORE_WEIGHTS,
+        on_tiers: TierCallback | None = None,
+        on_fallback: FallbackCallback | None = None,
+    ) -> None:
+        """`may_write` is asked before every write (the global dry-run and the leader);
+        `is_serving` tells the pods that count as capacity; `idle_grace_s` is how long, by
+        `wall_now` (Unix seconds), a sibling stays at 0 replicas without pods before it goes."""
+        self._apps = client.AppsV1Api(api)
+        self.caches = cache
+        self.events = recorder
+        self.capacity = Capacity(cache, weights=core_weights)
+        self._wall_now = wall_now
+        self._may_write = may_write
+        self._is_serving = is_serving
+        self._on_api_error = on_api_error
+        self._request_timeout_s = request_timeout_s
+        self.idle_grace_s = idle_grace_s
+        self.headroom_ratio = headroom_ratio
+        self._on_tiers = on_tiers
+        self._on_fallback = on_fallback
+        self._locks: dict[model.ServiceId, asyncio.Lock] = {}
+        self._written: dict[model.ServiceId, dict[str, int]] = {}
+        self._plans: dict[model.ServiceId, ladder.Plan] = {}
+        self._reported: dict[model.ServiceId, dict[str, int]] = {}
+        self._problems: dict[model.ServiceId, str] = {}
+        self._empty_since: dict[str, float] = {}
+        """Sibling uid -> when it was first seen empty (0 replicas, no pods)."""
+        self._still_empty: set[str] = set()
+        self._jobs: dict[tuple[str, str, str], _Job] = {}
+        self._verdicts_for: ladder.Snapshot | None = None
+        self._verdicts: dict[ladder.Need, str | None] = {}
+        self._headroom_for: tuple[ladder.Snapshot, int] | None = None
+        self._headroom: dict[tuple[ladder.Need, str, tuple[tuple[str, int], ...]], int | None] = {}
+        self._cards: dict[tuple[str, str], int] = {}
+        self._cards_next: dict[tuple[str, str], int] = {}
+        self._wake = asyncio.Event()
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def need(self, owner: Obj, config: contract.ServiceConfig) -> ladder.Need | None:
+        """What one replica needs, or None when the owner requests no whole GPU."""
+        key = (_api.uid(owner), _api.resource_version(owner))
+        cards = self._cards.get(key)
+        if cards is None:
+            cards = cards_of(owner)
+        self._cards_next[key] = cards
+        if cards <= 0:
+            return None
+        return ladder.Need(
+            memory_mib=config.model_memory_mib,
+            mode=config.placement.value,
+            headroom_ratio=self.headroom_ratio,
+            cards=cards,
+        )
+
+    def tiers(self, owner: Obj) -> list[Tier]:
+        """The owner's tier and its siblings', with their pods grouped by owner."""
+        found = [owner]
+        found += sorted((d for d in self.caches.siblings_of(owner) if is_sibling(d)), key=_api.name)
+        result = []
+        for deployment in found:
+            pods = tuple(self.caches.pods_of(deployment))
+            serving = tuple(pod for pod in pods if self._is_serving(pod))
+            result.append(Tier(tier_of(deployment), deployment, pods, serving))
+        return result
+
+    def view(self, service: model.ServiceId, owner: Obj, config: contract.ServiceConfig) -> View:
+        """The service across its tiers, from the caches."""
+        tiers = tuple(self.tiers(owner))
+        need = self.need(owner, config)
+        rate = self.capacity.core_rate(p for tier in tiers for p in tier.pods)
+        if need is None:
+            return View(tiers, None, None, rate, None)
+        problem = self._unsatisfiable(need)
+        counts = {tier.name: tier.count() for tier in tiers}
+        total = sum(c.replicas for c in counts.values())
+        if problem is not None:
+            return View(tiers, need, total, rate, problem)
+        headroom = self._admissible_headroom(need, _api.namespace(owner), counts)
+        return View(tiers, need, None if headroom is None else total + headroom, rate, None)
+
+    def _admissible_headroom(
+        self, need: ladder.Need, namespace: str, counts: Mapping[str, ladder.TierCount]
+    ) -> int | None:
+        """How many replicas beyond those there are the namespace's quota admits (None: no cap).
+
+        `core.placement.admissible` is the replicas there are plus what each tier's quota and
+        room admit, and that part depends on the tiers and their pending pods only: it is
+        computed once per distinct need, namespace and shape, until nodes or quotas change.
+        """
+        quota = self.capacity.quota(namespace)
+        if quota is None:
+            return None
+        layout = (self.capacity.snapshot(), self.capacity.quota_changes)
+        if (
+            self._headroom_for is None
+            or layout[0] is not self._headroom_for[0]
+            or (layout[1] != self._headroom_for[1])
+        ):
+            self._headroom_for, self._headroom = layout, {}
+        shape = tuple(sorted((tier, count.pending) for tier, count in counts.items()))
+        key = (need, namespace, shape)
+        if key not in self._headroom:
+            cap = ladder.admissible(need, layout[0], counts, quota)
+            total = sum(c.replicas for c in counts.values())
+            self._headroom[key] = None if cap is None else cap - total
+        return self._headroom[key]
+
+    def _unsatisfiable(self, need: ladder.Need) -> str | None:
+        # Judged once per distinct need and cluster layout, not once per service and tick.
+        totals = self.capacity.totals()
+        if totals is not self._verdicts_for:
+            self._verdicts_for, self._verdicts = totals, {}
+        if need not in self._verdicts:
+            self._verdicts[need] = unsatisfiable(need, totals)
+        return self._verdicts[need]
+
+    def reported_replicas(self, service: model.ServiceId, view: View, asked: int | None) -> int:
+        """The replicas to report to the policy: while the tiers are as this controller last
+        wrote them, the total the policy asked for (a move up the ladder surges above it for a
+        while); otherwise what the tiers ask for."""
+        total = view.replicas
+        written = self._written.get(service)
+        if asked is None or written is None:
+            return total
+        specs = {t: n for t, n in view.specs().items() if n}
+        if specs != {t: n for t, n in written.items() if n}:
+            return total
+        return min(total, asked)
+
+    def plan_of(self, service: model.ServiceId) -> ladder.Plan | None:
+        """The last plan written for the service."""
+        return self._plans.get(service)
+
+    def status_of(self, service: model.ServiceId) -> dict[str, Any] | None:
+        """The service's placement for its status annotation: why it cannot be placed, or the
+        last plan written; None for a service without either."""
+        problem = self._problems.get(service)
+        if problem is not None:
+            return {"problem": problem}
+        plan = self._plans.get(service)
+        if plan is None:
+            return None
+        return {
+            "tiers": dict(plan.replicas),
+            "unplaced": plan.unplaced,
+            "admissible": plan.admissible,
+            "reason": plan.reason,
+        }
+
+    # -- what each tick finds ------------------------------------------------------------------
+
+    def observe(
+        self,
+        service: model.ServiceId,
+        owner: Obj,
+        view: View,
+        *,
+        asked: int | None,
+        active: bool,
+    ) -> None:
+        """Note what the service needs done (Events, sibling upkeep, a re-plan); `active` is
+        False for a service in dry-run, whose tiers are left alone."""
+        self._report_problem(service, owner, view.problem)
+        self._report_tiers(service, view)
+        if not active:
+            return
+        namespace, name = _api.namespace(owner), _api.name(owner)
+        digest: str | None = None
+        now_s = self._wall_now()
+        for tier in view.tiers[1:]:
+            sibling_obj = tier.deployment
+            target = _api.name(sibling_obj)
+            if digest is None:
+                digest = template_hash(owner)
+            if _api.annotations_of(sibling_obj).get(TEMPLATE_HASH_KEY) != digest:
+                self._queue(_Job("sync", service, namespace, name, target))
+            uid = _api.uid(sibling_obj)
+            if tier.replicas == 0 and not tier.pods:
+                self._still_empty.add(uid)
+                since = self._empty_since.setdefault(uid, now_s)
+                if now_s - since >= self.idle_grace_s:
+                    self._queue(_Job("delete", service, namespace, name, target))
+            else:
+                self._empty_since.pop(uid, None)
+        placeable = view.need is not None and view.problem is None
+        if placeable and asked is not None and self._unsettled(service, view, asked):
+            self._queue(_Job("plan", service, namespace, name, desired=asked))
+
+    def _unsettled(self, service: model.ServiceId, view: View, asked: int) -> bool:
+        """Whether a plan for `asked` now would change the tiers (only once the caches show
+        what was last written, so a write is never repeated before it has landed)."""
+        written = self._written.get(service)
+        specs = view.specs()
+        if written is not None and {t: n for t, n in specs.items() if n} != {
+            t: n for t, n in written.items() if n
+        }:
+            return False
+        counts = view.counts()
+        below = any(t != ladder.WHOLE and c.replicas for t, c in counts.items())
+        stuck = any(c.pending for c in counts.values())
+        # Short of the total only counts after this process's own write: a count changed by
+        # hand before it is the policy's to see, and the override's to announce.
+        short = written is not None and view.replicas < asked
+        if not (below or stuck or short):
+            return False
+        assert view.need is not None
+        quota = self.capacity.quota(_api.namespace(view.tiers[0].deployment))
+        plan = ladder.plan(view.need, self.capacity.snapshot(), counts, asked, quota)
+        return any(specs.get(t, 0) != n for t, n in plan.replicas.items())
+
+    def forget(self, present: Iterable[model.ServiceId]) -> None:
+        """Drop what is remembered about services no longer managed."""
+        keep = set(present)
+        for memory in (self._written, self._plans, self._reported, self._problems, self._locks):
+            for service in [s for s in memory if s not in keep]:
+                del memory[service]
+
+    def wake(self) -> None:
+        """Let `run` do the upkeep `observe` found; called once per round of `observe`."""
+        self._empty_since = {
+            uid: since for uid, since in self._empty_since.items() if uid in self._still_empty
+        }
+        self._still_empty = set()
+        self._cards, self._cards_next = self._cards_next, {}
+        if self._jobs:
+            self._wake.set()
+
+    def _queue(self, job: _Job) -> None:
+        self._jobs.setdefault((job.kind, job.namespace, job.target or job.owner), job)
+
+    def _report_problem(self, service: model.ServiceId, owner: Obj, problem: str | None) -> None:
+        if problem is None:
+            self._problems.pop(service, None)
+            return
+        if self._problems.get(service) == problem:
+            return
+        self._problems[service] = problem
+        log.warning("placement.unsatisfiable", service=service, problem=problem)
+        message = f"{problem}; the service stays at its current size, nothing else is affected"
+        self.events.record(owner, events.WARNING, UNSATISFIABLE, message)
+
+    def _report_tiers(self, service: model.ServiceId, view: View) -> None:
+        if self._on_tiers is None:
+            return
+        specs = view.specs()
+        if self._reported.get(service) != specs:
+            self._reported[service] = specs
+            self._on_tiers(service, dict(specs))
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def lock(self, service: model.ServiceId) -> asyncio.Lock:
+        """Held while a service's tiers are written: a `scale` and the upkeep never overlap."""
+        return self._locks.setdefault(service, asyncio.Lock())
+
+    async def apply(
+        self,
+        service: model.ServiceId,
+        owner: Obj,
+        view: View,
+        desired: int,
+        *,
+        scale_owner: Callable[[int], Awaitable[None]],
+    ) -> ladder.Plan:
+        """Distribute `desired` replicas over the tiers and write the counts that change.
+
+        The owner is scaled through `scale_owner`. Raises `UnplaceableError` when nothing in the
+        cluster could run the service, `KubeApiError` when a write fails (the tiers written
+        before it stay; the next plan starts from them).
+        """
+        if view.problem is not None:
+            raise UnplaceableError(f"{service}: {view.problem}; kept at {view.replicas} replicas")
+        assert view.need is not None
+        counts = view.counts()
+        quota = self.capacity.quota(_api.namespace(owner))
+        plan = ladder.plan(view.need, self.capacity.snapshot(), counts, desired, quota)
+        existing = {tier.name: tier.deployment for tier in view.tiers}
+        specs = view.specs()
+        changes = {t: n for t, n in plan.replicas.items() if specs.get(t, 0) != n}
+        growing = sorted((t for t in changes if changes[t] > specs.get(t, 0)), key=_rank)
+        shrinking = sorted((t for t in changes if t not in growing), key=_rank, reverse=True)
+        for tier in (*growing, *shrinking):
+            replicas = changes[tier]
+            if tier == ladder.WHOLE:
+                await scale_owner(replicas)
+            elif tier in existing:
+                await self._scale(service, existing[tier], replicas)
+            elif replicas > 0:
+                await self._create(service, owner, tier, replicas)
+        self._written[service] = dict(plan.replicas)
+        self._plans[service] = plan
+        log.info(
+            "placement.planned",
+            service=service,
+            desired=desired,
+            tiers=dict(plan.replicas),
+            unplaced=plan.unplaced,
+            reason=plan.reason,
+        )
+        self._announce(service, owner, plan, specs, desired)
+        return plan
+
+    def _announce(
+        self,
+        service: model.ServiceId,
+        owner: Obj,
+        plan: ladder.Plan,
+        before: Mapping[str, int],
+        desired: int,
+    ) -> None:
+        fallen = {
+            t: n - before.get(t, 0)
+            for t, n in plan.replicas.items()
+            if t != ladder.WHOLE and n > before.get(t, 0)
+        }
+        if fallen:
+            for tier, count in fallen.items():
+                if self._on_fallback is not None:
+                    self._on_fallback(service, tier, count)
+            placed = ", ".join(f"{n} on {t}" for t, n in sorted(fallen.items(), key=_rank_item))
+            message = f"Placed {placed} below whole cards; reason: {plan.reason}"
+            self.events.record(owner, events.NORMAL, FALLBACK, message)
+        if plan.total < desired:
+            message = f"Asked for {desired} replicas, placed {plan.total}; reason: {plan.reason}"
+            self.events.record(owner, events.WARNING, LIMITED, message)
+
+    async def _scale(self, service: model.ServiceId, deployment: Obj, replicas: int) -> None:
+        operation = "deployments/scale.patch"
+        try:
+            await _api.call_json(
+                self._apps.patch_namespaced_deployment_scale,
+                _api.name(deployment),
+                _api.namespace(deployment),
+                {"spec": {"replicas": replicas}},
+                _content_type=_api.MERGE_PATCH,
+                request_timeout_s=self._request_timeout_s,
+            )
+        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
+            self._on_api_error(operation)
+            raise _api.failure(operation, f"{service} ({_api.name(deployment)})", e) from e
+
+    async def _create(self, service: model.ServiceId, owner: Obj, tier: str, replicas: int) -> None:
+        namespace, name = _api.namespace(owner), sibling_name(_api.name(owner), tier)
+        taken = self.caches.deployment(namespace, name)
+        if taken is not None and _api.controller_uid(taken) != _api.uid(owner):
+            message = (
+                f"Deployment {name} exists and is not this service's {tier} tier; the "
+                f"{tier} tier is not used"
+            )
+            self.events.record(owner, events.WARNING, NAME_TAKEN, message)
+            raise KubeApiError("deployments.create", f"{service}: {message}", status=409)
+        operation = "deployments.create"
+        try:
+            await _api.call_json(
+                self._apps.create_namespaced_deployment,
+                namespace,
+                sibling(owner, tier, replicas=replicas),
+                request_timeout_s=self._request_timeout_s,
+            )
+        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
+            self._on_api_error(operation)
+            raise _api.failure(operation, f"{service} ({name})", e) from e
+        log.info("tier.created", service=service, deployment=name, replicas=replicas)
+
+    # -- upkeep ----------------------------------------------------------------------------------
+
+    async def run(self, *, replan: Callable[[model.ServiceId, int], Awaitable[None]]) -> None:
+        """Do the upkeep `observe` finds, whenever `wake` is called, until cancelled.
+
+        `replan(service, desired)` distributes the policy's total again (the cluster's own path
+        to `apply`, which keeps the owner's bookkeeping), under the service's lock. A failed job
+        is logged and found again by a later `observe`.
+        """
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            jobs, self._jobs = list(self._jobs.values()), {}
+            for job in jobs:
+                if not self._may_write():
+                    continue
+                try:
+                    async with self.lock(job.service):
+                        if job.kind == "sync":
+                            await self._sync(job)
+                        elif job.kind == "delete":
+                            await self._delete(job)
+                        else:
+                            await replan(job.service, job.desired)
+                except errors.ActuationError as e:
+                    log.warning(
+                        "tier.upkeep_failed", service=job.service, job=job.kind, error=str(e)
+                    )
+
+    async def _sync(self, job: _Job) -> None:
+        owner = self.caches.deployment(job.namespace, job.owner)
+        current = self.caches.deployment(job.namespace, job.target)
+        if owner is None or current is None or _api.controller_uid(current) != _api.uid(owner):
+            return
+        digest = template_hash(owner)
+        if _api.annotations_of(current).get(TEMPLATE_HASH_KEY) == digest:
+            return
+        tier = tier_of(current)
+        notes = {**_api.annotations_of(current), TEMPLATE_HASH_KEY: digest}
+        body = [
+            {
+                "op": "test",
+                "path": "/metadata/resourceVersion",
+                "value": _api.resource_version(current),
+            },
+            {"op": "replace", "path": "/spec/template", "value": sibling_template(owner, tier)},
+            {"op": "add", "path": "/metadata/annotations", "value": notes},
+        ]
+        operation = "deployments.patch"
+        try:
+            await _api.call_json(
+                self._apps.patch_namespaced_deployment,
+                job.target,
+                job.namespace,
+                body,
+                _content_type=_JSON_PATCH,
+                request_timeout_s=self._request_timeout_s,
+            )
+        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
+            self._on_api_error(operation)
+            raise _api.failure(operation, f"{job.service} ({job.target})", e) from e
+        log.info("tier.synced", service=job.service, deployment=job.target, template=digest)
+
+    async def _delete(self, job: _Job) -> None:
+        current = self.caches.deployment(job.namespace, job.target)
+        if current is None or not is_sibling(current):
+            return
+        if _api.spec(current).get("replicas") != 0 or self.caches.pods_of(current):
+            return
+        operation = "deployments.delete"
+        body = {
+            "preconditions": {
+                "uid": _api.uid(current),
+                "resourceVersion": _api.resource_version(current),
+            }
+        }
+        try:
+            await _api.call_json(
+                self._apps.delete_namespaced_deployment,
+                job.target,
+                job.namespace,
+                body=body,
+                request_timeout_s=self._request_timeout_s,
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return
+            self._on_api_error(operation)
+            raise _api.failure(operation, f"{job.service} ({job.target})", e) from e
+        except (*_api.TRANSPORT_ERRORS, ValueError) as e:
+            self._on_api_error(operation)
+            raise _api.failure(operation, f"{job.service} ({job.target})", e) from e
+        self._empty_since.pop(_api.uid(current), None)
+        log.info("tier.deleted", service=job.service, deployment=job.target)
+
+
+def _rank(tier: str) -> tuple[int, str]:
+    return ladder.tier_rank(tier), tier
+
+
+def _rank_item(item: tuple[str, int]) -> tuple[int, str]:
+    return _rank(item[0])
+
+
+def pods_by_tier(view: View) -> Sequence[tuple[str, Obj]]:
+    """Every pod of a service with the tier it runs on (for the ramp's `PodInfo.tier`)."""
+    return [(tier.name, pod) for tier in view.tiers for pod in tier.pods]
