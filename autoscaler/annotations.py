@@ -38,7 +38,10 @@ STATUS_KEY = PREFIX + "status"
 """Written by the controller: the last decision as JSON. Not a setting; `parse` ignores it."""
 STATE_KEY = PREFIX + "state"
 """Written by the controller: cooldown timestamps and ramp step. Not a setting; ignored."""
-CONTROLLER_KEYS = frozenset({STATUS_KEY, STATE_KEY})
+RAMP_KEY = PREFIX + "ramp"
+"""Written by the controller: the traffic ramp's step and deadlines, for resuming after a
+restart (DESIGN §3.4). Not a setting; ignored."""
+CONTROLLER_KEYS = frozenset({STATUS_KEY, STATE_KEY, RAMP_KEY})
 
 README_BEGIN = "<!-- annotations:begin -->"
 README_END = "<!-- annotations:end -->"

@@ -8,6 +8,10 @@ Only validated names reach PromQL: metric names must match Prometheus's grammar,
 must be DNS-1123 names, and every value is regex-quoted and string-escaped on top of that. Service
 owners choose metric names (a preset or `custom`), never PromQL.
 
+`HealthQueries` serves the traffic ramp (DESIGN §3.4) from the same names and quoting: the health
+of the warming and stable pods of one service over a window, and the requests still in flight
+on pods being drained.
+
 This module decides nothing: a pod without a fresh series is missing data (NaN), never zero, and
 what missing data means is for the decision core to say.
 """
@@ -19,9 +23,10 @@ import dataclasses
 import json
 import math
 import re
+import types
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -393,3 +398,251 @@ def _per_pod(series: list[Any]) -> Iterator[tuple[_Pod, float]]:
 
 def _brief(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e)[:300]}"
+
+
+# -- The traffic ramp's health gate and the drain (DESIGN §3.4) ---------------------------------
+
+RUNNING_GAUGES: Final[Mapping[str, str]] = types.MappingProxyType(
+    {
+        "vllm:num_requests_waiting": "vllm:num_requests_running",
+        "sglang:num_queue_reqs": "sglang:num_running_reqs",
+        "tgi_queue_size": "tgi_batch_current_size",
+    }
+)
+"""The gauge of requests in execution that goes with a preset's queue gauge: in flight is queued
+plus running. Triton has none (its pending count excludes what executes), nor has `custom`."""
+
+P95: Final = 0.95
+
+
+def health_queries(
+    namespace: str,
+    metrics: MetricNames,
+    pods: Collection[str],
+    *,
+    window_s: float,
+    max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
+) -> dict[str, str]:
+    """The PromQL for one group of pods over `window_s`: `requests`, `errors` and `p95`.
+
+    Requests are the increase of the requests counter (of the latency histogram's `_count` for
+    a server without one); errors the increase of the errors counter, only its series whose
+    `error_label` is one of `error_values` when the server names one; P95 the 0.95 quantile of
+    the group's summed bucket rates. A kind the server has no metric for gets no query. A
+    group whose pod alternation is too long is read through the first of its pods (by name)
+    that fit. Raises `ValueError` for a namespace or pod that is not a Kubernetes name.
+    """
+    if not is_namespace(namespace):
+        raise ValueError(f"not a namespace name: {namespace!r}")
+    for pod in pods:
+        if not is_pod_name(pod):
+            raise ValueError(f"not a pod name: {pod!r}")
+    if not window_s >= 0.001:
+        raise ValueError(f"window_s must be >= 1 ms, not {window_s!r}")
+    window = _duration(window_s)
+    where = [f"namespace={json.dumps(namespace)}", f"pod=~{_fitting(pods, max_pod_matcher_chars)}"]
+    queries: dict[str, str] = {}
+    requests_counter = metrics.requests or (metrics.latency and f"{metrics.latency}_count")
+    if requests_counter:
+        queries["requests"] = f"sum(increase({_selector(requests_counter, where)}[{window}]))"
+    if metrics.errors is not None:
+        failed = where
+        if metrics.error_label is not None:
+            failed = [*where, f"{metrics.error_label}=~{regex_literal(metrics.error_values)}"]
+        queries["errors"] = f"sum(increase({_selector(metrics.errors, failed)}[{window}]))"
+    if metrics.latency is not None:
+        buckets = _selector(f"{metrics.latency}_bucket", where)
+        queries["p95"] = f"histogram_quantile({P95}, sum by (le) (rate({buckets}[{window}])))"
+    return queries
+
+
+def in_flight_query(
+    namespace: str, metrics: MetricNames, pods: Collection[str], *, max_age_s: float
+) -> str | None:
+    """Queued plus running requests per pod (fresh samples only); None without a queue gauge.
+
+    Where the server has a running gauge, a pod answers only when it exports both.
+    """
+    if metrics.queue is None:
+        return None
+    if not is_namespace(namespace):
+        raise ValueError(f"not a namespace name: {namespace!r}")
+    for pod in pods:
+        if not is_pod_name(pod):
+            raise ValueError(f"not a pod name: {pod!r}")
+    where = [f"namespace={json.dumps(namespace)}", f"pod=~{regex_literal(pods)}"]
+    age = f"{max_age_s:g}"
+    gauges = [metrics.queue]
+    if (running := RUNNING_GAUGES.get(metrics.queue)) is not None:
+        gauges.append(running)
+    parts = []
+    for gauge in gauges:
+        sel = _selector(gauge, where)
+        parts.append(f"sum by (pod) ({_fresh(sel, sel, age)})")
+    return " + ".join(parts)
+
+
+def _fitting(pods: Collection[str], limit: int) -> str:
+    """The regex literal of `pods`, or of the first of them (by name) whose literal fits `limit`.
+
+    The stable set is the gate's reference: a sample of it reads the same normal level, and a
+    request line stays under what proxies accept. At least one pod is always kept.
+    """
+    chosen: list[str] = []
+    for pod in sorted(pods):
+        if chosen and len(regex_literal([*chosen, pod])) > limit:
+            break
+        chosen.append(pod)
+    return regex_literal(chosen)
+
+
+class HealthQueries:
+    """`ports.HealthSource` on Prometheus: the ramp gate's health and the drain's in-flight count.
+
+    `health` reads each group (warming, stable) through `health_queries`, every query of a call
+    in parallel worker threads; `in_flight` through one `in_flight_query`. The namespace label
+    is fixed in every query and pods are matched by escaped regex literals (DESIGN §7).
+
+    No data is NaN, never zero: an empty group, no requests series, no errors series, no
+    histogram or no observation in the window. The error rate is NaN without requests. For
+    Triton, whose success counter excludes failures, it reads failures over successes: a
+    little above the true ratio, on the side of failing the gate. A Prometheus that cannot
+    answer raises `ObservationError`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+        max_age_s: float | None = None,
+        max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Connect lazily to the Prometheus HTTP API at `url`; gauges older than `max_age_s`
+        (three scrape intervals by default) are missing, as in `MetricsSource`."""
+        if not timeout_s > 0 or not scrape_interval_s > 0:
+            raise ValueError("timeout_s and scrape_interval_s must be > 0")
+        self.max_age_s = 3 * scrape_interval_s if max_age_s is None else max_age_s
+        if not self.max_age_s > 0:
+            raise ValueError("max_age_s must be > 0")
+        self.max_pod_matcher_chars = max_pod_matcher_chars
+        self._client = PrometheusConnect(
+            url=url,
+            headers=dict(headers) if headers else None,
+            retry=Retry(0, read=False),  # as `MetricsSource`: the caller asks again later
+            timeout=timeout_s,
+        )
+        self.last_queries: tuple[str, ...] = ()
+        """The PromQL of the last call."""
+
+    def close(self) -> None:
+        """Release the HTTP connection pool."""
+        self._client.close()
+
+    async def health(
+        self,
+        namespace: str,
+        metrics: MetricNames,
+        warming: Collection[str],
+        stable: Collection[str],
+        window_s: float,
+    ) -> tuple[ports.GroupHealth, ports.GroupHealth]:
+        """(warming, stable) health over the last `window_s`; see the class docstring."""
+        groups = {"warming": warming, "stable": stable}
+        queries = {
+            (group, kind): promql
+            for group, pods in groups.items()
+            if pods
+            for kind, promql in health_queries(
+                namespace,
+                metrics,
+                pods,
+                window_s=window_s,
+                max_pod_matcher_chars=self.max_pod_matcher_chars,
+            ).items()
+        }
+        answers = await self._ask(
+            {key: (f"{key[0]} {key[1]}", promql) for key, promql in queries.items()}
+        )
+        values = {key: _scalar(f"{key[0]} {key[1]}", series) for key, series in answers.items()}
+        warming_health, stable_health = (
+            _group_health(
+                values.get((group, "requests"), math.nan),
+                values.get((group, "errors"), math.nan),
+                values.get((group, "p95"), math.nan),
+            )
+            for group in groups
+        )
+        return warming_health, stable_health
+
+    async def in_flight(
+        self, namespace: str, metrics: MetricNames, pods: Collection[str]
+    ) -> dict[str, float]:
+        """Queued plus running requests per pod; a pod without fresh data is absent."""
+        promql = in_flight_query(namespace, metrics, pods, max_age_s=self.max_age_s)
+        if promql is None or not pods:
+            self.last_queries = ()
+            return {}
+        answers = await self._ask({"in_flight": ("in-flight", promql)})
+        found: dict[str, float] = {}
+        for (_, pod), value in _per_pod(answers["in_flight"]):
+            if pod in pods:
+                found[pod] = value
+        return found
+
+    async def _ask(self, queries: Mapping[Any, tuple[str, str]]) -> dict[Any, list[Any]]:
+        """Every query in a worker thread of its own; raises once all have finished."""
+        self.last_queries = tuple(promql for _, promql in queries.values())
+        answers = await asyncio.gather(
+            *(asyncio.to_thread(self._query, what, promql) for what, promql in queries.values()),
+            return_exceptions=True,
+        )
+        results: dict[Any, list[Any]] = {}
+        for key, answer in zip(queries, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            results[key] = answer
+        return results
+
+    def _query(self, what: str, promql: str) -> list[Any]:
+        try:
+            result = self._client.custom_query(query=promql)
+        except requests.RequestException as e:  # refused, timed out, bad JSON
+            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
+        except PrometheusApiClientException as e:  # any status but 200
+            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
+        except (KeyError, TypeError) as e:  # JSON without data.result
+            raise errors.ObservationError(f"Prometheus {what} answer malformed: {e!r}") from e
+        if not isinstance(result, list):
+            raise errors.ObservationError(f"Prometheus {what} answer is not an instant vector")
+        return result
+
+
+def _scalar(what: str, series: list[Any]) -> float:
+    """The value of an aggregate without grouping labels: NaN when the vector is empty."""
+    if not series:
+        return math.nan
+    if len(series) > 1:
+        raise errors.ObservationError(f"Prometheus {what} answer has {len(series)} series, not 1")
+    try:
+        return float(series[0]["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise errors.ObservationError(f"Prometheus sample malformed: {series[0]!r:.200}") from e
+
+
+def _group_health(requests_: float, failed: float, p95_s: float) -> ports.GroupHealth:
+    """The group's health from its three values (NaN where a query found nothing)."""
+    has_requests = math.isfinite(requests_) and requests_ > 0
+    return ports.GroupHealth(
+        requests=requests_ if math.isfinite(requests_) else math.nan,
+        error_rate=failed / requests_ if has_requests and math.isfinite(failed) else math.nan,
+        p95_s=p95_s,
+    )
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_health_port(source: HealthQueries) -> ports.HealthSource:
+        return source  # mypy checks the structural type here

@@ -64,6 +64,8 @@ class VllmPod:
     latency_counts: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
     latency_over: int = 0
     latency_sum_s: float = 0.0
+    latency_ramps: dict[float, _Ramp] = field(default_factory=dict)
+    """Requests finishing at a constant rate per latency (seconds), from `set_traffic`."""
 
 
 @dataclass
@@ -122,6 +124,34 @@ class Exporter:
             if running is not None:
                 vllm.running = running
             vllm.timestamp_s = timestamp_s
+
+    def set_traffic(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        rate_per_s: float,
+        latency_s: float,
+        error_ratio: float = 0.0,
+    ) -> None:
+        """Serve a pod under steady traffic from now on: `rate_per_s` requests finish per
+        second, each taking `latency_s`, and `error_ratio` of them are aborted.
+
+        Grows `vllm:request_success_total` (`finished_reason` "stop" and "abort", both present
+        as vLLM exports them) and the latency histogram at that rate; a misbehaving pod is one
+        with a high `error_ratio` or a slow `latency_s`. Calling it again changes the rates.
+        """
+        if not 0.0 <= error_ratio <= 1.0:
+            raise ValueError(f"error_ratio must be in [0, 1], not {error_ratio}")
+        self.set_vllm(namespace, pod, rate_per_s=rate_per_s * (1.0 - error_ratio))
+        self.set_vllm(namespace, pod, rate_per_s=rate_per_s * error_ratio, finished_reason="abort")
+        now_s = time.monotonic()
+        with self._lock:
+            vllm = self._vllm[(namespace, pod)]
+            for ramp in vllm.latency_ramps.values():
+                ramp.value, ramp.since_s, ramp.rate_per_s = ramp.at(now_s), now_s, 0.0
+            ramp = vllm.latency_ramps.setdefault(latency_s, _Ramp(since_s=now_s))
+            ramp.value, ramp.since_s, ramp.rate_per_s = ramp.at(now_s), now_s, rate_per_s
 
     def observe_latency(self, namespace: str, pod: str, latency_s: float) -> None:
         """Count one finished request's latency in the pod's histogram."""
@@ -222,12 +252,22 @@ def _vllm_families(pods: list[VllmPod], now_s: float) -> Iterator[Metric]:
             completed.add_metric([*values, reason], ramp.at(now_s), timestamp=ts)
         waiting.add_metric(values, p.waiting, timestamp=ts)
         running.add_metric(values, p.running, timestamp=ts)
-        cumulative, buckets = 0, []
-        for bound, count in zip(LATENCY_BUCKETS_S, p.latency_counts, strict=True):
+        counts = [float(count) for count in p.latency_counts]
+        over, total_s = float(p.latency_over), p.latency_sum_s
+        for latency_s, ramp in p.latency_ramps.items():
+            finished = ramp.at(now_s)
+            total_s += finished * latency_s
+            index = next((i for i, b in enumerate(LATENCY_BUCKETS_S) if latency_s <= b), None)
+            if index is None:
+                over += finished
+            else:
+                counts[index] += finished
+        cumulative, buckets = 0.0, []
+        for bound, count in zip(LATENCY_BUCKETS_S, counts, strict=True):
             cumulative += count
-            buckets.append((f"{bound}", float(cumulative)))
-        buckets.append(("+Inf", float(cumulative + p.latency_over)))
-        latency.add_metric(values, buckets, p.latency_sum_s, timestamp=ts)
+            buckets.append((f"{bound}", cumulative))
+        buckets.append(("+Inf", cumulative + over))
+        latency.add_metric(values, buckets, total_s, timestamp=ts)
     yield from (completed, waiting, running, latency)
 
 

@@ -1,0 +1,55 @@
+"""One router per `traffic-router` value, built on one API client (for `app` to wire).
+
+It builds; it must not choose a service's router (the annotation does) or call one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kubernetes_asyncio import client
+
+import autoscaler.annotations as contract
+from autoscaler import ports
+from autoscaler.adapters.kubernetes import _api
+from autoscaler.adapters.mesh import gateway, istio, none, smi
+
+__all__ = ["routers"]
+
+
+def routers(
+    api: client.ApiClient,
+    *,
+    on_api_error: _api.ErrorCallback = _api.ignore_error,
+    request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
+    may_write: Callable[[], bool] = lambda: True,
+    istio_version: str = "v1",
+    smi_version: str = "v1alpha2",
+    cluster_domain: str = "cluster.local",
+) -> dict[contract.TrafficRouter, ports.TrafficRouter]:
+    """Every router, keyed by the annotation's value; `may_write` is asked before each write
+    (the leader elector's `is_leader`)."""
+    return {
+        contract.TrafficRouter.NONE: none.NoRouter(),
+        contract.TrafficRouter.ISTIO: istio.IstioRouter(
+            api,
+            on_api_error=on_api_error,
+            request_timeout_s=request_timeout_s,
+            may_write=may_write,
+            version=istio_version,
+            cluster_domain=cluster_domain,
+        ),
+        contract.TrafficRouter.GATEWAY_API: gateway.GatewayRouter(
+            api,
+            on_api_error=on_api_error,
+            request_timeout_s=request_timeout_s,
+            may_write=may_write,
+        ),
+        contract.TrafficRouter.SMI: smi.SmiRouter(
+            api,
+            on_api_error=on_api_error,
+            request_timeout_s=request_timeout_s,
+            may_write=may_write,
+            version=smi_version,
+        ),
+    }

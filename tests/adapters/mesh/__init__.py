@@ -1,0 +1,1 @@
+"""The mesh routers through the real kubernetes-asyncio client against the API emulator."""
