@@ -2,8 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n 1)
+IMAGE ?= ghcr.io/inference-autoscaler/inference-autoscaler
 
-.PHONY: venv demo test lint unit prometheus bench bench-quick clean
+.PHONY: venv demo test lint unit prometheus bench bench-quick image lock clean
 
 venv: $(VENV)/.installed
 
@@ -43,6 +45,20 @@ unit: venv
 	$(BIN)/pytest
 
 test: venv prometheus lint unit
+
+# The controller's image, tagged with the project's version (the tag manifests/base deploys).
+# The dev extras bring what tests/deploy checks without Docker: hadolint, kubectl (kustomize)
+# and the Kubernetes schemas.
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+
+# Pins every runtime dependency, with hashes, for the image (requirements.lock). Run it after
+# changing `dependencies` in pyproject.toml; pip-tools lives in its own virtualenv under build/.
+lock:
+	$(PYTHON) -m venv build/lock
+	build/lock/bin/pip install --quiet pip-tools==7.6.2
+	build/lock/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	  --no-emit-index-url --no-emit-find-links --output-file requirements.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -11,11 +11,11 @@ import yaml
 
 from autoscaler import settings
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "base"
 
 
 def objects() -> dict[str, dict[str, Any]]:
-    """Every object of `manifests/*.yaml`, keyed by `Kind/name`."""
+    """Every object of `manifests/base/*.yaml`, keyed by `Kind/name`."""
     found = {}
     for path in sorted(MANIFESTS.glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
@@ -25,7 +25,7 @@ def objects() -> dict[str, dict[str, Any]]:
 
 
 def test_the_kustomization_lists_every_manifest() -> None:
-    """`kubectl apply -k manifests/` applies every file but the examples."""
+    """`kubectl apply -k manifests/base` applies every file of the base."""
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     files = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
     assert set(kustomization["resources"]) == files
@@ -54,7 +54,7 @@ def test_the_deployment_runs_two_hardened_replicas_with_probes() -> None:
         found["ServiceAccount/inference-autoscaler"]["metadata"]["namespace"]
         == (deployment["metadata"]["namespace"])
     )
-    service = found["Service/inference-autoscaler-metrics"]
+    service = found["Service/inference-autoscaler"]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 

@@ -1,0 +1,515 @@
+"""The kustomizations a platform team applies, rendered by `kubectl kustomize` and every object
+checked: built-in kinds against the Kubernetes JSON schemas (kubernetes-validate, strict, at the
+oldest and the newest Kubernetes release we support), CRD kinds against the fields their CRDs
+require, and the controller's Deployment for what DESIGN §7 asks of it.
+
+The examples are checked the same way and with `autoscaler validate`."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from autoscaler import annotations as ann
+from autoscaler import settings, validate
+
+from .support import MANIFESTS, tool, version
+
+Obj = dict[str, Any]
+
+KUBERNETES_VERSIONS = ("1.30.0", "1.37.0")
+"""The oldest Kubernetes release the manifests support and the newest the schemas know."""
+
+NAMESPACE = "inference-autoscaler"
+NAME = "inference-autoscaler"
+IMAGE = "ghcr.io/inference-autoscaler/inference-autoscaler"
+COMMON_LABELS = {
+    "app.kubernetes.io/name": NAME,
+    "app.kubernetes.io/part-of": NAME,
+}
+KUSTOMIZATIONS = (
+    "base",
+    "overlays/dry-run",
+    "overlays/istio",
+    "overlays/gateway-api",
+    "overlays/smi",
+)
+WARM_GATE = "autoscaler.dsec.io/warm"
+WARMING_LABEL = "autoscaler.dsec.io/warming"
+ROUTER_KEY = ann.PREFIX + "traffic-router"
+
+# -- schemas of the CRD kinds: the fields their CRDs require, and the types of those we use ----
+
+_DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_METADATA = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "namespace": {"type": "string", "minLength": 1},
+        "labels": _STRING_MAP,
+        "annotations": _STRING_MAP,
+    },
+}
+_LABEL_SELECTOR = {
+    "type": "object",
+    "properties": {
+        "matchLabels": _STRING_MAP,
+        "matchExpressions": {
+            "type": "array",
+            "items": {"type": "object", "required": ["key", "operator"]},
+        },
+    },
+    "additionalProperties": False,
+}
+
+
+def _crd(api_version: str, kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": api_version},
+            "kind": {"const": kind},
+            "metadata": _METADATA,
+            "spec": spec,
+        },
+    }
+
+
+CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): _crd(
+        "monitoring.coreos.com/v1",
+        "ServiceMonitor",
+        {
+            "type": "object",
+            "required": ["selector", "endpoints"],
+            "properties": {
+                "selector": _LABEL_SELECTOR,
+                "jobLabel": {"type": "string"},
+                "namespaceSelector": {
+                    "type": "object",
+                    "properties": {
+                        "any": {"type": "boolean"},
+                        "matchNames": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "additionalProperties": False,
+                },
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "port": {"type": "string", "minLength": 1},
+                            "path": {"type": "string", "pattern": "^/"},
+                            "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+                            "interval": _DURATION,
+                            "scrapeTimeout": _DURATION,
+                            "honorLabels": {"type": "boolean"},
+                        },
+                    },
+                },
+            },
+        },
+    ),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): _crd(
+        "monitoring.coreos.com/v1",
+        "PrometheusRule",
+        {
+            "type": "object",
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": _DURATION,
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["expr"],
+                                    "properties": {
+                                        "expr": {"type": ["string", "integer"]},
+                                        "alert": {"type": "string", "minLength": 1},
+                                        "record": {"type": "string", "minLength": 1},
+                                        "for": _DURATION,
+                                        "keep_firing_for": _DURATION,
+                                        "labels": _STRING_MAP,
+                                        "annotations": _STRING_MAP,
+                                    },
+                                    # Exactly one of `alert` and `record`.
+                                    "oneOf": [
+                                        {"required": ["alert"], "not": {"required": ["record"]}},
+                                        {"required": ["record"], "not": {"required": ["alert"]}},
+                                    ],
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    ),
+}
+
+
+# -- rendering and validating -------------------------------------------------------------------
+
+
+@functools.cache
+def kustomize(kustomization: str) -> str:
+    """`kubectl kustomize manifests/<kustomization>`: the rendered YAML, once per session."""
+    done = subprocess.run(
+        [tool("kubectl"), "kustomize", str(MANIFESTS / kustomization)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, "KUBECONFIG": os.devnull},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def rendered(kustomization: str) -> tuple[Obj, ...]:
+    """The rendered objects, parsed afresh so that a test may change its copy."""
+    return tuple(d for d in yaml.safe_load_all(kustomize(kustomization)) if d is not None)
+
+
+def examples() -> list[Path]:
+    return sorted((MANIFESTS / "examples").glob("*.yaml"))
+
+
+def example_objects(path: Path) -> list[Obj]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def router_of(deployment: Obj) -> str:
+    found = deployment["metadata"].get("annotations", {}).get(ROUTER_KEY, "none")
+    assert isinstance(found, str)
+    return found
+
+
+def ramped_examples() -> list[Path]:
+    """The examples whose Deployment names a traffic router."""
+    return [
+        path
+        for path in examples()
+        if any(o["kind"] == "Deployment" and router_of(o) != "none" for o in example_objects(path))
+    ]
+
+
+def problems(obj: Obj) -> Iterator[str]:
+    """What a cluster's schema (built-in kinds) or a CRD's (CRD kinds) would reject in `obj`."""
+    key = (str(obj.get("apiVersion")), str(obj.get("kind")))
+    if key in CRD_SCHEMAS:
+        validator = jsonschema.Draft202012Validator(CRD_SCHEMAS[key])
+        for error in validator.iter_errors(obj):
+            yield f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
+        return
+    for release in KUBERNETES_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, release, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            yield f"no schema for {key} in Kubernetes {release}, nor one of its CRDs here"
+        except kubernetes_validate.ValidationError as e:
+            yield f"Kubernetes {release}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
+
+
+def by_kind(objects: tuple[Obj, ...], kind: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: tuple[Obj, ...], kind: str, name: str = NAME) -> Obj:
+    (found,) = [o for o in by_kind(objects, kind) if o["metadata"]["name"] == name]
+    return found
+
+
+def env_of(container: Obj) -> dict[str, Obj]:
+    return {item["name"]: item for item in container.get("env", ())}
+
+
+def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
+# -- every kustomization ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_rendered_object_passes_its_schema(kustomization: str) -> None:
+    """Each object of the rendered kustomization is valid for Kubernetes 1.30 and 1.37 (strict:
+    no unknown field) or for the CRD that defines its kind."""
+    objects = rendered(kustomization)
+    assert objects
+    rejected = {f"{o['kind']}/{o['metadata']['name']}": list(problems(o)) for o in objects}
+    assert {name: found for name, found in rejected.items() if found} == {}
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_object_is_labelled_and_namespaced(kustomization: str) -> None:
+    """The common labels are on every object and pod template; namespaced objects live in the
+    controller's namespace."""
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    for obj in rendered(kustomization):
+        assert selects(COMMON_LABELS, obj["metadata"]["labels"]), obj["metadata"]["name"]
+        if obj["kind"] not in cluster_scoped:
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+    deployment = one(rendered(kustomization), "Deployment")
+    assert selects(COMMON_LABELS, deployment["spec"]["template"]["metadata"]["labels"])
+    # Selectors are immutable: the common labels stay out of them.
+    assert deployment["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": NAME}
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_the_deployments_environment_is_valid_settings(
+    kustomization: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller accepts every AUTOSCALER_ variable the Deployment sets, and the Lease it
+    elects its leader with is the one its Role may renew."""
+    objects = rendered(kustomization)
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    for name in [n for n in os.environ if n.startswith("AUTOSCALER_")]:
+        monkeypatch.delenv(name)
+    for name, item in env_of(container).items():
+        if name.startswith("AUTOSCALER_") and "value" in item:
+            monkeypatch.setenv(name, item["value"])
+
+    config = settings.Settings()
+
+    leader_role = one(objects, "Role", f"{NAME}-leader")
+    renewals = [r for r in leader_role["rules"] if "update" in r["verbs"]]
+    assert [r["resourceNames"] for r in renewals] == [[config.kubernetes.lease_name]]
+    assert config.kubernetes.dry_run is (kustomization == "overlays/dry-run")
+
+
+# -- the base -------------------------------------------------------------------------------------
+
+
+def test_the_controller_is_hardened_as_the_restricted_pod_security_level_asks() -> None:
+    """Non-root numeric user, RuntimeDefault seccomp, no privilege escalation, no capabilities,
+    read-only root with an emptyDir on /tmp, in a namespace that enforces `restricted`."""
+    objects = rendered("base")
+    namespace = one(objects, "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    (mount,) = container["volumeMounts"]
+    assert mount["mountPath"] == "/tmp"
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mount["name"]
+    assert volume["emptyDir"]["sizeLimit"]
+
+
+def test_the_controller_runs_two_probed_replicas_with_bounded_resources() -> None:
+    """Two replicas spread over nodes, probes on /healthz and /readyz of the metrics port, CPU
+    and memory requested, memory limited, the image at the project's version."""
+    deployment = one(rendered("base"), "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    (container,) = pod["containers"]
+    assert container["image"] == f"{IMAGE}:{version()}"
+    (port,) = container["ports"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    resources = container["resources"]
+    assert resources["requests"].keys() == {"cpu", "memory"}
+    assert resources["limits"].keys() == {"memory"}
+    env = env_of(container)
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    lease_namespace = env["AUTOSCALER_KUBERNETES__LEASE_NAMESPACE"]["valueFrom"]["fieldRef"]
+    assert lease_namespace["fieldPath"] == "metadata.namespace"
+
+
+def test_a_disruption_budget_keeps_one_replica_through_a_drain() -> None:
+    """The PodDisruptionBudget keeps one of the controller's pods available."""
+    objects = rendered("base")
+    budget = one(objects, "PodDisruptionBudget")
+    assert budget["spec"] == {
+        "minAvailable": 1,
+        "selector": one(objects, "Deployment")["spec"]["selector"],
+    }
+
+
+def test_the_service_monitor_scrapes_the_metrics_port_of_the_controller() -> None:
+    """The ServiceMonitor selects the controller's Service in its namespace and scrapes /metrics
+    on the port the probes use, keeping the series' own labels."""
+    objects = rendered("base")
+    deployment = one(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (port,) = container["ports"]
+    service = one(objects, "Service")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [port["name"]]
+    monitor = one(objects, "ServiceMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert [
+        s["metadata"]["name"]
+        for s in by_kind(objects, "Service")
+        if selects(selector, s["metadata"]["labels"])
+    ] == [NAME]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["honorLabels"] is True
+
+
+def test_applying_the_manifests_directory_installs_the_base() -> None:
+    """`kubectl apply -k manifests/` renders exactly the base."""
+    assert kustomize(".") == kustomize("base")
+
+
+def test_the_base_ships_the_alert_rules() -> None:
+    """The PrometheusRule is part of the base."""
+    rules = one(rendered("base"), "PrometheusRule")
+    assert rules["spec"]["groups"]
+
+
+# -- the overlays ---------------------------------------------------------------------------------
+
+
+def cluster_rules(kustomization: str) -> list[Obj]:
+    rules = one(rendered(kustomization), "ClusterRole")["rules"]
+    assert isinstance(rules, list)
+    return rules
+
+
+def without(objects: tuple[Obj, ...], *kinds: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] not in kinds]
+
+
+def test_the_dry_run_overlay_runs_one_writeless_replica() -> None:
+    """Dry-run sets the controller's dry-run setting, runs one replica (a dry-run instance takes
+    no Lease, so two would both act) without a budget that would block drains, and changes
+    nothing else."""
+    base, dry = rendered("base"), rendered("overlays/dry-run")
+    deployment = one(dry, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["AUTOSCALER_KUBERNETES__DRY_RUN"]["value"] == "true"
+    assert deployment["spec"]["replicas"] == 1
+    assert by_kind(dry, "PodDisruptionBudget") == []
+    assert without(dry, "Deployment") == without(base, "Deployment", "PodDisruptionBudget")
+
+
+@pytest.mark.parametrize(
+    ("overlay", "added"),
+    [
+        (
+            "overlays/istio",
+            [
+                {
+                    "apiGroups": ["networking.istio.io"],
+                    "resources": ["destinationrules", "virtualservices"],
+                    "verbs": ["get", "create", "patch"],
+                },
+            ],
+        ),
+        (
+            "overlays/gateway-api",
+            [
+                {
+                    "apiGroups": ["gateway.networking.k8s.io"],
+                    "resources": ["httproutes"],
+                    "verbs": ["get", "create", "patch"],
+                },
+                {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch"]},
+            ],
+        ),
+        (
+            "overlays/smi",
+            [
+                {
+                    "apiGroups": ["split.smi-spec.io"],
+                    "resources": ["trafficsplits"],
+                    "verbs": ["get", "create", "patch"],
+                },
+                {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch"]},
+            ],
+        ),
+    ],
+)
+def test_a_router_overlay_adds_exactly_its_routers_grants(overlay: str, added: list[Obj]) -> None:
+    """A router's overlay appends its rules to the base ClusterRole and leaves every other
+    object of the base as it was (but the Deployment's pod labels)."""
+    assert cluster_rules(overlay) == cluster_rules("base") + added
+    assert without(rendered(overlay), "ClusterRole", "Deployment") == without(
+        rendered("base"), "ClusterRole", "Deployment"
+    )
+
+
+def test_the_istio_overlay_keeps_the_controller_out_of_the_mesh() -> None:
+    """The controller's pods opt out of sidecar injection (its restricted namespace refuses the
+    sidecar's init container); nothing else of the Deployment changes."""
+    base = one(rendered("base"), "Deployment")
+    istio = one(rendered("overlays/istio"), "Deployment")
+    labels = istio["spec"]["template"]["metadata"]["labels"]
+    assert labels.pop("sidecar.istio.io/inject") == "false"
+    assert istio == base
+
+
+# -- the examples ---------------------------------------------------------------------------------
+
+
+def test_there_is_an_example_per_traffic_router() -> None:
+    """Besides the plain vLLM example, one example per router that ramps traffic."""
+    routers = {r.value for r in ann.TrafficRouter if r is not ann.TrafficRouter.NONE}
+    found = [
+        router_of(o)
+        for path in ramped_examples()
+        for o in example_objects(path)
+        if o["kind"] == "Deployment"
+    ]
+    assert sorted(found) == sorted(routers)
+    assert len(examples()) == len(ramped_examples()) + 1
+
+
+@pytest.mark.parametrize("path", examples(), ids=lambda p: p.name)
+def test_an_example_passes_its_schemas_and_autoscaler_validate(path: Path) -> None:
+    """Each example is valid Kubernetes and `autoscaler validate` finds no problem in it."""
+    objects = example_objects(path)
+    rejected = {f"{o['kind']}/{o['metadata']['name']}": list(problems(o)) for o in objects}
+    assert {name: found for name, found in rejected.items() if found} == {}
+    assert validate.validate_text(path.read_text(), source=path.name) == []
+
+
+@pytest.mark.parametrize("path", ramped_examples(), ids=lambda p: p.name)
+def test_a_ramped_example_gates_warm_up_and_starts_pods_warming(path: Path) -> None:
+    """With a traffic router: the readiness gate in the pod template, the warming label on its
+    pods but in no selector (the Deployment's or a Service's), and a Service over the pods."""
+    objects = example_objects(path)
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    assert {"conditionType": WARM_GATE} in template["spec"]["readinessGates"]
+    assert template["metadata"]["labels"][WARMING_LABEL] == "true"
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert not [k for k in selector if k.startswith(ann.PREFIX)]
+    services = [o for o in objects if o["kind"] == "Service"]
+    assert services
+    for service in services:
+        assert not [k for k in service["spec"]["selector"] if k.startswith(ann.PREFIX)]
+        assert selects(service["spec"]["selector"], template["metadata"]["labels"])
