@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +37,16 @@ def find_binary() -> str | None:
     if os.access(DEBIAN_BINARY, os.X_OK):
         return DEBIAN_BINARY
     return shutil.which("prometheus")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A scrape job besides the exporters': its targets, and the labels every target gets, as
+    service discovery attaches them (a ServiceMonitor adds `namespace`, `pod`, ...)."""
+
+    name: str
+    targets: Sequence[str]
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,9 +130,11 @@ class Prometheus:
 
 
 @contextlib.contextmanager
-def running(binary: str, work_dir: Path, *, targets: Sequence[str] = ()) -> Iterator[Prometheus]:
-    """A ready Prometheus scraping `targets` every second, stopped on exit."""
-    prometheus = start(binary, work_dir, targets=targets)
+def running(
+    binary: str, work_dir: Path, *, targets: Sequence[str] = (), jobs: Sequence[Job] = ()
+) -> Iterator[Prometheus]:
+    """A ready Prometheus scraping `targets` (and `jobs`) every second, stopped on exit."""
+    prometheus = start(binary, work_dir, targets=targets, jobs=jobs)
     try:
         yield prometheus
     finally:
@@ -130,7 +142,12 @@ def running(binary: str, work_dir: Path, *, targets: Sequence[str] = ()) -> Iter
 
 
 def start(
-    binary: str, work_dir: Path, *, targets: Sequence[str] = (), port: int | None = None
+    binary: str,
+    work_dir: Path,
+    *,
+    targets: Sequence[str] = (),
+    port: int | None = None,
+    jobs: Sequence[Job] = (),
 ) -> Prometheus:
     """Start Prometheus on a free loopback port and wait until `/-/ready` answers.
 
@@ -138,7 +155,7 @@ def start(
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     config = work_dir / "prometheus.yml"
-    config.write_text(json.dumps(_config(targets), indent=2))  # JSON is YAML
+    config.write_text(json.dumps(_config(targets, jobs), indent=2))  # JSON is YAML
     if port is not None:
         prometheus = _launch(binary, work_dir, config, port)
         if not _wait_ready(prometheus):
@@ -158,7 +175,7 @@ def start(
     raise RuntimeError(f"Prometheus found no free port:\n{prometheus.log_tail()}")
 
 
-def _config(targets: Sequence[str]) -> dict[str, Any]:
+def _config(targets: Sequence[str], jobs: Sequence[Job] = ()) -> dict[str, Any]:
     interval = f"{SCRAPE_INTERVAL_S:g}s"
     return {
         "global": {
@@ -173,7 +190,16 @@ def _config(targets: Sequence[str]) -> dict[str, Any]:
                 # that ServiceMonitors and PodMonitors attach.
                 "honor_labels": True,
                 "static_configs": [{"targets": list(targets)}],
-            }
+            },
+            *(
+                {
+                    "job_name": job.name,
+                    # Series labels win over the target's, as with `honorLabels: true`.
+                    "honor_labels": True,
+                    "static_configs": [{"targets": list(job.targets), "labels": dict(job.labels)}],
+                }
+                for job in jobs
+            ),
         ],
     }
 
