@@ -14,6 +14,12 @@ in one `asyncio.TaskGroup`:
 - the HTTP server: `/metrics`, `/healthz`, and `/readyz` (caches synced and, for the leader,
   a tick within the last few `tick_s`).
 
+The warm-up gate and the traffic ramp (DESIGN §3.4) ride on the same parts: `KubeRamp` on the
+same client and caches, one traffic router per `traffic-router` value, the health gate on the
+same Prometheus settings as the signals, and one HTTP prober. Each term's loop sends its scale
+writes through a fresh `RampDriver` (which resumes every ramp from the Deployments'
+`autoscaler.dsec.io/ramp` annotations) and lets it act once per tick.
+
 An unexpected exception in any of them ends the group, and with it the process, for
 Kubernetes to restart. Setting `stop` (SIGTERM or SIGINT under `run`) stops ticking, lets
 queued Events out, releases the Lease, stops the rest, and returns.
@@ -40,9 +46,10 @@ from aiohttp import web
 
 from autoscaler import clock as clock_
 from autoscaler import loop as loop_
-from autoscaler import ports, settings, telemetry
-from autoscaler.adapters import prometheus
-from autoscaler.adapters.kubernetes import caches, cluster, connection, leader
+from autoscaler import ports, rollout, settings, telemetry
+from autoscaler.adapters import prometheus, warmup
+from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
+from autoscaler.adapters.mesh import registry
 from autoscaler.core import model, smoothing
 
 log = structlog.get_logger(__name__)
@@ -141,6 +148,8 @@ class Controller:
             dry_run=k8s.dry_run,
             may_write=self.is_leader,
             on_api_error=self._api_error,
+            on_tiers=self.telemetry.tiers,
+            on_fallback=self.telemetry.fell_back,
         )
         self.metrics = prometheus.MetricsSource(
             prom.url,
@@ -150,9 +159,28 @@ class Controller:
             max_age_s=prom.max_age_s,
             rate_window_s=prom.rate_window_s,
         )
+        self.ramp = ramp.KubeRamp(api, self.cluster, clock=clock, wall_now=wall_now)
+        # The annotation names a router by its value; the driver looks them up that way.
+        self.routers: dict[str, ports.TrafficRouter] = {
+            kind.value: router
+            for kind, router in registry.routers(
+                api,
+                on_api_error=self._api_error,
+                may_write=lambda: not k8s.dry_run and self.is_leader(),
+            ).items()
+        }
+        self.health = prometheus.HealthQueries(
+            prom.url,
+            timeout_s=prom.timeout_s,
+            scrape_interval_s=prom.scrape_interval_s,
+            max_age_s=prom.max_age_s,
+        )
+        self.prober = warmup.HttpProber()
         self._observed = _Observed(self.cluster)
         self.loop: loop_.Loop | None = None
         """The loop of the current term of leadership; None while following."""
+        self.rollouts: rollout.RampDriver | None = None
+        """The ramp driver of the current term's loop."""
         self.ticks = 0
         """Ticks run since start, over every term."""
         self.http_port: int | None = None
@@ -185,7 +213,16 @@ class Controller:
         return self.lease_clock.now() - since <= self.stall_after_s
 
     def new_loop(self) -> loop_.Loop:
-        """A loop over this replica's adapters, with no memory of earlier terms."""
+        """A loop over this replica's adapters, with no memory of earlier terms: its ramp driver
+        resumes each ramp from what the Deployment carries."""
+        self.rollouts = rollout.RampDriver(
+            cluster=self.cluster,
+            pods=self.ramp,
+            routers=self.routers,
+            health=self.health,
+            prober=self.prober,
+            observer=self.telemetry,
+        )
         return loop_.Loop(
             cluster=self._observed,
             metrics=self.metrics,
@@ -193,6 +230,7 @@ class Controller:
             smoothing_config=smoothing.SmoothingConfig(
                 window_s=self.settings.smoothing.window_s, tick_s=self.settings.loop.tick_s
             ),
+            rollouts=self.rollouts,
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -336,6 +374,8 @@ async def wire(
             yield controller
         finally:
             controller.metrics.close()
+            controller.health.close()
+            await controller.prober.close()
     finally:
         await api.close()
 

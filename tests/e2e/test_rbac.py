@@ -1,17 +1,26 @@
-"""The manifests' RBAC grants exactly the API calls the controllers made in the e2e tests."""
+"""The manifests' RBAC grants exactly the API calls the controllers made in the e2e tests.
+
+The base grants what every controller needs; each overlay of `manifests/overlays/` adds the
+rules of one traffic router. The e2e tests run every router, so together they must use exactly
+the base's rules and every overlay's additions.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from deploy.support import tool
 
 from .support import LEASE_NAMESPACE, CallLog
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "base"
+OVERLAYS = MANIFESTS.parent / "overlays"
 SERVICE_ACCOUNT = ("inference-autoscaler", "inference-autoscaler")
 
 Rule = tuple[str, str, str]
@@ -51,14 +60,45 @@ def bound(kind: str) -> dict[str, Any]:
     return role
 
 
+def rendered(overlay: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize` of an overlay: the objects it installs."""
+    done = subprocess.run(
+        [tool("kubectl"), "kustomize", str(overlay)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, "KUBECONFIG": os.devnull},
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if isinstance(d, dict)]
+
+
+def overlay_rules(base: set[Rule]) -> dict[str, set[Rule]]:
+    """The ClusterRole rules each overlay adds to the base's, by overlay name."""
+    name = bound("ClusterRole")["metadata"]["name"]
+    added = {}
+    for overlay in sorted(p for p in OVERLAYS.iterdir() if (p / "kustomization.yaml").exists()):
+        (role,) = [
+            d
+            for d in rendered(overlay)
+            if d.get("kind") == "ClusterRole" and d["metadata"]["name"] == name
+        ]
+        added[overlay.name] = set(granted(role)) - base
+    return added
+
+
 @pytest.mark.after_e2e
 def test_roles_grant_exactly_what_the_controllers_used(
     api_calls: CallLog, scenarios: set[str]
 ) -> None:
-    """Every call is granted (lease calls in the Role's namespace), and every grant was used."""
+    """Every call is granted by the base or an overlay (lease calls in the Role's namespace),
+    every grant of the base was used, and so was every rule an overlay adds."""
     if not api_calls.tests:
         pytest.skip("no controller ran in this session: run the e2e tests together")
-    cluster_role = set(granted(bound("ClusterRole")))
+    base = set(granted(bound("ClusterRole")))
+    added = overlay_rules(base)
+    cluster_role = base.union(*added.values())
     role = bound("Role")
     namespaced = set(granted(role))
     assert role["metadata"]["namespace"] == LEASE_NAMESPACE
@@ -77,5 +117,7 @@ def test_roles_grant_exactly_what_the_controllers_used(
     missing = scenarios - api_calls.tests
     if missing:
         pytest.skip(f"unused grants are judged only after every e2e test ran; missing {missing}")
+    for overlay, rules in added.items():
+        assert rules - used == set(), f"overlay {overlay} grants what was never used"
     assert (cluster_role | namespaced) - used == set(), "granted but never used"
     assert cluster_role & namespaced == set()
