@@ -30,6 +30,8 @@ prometheus:
 # results.json and a plot per scenario into bench-out/ (under 10 minutes on 2 cores).
 bench: venv
 	$(BIN)/python -m bench.run --out bench-out
+	$(BIN)/python -m bench.bad_pod --out bench-out/bad-pod
+	$(BIN)/python -m bench.placement --out bench-out/placement
 
 # The same in about a minute: 4 scenarios cut to 30 minutes, cold start-up, a coarser sweep.
 bench-quick: venv
