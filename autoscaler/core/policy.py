@@ -328,15 +328,23 @@ def _queue_demand(
     """Requests per second the queue says the service must carry (see `QueueDrainConfig`)."""
     growth = queue.trend_per_s - drain.confidence_z * queue.trend_stderr_per_s
     waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
-    demand = load_rps + max(0.0, growth) + _backlog(config, waiting, load_rps) / drain.drain_s
+    backlog = _backlog(config, waiting, load_rps, drain.drain_s)
+    demand = load_rps + max(0.0, growth) + backlog / drain.drain_s
     return demand, "queue-demand"
 
 
-def _backlog(config: model.PolicyConfig, waiting: float, load_rps: float) -> float:
-    """Waiting requests beyond normal queueing: the queue target times the load's replicas."""
-    load_target = config.target_load_per_replica or math.inf
-    normal = (config.target_queue_per_replica or 0.0) * math.ceil(load_rps / load_target)
-    return max(0.0, waiting - normal)
+def _backlog(config: model.PolicyConfig, waiting: float, load_rps: float, drain_s: float) -> float:
+    """Waiting requests beyond normal queueing: the queue target for the load's replicas.
+
+    The allowance grows with the load in proportion (no rounding up to whole replicas), and by
+    no more than one replica's load target drained over `drain_s` per replica: so more load never
+    asks for fewer replicas (the allowance can never shrink the demand faster than the load
+    grows it)."""
+    load_target = config.target_load_per_replica
+    if load_target is None:
+        return waiting
+    per_replica = min(config.target_queue_per_replica or 0.0, load_target * drain_s)
+    return max(0.0, waiting - per_replica * load_rps / load_target)
 
 
 def _burst_value(
