@@ -107,6 +107,7 @@ class Loop:
                 signals=estimates[i],
                 startup_s=workload.startup_s,
                 admissible=workload.admissible,
+                admissible_reason=workload.admissible_reason,
             )
             state = self._states.get(workload.id) or workload.state or model.PolicyState()
             decision, next_state = self.policy.decide(workload, observation, state)

@@ -38,6 +38,9 @@ class Workload:
     admissible: int | None = None
     """The most replicas the cluster would admit (the namespace's GPU ResourceQuota, over every
     placement tier); None when nothing caps it. The policy never asks for more (DESIGN §3.5)."""
+    admissible_reason: model.Reason = model.Reason.QUOTA
+    """What sets `admissible`: `QUOTA`, or `NO_PLACEMENT` when no node can place the model and
+    the service is held at its size."""
     core_rate: float = 0.0
     """GPU core-hours per hour the service's pods hold now (DESIGN §3.6), for accounting."""
     project: str = ""

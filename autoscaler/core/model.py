@@ -60,13 +60,17 @@ class Reason(enum.Enum):
     MISSING_DATA = "missing-data"
     QUOTA = "quota"
     """The namespace's GPU ResourceQuota admits fewer replicas than the signals ask for."""
+    NO_PLACEMENT = "no-placement"
+    """No node can place another replica: the model is larger than every card, or its
+    `placement` asks for a kind of GPU the cluster does not have."""
 
 
 class Bound(enum.Enum):
     MIN = "min"
     MAX = "max"
     QUOTA = "quota"
-    """The quota's cap (`Observation.admissible`), lower than `max`, was hit."""
+    """The cap of `Observation.admissible` (the quota's, or the placement's when no node can
+    place more), lower than `max`, was hit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +244,9 @@ class Observation:
     admissible: int | None = None
     """The most replicas the namespace's GPU quota admits over every placement tier (DESIGN
     §3.5); None when nothing caps it. A scale-up never asks for more."""
+    admissible_reason: Reason = Reason.QUOTA
+    """What sets `admissible`: the quota, or `NO_PLACEMENT` when no node can place the model
+    (the service is then held at its size)."""
 
     def signal(self, signal: Signal) -> SignalEstimate:
         return self.signals.get(signal) or SignalEstimate.missing()

@@ -25,7 +25,9 @@ returns the decision and the next state. The steps, in order:
 7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
 8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
    (`observation.admissible`, DESIGN §3.5): it is clamped to `max(current, admissible)`, and a
-   scale-up the quota refuses entirely is a hold. The quota never scales anything down.
+   scale-up the quota refuses entirely is a hold. The quota never scales anything down. When
+   the cap comes from a model no node can place (`admissible_reason` is `NO_PLACEMENT`), the
+   decision says so instead of blaming the quota.
 
 Pure: no I/O, no clock (time is `observation.now_s`).
 """
@@ -237,15 +239,21 @@ def _scale_down(
 
 
 def _quota_capped(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyState] | None:
-    """The decision when the quota admits fewer than `desired`; None when it admits them."""
+    """The decision when the quota (or the placement) admits fewer than `desired`; None when
+    it admits them."""
     admissible = tick.observation.admissible
     if admissible is None or desired <= admissible:
         return None
     capped = max(tick.current, admissible)
-    detail = f"the GPU quota admits {admissible} replicas, {desired} wanted"
+    if tick.observation.admissible_reason is Reason.NO_PLACEMENT:
+        reason = Reason.NO_PLACEMENT
+        detail = f"no node can place more than {admissible} replicas, {desired} wanted"
+    else:
+        reason = Reason.QUOTA
+        detail = f"the GPU quota admits {admissible} replicas, {desired} wanted"
     if capped <= tick.current:
-        return tick.hold(Reason.QUOTA, detail)
-    return tick.verdict(capped, Kind.SCALE_UP, Reason.QUOTA, detail, bound=Bound.QUOTA)
+        return tick.hold(reason, detail)
+    return tick.verdict(capped, Kind.SCALE_UP, reason, detail, bound=Bound.QUOTA)
 
 
 def max_scale_down_step(current: int, ratio: float) -> int:

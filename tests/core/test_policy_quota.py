@@ -81,6 +81,42 @@ def test_burst_is_clamped_by_the_quota_too() -> None:
     assert (decision.kind, decision.desired, decision.reason) == (Kind.SCALE_UP, 5, Reason.QUOTA)
 
 
+def test_a_cap_from_an_unplaceable_model_names_the_placement() -> None:
+    """Held at 4 because no node can place the model, the hold says so rather than blaming the
+    quota."""
+    observation = builders.observation(
+        load=80.0, admissible=4, admissible_reason=Reason.NO_PLACEMENT
+    )
+    decision, state = decide(observation=observation)
+    assert (decision.kind, decision.desired) == (Kind.HOLD, 4)
+    assert decision.reason is Reason.NO_PLACEMENT
+    assert decision.detail == "no node can place more than 4 replicas, 8 wanted"
+    assert state == builders.state()
+
+
+def test_a_partial_placement_cap_scales_up_and_names_the_placement() -> None:
+    """Room for 6 of the 8 asked for, set by the placement: a scale-up to 6 with its reason."""
+    observation = builders.observation(
+        load=80.0, admissible=6, admissible_reason=Reason.NO_PLACEMENT
+    )
+    decision, _ = decide(observation=observation)
+    assert (decision.kind, decision.desired, decision.bound) == (Kind.SCALE_UP, 6, Bound.QUOTA)
+    assert decision.reason is Reason.NO_PLACEMENT
+
+
+def test_the_admissible_reason_is_only_read_when_the_cap_binds() -> None:
+    """Within the cap, an unplaceable-model reason changes nothing."""
+    observation = builders.observation(
+        load=80.0, admissible=8, admissible_reason=Reason.NO_PLACEMENT
+    )
+    decision, _ = decide(observation=observation)
+    assert (decision.kind, decision.desired, decision.reason) == (
+        Kind.SCALE_UP,
+        8,
+        Reason.ABOVE_TARGET,
+    )
+
+
 def test_cooldown_is_reported_before_the_quota() -> None:
     """Inside the scale-up cooldown the hold names the cooldown, not the quota."""
     state = builders.state(last_scale_up_s=NOW_S - 1)

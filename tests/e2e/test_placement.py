@@ -109,7 +109,8 @@ async def test_a_model_no_card_can_hold_keeps_its_size_and_spares_the_others(
     clock: SteppedClock,
     unique: str,
 ) -> None:
-    """`model-memory` above every card: a Warning Event, the size kept; a neighbour scales."""
+    """`model-memory` above every card: a Warning Event, the size kept with the reason
+    `no-placement`; a neighbour scales."""
     kubelet.add_node("gpu-a", gpus=8, labels=A800)
     huge = managed(**{"model-memory": "200Gi"})
     namespace = f"{unique}-m"
@@ -136,6 +137,8 @@ async def test_a_model_no_card_can_hold_keeps_its_size_and_spares_the_others(
     assert not big.events("SuccessfulRescale")
     status = status_of(big)
     assert (status["kind"], status["current"], status["desired"]) == ("hold", 2, 2)
+    assert status["reason"] == "no-placement"
+    assert status["detail"] == "no node can place more than 2 replicas, 3 wanted"
     assert status["placement"]["problem"].startswith("model-memory 204800 MiB exceeds")
     assert [e["reason"] for e in chat.events()] == ["SuccessfulRescale"]
 

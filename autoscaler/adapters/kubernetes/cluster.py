@@ -9,16 +9,18 @@ Writes: `scale` patches the Deployment's `scale` subresource; `publish` writes t
 `state` annotations in one merge patch that carries the cached resourceVersion (or that of the
 controller's own scale write when the cache has not seen it yet; a 409 re-reads
 the Deployment and retries), only when their content changed, and posts Events modelled on the
-HPA's. With the global dry-run nothing is written at all; a service in `mode: dry-run` gets its
-status, state and Events but never a replica change. An instance that is not the leader
-refuses every write (`NotLeaderError`). Library errors leave as `KubeApiError`, an
-`errors.ActuationError` carrying the HTTP status, and each failed call is counted through
-`on_api_error`.
+HPA's. A scale-down that the ramp driver drains first is published before its replicas drop: its
+`SuccessfulRescale` is posted by the later `scale` that sets them. With the global dry-run
+nothing is written at all; a service in `mode: dry-run` gets its status, state and Events but
+never a replica change. An instance that is not the leader refuses every write
+(`NotLeaderError`). Library errors leave as `KubeApiError`, an `errors.ActuationError` carrying
+the HTTP status, and each failed call is counted through `on_api_error`.
 
 Placement (DESIGN §3.5, §3.6, `placement`): a service whose owner requests `nvidia.com/gpu` spans
 tier Deployments (the owner is `whole`; `<name>-mig-<profile>` and `<name>-shared` are the
 controller's). `workloads()` reports replicas and serving pods summed over the tiers (pods
-grouped by owner), what the namespace's GPU quota admits, and the core-hour rate of the pods;
+grouped by owner), what the namespace's GPU quota admits (or, for a model no node can place,
+its current size, with the reason `no-placement`), and the core-hour rate of the pods;
 `scale` distributes the count over the tiers with `core.placement.plan` and writes each tier's
 `scale` subresource; `publish` adds the last plan to the status annotation. The siblings are
 never managed services themselves.
@@ -235,6 +237,8 @@ class KubeCluster:
         self._scaled: dict[model.ServiceId, int] = {}
         self._holding: dict[model.ServiceId, model.Reason] = {}
         self._announced: set[model.ServiceId] = set()
+        self._unannounced: dict[model.ServiceId, tuple[int, str]] = {}
+        """Published changes not yet scaled (a drained scale-down): (replicas, reason)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -293,6 +297,9 @@ class KubeCluster:
                     startup_s=startup_s(serving, recent=self._recent_pods),
                     state=state,
                     admissible=tiers.admissible,
+                    admissible_reason=(
+                        model.Reason.QUOTA if tiers.problem is None else model.Reason.NO_PLACEMENT
+                    ),
                     core_rate=tiers.core_rate,
                     project=config.project,
                 )
@@ -310,6 +317,7 @@ class KubeCluster:
         self._written_version = {k: v for k, v in self._written_version.items() if k in present}
         self._holding = {k: v for k, v in self._holding.items() if k in present}
         self._announced &= set(present)
+        self._unannounced = {k: v for k, v in self._unannounced.items() if k in present}
         self.placement.forget(present)
 
     def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
@@ -432,6 +440,22 @@ class KubeCluster:
                 placed = min(replicas, plan.total)
             self._last_set[service] = replicas
             self._scaled[service] = placed
+            self._announce_drained(service, deployment, replicas, placed)
+
+    def _announce_drained(
+        self, service: model.ServiceId, deployment: Obj, replicas: int, placed: int
+    ) -> None:
+        """Post the `SuccessfulRescale` of a published scale-down that the ramp driver carries
+        out only now, after draining its victims; any other scale ends the wait for it."""
+        waiting = self._unannounced.pop(service, None)
+        if waiting is None:
+            return
+        asked, why = waiting
+        if replicas != asked or placed != asked:
+            return
+        self._scaled.pop(service, None)  # announced here: the next publish must not again
+        message = f"New size: {replicas}; reason: {why}"
+        self.events.record(deployment, events.NORMAL, RESCALED, message)
 
     def _check_override(
         self, service: model.ServiceId, deployment: Obj, observed: int, replicas: int
@@ -607,12 +631,20 @@ class KubeCluster:
             if decision.detail
             else (decision.reason.value)
         )
+        if decision.changes:
+            self._unannounced.pop(service, None)
         if decision.changes and scaled == decision.desired:
             message = f"New size: {decision.desired}; reason: {why}"
             self.events.record(deployment, events.NORMAL, RESCALED, message)
         elif decision.changes and managed.config.mode is contract.Mode.DRY_RUN:
             message = f"Would set size: {decision.desired} (dry-run); reason: {why}"
             self.events.record(deployment, events.NORMAL, DRY_RUN_RESCALE, message)
+        elif decision.changes and not (
+            scaled is not None and self._last_set.get(service) == decision.desired
+        ):
+            # Not asked for yet: the ramp driver drains the victims of a scale-down first and
+            # sets the replicas on a later tick; `scale` announces the new size then.
+            self._unannounced[service] = (decision.desired, why)
         # The first hold this process publishes for a service may be one that an earlier leader
         # announced already: the status annotation says so.
         first = service not in self._announced

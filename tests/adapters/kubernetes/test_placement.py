@@ -514,6 +514,8 @@ async def test_a_model_larger_than_every_card_holds_only_that_service(
     found = {w.id: w for w in made.workloads()}
     made.workloads()
     assert found[WEB].admissible == 2
+    assert found[WEB].admissible_reason is model.Reason.NO_PLACEMENT
+    assert found[model.ServiceId(f"{NS}/chat")].admissible_reason is model.Reason.QUOTA
     with pytest.raises(errors.ActuationError) as raised:
         await made.scale(WEB, 4)
     assert isinstance(raised.value, placement.UnplaceableError)
