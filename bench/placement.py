@@ -5,10 +5,12 @@ whole cards alone, and what it costs.
 
 The bundled Azure LLM conversation trace (real, 1 h, rate-scaled so its busiest minute needs 40
 replicas' worth at the load target) runs on `sim.params.FRAGMENTED`: 24 free whole A100-40GB
-cards, two A800-80GB nodes split into 32 3g.40gb MIG slices, and 4 time-sliced RTX 4090s with 8
-GiB and two shares free each. The model needs 6 GiB (`--model-memory-gib`). Two runs on the same
-trace, policy, capacity model and seed: `ladder` (the `placement: auto` annotation: whole
-cards, then MIG, then shares) and `whole` (whole cards only; what does not fit waits).
+cards, one A800-80GB node with 8 free 3g.40gb MIG slices, and 16 time-sliced RTX 4090s with 8
+GiB and two shares free each. The model needs 6 GiB (`--model-memory-gib`), so each RTX 4090
+holds one copy. Two runs on the same trace, policy, capacity model and seed: `ladder` (the
+`placement: auto` annotation: whole cards, then MIG, then shares) and `whole` (whole cards only;
+what does not fit waits). At the busiest minute the ladder runs out of whole cards, then of
+slices, and puts the rest on shares.
 
 Per run: SLO misses (late or dropped requests), pending replica-seconds (pods created but
 waiting for a GPU), core-hours (GPU time weighted by card product and the part of a card held,

@@ -138,20 +138,22 @@ class NodeSpec:
 GIB = 1024
 FRAGMENTED = (
     NodeSpec("a100", "NVIDIA-A100-SXM4-40GB", 40 * GIB, whole=8, count=3),
-    NodeSpec("a800-mig", "NVIDIA-A800-SXM4-80GB", 80 * GIB, mig=(("3g.40gb", 16),), count=2),
+    NodeSpec("a800-mig", "NVIDIA-A800-SXM4-80GB", 80 * GIB, mig=(("3g.40gb", 8),)),
     NodeSpec(
         "rtx4090-shared",
         "NVIDIA-GeForce-RTX-4090-SHARED",
         24 * GIB,
-        shared_cards=4,
+        shared_cards=8,
         shared_replicas=4,
         shared_taken=2,
         shared_used_mib=16 * GIB,
+        count=2,
     ),
 )
-"""A fragmented cluster: 24 whole A100-40GB cards, two A800-80GB nodes whose 8 cards are each
-split into two 3g.40gb MIG slices, and 4 time-sliced RTX 4090s with 8 GiB and two of four
-shares free each."""
+"""A fragmented cluster: 24 whole A100-40GB cards, one A800-80GB node with 8 3g.40gb MIG slices
+free (four of its cards split in two), and two nodes of 8 time-sliced RTX 4090s with 8 GiB and
+two of four shares free on each card. A 6 GiB model fits 48 replicas down the ladder: 24 on
+whole cards, 8 on slices, and one share per RTX 4090 (8 GiB free holds one copy)."""
 
 CLUSTERS: dict[str, tuple[NodeSpec, ...]] = {"fragmented": FRAGMENTED}
 """Named cluster descriptions (`autoscaler simulate --cluster NAME`)."""

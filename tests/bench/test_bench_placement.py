@@ -23,7 +23,7 @@ def test_a_short_run_prints_both_placements_and_writes_results(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Ten minutes of the Azure trace: whole cards alone leave replicas pending, the ladder
-    none, and it pays for that in core-hours on MIG slices."""
+    none, and it pays for that in core-hours on MIG slices and time-sliced shares."""
     code = placement.main(["--duration-s", "600", "--out", str(tmp_path), "--quiet"])
 
     assert code == 0
@@ -40,7 +40,9 @@ def test_a_short_run_prints_both_placements_and_writes_results(
     assert ladder["pending_replica_s"] == 0
     assert ladder["slo_misses"] <= whole["slo_misses"]
     assert set(whole["tier_pod_hours"]) == {"whole"}
+    assert set(ladder["tier_pod_hours"]) == {"whole", "mig-3g.40gb", "shared"}
     assert ladder["tier_pod_hours"]["mig-3g.40gb"] > 0
+    assert ladder["tier_pod_hours"]["shared"] > 0
     assert ladder["core_hours"] > whole["core_hours"]
     assert document["params"]["model_memory_mib"] == 6 * 1024
 

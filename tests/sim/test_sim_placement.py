@@ -16,6 +16,7 @@ from autoscaler.core import model, placement, policy
 from autoscaler.sim import run, world
 from autoscaler.sim.cluster import Lifecycle, ServiceSpec, SimCluster
 from autoscaler.sim.params import (
+    FRAGMENTED,
     PLACEMENT_SUMMARY_KEYS,
     SUMMARY_KEYS,
     NodeSpec,
@@ -176,6 +177,17 @@ async def test_quota_caps_what_the_plan_asks_for_and_what_workloads_admit() -> N
     assert tiers(cluster, sid) == {placement.WHOLE: 3}
     assert cluster.workloads()[0].admissible == 3
     assert cluster.workloads()[0].replicas == 5
+
+
+async def test_the_fragmented_cluster_runs_out_of_each_tier_in_turn() -> None:
+    """The `fragmented` preset holds 48 replicas of a 6 GiB model: 24 on whole cards, 8 on MIG
+    slices and one share on each of the 16 RTX 4090s; the next two wait."""
+    cluster = SimCluster(nodes=FRAGMENTED)
+    sid = cluster.add_service(spec()).spec.id
+    await cluster.scale(sid, 50)
+
+    assert tiers(cluster, sid) == {placement.WHOLE: 26, MIG_3G: 8, placement.SHARED: 16}
+    assert cluster.counts(sid).pending == 2
 
 
 def test_plain_cluster_core_time_is_its_gpu_time() -> None:
