@@ -130,8 +130,8 @@ class QueueDrainConfig:
     errors above zero), plus the waiting requests drained over `drain_s`. Waiting requests up
     to the queue target times the replicas the load asks for (in proportion to the load, and at
     most one replica's load target times `drain_s` per replica, so that more load never asks for
-    fewer replicas) are normal queueing and are left alone. None of it depends on the replica count, so the vote has a fixed point and cannot
-    swing between two counts.
+    fewer replicas) are normal queueing and are left alone. None of it depends on the replica
+    count, so the vote has a fixed point and cannot swing between two counts.
     It needs a load target; without one the seed formula applies.
     """
 
