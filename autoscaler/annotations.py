@@ -617,7 +617,8 @@ class Annotations(BaseModel):
     traffic_step_interval_s: Annotated[float, _v(_STEP_INTERVAL)] = Field(
         30.0,
         alias="traffic-step-interval",
-        description="Time at each ramp step before its health check.",
+        description="Longest time at a ramp step before its health check (a busy step is "
+        "judged once its new pods have served enough requests, after a third of this).",
     )
     max_error_rate: Annotated[float, _v(_ERROR_RATE)] = Field(
         0.01,

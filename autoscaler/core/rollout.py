@@ -26,18 +26,24 @@ again and warms up anew.
 **The ramp** (a traffic router other than `none`). The warm pods still labelled `warming` form
 a cohort of K pods next to the N serving pods. Step p of `steps_pct` routes
 `share_pct(p, K, N)` = floor(p x K / (N + K)) percent to the cohort (at least 1), never an
-absolute p; the step's clock starts when the router reports the weights applied. After
-`step_interval_s` the gate compares the cohort with the serving pods (`judge`): error rate at
-most `max_error_rate` and at most the serving pods' plus `error_rate_slack`; P95 latency at
-most `max_p95_ratio` times theirs and under `max_p95_latency_s` when set.
+absolute p; the step's clock starts when the router reports the weights applied. The gate
+compares the cohort with the serving pods (`judge`) over the time since the step began: error
+rate at most `max_error_rate` and at most the serving pods' plus `error_rate_slack`; P95
+latency at most `max_p95_ratio` times theirs and under `max_p95_latency_s` when set.
 
-- Fewer than `min_requests` requests: the step is extended by another interval, up to
-  `max_step_extensions` times; then it is judged on what there is. No request at all passes
-  (traffic is too thin to judge and the warm-up probe already vouched for the pods); a missing
-  measurement, or a cohort whose error rate and latency are both unknown, holds: a missing
-  metric never reads as healthy. An unknown error rate next to a known latency is judged on
-  the latency alone: a server that creates its failure counter at its first failure (TGI) has
-  no error series while it is healthy.
+- The early gate: once `min_dwell_ratio` of `step_interval_s` has passed, the cohort's health
+  is measured on every tick, and the step is judged (passed or failed) as soon as the cohort
+  has served `min_requests` requests (at least one). A busy service walks its steps in a
+  fraction of the intervals, which under a sudden rise is capacity arriving sooner; a quiet
+  one, still short of requests, waits for the full interval as before. Only the first interval
+  of a step is watched so: a step still thin after it is judged once per extension.
+- Fewer than `min_requests` requests at the end of the interval: the step is extended by another
+  interval, up to `max_step_extensions` times; then it is judged on what there is. No request at
+  all passes (traffic is too thin to judge and the warm-up probe already vouched for the pods); a
+  missing measurement, or a cohort whose error rate and latency are both unknown, holds: a missing
+  metric never reads as healthy. An unknown error rate next to a known latency is judged on the
+  latency alone: a server that creates its failure counter at its first failure (TGI) has no error
+  series while it is healthy.
 - Pass: the next step. The pods that passed their warm-up during the step join the cohort
   now, marked warm together with the new weights, which count them: step p gives
   `share_pct(p, K + J, N)`. A joining pod has not passed the earlier gates, so the bound the
@@ -53,11 +59,13 @@ most `max_p95_ratio` times theirs and under `max_p95_latency_s` when set.
 - Fail: the warming weight goes to 0 first; once the router has applied it (or
   `settle_timeout_s` passed) the failing pods are reclaimed and their ReplicaSet makes fresh
   ones. A cohort of more than one pod is judged pod by pod first (`MeasurePodHealth`, each pod
-  alone against the serving pods over the step's window, the same `judge` without the
-  extensions): only the pods that fail on their own are reclaimed, and the others stay warm in
+  alone against the serving pods over the step's window, or a whole interval when the step
+  was judged early, the same `judge` without the extensions): the pods that fail on their own
+  are reclaimed with those too thin to judge, and the pods that pass on their own stay warm in
   the warming set to form the next cohort. When no pod can be blamed on its own (too few
   requests each, all fine alone, or no answer before `settle_timeout_s`) the whole cohort is
-  reclaimed. Either way the gate failed: it counts towards `max_failures`.
+  reclaimed. Either way the gate failed:
+  it counts towards `max_failures`.
   After `max_failures` failures in a row the service is held: new pods still warm up but
   none is ramped. A hold ends when any ramp setting changes (the state remembers a fingerprint
   of the settings it was held under) or when someone deletes the persisted state (the driver
@@ -183,6 +191,15 @@ class RampConfig:
     max_p95_ratio: float = 1.2
     min_requests: int = 20
     """Requests the new pods must have served before a step is judged."""
+    min_dwell_ratio: float = 1 / 3
+    """Share of `step_interval_s` a step lasts at least, however busy the service: past it, a
+    step is judged as soon as the new pods have served `min_requests` (the early gate).
+
+    A third: the new pods have held their share for long enough that their first batches at
+    the new weight, and a latency spike they cause, are in the window (10 s at the default
+    30 s interval), while a busy service's ramp takes a third of the time. A window holding
+    fewer than two scrapes reads as unknown, never as healthy: the step then waits. 1 turns
+    the early gate off."""
     max_step_extensions: int = 3
     """Times a step is extended for want of requests before it is judged on what there is."""
     warmup_probe: bool = True
@@ -220,6 +237,10 @@ class RampConfig:
         ):
             value = getattr(self, name)
             _require(math.isfinite(value) and value > 0, f"{name} must be positive")
+        _require(
+            math.isfinite(self.min_dwell_ratio) and 0 < self.min_dwell_ratio <= 1,
+            "min_dwell_ratio must lie in (0, 1]",
+        )
         for name in ("drain_grace_s", "propagation_s", "max_error_rate", "error_rate_slack"):
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, f"{name} must not be negative")
@@ -592,18 +613,18 @@ def blame(
     """(reclaimed, spared) after a failed gate, from each pod's health alone.
 
     A pod is blamed when it fails `judge` on its own, with the minimum request count (never
-    judged on a handful of requests). With none to blame, or a pod without an answer, the whole
-    cohort is reclaimed and none spared."""
+    judged on a handful of requests). Only pods that pass on their own are spared: a pod too thin
+    to judge goes with the blamed ones, since the cohort it was part of failed. With none to
+    blame, or a pod without an answer, the whole cohort is reclaimed and none spared."""
     if any(name not in alone for name in cohort):
         return tuple(cohort), ()
-    failed = tuple(
-        name
-        for name in cohort
-        if judge(config, alone[name][0], alone[name][1], final=False)[0] is Verdict.FAIL
-    )
-    if not failed:
+    verdicts = {
+        name: judge(config, alone[name][0], alone[name][1], final=False)[0] for name in cohort
+    }
+    if Verdict.FAIL not in verdicts.values():
         return tuple(cohort), ()
-    return failed, tuple(name for name in cohort if name not in failed)
+    spared = tuple(name for name in cohort if verdicts[name] is Verdict.PASS)
+    return tuple(name for name in cohort if name not in spared), spared
 
 
 def advance(config: RampConfig, state: RampState, tick: Tick) -> Plan:
@@ -873,22 +894,40 @@ class _Advance:
         self._gate(alive, stable)
 
     def _gate(self, alive: list[str], stable: list[str]) -> None:
+        """Judge the step at the end of its interval (or extension), or earlier (the early
+        gate) once the dwell has passed and the cohort has served enough requests."""
         started = self.step_started_s if self.step_started_s is not None else self.now
         self.step_started_s = started
         interval = self.config.step_interval_s
         due_s = started + interval * (self.checks + 1)
-        if self.now < due_s:
+        early = self.checks == 0 and self.now < due_s
+        if self.now < (started + self.config.min_dwell_ratio * interval if early else due_s):
             return
         health = self.tick.health
+        # The window is the step so far: the traffic before it went to the cohort at another
+        # share (or to some of its pods only), and would dilute what this step shows.
+        measure = MeasureHealth(tuple(alive), tuple(stable), self.now - started)
+        if early:
+            if health is not None:
+                verdict, why = judge(self.config, health[0], health[1], final=False)
+                # A measured zero passes `judge` only without a minimum; early, it is no reason
+                # to cut the step short.
+                if verdict is not Verdict.WAIT and health[0].requests > 0:
+                    self._judged(verdict, why, alive, stable)
+                    return
+            self.actions.append(measure)
+            return
         if health is None:
             if self.now >= due_s + interval:
                 self._hold(f"no health measurement of the new pods for {interval:g} s")
                 return
-            window_s = max(interval, self.now - started)
-            self.actions.append(MeasureHealth(tuple(alive), tuple(stable), window_s))
+            self.actions.append(measure)
             return
         final = self.checks >= self.config.max_step_extensions
         verdict, why = judge(self.config, health[0], health[1], final=final)
+        self._judged(verdict, why, alive, stable)
+
+    def _judged(self, verdict: Verdict, why: str, alive: list[str], stable: list[str]) -> None:
         if verdict is Verdict.WAIT:
             self.checks += 1
         elif verdict is Verdict.HOLD:
@@ -957,7 +996,9 @@ class _Advance:
         self.outcomes.append(Outcome.ROLLED_BACK)
 
     def _measure_alone(self) -> None:
-        """Ask for each cohort pod's health alone over the failed step's window."""
+        """Ask for each cohort pod's health alone over the failed step's window, or a whole
+        interval when the step failed early: each pod alone needs `min_requests` to be blamed,
+        and before the step it served at a lower share, not another way."""
         interval = self.config.step_interval_s
         started = self.step_started_s
         window_s = interval if started is None else max(interval, self.now - started)

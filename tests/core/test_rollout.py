@@ -393,7 +393,7 @@ def test_warm_pods_form_a_cohort_at_their_fair_share_of_the_first_step() -> None
 
 
 def test_the_step_clock_starts_when_the_router_has_settled() -> None:
-    """The gate waits for the weights to apply, then a full interval, then measures."""
+    """The gate waits for the weights to apply, then the dwell, then measures the step so far."""
     world = World(stable=4)
     world.add()
     world.run_until(lambda: world.state.phase is Phase.RAMPING)
@@ -407,9 +407,9 @@ def test_the_step_clock_starts_when_the_router_has_settled() -> None:
     started = world.state.step_started_s
     assert started == world.now - 1.0
     world.run_until(lambda: any(isinstance(a, MeasureHealth) for a in world.requests))
-    assert world.now == started + 30.0
+    assert world.now == started + 10.0  # a third of the 30 s interval
     measure = next(a for a in world.requests if isinstance(a, MeasureHealth))
-    assert measure == MeasureHealth(("p04",), ("p00", "p01", "p02", "p03"), 30.0)
+    assert measure == MeasureHealth(("p04",), ("p00", "p01", "p02", "p03"), 10.0)
 
 
 def test_a_healthy_cohort_walks_every_step_and_is_promoted_in_the_safe_order() -> None:
@@ -479,8 +479,8 @@ def test_only_the_pod_failing_on_its_own_is_reclaimed() -> None:
     mark = len(world.actions)
     world.run_until(lambda: world.state.phase is Phase.ROLLING_BACK)
     serving = tuple(f"p0{i}" for i in range(8))
-    # The step's window: the interval and the tick the answer to the gate's query took.
-    assert MeasurePodHealth(("p08", "p09", "p10"), serving, 31.0) in world.requests
+    # Failed early, 11 s into the step: each pod alone is still measured over an interval.
+    assert MeasurePodHealth(("p08", "p09", "p10"), serving, 30.0) in world.requests
     world.run_until(lambda: world.state.phase is not Phase.ROLLING_BACK)
     writes = world.writes(mark)
     assert [a for a in writes if isinstance(a, Reclaim)] == [
@@ -530,12 +530,18 @@ def test_a_single_pod_cohort_is_not_measured_alone() -> None:
 
 
 def test_blame_names_the_pods_failing_alone() -> None:
-    """`blame` reclaims the failing pods and spares the rest; without an answer, all go."""
-    good, bad = HEALTH["good"], HEALTH["erroring"]
+    """`blame` reclaims the failing pods and those too thin to judge, and spares the pods that
+    pass alone; without an answer, all go."""
+    good, bad, thin = HEALTH["good"], HEALTH["erroring"], HEALTH["thin"]
     assert good is not None
     assert bad is not None
+    assert thin is not None
     config = RampConfig()
     assert rollout.blame(config, ["a", "b"], {"a": good, "b": bad}) == (("b",), ("a",))
+    assert rollout.blame(config, ["a", "b", "c"], {"a": good, "b": bad, "c": thin}) == (
+        ("b", "c"),
+        ("a",),
+    )
     assert rollout.blame(config, ["a", "b"], {"a": good, "b": good}) == (("a", "b"), ())
     assert rollout.blame(config, ["a", "b"], {"b": bad}) == (("a", "b"), ())
 
@@ -615,6 +621,84 @@ def test_thin_traffic_extends_the_step_then_judges_what_there_is() -> None:
     assert started is not None
     world.run_until(lambda: world.state.step == 1)
     assert world.now - started == pytest.approx(4 * 30.0 + 1.0)
+
+
+def gate_times(world: World) -> list[float]:
+    """Seconds into the step at which each step of the ramp is passed, until the promotion."""
+    times = []
+    while world.state.phase is Phase.RAMPING:
+        started, step = world.state.step_started_s, world.state.step
+
+        def passed(step: int = step) -> bool:
+            return world.state.step != step or world.state.phase is not Phase.RAMPING
+
+        world.run_until(passed)
+        assert started is not None
+        times.append(world.now - started)
+        world.run_until(
+            lambda: world.state.step_started_s is not None or world.state.phase is not Phase.RAMPING
+        )
+    return times
+
+
+def test_a_busy_service_is_judged_once_the_dwell_has_passed() -> None:
+    """With enough requests, each step passes a tick after a third of its interval."""
+    world = cohort_world()
+    started = world.state.step_started_s
+    assert started is not None
+    world.run_until(lambda: any(isinstance(a, MeasureHealth) for a in world.requests))
+    assert world.requests == [MeasureHealth(("p04",), ("p00", "p01", "p02", "p03"), 10.0)]
+    assert gate_times(world) == [11.0, 11.0, 11.0, 11.0]
+    assert world.state.phase is Phase.PROMOTING
+
+
+def test_a_full_dwell_ratio_turns_the_early_gate_off() -> None:
+    """`min_dwell_ratio` 1: every step waits its whole interval, however busy."""
+    world = cohort_world(min_dwell_ratio=1.0)
+    assert gate_times(world) == [31.0, 31.0, 31.0, 31.0]
+
+
+def test_a_failing_cohort_is_rolled_back_once_the_dwell_has_passed() -> None:
+    """Enough requests that fail: the weight goes to 0 a tick after the dwell."""
+    world = cohort_world()
+    started = world.state.step_started_s
+    assert started is not None
+    world.health = "erroring"
+    world.run_until(lambda: world.state.phase is Phase.ROLLING_BACK)
+    assert world.now - started == 11.0
+    assert world.weight == 0
+
+
+def test_a_quiet_service_waits_the_full_interval() -> None:
+    """Too few requests: measured on every tick past the dwell, judged only at the interval."""
+    world = cohort_world()
+    started = world.state.step_started_s
+    assert started is not None
+    world.health = "thin"
+    measured: list[float] = []
+    while world.now < started + 29.0:
+        world.tick()
+        assert world.state.step == 0
+        assert world.state.checks == 0
+        measured += [a.window_s for a in world.requests if isinstance(a, MeasureHealth)]
+    assert measured == [float(s) for s in range(10, 30)]
+    world.tick()  # the interval is over: the last answer is judged, and the step extended
+    assert world.state.step == 0
+    assert world.state.checks == 1
+    world.health = "good"
+    world.run_until(lambda: world.state.step == 1)
+    # An extension is judged at its end: only the first interval is watched on every tick.
+    assert world.now - started == 61.0
+
+
+def test_a_measured_zero_does_not_cut_a_step_short() -> None:
+    """Without a request minimum, no request at all still waits for the full interval."""
+    world = cohort_world(min_requests=0)
+    started = world.state.step_started_s
+    assert started is not None
+    world.health = "idle"
+    world.run_until(lambda: world.state.step == 1)
+    assert world.now - started == 30.0
 
 
 def test_no_request_at_all_passes_after_the_extensions() -> None:
@@ -1068,6 +1152,9 @@ def test_junk_is_refused_with_a_value_error(text: str) -> None:
         {"max_p95_latency_s": -1.0},
         {"max_failures": 0},
         {"drain_grace_s": math.nan},
+        {"min_dwell_ratio": 0.0},
+        {"min_dwell_ratio": 1.5},
+        {"min_dwell_ratio": math.nan},
     ],
 )
 def test_a_config_that_cannot_work_is_refused(overrides: dict[str, object]) -> None:
@@ -1089,12 +1176,16 @@ class RampMachine(RuleBasedStateMachine):
         gate_only=st.booleans(),
         steps=st.sampled_from([(10, 30, 50, 100), (50, 100), (100,)]),
         extensions=st.integers(0, 2),
+        dwell=st.sampled_from([1 / 3, 0.05, 1.0]),
     )
-    def start(self, stable: int, gate_only: bool, steps: tuple[int, ...], extensions: int) -> None:
+    def start(
+        self, stable: int, gate_only: bool, steps: tuple[int, ...], extensions: int, dwell: float
+    ) -> None:
         config = RampConfig(
             steps_pct=steps,
             gate_only=gate_only,
             max_step_extensions=extensions,
+            min_dwell_ratio=dwell,
             settle_timeout_s=60.0,
             warmup_deadline_s=300.0,
             drain_grace_s=40.0,
@@ -1160,8 +1251,11 @@ class RampMachine(RuleBasedStateMachine):
             assert set(world.stable_set()) >= stable_before
         self.check_round_trip()
 
-    @rule(dt_s=st.sampled_from([0.5, 1.0, 5.0, 31.0, 61.0, 301.0]), resumed=st.booleans())
+    @rule(dt_s=st.sampled_from([0.5, 1.0, 5.0, 11.0, 31.0, 61.0, 301.0]), resumed=st.booleans())
     def tick(self, dt_s: float, resumed: bool) -> None:
+        self.checked_tick(dt_s, resumed=resumed)
+
+    def checked_tick(self, dt_s: float, *, resumed: bool = False) -> None:
         world = self.world
         before = world.state
         stable_before = set(world.stable_set())
@@ -1191,7 +1285,7 @@ class RampMachine(RuleBasedStateMachine):
             for name in [n for n, p in world.pods.items() if p.terminating]:
                 del world.pods[name]  # terminated; its ReplicaSet already counts the rest
             world.start_all()
-            world.tick(5.0)
+            self.checked_tick(5.0)
             if world.state.phase in (Phase.IDLE, Phase.HELD) and (
                 world.state.held or not [p for p in world.pods.values() if p.warming]
             ):
@@ -1231,7 +1325,8 @@ class RampMachine(RuleBasedStateMachine):
         serving_before: int,
     ) -> None:
         """A step is passed only on a health answer that passes (or with nothing to fall back
-        on: no serving pod left)."""
+        on: no serving pod left); before its interval is over, only past the dwell and on
+        enough requests."""
         after = plan.state
         if before.phase is not Phase.RAMPING or serving_before == 0:
             return
@@ -1241,6 +1336,12 @@ class RampMachine(RuleBasedStateMachine):
         if advanced:
             assert health_given
             assert health_kind in ("good", "thin", "idle")
+            started = before.step_started_s
+            interval = self.world.config.step_interval_s
+            if started is not None and self.world.now < started + interval:
+                assert health_kind == "good"
+                assert before.checks == 0
+                assert self.world.now >= started + self.world.config.min_dwell_ratio * interval
 
     def check_round_trip(self) -> None:
         """Every state survives a restart (all but the probe throttle, which is not saved)."""

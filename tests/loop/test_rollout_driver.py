@@ -22,6 +22,7 @@ from autoscaler.core import rollout as core
 SERVICE = model.ServiceId("ns/llm")
 OTHER = model.ServiceId("ns/other")
 GOOD = (ports.GroupHealth(100.0, 0.0, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
+THIN = (ports.GroupHealth(5.0, 0.0, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
 ERRORING = (ports.GroupHealth(100.0, 0.2, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
 
 Entry = tuple[object, ...]
@@ -387,6 +388,33 @@ async def test_only_the_pod_failing_alone_is_reclaimed_and_the_others_ramp_again
     assert rig.state().failures == 0
 
 
+async def test_a_busy_step_is_judged_on_the_time_since_it_began() -> None:
+    """Enough requests: the gate measures once the dwell has passed, over the step so far, and
+    the next weights follow on the next tick."""
+    rig = Rig(stable=3)
+    new = rig.cluster.add_pod()
+    await rig.run_until(lambda: rig.state().step_started_s is not None)
+    started = rig.now
+    await rig.run_until(lambda: rig.weight() == 7)
+    assert rig.journal.of("health") == [("health", (new,), 10.0)]
+    assert rig.now - started == 11.0
+
+
+async def test_a_quiet_step_waits_its_full_interval() -> None:
+    """Too few requests: measured on every tick past the dwell, judged only at the interval."""
+    rig = Rig(stable=3)
+    rig.health.answer = THIN
+    new = rig.cluster.add_pod()
+    await rig.run_until(lambda: rig.state().step_started_s is not None)
+    started = rig.now
+    await rig.run_until(lambda: rig.state().checks == 1)
+    assert rig.now - started == 30.0
+    assert rig.weight() == 2
+    windows = [entry[2] for entry in rig.journal.of("health")]
+    assert windows == [float(s) for s in range(10, 30)]
+    assert {entry[1] for entry in rig.journal.of("health")} == {(new,)}
+
+
 async def test_a_pod_warm_mid_ramp_joins_the_cohort_at_the_next_step() -> None:
     """A second pod warming during the first step is set warm with the next step's weights."""
     rig = Rig(stable=3)
@@ -662,11 +690,13 @@ async def test_an_idle_service_puts_back_a_pod_that_lost_its_stable_label() -> N
 async def test_state_is_saved_only_when_it_changes() -> None:
     """Waiting ticks write nothing: one save per change of the ramp's state."""
     rig = Rig(stable=3)
+    rig.health.answer = THIN  # the step waits its interval, measured on every tick past the dwell
     rig.cluster.add_pod()
     await rig.run_until(lambda: rig.state().step_started_s is not None)
     saves = len(rig.journal.of("save"))
     for _ in range(25):
         await rig.tick()
+    assert len(rig.journal.of("health")) == 16  # 10 s to 25 s into the step
     assert len(rig.journal.of("save")) == saves
 
 

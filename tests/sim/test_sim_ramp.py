@@ -548,15 +548,16 @@ def reasons(sim: world.World) -> list[str]:
 
 
 async def test_ramp_walks_its_steps_then_promotes() -> None:
-    """A new pod gets 10, 30, 50 and 100 % of its fair share, a step interval each, and is
-    promoted: warming weight back to 0, the pod stable and serving."""
+    """A new pod gets 10, 30, 50 and 100 % of its fair share, each for at least the gate's
+    dwell, and is promoted: warming weight back to 0, the pod stable and serving."""
     sim, sid = await ramped(FAST, to=5)
 
     writes = [(at_s, pct) for at_s, _, pct in sim.routers["istio"].writes]
     expected = [rollout.share_pct(p, 1, 4) for p in FAST.ramp_steps_pct] + [0]
     assert [pct for _, pct in writes] == expected == [2, 6, 10, 20, 0]
     times = [at_s for at_s, _ in writes]
-    assert all(b - a >= FAST.ramp_step_interval_s for a, b in itertools.pairwise(times[:4]))
+    dwell_s = rollout.RampConfig().min_dwell_ratio * FAST.ramp_step_interval_s
+    assert all(b - a >= dwell_s for a, b in itertools.pairwise(times[:4]))
     assert reasons(sim).count("RampPromoted") == 1
     assert "RampRolledBack" not in reasons(sim)
     assert sim.cluster.counts(sid).serving == 5

@@ -19,7 +19,7 @@ touched.
 `settled`: Istio reports propagation only with its experimental status feature (off by
 default). When the VirtualService carries a `Reconciled` condition, settled waits for it to be
 True at the current generation; without one, the written weights are taken as in effect and the
-ramp's step interval covers propagation.
+ramp's minimum dwell at each step (a third of the step interval by default) covers propagation.
 """
 
 from __future__ import annotations
