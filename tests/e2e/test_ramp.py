@@ -455,8 +455,13 @@ async def restart(cluster: Controllers, running: Running, identity: str) -> Runn
 
 @pytest.mark.parametrize(
     ("router", "restarting"),
-    [(ISTIO, True), (GATEWAY_API, False), (SMI, False)],
-    ids=["istio-restarted-at-each-step", "gateway-api", "smi"],
+    [(ISTIO, True), (GATEWAY_API, True), (SMI, True), (ISTIO, False)],
+    ids=[
+        "istio-restarted-at-each-step",
+        "gateway-api-restarted-at-each-step",
+        "smi-restarted-at-each-step",
+        "istio",
+    ],
 )
 async def test_a_scale_up_walks_the_steps_and_promotes(
     kubelet: FakeCluster,
@@ -531,18 +536,20 @@ async def test_a_scale_up_walks_the_steps_and_promotes(
 # -- a gate that fails -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("router", [ISTIO, GATEWAY_API, SMI], ids=["istio", "gateway-api", "smi"])
 async def test_new_pods_that_fail_the_health_gate_are_rolled_back_and_replaced(
     kubelet: FakeCluster,
     stack: Stack,
     cluster: Controllers,
     unique: str,
     endpoint: WarmupEndpoint,
+    router: Router,
 ) -> None:
     """New pods aborting half their requests, then new pods too slow, each lose their traffic
     (weight 0 first) and are deleted, and their replacements ramp in turn. A serving pod someone
     took out of the stable set is put back before the ramp starts."""
     kubelet.add_node("gpu-1", gpus=8)
-    chat = await Ramped.make(cluster, kubelet, stack, f"{unique}-f", ISTIO, endpoint)
+    chat = await Ramped.make(cluster, kubelet, stack, f"{unique}-f", router, endpoint)
     first = await chat.promote_first_pods()
     running = cluster.running[-1]
     # As `kubectl label pod ... autoscaler.dsec.io/stable-` would: a serving pod out of the set.
@@ -667,7 +674,7 @@ async def test_a_scale_down_drains_its_victim_before_the_replicas_drop(
     """The least loaded serving pod leaves the routed set first; the replicas drop once its
     requests have finished (or, across a restart, once the grace period is over), and the
     ReplicaSet removes that pod, marked with the lowest deletion cost. The route's weights stay
-    as they were."""
+    as they were, and `SuccessfulRescale` announces each new size once it is set."""
     kubelet.add_node("gpu-1", gpus=8)
     chat = await Ramped.make(
         cluster,
@@ -699,6 +706,8 @@ async def test_a_scale_down_drains_its_victim_before_the_replicas_drop(
     await chat.tick(10)
     assert chat.replicas == 4  # a request is still in flight
     assert chat.weights() == weights
+    await cluster.running[-1].controller.cluster.events.wait_idle()
+    assert not chat.events("SuccessfulRescale")
 
     chat.metrics.set_vllm(chat.namespace, victim, running=0.0)
     await chat.wait_for_running([victim], 0.0)
@@ -710,6 +719,10 @@ async def test_a_scale_down_drains_its_victim_before_the_replicas_drop(
     assert victim not in chat.pods()
     assert len(chat.pods()) == 3
     assert chat.weights() == weights
+    # The decision was published when the drain started; the new size is announced once set.
+    await cluster.running[-1].controller.cluster.events.wait_idle()
+    (rescaled,) = chat.events("SuccessfulRescale")
+    assert rescaled["message"].startswith("New size: 3; reason: below-target: ")
     if router is not NONE:
         return  # the rest is the router's no more than this was
 
@@ -733,3 +746,5 @@ async def test_a_scale_down_drains_its_victim_before_the_replicas_drop(
         "DrainStarted",
         "Drained",
     ]
+    sizes = [e["message"].split(";")[0] for e in chat.events("SuccessfulRescale")]
+    assert sizes == ["New size: 3", "New size: 2"]
