@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +46,7 @@ from autoscaler import logs
 from autoscaler.core import rollout
 from autoscaler.sim import run as sim_run
 from autoscaler.sim.params import RAMP_ROUTERS, PodFault, SimParams
+from bench import common
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -261,20 +260,7 @@ def write(rows: Sequence[Row], config: Config, out: Path) -> Path:
         "params": config.base.as_dict(),
         "runs": [dataclasses.asdict(row) for row in rows],
     }
-    path = out / "results.json"
-    path.write_text(json.dumps(_finite(document), indent=2, allow_nan=False) + "\n")
-    return path
-
-
-def _finite(value: object) -> object:
-    """Plain JSON: tuples as lists, NaN and infinities as null."""
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return common.write_json(out / "results.json", document)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -306,16 +292,6 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.bad_pod",
@@ -338,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--duration-s",
-        type=_positive,
+        type=common.positive_int,
         default=DURATION_S,
         metavar="S",
         help="simulated seconds per run (default: %(default)s)",

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +35,7 @@ from typing import Any
 from autoscaler import logs
 from autoscaler.sim import run as sim_run
 from autoscaler.sim.params import FRAGMENTED, GIB, SimParams
-from bench import scenarios
+from bench import common, scenarios
 
 MODEL_MEMORY_GIB = 6.0
 BASE = SimParams(max_replicas=100, nodes=FRAGMENTED, model_memory_mib=int(MODEL_MEMORY_GIB * GIB))
@@ -144,19 +142,7 @@ def write(rows: Sequence[Row], config: Config, out: Path, trace: scenarios.Scena
         "params": config.base.as_dict(),
         "runs": [dataclasses.asdict(row) for row in rows],
     }
-    path = out / "results.json"
-    path.write_text(json.dumps(_finite(document), indent=2, allow_nan=False) + "\n")
-    return path
-
-
-def _finite(value: object) -> object:
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return common.write_json(out / "results.json", document)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,26 +158,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.placement",
@@ -200,14 +166,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--duration-s",
-        type=_positive_int,
+        type=common.positive_int,
         default=DURATION_S,
         metavar="S",
         help="simulated seconds of the trace (default: all of it, %(default)s)",
     )
     parser.add_argument(
         "--model-memory-gib",
-        type=_positive_float,
+        type=common.positive_float,
         default=MODEL_MEMORY_GIB,
         metavar="G",
         help="GPU memory the model needs, GiB (default: %(default)s)",

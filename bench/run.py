@@ -58,7 +58,7 @@ from autoscaler import baselines, logs, ports
 from autoscaler.baselines import kpa
 from autoscaler.sim import run as sim_run
 from autoscaler.sim.params import SimParams
-from bench import equal_slo, scenarios
+from bench import common, equal_slo, scenarios
 
 IntArray = npt.NDArray[np.int32]
 
@@ -474,16 +474,6 @@ def _names(known: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
     return parse
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.run",
@@ -517,12 +507,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--duration-s",
-        type=_positive,
+        type=common.positive_int,
         metavar="S",
         help="cut every trace to its first S seconds",
     )
     parser.add_argument(
-        "--jobs", type=_positive, metavar="N", help="worker processes (default: the CPUs)"
+        "--jobs", type=common.positive_int, metavar="N", help="worker processes (default: the CPUs)"
     )
     parser.add_argument(
         "--out",

@@ -1,0 +1,50 @@
+"""What the bench commands share: argument types and plain-JSON output.
+
+Plain helpers for `bench.run`, `bench.bad_pod` and `bench.placement`; no simulation here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def finite(value: object) -> object:
+    """Plain JSON: tuples as lists, NaN and infinities as null, keys as strings."""
+    if isinstance(value, dict):
+        return {str(k): finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(path: Path, document: object) -> Path:
+    """`document` as indented plain JSON at `path`; returns the path."""
+    path.write_text(json.dumps(finite(document), indent=2, allow_nan=False) + "\n")
+    return path
