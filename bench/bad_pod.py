@@ -319,14 +319,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="simulated seconds per run (default: %(default)s)",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        metavar="DIR",
-        help="output directory (default: %(default)s)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="print the table only")
+    common.add_output_arguments(parser, DEFAULT_OUT)
     return parser
 
 

@@ -11,6 +11,18 @@ import math
 from pathlib import Path
 
 
+def add_output_arguments(parser: argparse.ArgumentParser, default_out: Path) -> None:
+    """`--out DIR` (default `default_out`) and `--quiet`, as every bench command takes them."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=default_out,
+        metavar="DIR",
+        help="output directory (default: %(default)s)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print the table only")
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
     try:

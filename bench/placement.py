@@ -178,14 +178,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="G",
         help="GPU memory the model needs, GiB (default: %(default)s)",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        metavar="DIR",
-        help="output directory (default: %(default)s)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="print the table only")
+    common.add_output_arguments(parser, DEFAULT_OUT)
     return parser
 
 
