@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n 1)
 IMAGE ?= ghcr.io/inference-autoscaler/inference-autoscaler
 
-.PHONY: venv demo test lint unit prometheus bench bench-quick image lock clean
+.PHONY: venv demo test lint unit faults prometheus bench bench-quick image lock clean
 
 venv: $(VENV)/.installed
 
@@ -47,6 +47,13 @@ unit: venv
 	$(BIN)/pytest
 
 test: venv prometheus lint unit
+
+# The fault-injection suite (docs/reliability.md): hostile annotations and metric names, API and
+# Prometheus failures, leader kills at every ramp step, a churn soak. Long, so not in `test`;
+# prints its tables and writes them to faults-out/.
+faults: venv prometheus
+	$(BIN)/pytest -m faults tests/faults
+	$(BIN)/python tests/faults/figures.py
 
 # The controller's image, tagged with the project's version (the tag manifests/base deploys).
 # The dev extras bring what tests/deploy checks without Docker: hadolint, kubectl (kustomize)
