@@ -80,3 +80,38 @@ async def test_the_follower_takes_over_when_the_leader_stops(
     lease = kube.store.get(LEASES, LEASE_NAMESPACE, "inference-autoscaler")
     assert lease["spec"]["holderIdentity"] == "ctl-b"
     assert lease["spec"]["leaseTransitions"] == 1
+
+
+async def test_a_killed_leader_is_replaced_once_its_lease_expires(
+    kube: Kube,
+    kubelet: FakeCluster,
+    stack: Stack,
+    cluster: Controllers,
+    clock: SteppedClock,
+    unique: str,
+) -> None:
+    """A leader that dies without releasing the Lease is replaced within one lease duration
+    and one retry, and the successor goes on scaling."""
+    kubelet.add_node("gpu-1", gpus=16)
+    chat = await Service.create(kube, kubelet, stack.upper, f"{unique}-k", "chat")
+    chat.serve(rate_per_s=12.5)
+    await wait_for_load(stack.prometheus, chat, 25.0)
+
+    first = await cluster.start("ctl-a")
+    second = await cluster.start("ctl-b", leader=False)
+    await advance_until(clock, lambda: chat.replicas == 3, limit_s=10, what="scale-up")
+    await first.kill()
+    killed_s = clock.now()
+    lease = kube.store.get(LEASES, LEASE_NAMESPACE, "inference-autoscaler")
+    assert lease["spec"]["holderIdentity"] == "ctl-a"  # nobody released it
+
+    config = second.controller.settings.kubernetes
+    await advance_until(
+        clock,
+        lambda: second.controller.leading,
+        limit_s=config.lease_duration_s + 3 * config.retry_interval_s,
+        what="the follower leading",
+    )
+    assert clock.now() - killed_s <= config.lease_duration_s + 1.2 * config.retry_interval_s
+    await wait_for(lambda: second.controller.ticks > 0, what="the new leader's first tick")
+    assert not first.controller.is_leader()
