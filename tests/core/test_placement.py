@@ -615,8 +615,13 @@ def test_scale_down_keeps_the_serving_count_and_retires_the_worst_tier_first(
     assert serving_after >= min(desired, serving_now)
     order = placement.ladder(need, snapshot)
 
-    def worth(tier: str) -> tuple[bool, int]:  # tiers off the ladder are worth least
-        return (tier in order, -order.index(tier) if tier in order else 0)
+    def worth(tier: str) -> tuple[bool, int, int]:
+        # The retire order: off the ladder, then shared, then MIG by slice size ascending, then
+        # whole. (The ladder places on the smallest slice that fits first, for less waste; a
+        # scale-down keeps the larger slice, which serves more.)
+        profile = placement.mig_profile(tier)
+        size = placement.parse_mig_profile(profile)[0] if profile is not None else 0
+        return (tier in order, -placement.tier_rank(tier), size)
 
     for tier, now in current.items():
         if result.replicas[tier] < now.replicas - now.pending:
