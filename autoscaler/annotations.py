@@ -43,8 +43,8 @@ RAMP_KEY = PREFIX + "ramp"
 restart (DESIGN §3.4). Not a setting; ignored."""
 CONTROLLER_KEYS = frozenset({STATUS_KEY, STATE_KEY, RAMP_KEY})
 
-README_BEGIN = "<!-- annotations:begin -->"
-README_END = "<!-- annotations:end -->"
+REFERENCE_BEGIN = "<!-- annotations:begin -->"
+REFERENCE_END = "<!-- annotations:end -->"
 
 QUOTE_LIMIT = 80
 """Characters of an offending value shown in a message (after escaping)."""
@@ -955,7 +955,7 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# The README reference
+# The reference in docs/annotations.md
 
 
 def _cell(text: str) -> str:
@@ -982,7 +982,7 @@ def _names_text(*names: str | None, label: str | None = None, values: Sequence[s
 
 
 def reference_markdown() -> str:
-    """The README's annotation reference, generated from `Annotations` and the presets."""
+    """The annotation reference (docs/annotations.md), from `Annotations` and the presets."""
     lines = [
         f"All keys take the prefix `{PREFIX}`; values are strings (quote numbers and booleans "
         "in YAML). An invalid value skips the service with a Warning Event `InvalidConfig` "
@@ -1025,37 +1025,38 @@ def reference_markdown() -> str:
 
 
 def replace_section(document: str, section: str) -> str | None:
-    """`document` with the text between the README markers replaced; None without markers."""
-    begin, end = document.find(README_BEGIN), document.find(README_END)
+    """`document` with the text between the reference markers replaced; None without markers."""
+    begin, end = document.find(REFERENCE_BEGIN), document.find(REFERENCE_END)
     if begin < 0 or end < begin:
         return None
-    head = document[: begin + len(README_BEGIN)]
+    head = document[: begin + len(REFERENCE_BEGIN)]
     return head + "\n" + section + document[end:]
 
 
 def section_of(document: str) -> str | None:
-    """The text between the README markers, without the newline after the first; None without."""
-    begin, end = document.find(README_BEGIN), document.find(README_END)
+    """The text between the reference markers, without the newline after the first; None without."""
+    begin, end = document.find(REFERENCE_BEGIN), document.find(REFERENCE_END)
     if begin < 0 or end < begin:
         return None
-    return document[begin + len(README_BEGIN) : end].removeprefix("\n")
+    return document[begin + len(REFERENCE_BEGIN) : end].removeprefix("\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m autoscaler.annotations [--update README.md]`: print or splice the reference."""
+    """`python -m autoscaler.annotations [--update FILE]`: print the reference, or splice it
+    into FILE (docs/annotations.md) between the markers."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         sys.stdout.write(reference_markdown())
         return 0
     if len(args) != 2 or args[0] != "--update":
-        sys.stderr.write("usage: python -m autoscaler.annotations [--update README.md]\n")
+        sys.stderr.write("usage: python -m autoscaler.annotations [--update docs/annotations.md]\n")
         return 2
     path = args[1]
     with open(path, encoding="utf-8") as f:
         document = f.read()
     updated = replace_section(document, reference_markdown())
     if updated is None:
-        sys.stderr.write(f"{path}: add the lines {README_BEGIN} and {README_END} first\n")
+        sys.stderr.write(f"{path}: add the lines {REFERENCE_BEGIN} and {REFERENCE_END} first\n")
         return 2
     with open(path, "w", encoding="utf-8") as f:
         f.write(updated)

@@ -1,4 +1,4 @@
-"""The README's annotation reference is generated from the model and must not drift from it."""
+"""The annotation reference (docs/annotations.md) is generated from the model and must not drift."""
 
 from pathlib import Path
 
@@ -9,16 +9,18 @@ from autoscaler import metricnames
 
 ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = (
-    f"README.md's annotation reference differs from the model. Put the lines "
-    f"{ann.README_BEGIN} and {ann.README_END} in README.md, then run "
-    "`.venv/bin/python -m autoscaler.annotations --update README.md` from the repository root "
+    f"docs/annotations.md differs from the model. Put the lines "
+    f"{ann.REFERENCE_BEGIN} and {ann.REFERENCE_END} in docs/annotations.md, then run "
+    "`.venv/bin/python -m autoscaler.annotations --update docs/annotations.md` from the "
+    "repository root "
     "(or paste the output of `python -m autoscaler.annotations` between them)."
 )
 
 
-def test_readme_reference_matches_the_model() -> None:
-    """README.md holds exactly the table `reference_markdown` generates, between the markers."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_reference_matches_the_model() -> None:
+    """docs/annotations.md holds exactly the table `reference_markdown` generates, between the
+    markers."""
+    readme = (ROOT / "docs" / "annotations.md").read_text(encoding="utf-8")
     section = ann.section_of(readme)
     assert section is not None, REGENERATE
     assert section == ann.reference_markdown(), REGENERATE
@@ -51,13 +53,13 @@ def test_update_splices_between_markers(tmp_path: Path) -> None:
     """`--update` replaces only the text between the markers, and the check then passes."""
     readme = tmp_path / "README.md"
     readme.write_text(
-        f"# Title\n\nbefore\n{ann.README_BEGIN}\nstale\n{ann.README_END}\nafter\n",
+        f"# Title\n\nbefore\n{ann.REFERENCE_BEGIN}\nstale\n{ann.REFERENCE_END}\nafter\n",
         encoding="utf-8",
     )
     assert ann.main(["--update", str(readme)]) == 0
     text = readme.read_text(encoding="utf-8")
-    assert text.startswith(f"# Title\n\nbefore\n{ann.README_BEGIN}\n")
-    assert text.endswith(f"{ann.README_END}\nafter\n")
+    assert text.startswith(f"# Title\n\nbefore\n{ann.REFERENCE_BEGIN}\n")
+    assert text.endswith(f"{ann.REFERENCE_END}\nafter\n")
     assert "stale" not in text
     assert ann.section_of(text) == ann.reference_markdown()
 
@@ -68,7 +70,7 @@ def test_update_without_markers_fails(tmp_path: Path, capsys: pytest.CaptureFixt
     readme.write_text("# Title\n", encoding="utf-8")
     assert ann.main(["--update", str(readme)]) == 2
     assert readme.read_text(encoding="utf-8") == "# Title\n"
-    assert ann.README_BEGIN in capsys.readouterr().err
+    assert ann.REFERENCE_BEGIN in capsys.readouterr().err
 
 
 def test_main_prints_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
