@@ -390,17 +390,14 @@ def _check_writable(out_dir: Path) -> None:
 def _progress(*, enabled: bool) -> Iterator[_Tracker]:
     """Yields `track(label, total_s)`: a context around one simulation run, giving its callback.
 
-    On a terminal: a rich progress bar on stderr. Otherwise: one plain line per run on stderr,
-    growing in steps of 10 %. Disabled: no callback at all.
+    On a terminal: a rich progress bar on stderr. Otherwise (a pipe, a file, a CI log, where
+    stderr carries JSON log lines that progress text would corrupt) or disabled: no callback.
     """
-    if not enabled:
-        yield _no_progress
-        return
     from rich.console import Console
 
     console = Console(stderr=True)
-    if not console.is_terminal:
-        yield _plain_progress
+    if not enabled or not console.is_terminal:
+        yield _no_progress
         return
     from rich import progress as rich_progress
 
@@ -430,29 +427,6 @@ def _progress(*, enabled: bool) -> Iterator[_Tracker]:
 @contextlib.contextmanager
 def _no_progress(label: str, total_s: float) -> Iterator[None]:
     yield None
-
-
-@contextlib.contextmanager
-def _plain_progress(label: str, total_s: float) -> Iterator[ProgressFn]:
-    shown = 0
-
-    def say(text: str, end: str = "") -> None:
-        print(text, end=end, file=sys.stderr, flush=True)
-
-    def update(now_s: float, total_s: float) -> None:
-        nonlocal shown
-        tenths = min(10, int(10 * now_s / total_s)) if total_s > 0 else 10
-        if tenths > shown:
-            say(f" {10 * tenths}%")
-            shown = tenths
-
-    say(f"simulating {label}:")
-    try:
-        yield update
-    except BaseException:
-        say("", end="\n")
-        raise
-    say("" if shown == 10 else " 100%", end="\n")
 
 
 def _clock(now_s: float, total_s: float) -> str:

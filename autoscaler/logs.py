@@ -9,10 +9,12 @@ It must not decide anything, nor write anywhere but the stream it is given (stde
 
 from __future__ import annotations
 
+import contextvars
 import io
 import logging
 import sys
-from typing import TextIO, cast
+from collections.abc import Callable, MutableMapping
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -24,6 +26,12 @@ SIMULATION_STARTED = "simulation.started"
 SIMULATION_FINISHED = "simulation.finished"
 REPORT_WRITTEN = "report.written"
 SETTING_IGNORED = "setting.ignored"
+
+SIM_CLOCK: contextvars.ContextVar[Callable[[], float] | None] = contextvars.ContextVar(
+    "sim_clock", default=None
+)
+"""The simulated clock while a simulation runs in this context (the simulator sets it): every
+event logged meanwhile carries `sim_t_s`, the simulated time, beside the wall-clock timestamp."""
 
 
 def configure(*, json: bool | None, level: str, stream: TextIO | None = None) -> None:
@@ -45,6 +53,7 @@ def configure(*, json: bool | None, level: str, stream: TextIO | None = None) ->
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _add_sim_time,
     ]
     if isinstance(renderer, structlog.processors.JSONRenderer):
         processors.append(structlog.processors.dict_tracebacks)
@@ -59,6 +68,13 @@ def configure(*, json: bool | None, level: str, stream: TextIO | None = None) ->
         # to module-level loggers too.
         cache_logger_on_first_use=False,
     )
+
+
+def _add_sim_time(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    now = SIM_CLOCK.get()
+    if now is not None:
+        event["sim_t_s"] = round(now(), 3)
+    return event
 
 
 class _Stderr(io.TextIOBase):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import loop, ports, rollout
+from autoscaler import logs, loop, ports, rollout
 from autoscaler.core import model, placement, smoothing
 from autoscaler.sim import policies, world
 from autoscaler.sim import traffic as traffic_
@@ -99,7 +99,11 @@ async def drive(
         smoothing_config=SMOOTHING,
         rollouts=ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None,
     )
-    await controller.run(until_s=until_s)
+    simulated = logs.SIM_CLOCK.set(sim.clock.now)
+    try:
+        await controller.run(until_s=until_s)
+    finally:
+        logs.SIM_CLOCK.reset(simulated)
     return controller
 
 

@@ -99,6 +99,23 @@ def test_simulate_writes_the_three_outputs(run: Run, step_trace: Path, tmp_path:
     assert str(out / "plot.png") in result.out
 
 
+def test_simulate_off_a_terminal_writes_only_json_lines_with_simulated_time(
+    run: Run, step_trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal, stderr carries JSON log lines only (no progress text between them), and
+    each event of the simulated controller carries its simulated time `sim_t_s`."""
+    monkeypatch.setenv("AUTOSCALER_LOG__LEVEL", "info")
+    result = run("simulate", "--trace", step_trace, "--policy", "seed", "--out", tmp_path / "o")
+    assert result.code == 0, result.err
+    events = [json.loads(line) for line in result.err.splitlines()]
+    decisions = [e for e in events if e["event"] == "decision.made"]
+    assert decisions
+    times = [e["sim_t_s"] for e in decisions]
+    assert times == sorted(times)
+    assert 200 <= times[1] < 600  # the step at 200 s, in simulated seconds, not wall-clock ones
+    assert all("sim_t_s" not in e for e in events if e["event"] == "trace.loaded")
+
+
 def test_simulate_scales_the_bundled_trace(
     run: Run, azure_counts: npt.NDArray[np.float64], tmp_path: Path
 ) -> None:
