@@ -42,8 +42,9 @@ def granted(role: dict[str, Any]) -> Iterator[Rule]:
                     yield verb, group, resource
 
 
-def bound(kind: str) -> dict[str, Any]:
-    """The one role of `kind` bound to the controller's ServiceAccount."""
+def bound(kind: str) -> list[dict[str, Any]]:
+    """The roles of `kind` bound to the controller's ServiceAccount (by bindings of their own
+    scope: ClusterRoleBindings for ClusterRoles, RoleBindings for Roles)."""
     binding_kind = "ClusterRoleBinding" if kind == "ClusterRole" else "RoleBinding"
     names = {
         d["roleRef"]["name"]
@@ -56,8 +57,9 @@ def bound(kind: str) -> dict[str, Any]:
             for s in d["subjects"]
         )
     }
-    (role,) = [d for d in documents() if d.get("kind") == kind and d["metadata"]["name"] in names]
-    return role
+    roles = [d for d in documents() if d.get("kind") == kind and d["metadata"]["name"] in names]
+    assert roles, f"no {kind} bound to the controller"
+    return roles
 
 
 def rendered(overlay: Path) -> list[dict[str, Any]]:
@@ -75,16 +77,17 @@ def rendered(overlay: Path) -> list[dict[str, Any]]:
 
 
 def overlay_rules(base: set[Rule]) -> dict[str, set[Rule]]:
-    """The ClusterRole rules each overlay adds to the base's, by overlay name."""
-    name = bound("ClusterRole")["metadata"]["name"]
+    """The ClusterRole rules each overlay adds to the base's, by overlay name (an overlay that
+    binds them only in some namespaces, or removes some, adds none)."""
+    names = {role["metadata"]["name"] for role in bound("ClusterRole")}
     added = {}
     for overlay in sorted(p for p in OVERLAYS.iterdir() if (p / "kustomization.yaml").exists()):
-        (role,) = [
+        roles = [
             d
             for d in rendered(overlay)
-            if d.get("kind") == "ClusterRole" and d["metadata"]["name"] == name
+            if d.get("kind") == "ClusterRole" and d["metadata"]["name"] in names
         ]
-        added[overlay.name] = set(granted(role)) - base
+        added[overlay.name] = {rule for role in roles for rule in granted(role)} - base
     return added
 
 
@@ -96,10 +99,10 @@ def test_roles_grant_exactly_what_the_controllers_used(
     every grant of the base was used, and so was every rule an overlay adds."""
     if not api_calls.tests:
         pytest.skip("no controller ran in this session: run the e2e tests together")
-    base = set(granted(bound("ClusterRole")))
+    base = {rule for role in bound("ClusterRole") for rule in granted(role)}
     added = overlay_rules(base)
     cluster_role = base.union(*added.values())
-    role = bound("Role")
+    (role,) = bound("Role")
     namespaced = set(granted(role))
     assert role["metadata"]["namespace"] == LEASE_NAMESPACE
 
