@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +25,7 @@ import yaml
 from autoscaler import annotations as ann
 from autoscaler import settings, validate
 
-from .support import MANIFESTS, tool, version
+from .support import MANIFESTS, NAMESPACED, namespaced_on, run_kustomize, version
 
 Obj = dict[str, Any]
 
@@ -42,8 +39,6 @@ COMMON_LABELS = {
     "app.kubernetes.io/name": NAME,
     "app.kubernetes.io/part-of": NAME,
 }
-NAMESPACED = "overlays/namespaced"
-"""The example of a namespaced install: the base and the component, for two namespaces."""
 NAMESPACED_ON = "namespaced-on:"
 """`namespaced-on:<kustomization>`: the namespaced example with `<kustomization>` in place of
 the base, as its comments tell a platform team to do."""
@@ -193,36 +188,6 @@ def kustomize(kustomization: str) -> str:
     if kustomization.startswith(NAMESPACED_ON):
         return namespaced_on(kustomization.removeprefix(NAMESPACED_ON))
     return run_kustomize(MANIFESTS / kustomization)
-
-
-def run_kustomize(directory: Path) -> str:
-    done = subprocess.run(
-        [tool("kubectl"), "kustomize", str(directory)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        env={**os.environ, "KUBECONFIG": os.devnull},
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def namespaced_on(kustomization: str, *, edit: Callable[[str], str] = lambda text: text) -> str:
-    """The namespaced example copied elsewhere, building on `kustomization` instead of the base
-    and with `edit` applied to its kustomization.yaml (kustomize refuses absolute paths: the copy
-    names the manifests by relative ones)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        copy = Path(scratch) / "namespaced"
-        shutil.copytree(MANIFESTS / NAMESPACED, copy)
-        up = Path(os.path.relpath(MANIFESTS, copy))
-        text = (copy / "kustomization.yaml").read_text()
-        assert "- ../../base\n" in text
-        assert "- ../../components/namespaced\n" in text
-        text = text.replace("- ../../base\n", f"- {up / kustomization}\n")
-        text = text.replace("- ../../components/", f"- {up / 'components'}/")
-        (copy / "kustomization.yaml").write_text(edit(text))
-        return run_kustomize(copy)
 
 
 def rendered(kustomization: str) -> tuple[Obj, ...]:

@@ -1,8 +1,11 @@
 """The manifests' RBAC grants exactly the API calls the controllers made in the e2e tests.
 
-The base grants what every controller needs; each overlay of `manifests/overlays/` adds the
-rules of one traffic router. The e2e tests run every router, so together they must use exactly
-the base's rules and every overlay's additions.
+The base grants what every controller needs (its ClusterRoles bound cluster-wide, the Lease's
+Role in the controller's namespace); each router's overlay of `manifests/overlays/` adds the
+rules of one traffic router, and the dry-run and namespaced overlays add none. The e2e tests run
+every router, so together they must use exactly the base's rules and every overlay's additions.
+test_namespaced.py holds the calls of namespaced and dry-run controllers against their own
+installs' grants.
 """
 
 from __future__ import annotations
