@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,8 @@ MANIFESTS = ROOT / "manifests"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 LOCK = ROOT / "requirements.lock"
+NAMESPACED = "overlays/namespaced"
+"""The example of a namespaced install: the base and the component, for two namespaces."""
 
 
 def pyproject() -> dict[str, Any]:
@@ -41,3 +46,34 @@ def tool(name: str) -> str:
     if found is None:
         pytest.fail(f"{name} is not installed: install the dev extras (`make venv`)")
     return found
+
+
+def run_kustomize(directory: Path) -> str:
+    """`kubectl kustomize DIRECTORY`: the rendered YAML, with no cluster to ask."""
+    done = subprocess.run(
+        [tool("kubectl"), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, "KUBECONFIG": os.devnull},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def namespaced_on(kustomization: str, *, edit: Callable[[str], str] = lambda text: text) -> str:
+    """The namespaced example copied elsewhere, building on `kustomization` instead of the base
+    and with `edit` applied to its kustomization.yaml (kustomize refuses absolute paths: the copy
+    names the manifests by relative ones)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "namespaced"
+        shutil.copytree(MANIFESTS / NAMESPACED, copy)
+        up = Path(os.path.relpath(MANIFESTS, copy))
+        text = (copy / "kustomization.yaml").read_text()
+        assert "- ../../base\n" in text
+        assert "- ../../components/namespaced\n" in text
+        text = text.replace("- ../../base\n", f"- {up / kustomization}\n")
+        text = text.replace("- ../../components/", f"- {up / 'components'}/")
+        (copy / "kustomization.yaml").write_text(edit(text))
+        return run_kustomize(copy)

@@ -3,26 +3,29 @@ checked: built-in kinds against the Kubernetes JSON schemas (kubernetes-validate
 oldest and the newest Kubernetes release we support), CRD kinds against the fields their CRDs
 require, and the controller's Deployment for what DESIGN §7 asks of it.
 
+The namespaced component is rendered as manifests/overlays/namespaced tells a platform team to
+use it: on the base, on the dry-run overlay and on each router's overlay.
+
 The examples are checked the same way and with `autoscaler validate`."""
 
 from __future__ import annotations
 
 import functools
 import os
-import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
+import pydantic
 import pytest
 import yaml
 
 from autoscaler import annotations as ann
 from autoscaler import settings, validate
 
-from .support import MANIFESTS, tool, version
+from .support import MANIFESTS, NAMESPACED, namespaced_on, run_kustomize, version
 
 Obj = dict[str, Any]
 
@@ -36,13 +39,21 @@ COMMON_LABELS = {
     "app.kubernetes.io/name": NAME,
     "app.kubernetes.io/part-of": NAME,
 }
+NAMESPACED_ON = "namespaced-on:"
+"""`namespaced-on:<kustomization>`: the namespaced example with `<kustomization>` in place of
+the base, as its comments tell a platform team to do."""
+MANAGED_NAMESPACES = ["serving-a", "serving-b"]
+"""The namespaces the namespaced example lists."""
+ROUTER_OVERLAYS = ("overlays/istio", "overlays/gateway-api", "overlays/smi")
 KUSTOMIZATIONS = (
     "base",
     "overlays/dry-run",
-    "overlays/istio",
-    "overlays/gateway-api",
-    "overlays/smi",
+    *ROUTER_OVERLAYS,
+    NAMESPACED,
+    *(NAMESPACED_ON + on for on in ("overlays/dry-run", *ROUTER_OVERLAYS)),
 )
+READ_VERBS = {"get", "list", "watch"}
+RBAC_GROUP = "rbac.authorization.k8s.io"
 WARM_GATE = "autoscaler.dsec.io/warm"
 WARMING_LABEL = "autoscaler.dsec.io/warming"
 ROUTER_KEY = ann.PREFIX + "traffic-router"
@@ -172,17 +183,11 @@ CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
 
 @functools.cache
 def kustomize(kustomization: str) -> str:
-    """`kubectl kustomize manifests/<kustomization>`: the rendered YAML, once per session."""
-    done = subprocess.run(
-        [tool("kubectl"), "kustomize", str(MANIFESTS / kustomization)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        env={**os.environ, "KUBECONFIG": os.devnull},
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    """`kubectl kustomize manifests/<kustomization>`: the rendered YAML, once per session (a
+    `namespaced-on:` name is rendered from a copy of the namespaced example)."""
+    if kustomization.startswith(NAMESPACED_ON):
+        return namespaced_on(kustomization.removeprefix(NAMESPACED_ON))
+    return run_kustomize(MANIFESTS / kustomization)
 
 
 def rendered(kustomization: str) -> tuple[Obj, ...]:
@@ -247,6 +252,25 @@ def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return selector.items() <= labels.items()
 
 
+def set_environment(objects: tuple[Obj, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process environment as the controller's container has it (its AUTOSCALER_ values)."""
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    for name in [n for n in os.environ if n.startswith("AUTOSCALER_")]:
+        monkeypatch.delenv(name)
+    for name, item in env_of(container).items():
+        if name.startswith("AUTOSCALER_") and "value" in item:
+            monkeypatch.setenv(name, item["value"])
+
+
+def managed_namespace_bindings(objects: tuple[Obj, ...]) -> list[Obj]:
+    """The RoleBindings that grant the controller's ClusterRole in one namespace each."""
+    return [
+        b
+        for b in by_kind(objects, "RoleBinding")
+        if b["roleRef"] == {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": NAME}
+    ]
+
+
 # -- every kustomization ------------------------------------------------------------------------
 
 
@@ -263,11 +287,14 @@ def test_every_rendered_object_passes_its_schema(kustomization: str) -> None:
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_every_object_is_labelled_and_namespaced(kustomization: str) -> None:
     """The common labels are on every object and pod template; namespaced objects live in the
-    controller's namespace."""
+    controller's namespace, but the RoleBindings of a namespaced install in the namespaces it
+    manages."""
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
     for obj in rendered(kustomization):
         assert selects(COMMON_LABELS, obj["metadata"]["labels"]), obj["metadata"]["name"]
-        if obj["kind"] not in cluster_scoped:
+        if obj in managed_namespace_bindings(rendered(kustomization)):
+            assert obj["metadata"]["namespace"] in MANAGED_NAMESPACES
+        elif obj["kind"] not in cluster_scoped:
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
     deployment = one(rendered(kustomization), "Deployment")
     assert selects(COMMON_LABELS, deployment["spec"]["template"]["metadata"]["labels"])
@@ -279,22 +306,24 @@ def test_every_object_is_labelled_and_namespaced(kustomization: str) -> None:
 def test_the_deployments_environment_is_valid_settings(
     kustomization: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The controller accepts every AUTOSCALER_ variable the Deployment sets, and the Lease it
-    elects its leader with is the one its Role may renew."""
+    """The controller accepts every AUTOSCALER_ variable the Deployment sets, the Lease it
+    elects its leader with is the one its Role may renew (a dry run holds none), and a
+    namespaced install watches exactly the namespaces it is granted."""
     objects = rendered(kustomization)
-    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
-    for name in [n for n in os.environ if n.startswith("AUTOSCALER_")]:
-        monkeypatch.delenv(name)
-    for name, item in env_of(container).items():
-        if name.startswith("AUTOSCALER_") and "value" in item:
-            monkeypatch.setenv(name, item["value"])
+    set_environment(objects, monkeypatch)
 
     config = settings.Settings()
 
-    leader_role = one(objects, "Role", f"{NAME}-leader")
-    renewals = [r for r in leader_role["rules"] if "update" in r["verbs"]]
-    assert [r["resourceNames"] for r in renewals] == [[config.kubernetes.lease_name]]
-    assert config.kubernetes.dry_run is (kustomization == "overlays/dry-run")
+    dry_run = kustomization.endswith("overlays/dry-run")
+    assert config.kubernetes.dry_run is dry_run
+    if dry_run:
+        assert by_kind(objects, "Role") == []
+    else:
+        leader_role = one(objects, "Role", f"{NAME}-leader")
+        renewals = [r for r in leader_role["rules"] if "update" in r["verbs"]]
+        assert [r["resourceNames"] for r in renewals] == [[config.kubernetes.lease_name]]
+    granted_in = [b["metadata"]["namespace"] for b in managed_namespace_bindings(objects)]
+    assert list(config.kubernetes.namespaces) == granted_in
 
 
 # -- the base -------------------------------------------------------------------------------------
@@ -405,15 +434,23 @@ def without(objects: tuple[Obj, ...], *kinds: str) -> list[Obj]:
 
 def test_the_dry_run_overlay_runs_one_writeless_replica() -> None:
     """Dry-run sets the controller's dry-run setting, runs one replica (a dry-run instance takes
-    no Lease, so two would both act) without a budget that would block drains, and changes
-    nothing else."""
+    no Lease, so two would both act) without a budget that would block drains, is granted only
+    the base's reads, and changes nothing else."""
     base, dry = rendered("base"), rendered("overlays/dry-run")
     deployment = one(dry, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["AUTOSCALER_KUBERNETES__DRY_RUN"]["value"] == "true"
     assert deployment["spec"]["replicas"] == 1
     assert by_kind(dry, "PodDisruptionBudget") == []
-    assert without(dry, "Deployment") == without(base, "Deployment", "PodDisruptionBudget")
+    reads = [
+        {**rule, "verbs": [v for v in rule["verbs"] if v in READ_VERBS]}
+        for rule in cluster_rules("base")
+    ]
+    assert cluster_rules("overlays/dry-run") == [r for r in reads if r["verbs"]]
+    changed = ("Deployment", "PodDisruptionBudget", "ClusterRole", "Role", "RoleBinding")
+    assert without(dry, *changed) == without(base, *changed)
+    assert by_kind(dry, "Role") == by_kind(dry, "RoleBinding") == []
+    assert one(dry, "ClusterRole", f"{NAME}-nodes") == one(base, "ClusterRole", f"{NAME}-nodes")
 
 
 @pytest.mark.parametrize(
@@ -470,6 +507,62 @@ def test_the_istio_overlay_keeps_the_controller_out_of_the_mesh() -> None:
     labels = istio["spec"]["template"]["metadata"]["labels"]
     assert labels.pop("sidecar.istio.io/inject") == "false"
     assert istio == base
+
+
+# -- the namespaced component ----------------------------------------------------------------------
+
+
+def role_rules(objects: tuple[Obj, ...], kind: str, name: str) -> list[Obj]:
+    rules = one(objects, kind, name)["rules"]
+    assert isinstance(rules, list)
+    return rules
+
+
+@pytest.mark.parametrize("on", ["base", "overlays/dry-run", *ROUTER_OVERLAYS])
+def test_a_namespaced_install_writes_only_in_the_namespaces_it_lists(on: str) -> None:
+    """With the component, the controller's rules (a router's included) are bound in each listed
+    namespace only; cluster-wide it may only list and watch nodes, and its Lease stays in its
+    own namespace."""
+    kustomization = NAMESPACED if on == "base" else NAMESPACED_ON + on
+    objects, plain = rendered(kustomization), rendered(on)
+    cluster_wide = [
+        rule
+        for binding in by_kind(objects, "ClusterRoleBinding")
+        for rule in role_rules(objects, "ClusterRole", binding["roleRef"]["name"])
+    ]
+    assert cluster_wide == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    bindings = managed_namespace_bindings(objects)
+    assert [b["metadata"]["namespace"] for b in bindings] == MANAGED_NAMESPACES
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}
+        ]
+    assert role_rules(objects, "ClusterRole", NAME) == role_rules(plain, "ClusterRole", NAME)
+    assert by_kind(objects, "Role") == by_kind(plain, "Role")
+    # Nothing else of the install changes but the namespaces setting.
+    deployment = one(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    container["env"] = [
+        e for e in container["env"] if e["name"] != "AUTOSCALER_KUBERNETES__NAMESPACES"
+    ]
+    assert deployment == one(plain, "Deployment")
+    changed = ("ClusterRoleBinding", "RoleBinding", "Deployment")
+    assert without(objects, *changed) == without(plain, *changed)
+
+
+def test_the_component_without_a_namespace_list_stops_the_controller_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An overlay that uses the component but does not set the namespaces leaves a placeholder
+    the controller's settings refuse, naming it."""
+
+    def forget_the_list(text: str) -> str:
+        return text[: text.index("patches:")]
+
+    objects = tuple(d for d in yaml.safe_load_all(namespaced_on("base", edit=forget_the_list)) if d)
+    set_environment(objects, monkeypatch)
+    with pytest.raises(pydantic.ValidationError, match="UNSET-list-the-namespaces"):
+        settings.Settings()
 
 
 # -- the examples ---------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The manifests' RBAC grants exactly the API calls the controllers made in the e2e tests.
 
-The base grants what every controller needs; each overlay of `manifests/overlays/` adds the
-rules of one traffic router. The e2e tests run every router, so together they must use exactly
-the base's rules and every overlay's additions.
+The base grants what every controller needs (its ClusterRoles bound cluster-wide, the Lease's
+Role in the controller's namespace); each router's overlay of `manifests/overlays/` adds the
+rules of one traffic router, and the dry-run and namespaced overlays add none. The e2e tests run
+every router, so together they must use exactly the base's rules and every overlay's additions.
+test_namespaced.py holds the calls of namespaced and dry-run controllers against their own
+installs' grants.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ def granted(role: dict[str, Any]) -> Iterator[Rule]:
                     yield verb, group, resource
 
 
-def bound(kind: str) -> dict[str, Any]:
-    """The one role of `kind` bound to the controller's ServiceAccount."""
+def bound(kind: str) -> list[dict[str, Any]]:
+    """The roles of `kind` bound to the controller's ServiceAccount (by bindings of their own
+    scope: ClusterRoleBindings for ClusterRoles, RoleBindings for Roles)."""
     binding_kind = "ClusterRoleBinding" if kind == "ClusterRole" else "RoleBinding"
     names = {
         d["roleRef"]["name"]
@@ -56,8 +60,9 @@ def bound(kind: str) -> dict[str, Any]:
             for s in d["subjects"]
         )
     }
-    (role,) = [d for d in documents() if d.get("kind") == kind and d["metadata"]["name"] in names]
-    return role
+    roles = [d for d in documents() if d.get("kind") == kind and d["metadata"]["name"] in names]
+    assert roles, f"no {kind} bound to the controller"
+    return roles
 
 
 def rendered(overlay: Path) -> list[dict[str, Any]]:
@@ -75,16 +80,17 @@ def rendered(overlay: Path) -> list[dict[str, Any]]:
 
 
 def overlay_rules(base: set[Rule]) -> dict[str, set[Rule]]:
-    """The ClusterRole rules each overlay adds to the base's, by overlay name."""
-    name = bound("ClusterRole")["metadata"]["name"]
+    """The ClusterRole rules each overlay adds to the base's, by overlay name (an overlay that
+    binds them only in some namespaces, or removes some, adds none)."""
+    names = {role["metadata"]["name"] for role in bound("ClusterRole")}
     added = {}
     for overlay in sorted(p for p in OVERLAYS.iterdir() if (p / "kustomization.yaml").exists()):
-        (role,) = [
+        roles = [
             d
             for d in rendered(overlay)
-            if d.get("kind") == "ClusterRole" and d["metadata"]["name"] == name
+            if d.get("kind") == "ClusterRole" and d["metadata"]["name"] in names
         ]
-        added[overlay.name] = set(granted(role)) - base
+        added[overlay.name] = {rule for role in roles for rule in granted(role)} - base
     return added
 
 
@@ -96,10 +102,10 @@ def test_roles_grant_exactly_what_the_controllers_used(
     every grant of the base was used, and so was every rule an overlay adds."""
     if not api_calls.tests:
         pytest.skip("no controller ran in this session: run the e2e tests together")
-    base = set(granted(bound("ClusterRole")))
+    base = {rule for role in bound("ClusterRole") for rule in granted(role)}
     added = overlay_rules(base)
     cluster_role = base.union(*added.values())
-    role = bound("Role")
+    (role,) = bound("Role")
     namespaced = set(granted(role))
     assert role["metadata"]["namespace"] == LEASE_NAMESPACE
 
