@@ -87,7 +87,8 @@ endpoints leave them (`SetWarm` False, `stable` removed); once their in-flight r
 replica count drops (`ScaleTo`). A scale-up during a drain puts the victims back.
 
 The state survives a restart as JSON (`dumps`/`loads`, all but the probe throttle); the first
-tick after a restore re-asserts the weight it computes, so none stays stuck.
+tick after a restore re-asserts the weight it computes, so none stays stuck. `loads` reads text
+a tenant can edit: through `untrusted.loads`, so any bad text is a `ValueError`.
 
 Pure: no I/O, no clock (time is `tick.now_s`), no logging; `autoscaler.rollout` gathers the
 inputs and carries out the actions.
@@ -106,8 +107,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from autoscaler import untrusted
+
 VERSION = 1
 """The version of the persisted state's layout; `loads` refuses any other."""
+LIMIT_BYTES = 256 * 1024
+"""Longest text `loads` reads: what Kubernetes allows for all of an object's annotations
+together. A ramp of thousands of pods writes tens of kB, so no tighter bound is safe."""
 
 # Event reasons, as Kubernetes Events on the Deployment show them.
 WARMUP_TIMED_OUT = "WarmupTimedOut"
@@ -1381,9 +1387,9 @@ def dumps(state: RampState) -> str:
 def loads(text: str) -> RampState:
     """The state `dumps` wrote; `ValueError` naming the problem for anything else."""
     try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"ramp state is not JSON: {e}") from e
+        doc = untrusted.loads(text, limit_bytes=LIMIT_BYTES)
+    except untrusted.UntrustedJsonError as e:
+        raise ValueError(f"ramp state {e.rule}") from None
     if not isinstance(doc, dict):
         raise ValueError("ramp state is not a JSON object")
     known = {

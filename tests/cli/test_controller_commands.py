@@ -165,10 +165,12 @@ def test_explain_escapes_what_the_annotations_say() -> None:
 
 
 def test_explain_reports_a_status_that_is_not_json() -> None:
-    """A status annotation someone overwrote with text is shown quoted, not parsed."""
+    """A status annotation someone overwrote with text is shown quoted with the rule it breaks."""
     code, out, _ = explained({**MANAGED, STATUS_KEY: "oops"})
     assert code == 0
-    assert out.splitlines()[-1] == f'  {STATUS_KEY} is not a JSON object: "oops"'
+    assert out.splitlines()[-1] == (
+        f'  {STATUS_KEY}="oops": not JSON: Expecting value: line 1 column 1 (char 0); ignored'
+    )
 
 
 def test_explain_names_the_switch_when_switched_off() -> None:
