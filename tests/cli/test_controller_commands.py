@@ -173,6 +173,48 @@ def test_explain_reports_a_status_that_is_not_json() -> None:
     )
 
 
+HOSTILE = {
+    "a 400-digit integer": ('{"lastScaleUp": ' + "9" * 400 + "}", "has an integer beyond 2^53"),
+    "1e400": ('{"lastScaleUp": 1e400}', "has a number too large for a float"),
+    "NaN": ('{"lastScaleUp": NaN}', "has NaN, which is not a JSON number"),
+    "deep nesting": ("[" * 4000, "nested deeper than 8 arrays or objects"),
+    "a list": ("[1]", "not a JSON object"),
+}
+
+
+@pytest.mark.parametrize(("text", "rule"), HOSTILE.values(), ids=HOSTILE.keys())
+def test_explain_names_what_is_wrong_with_a_hostile_state(text: str, rule: str) -> None:
+    """A state that cannot be read is one line with the key, the quoted value and the rule."""
+    status = json.dumps({"desired": 3, "current": 3, "kind": "steady", "reason": "in-deadband"})
+    code, out, err = explained({**MANAGED, STATUS_KEY: status, STATE_KEY: text})
+    assert (code, err) == (0, "")
+    last = out.splitlines()[-1]
+    assert last.startswith(f"  {STATE_KEY}=")
+    assert f": {rule}" in last
+    assert last.endswith("; ignored, the controller rebuilds it")
+    assert len(last) < 300
+
+
+@pytest.mark.parametrize(("text", "rule"), HOSTILE.values(), ids=HOSTILE.keys())
+def test_explain_names_what_is_wrong_with_a_hostile_status(text: str, rule: str) -> None:
+    """A status that cannot be read is one line with the key, the quoted value and the rule."""
+    code, out, err = explained({**MANAGED, STATUS_KEY: text})
+    assert (code, err) == (0, "")
+    last = out.splitlines()[-1]
+    assert last.startswith(f"  {STATUS_KEY}=")
+    assert f": {rule}" in last
+    assert last.endswith("; ignored")
+
+
+def test_explain_shows_a_state_of_huge_but_exact_times() -> None:
+    """A state time far in the future but within a float's integers prints no date, no error."""
+    status = json.dumps({"desired": 3, "current": 3, "kind": "steady", "reason": "in-deadband"})
+    state = json.dumps({"lastScaleUp": 2**53})
+    code, out, _ = explained({**MANAGED, STATUS_KEY: status, STATE_KEY: state})
+    assert code == 0
+    assert "  last scale-up  -; scale-up cooldown ends -" in out
+
+
 def test_explain_names_the_switch_when_switched_off() -> None:
     """`enabled: "false"` is not managed, and the message quotes the value found."""
     code, out, err = explained({PREFIX + "enabled": "false"})

@@ -1133,6 +1133,15 @@ def test_an_idle_state_is_small() -> None:
         '{"phase":"idle","v":1,"drain":{"replicas":1,"victims":[["a",1,0]],'
         '"started_s":null,"scaled_s":null}}',
         "[" * 100_000,
+        '{"phase":"idle","v":1,"step_started_s":' + "9" * 400 + "}",
+        '{"phase":"idle","v":1,"deadlines":{"a":' + "9" * 400 + "}}",
+        '{"phase":"idle","v":1,"step":' + "9" * 400 + "}",
+        '{"phase":"idle","v":1,"step_started_s":NaN}',
+        '{"phase":"idle","v":1,"settle_since_s":-Infinity}',
+        '{"phase":"idle","v":1,"deadlines":' + "{" * 100_000,
+        '{"phase":"idle","v":1,"phase":"ramping"}',
+        '{"phase":["idle"],"v":1}',
+        '{"phase":"idle","v":1,"hold_reason":"' + "x" * 300_000 + '"}',
     ],
 )
 def test_junk_is_refused_with_a_value_error(text: str) -> None:
