@@ -14,7 +14,8 @@ text breaks, and never costs more than a bounded amount of time and memory:
 - the same key twice in one object (which one wins would be a guess);
 - anything else that is not JSON.
 
-A value never appears in the error: the caller shows it through `annotations.quote`.
+A value never appears in the error: the caller shows it through `annotations.quote`. A reader
+that names a part of the document in its own error does so through `excerpt`, which is short.
 Pure: no I/O, no logging; the core reads its ramp state through it.
 """
 
@@ -66,6 +67,12 @@ def loads(text: str, *, limit_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
         raise UntrustedJsonError(f"not JSON: {e}") from None
     except RecursionError:  # the depth scan should have refused it already
         raise UntrustedJsonError(f"nested deeper than {max_depth} arrays or objects") from None
+
+
+def excerpt(value: object, *, limit: int = 40) -> str:
+    """`repr(value)` cut after `limit` characters: a part of a hostile document in a message."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(shown)} characters)"
 
 
 def _check_depth(text: str, max_depth: int) -> None:

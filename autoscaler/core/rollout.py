@@ -1412,9 +1412,9 @@ def loads(text: str) -> RampState:
     }
     unknown = sorted(set(doc) - known)
     if unknown:
-        raise ValueError(f"ramp state has unknown fields: {', '.join(unknown)}")
+        raise ValueError(f"ramp state has unknown fields: {untrusted.excerpt(', '.join(unknown))}")
     if doc.get("v") != VERSION or isinstance(doc.get("v"), bool):
-        raise ValueError(f"ramp state version {doc.get('v')!r} is not {VERSION}")
+        raise ValueError(f"ramp state version {untrusted.excerpt(doc.get('v'))} is not {VERSION}")
     stage = doc.get("stage")
     drain = doc.get("drain")
     state = RampState(
@@ -1475,12 +1475,16 @@ def _enum(kind: type[enum.Enum], value: object, name: str) -> Any:
     try:
         return kind(value)
     except ValueError:
-        raise ValueError(f"ramp state {name} {value!r} is not one of the known values") from None
+        raise ValueError(
+            f"ramp state {name} {untrusted.excerpt(value)} is not one of the known values"
+        ) from None
 
 
 def _count(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"ramp state {name} must be a whole number >= 0, not {value!r}")
+        raise ValueError(
+            f"ramp state {name} must be a whole number >= 0, not {untrusted.excerpt(value)}"
+        )
     return value
 
 
@@ -1488,7 +1492,9 @@ def _time(value: object, name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"ramp state {name} must be a finite number, not {value!r}")
+        raise ValueError(
+            f"ramp state {name} must be a finite number, not {untrusted.excerpt(value)}"
+        )
     return float(value)
 
 

@@ -102,3 +102,9 @@ def test_a_duplicate_key_is_refused() -> None:
 def test_text_that_is_not_json_is_refused(text: str) -> None:
     """Anything else that json.loads refuses is refused as not JSON."""
     assert refusal(text).startswith("not JSON: ")
+
+
+def test_an_excerpt_is_short_and_says_how_long_the_whole_was() -> None:
+    """A part of a hostile document in a message is its repr, cut after 40 characters."""
+    assert untrusted.excerpt("idle") == "'idle'"
+    assert untrusted.excerpt("x" * 1000) == "'" + "x" * 39 + "... (1002 characters)"

@@ -1373,3 +1373,10 @@ RampMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_ramp_state_machine = RampMachine.TestCase
+
+
+def test_a_huge_value_in_the_ramp_state_is_not_repeated_in_the_error() -> None:
+    """The error names the field and a short excerpt of its value, not 300 kB of it."""
+    with pytest.raises(ValueError, match=r"ramp state phase 'xxx.*characters\) is not one") as e:
+        rollout.loads('{"v":1,"phase":"' + "x" * 100_000 + '"}')
+    assert len(str(e.value)) < 200
