@@ -3,7 +3,9 @@
 `workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
 "true"`, its annotations parsed by the contract (once per distinct content), its serving pods
 found by owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
-log line and one Warning Event `InvalidConfig` per distinct set of problems.
+log line and one Warning Event `InvalidConfig` per distinct set of problems. A `state`
+annotation that cannot be read (`codec.parse_state`) is treated as absent, with one
+`state.invalid` log line and one Warning Event `CorruptState` when first seen.
 
 Writes: `scale` patches the Deployment's `scale` subresource; `publish` writes the `status` and
 `state` annotations in one merge patch that carries the cached resourceVersion (or that of the
