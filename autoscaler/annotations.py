@@ -42,6 +42,14 @@ RAMP_KEY = PREFIX + "ramp"
 """Written by the controller: the traffic ramp's step and deadlines, for resuming after a
 restart (DESIGN §3.4). Not a setting; ignored."""
 CONTROLLER_KEYS = frozenset({STATUS_KEY, STATE_KEY, RAMP_KEY})
+STATUS_LIMIT_BYTES = 64 * 1024
+"""Longest `status` read; the controller writes about 1 kB. Longer text is ignored."""
+STATE_LIMIT_BYTES = 4 * 1024
+"""Longest `state` read; the controller writes under 200 bytes. Longer text is corrupt."""
+CORRUPT_STATE = "CorruptState"
+"""The Warning Event's reason when the controller's `state` or `ramp` annotation cannot be read:
+it names the key, the value and the rule broken, and the state is rebuilt as for a new service
+(a ramp starts over with the new pods' weight back to 0)."""
 
 REFERENCE_BEGIN = "<!-- annotations:begin -->"
 REFERENCE_END = "<!-- annotations:end -->"

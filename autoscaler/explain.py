@@ -7,7 +7,9 @@ them as one block. A Deployment that is missing, not opted in, or whose annotati
 (the problems are listed, as in the `InvalidConfig` Event) exits 1.
 
 Annotations are text anyone allowed to edit the Deployment can write: every value read from
-them reaches the output through `contract.escape`, never raw. No cluster access here (the
+them reaches the output through `contract.escape`, never raw, and the controller's own are read
+through `untrusted.loads`, so one that cannot be read is one line saying which rule it breaks
+(as in the controller's `CorruptState` Event), never a traceback. No cluster access here (the
 CLI reads the Deployment through `app`).
 """
 
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from autoscaler import annotations as contract
+from autoscaler import untrusted
 
 EXIT_OK = 0
 EXIT_NOT_MANAGED = 1
@@ -79,9 +82,9 @@ def _describe(
     if status_text is None:
         lines.append("  no decision recorded yet (is the controller running, and leading?)")
         return "\n".join(lines) + "\n"
-    status = _json_object(status_text)
-    if status is None:
-        lines.append(f"  {contract.STATUS_KEY} is not a JSON object: {contract.quote(status_text)}")
+    status = _json_object(contract.STATUS_KEY, status_text, contract.STATUS_LIMIT_BYTES)
+    if isinstance(status, contract.Problem):
+        lines.append(f"  {status.message}; ignored")
         return "\n".join(lines) + "\n"
     lines += _decision(status)
     lines += _cooldowns(config, notes.get(contract.STATE_KEY))
@@ -119,9 +122,11 @@ def _decision(status: Mapping[str, Any]) -> list[str]:
 
 def _cooldowns(config: contract.ServiceConfig, state_text: str | None) -> list[str]:
     """When the last scale-up and scale change were, and when their cooldowns end."""
-    state = _json_object(state_text) if state_text is not None else None
-    if state is None:
+    if state_text is None:
         return []
+    state = _json_object(contract.STATE_KEY, state_text, contract.STATE_LIMIT_BYTES)
+    if isinstance(state, contract.Problem):
+        return [f"  {state.message}; ignored, the controller rebuilds it"]
     lines = []
     for key, label, cooldown_s in (
         ("lastScaleUp", "last scale-up ", config.policy.scale_up_cooldown_s),
@@ -142,12 +147,15 @@ def _annotations(deployment: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): v for k, v in notes.items() if isinstance(v, str)}
 
 
-def _json_object(text: str) -> dict[str, Any] | None:
+def _json_object(key: str, text: str, limit_bytes: int) -> dict[str, Any] | contract.Problem:
+    """The JSON object in a controller annotation, or the problem with it."""
     try:
-        document = json.loads(text)
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
+        document = untrusted.loads(text, limit_bytes=limit_bytes)
+    except untrusted.UntrustedJsonError as e:
+        return contract.Problem(key, text, e.rule)
+    if not isinstance(document, dict):
+        return contract.Problem(key, text, "not a JSON object")
+    return document
 
 
 def _text(value: object) -> str:

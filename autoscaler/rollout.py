@@ -466,7 +466,19 @@ class RampDriver:
     def _service(self, target: ports.RampTarget) -> _Service:
         known = self._services.get(target.service)
         if known is None:
-            known = self._services[target.service] = _restore(target)
+            known, problem = _restore(target)
+            self._services[target.service] = known
+            if problem is not None:
+                log.warning(
+                    "ramp.state_invalid",
+                    service=target.service,
+                    key=problem.key,
+                    value=contract.quote(target.saved or ""),
+                    rule=problem.rule,
+                )
+                message = f"{problem.message}; ignored, the ramp starts over with its weight at 0"
+                warning = core.Event(core.EventType.WARNING, contract.CORRUPT_STATE, message)
+                self._post_event(target, warning)
         return known
 
     def _notice_edit(self, target: ports.RampTarget, known: _Service) -> None:
@@ -484,17 +496,17 @@ class RampDriver:
             known.state = plan.state
             for action in plan.actions:
                 if isinstance(action, core.Event):
-                    fields = {"type": action.type.value, "reason": action.reason}
-                    if target.dry_run:
-                        log.info(
-                            "ramp.event_recorded", service=target.service, dry_run=True, **fields
-                        )
-                        continue
-                    self._pods.record(
-                        target.service, action.type.value, action.reason, action.message
-                    )
-                    log.info("ramp.event_recorded", service=target.service, **fields)
+                    self._post_event(target, action)
             self._tell(target, known, plan)
+
+    def _post_event(self, target: ports.RampTarget, event: core.Event) -> None:
+        """Post an Event on the service's Deployment; in dry-run, only log it."""
+        fields = {"type": event.type.value, "reason": event.reason}
+        if target.dry_run:
+            log.info("ramp.event_recorded", service=target.service, dry_run=True, **fields)
+            return
+        self._pods.record(target.service, event.type.value, event.reason, event.message)
+        log.info("ramp.event_recorded", service=target.service, **fields)
 
     def _target(self, service: model.ServiceId) -> ports.RampTarget | None:
         if not self._fresh:
@@ -521,22 +533,20 @@ class RampDriver:
         return router
 
 
-def _restore(target: ports.RampTarget) -> _Service:
-    """The state persisted on the Deployment, or a fresh one; resumed unless nothing was on."""
+def _restore(target: ports.RampTarget) -> tuple[_Service, contract.Problem | None]:
+    """The state persisted on the Deployment, or a fresh one; resumed unless nothing was on.
+
+    Text that cannot be read is also a fresh start, with the problem to report.
+    """
     if target.saved is None:
-        return _Service(core.RampState(), _IDLE_TEXT)
+        return _Service(core.RampState(), _IDLE_TEXT), None
     try:
         state = core.loads(target.saved)
     except ValueError as e:
         # Unknown weights: start afresh and write them again (to 0) at the first tick.
-        log.warning(
-            "ramp.state_invalid",
-            service=target.service,
-            error=str(e),
-            text=contract.escape(target.saved),
-        )
-        return _Service(core.RampState(), target.saved, resumed=True)
-    return _Service(state, target.saved, resumed=not state.quiet)
+        problem = contract.Problem(contract.RAMP_KEY, target.saved, str(e))
+        return _Service(core.RampState(), target.saved, resumed=True), problem
+    return _Service(state, target.saved, resumed=not state.quiet), None
 
 
 def _needs_care(pod: ports.PodInfo) -> bool:

@@ -87,7 +87,8 @@ endpoints leave them (`SetWarm` False, `stable` removed); once their in-flight r
 replica count drops (`ScaleTo`). A scale-up during a drain puts the victims back.
 
 The state survives a restart as JSON (`dumps`/`loads`, all but the probe throttle); the first
-tick after a restore re-asserts the weight it computes, so none stays stuck.
+tick after a restore re-asserts the weight it computes, so none stays stuck. `loads` reads text
+a tenant can edit: through `untrusted.loads`, so any bad text is a `ValueError`.
 
 Pure: no I/O, no clock (time is `tick.now_s`), no logging; `autoscaler.rollout` gathers the
 inputs and carries out the actions.
@@ -106,8 +107,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from autoscaler import untrusted
+
 VERSION = 1
 """The version of the persisted state's layout; `loads` refuses any other."""
+LIMIT_BYTES = 256 * 1024
+"""Longest text `loads` reads: what Kubernetes allows for all of an object's annotations
+together. A ramp of thousands of pods writes tens of kB, so no tighter bound is safe."""
 
 # Event reasons, as Kubernetes Events on the Deployment show them.
 WARMUP_TIMED_OUT = "WarmupTimedOut"
@@ -1381,9 +1387,9 @@ def dumps(state: RampState) -> str:
 def loads(text: str) -> RampState:
     """The state `dumps` wrote; `ValueError` naming the problem for anything else."""
     try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"ramp state is not JSON: {e}") from e
+        doc = untrusted.loads(text, limit_bytes=LIMIT_BYTES)
+    except untrusted.UntrustedJsonError as e:
+        raise ValueError(f"ramp state {e.rule}") from None
     if not isinstance(doc, dict):
         raise ValueError("ramp state is not a JSON object")
     known = {
@@ -1406,9 +1412,9 @@ def loads(text: str) -> RampState:
     }
     unknown = sorted(set(doc) - known)
     if unknown:
-        raise ValueError(f"ramp state has unknown fields: {', '.join(unknown)}")
+        raise ValueError(f"ramp state has unknown fields: {untrusted.excerpt(', '.join(unknown))}")
     if doc.get("v") != VERSION or isinstance(doc.get("v"), bool):
-        raise ValueError(f"ramp state version {doc.get('v')!r} is not {VERSION}")
+        raise ValueError(f"ramp state version {untrusted.excerpt(doc.get('v'))} is not {VERSION}")
     stage = doc.get("stage")
     drain = doc.get("drain")
     state = RampState(
@@ -1469,12 +1475,16 @@ def _enum(kind: type[enum.Enum], value: object, name: str) -> Any:
     try:
         return kind(value)
     except ValueError:
-        raise ValueError(f"ramp state {name} {value!r} is not one of the known values") from None
+        raise ValueError(
+            f"ramp state {name} {untrusted.excerpt(value)} is not one of the known values"
+        ) from None
 
 
 def _count(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"ramp state {name} must be a whole number >= 0, not {value!r}")
+        raise ValueError(
+            f"ramp state {name} must be a whole number >= 0, not {untrusted.excerpt(value)}"
+        )
     return value
 
 
@@ -1482,7 +1492,9 @@ def _time(value: object, name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"ramp state {name} must be a finite number, not {value!r}")
+        raise ValueError(
+            f"ramp state {name} must be a finite number, not {untrusted.excerpt(value)}"
+        )
     return float(value)
 
 

@@ -165,10 +165,54 @@ def test_explain_escapes_what_the_annotations_say() -> None:
 
 
 def test_explain_reports_a_status_that_is_not_json() -> None:
-    """A status annotation someone overwrote with text is shown quoted, not parsed."""
+    """A status annotation someone overwrote with text is shown quoted with the rule it breaks."""
     code, out, _ = explained({**MANAGED, STATUS_KEY: "oops"})
     assert code == 0
-    assert out.splitlines()[-1] == f'  {STATUS_KEY} is not a JSON object: "oops"'
+    assert out.splitlines()[-1] == (
+        f'  {STATUS_KEY}="oops": not JSON: Expecting value: line 1 column 1 (char 0); ignored'
+    )
+
+
+HOSTILE = {
+    "a 400-digit integer": ('{"lastScaleUp": ' + "9" * 400 + "}", "has an integer beyond 2^53"),
+    "1e400": ('{"lastScaleUp": 1e400}', "has a number too large for a float"),
+    "NaN": ('{"lastScaleUp": NaN}', "has NaN, which is not a JSON number"),
+    "deep nesting": ("[" * 4000, "nested deeper than 8 arrays or objects"),
+    "a list": ("[1]", "not a JSON object"),
+}
+
+
+@pytest.mark.parametrize(("text", "rule"), HOSTILE.values(), ids=HOSTILE.keys())
+def test_explain_names_what_is_wrong_with_a_hostile_state(text: str, rule: str) -> None:
+    """A state that cannot be read is one line with the key, the quoted value and the rule."""
+    status = json.dumps({"desired": 3, "current": 3, "kind": "steady", "reason": "in-deadband"})
+    code, out, err = explained({**MANAGED, STATUS_KEY: status, STATE_KEY: text})
+    assert (code, err) == (0, "")
+    last = out.splitlines()[-1]
+    assert last.startswith(f"  {STATE_KEY}=")
+    assert f": {rule}" in last
+    assert last.endswith("; ignored, the controller rebuilds it")
+    assert len(last) < 300
+
+
+@pytest.mark.parametrize(("text", "rule"), HOSTILE.values(), ids=HOSTILE.keys())
+def test_explain_names_what_is_wrong_with_a_hostile_status(text: str, rule: str) -> None:
+    """A status that cannot be read is one line with the key, the quoted value and the rule."""
+    code, out, err = explained({**MANAGED, STATUS_KEY: text})
+    assert (code, err) == (0, "")
+    last = out.splitlines()[-1]
+    assert last.startswith(f"  {STATUS_KEY}=")
+    assert f": {rule}" in last
+    assert last.endswith("; ignored")
+
+
+def test_explain_shows_a_state_of_huge_but_exact_times() -> None:
+    """A state time far in the future but within a float's integers prints no date, no error."""
+    status = json.dumps({"desired": 3, "current": 3, "kind": "steady", "reason": "in-deadband"})
+    state = json.dumps({"lastScaleUp": 2**53})
+    code, out, _ = explained({**MANAGED, STATUS_KEY: status, STATE_KEY: state})
+    assert code == 0
+    assert "  last scale-up  -; scale-up cooldown ends -" in out
 
 
 def test_explain_names_the_switch_when_switched_off() -> None:

@@ -1133,6 +1133,15 @@ def test_an_idle_state_is_small() -> None:
         '{"phase":"idle","v":1,"drain":{"replicas":1,"victims":[["a",1,0]],'
         '"started_s":null,"scaled_s":null}}',
         "[" * 100_000,
+        '{"phase":"idle","v":1,"step_started_s":' + "9" * 400 + "}",
+        '{"phase":"idle","v":1,"deadlines":{"a":' + "9" * 400 + "}}",
+        '{"phase":"idle","v":1,"step":' + "9" * 400 + "}",
+        '{"phase":"idle","v":1,"step_started_s":NaN}',
+        '{"phase":"idle","v":1,"settle_since_s":-Infinity}',
+        '{"phase":"idle","v":1,"deadlines":' + "{" * 100_000,
+        '{"phase":"idle","v":1,"phase":"ramping"}',
+        '{"phase":["idle"],"v":1}',
+        '{"phase":"idle","v":1,"hold_reason":"' + "x" * 300_000 + '"}',
     ],
 )
 def test_junk_is_refused_with_a_value_error(text: str) -> None:
@@ -1364,3 +1373,10 @@ RampMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_ramp_state_machine = RampMachine.TestCase
+
+
+def test_a_huge_value_in_the_ramp_state_is_not_repeated_in_the_error() -> None:
+    """The error names the field and a short excerpt of its value, not 300 kB of it."""
+    with pytest.raises(ValueError, match=r"ramp state phase 'xxx.*characters\) is not one") as e:
+        rollout.loads('{"v":1,"phase":"' + "x" * 100_000 + '"}')
+    assert len(str(e.value)) < 200

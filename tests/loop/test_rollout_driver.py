@@ -584,6 +584,51 @@ async def test_an_unreadable_saved_state_is_logged_and_the_weight_reset() -> Non
     assert rig.weight() == 0
 
 
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ('{"v":1,"phase":"ramping","step_started_s":' + "9" * 400 + "}", "has an integer"),
+        ("[" * 100_000, "nested deeper than 8 arrays or objects"),
+        ('{"v":1,"phase":"ramping","step_started_s":NaN}', "has NaN"),
+    ],
+)
+async def test_a_hostile_saved_state_gets_a_warning_event_and_starts_over(
+    text: str, rule: str
+) -> None:
+    """A ramp annotation no float or parser survives: a CorruptState Event, a log line with the
+    key, the value and the rule, the weight back to 0 and a fresh state written."""
+    rig = Rig(stable=2)
+    rig.cluster.saved[SERVICE] = text
+    rig.router.weights[SERVICE] = 40
+    rig.restart()
+    with capture_logs() as logs:
+        await rig.tick()
+    ((service, type_, reason, message),) = rig.cluster.events
+    assert (service, type_, reason) == (SERVICE, "Warning", "CorruptState")
+    assert message.startswith(f"{contract.RAMP_KEY}={contract.quote(text)}: ramp state {rule}")
+    assert message.endswith("; ignored, the ramp starts over with its weight at 0")
+    assert len(message) < 400
+    (logged,) = [entry for entry in logs if entry["event"] == "ramp.state_invalid"]
+    assert logged["key"] == contract.RAMP_KEY
+    assert logged["rule"].startswith(f"ramp state {rule}")
+    assert rig.weight() == 0
+    assert core.loads(rig.cluster.saved[SERVICE] or "") == core.RampState()
+
+
+async def test_a_hostile_saved_state_in_dry_run_is_only_logged() -> None:
+    """In dry-run the CorruptState Event is logged, not posted."""
+    rig = Rig(stable=2)
+    rig.cluster.saved[SERVICE] = "[" * 100_000
+    rig.cluster.targets[SERVICE] = dataclasses.replace(rig.cluster.targets[SERVICE], dry_run=True)
+    rig.restart()
+    with capture_logs() as logs:
+        await rig.tick()
+    assert rig.cluster.events == []
+    (logged,) = [entry for entry in logs if entry["event"] == "ramp.event_recorded"]
+    shown = (logged["reason"], logged["type"], logged["dry_run"])
+    assert shown == ("CorruptState", "Warning", True)
+
+
 # 3. Scale-down ---------------------------------------------------------------------------------
 
 

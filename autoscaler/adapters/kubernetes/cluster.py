@@ -3,7 +3,9 @@
 `workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
 "true"`, its annotations parsed by the contract (once per distinct content), its serving pods
 found by owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
-log line and one Warning Event `InvalidConfig` per distinct set of problems.
+log line and one Warning Event `InvalidConfig` per distinct set of problems. A `state`
+annotation that cannot be read (`codec.parse_state`) is treated as absent, with one
+`state.invalid` log line and one Warning Event `CorruptState` when first seen.
 
 Writes: `scale` patches the Deployment's `scale` subresource; `publish` writes the `status` and
 `state` annotations in one merge patch that carries the cached resourceVersion (or that of the
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import random
 import statistics
 import time
@@ -279,7 +280,7 @@ class KubeCluster:
                 continue
             tiers = self.placement.view(service, deployment, config)
             serving = tiers.serving
-            state = self._state(service, notes.get(contract.STATE_KEY), states)
+            state = self._state(service, deployment, notes.get(contract.STATE_KEY), states)
             asked = self._last_set.get(service)
             managed[service] = _Managed(
                 namespace,
@@ -382,9 +383,13 @@ class KubeCluster:
     def _state(
         self,
         service: model.ServiceId,
+        deployment: Obj,
         text: str | None,
         states: dict[str, tuple[model.PolicyState | None, int | None]],
     ) -> model.PolicyState | None:
+        """The policy state in the `state` annotation; None (a new service's) when it is absent
+        or corrupt. A corrupt text gets a log line and a `CorruptState` Event once, when first
+        seen: the next publish replaces it."""
         if text is None:
             return None
         known = states.get(text) or self._states.get(text)
@@ -392,9 +397,16 @@ class KubeCluster:
             try:
                 known = codec.parse_state(text)
             except ValueError as e:
+                problem = contract.Problem(contract.STATE_KEY, text, str(e))
                 log.warning(
-                    "state.invalid", service=service, error=str(e), text=contract.escape(text)
+                    "state.invalid",
+                    service=service,
+                    key=contract.STATE_KEY,
+                    value=contract.quote(text),
+                    rule=str(e),
                 )
+                message = f"{problem.message}; ignored, the state is rebuilt as for a new service"
+                self.events.record(deployment, events.WARNING, contract.CORRUPT_STATE, message)
                 known = (None, None)
         states[text] = known
         state, replicas = known
@@ -666,14 +678,8 @@ def _held_already(deployment: Obj, decision: model.Decision) -> bool:
     It does after a restart or a change of leader: the new leader's memory of holds is empty,
     and without this every holding service would get its ScaleHeld Event again.
     """
-    text = _api.annotations_of(deployment).get(contract.STATUS_KEY)
-    if text is None:
-        return False
-    try:
-        status = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(status, dict) and (
+    status = codec.read_status(_api.annotations_of(deployment).get(contract.STATUS_KEY))
+    return status is not None and (
         status.get("kind"),
         status.get("reason"),
         status.get("current"),

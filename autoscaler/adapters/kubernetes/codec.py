@@ -6,6 +6,9 @@ Unix-second timestamps (the production clock is wall time, so they survive a cha
 leader), plus the replica count the controller last set, to recognise a `kubectl scale` made
 meanwhile. Unknown keys in `state` are ignored, so a newer controller may add some.
 
+Both are read back from a Deployment a tenant can edit: through `untrusted.loads`, so bad text
+of any size or shape is a `ValueError` naming the rule it breaks, never another exception.
+
 Pure functions: no I/O, no clock (times come in as arguments).
 """
 
@@ -16,6 +19,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
+import autoscaler.annotations as contract
+from autoscaler import untrusted
 from autoscaler.adapters.kubernetes import _api
 from autoscaler.core import model
 
@@ -67,16 +72,23 @@ def dumps(document: Mapping[str, Any]) -> str:
 
 def same_status(text: str | None, document: Mapping[str, Any]) -> bool:
     """Whether the annotation `text` says what `document` says, its time aside."""
-    if text is None:
-        return False
-    try:
-        existing = json.loads(text)
-    except ValueError:
-        return False
-    if not isinstance(existing, dict):
+    existing = read_status(text)
+    if existing is None:
         return False
     existing.pop(TIME_KEY, None)
     return existing == {k: v for k, v in document.items() if k != TIME_KEY}
+
+
+def read_status(text: str | None) -> dict[str, Any] | None:
+    """The `status` annotation's JSON object; None when absent or unreadable (it is only ever
+    shown to people, so bad text is ignored)."""
+    if text is None:
+        return None
+    try:
+        document = untrusted.loads(text, limit_bytes=contract.STATUS_LIMIT_BYTES)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
 
 
 def state_text(state: model.PolicyState, *, replicas: int | None) -> str:
@@ -93,10 +105,7 @@ def state_text(state: model.PolicyState, *, replicas: int | None) -> str:
 
 def parse_state(text: str) -> tuple[model.PolicyState, int | None]:
     """The policy state and last set replica count in a `state` annotation; ValueError if bad."""
-    try:
-        document = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"not JSON: {e}") from e
+    document = untrusted.loads(text, limit_bytes=contract.STATE_LIMIT_BYTES)
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
     fields: dict[str, float | None] = {}

@@ -237,6 +237,50 @@ async def test_state_annotation_is_resumed_and_a_malformed_one_ignored(
     ]
 
 
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ('{"lastScaleUp": ' + "9" * 400 + "}", "has an integer beyond 2^53 (400 characters)"),
+        ("[" * 100_000, "longer than 4096 bytes"),
+        ("[" * 1000, "nested deeper than 8 arrays or objects"),
+        ('{"lastScaleUp": Infinity}', "has Infinity, which is not a JSON number"),
+    ],
+)
+async def test_a_hostile_state_is_rebuilt_with_one_corrupt_state_event(
+    api: client.ApiClient,
+    apps: client.AppsV1Api,
+    make_cluster: MakeCluster,
+    text: str,
+    rule: str,
+) -> None:
+    """A state no parser should take costs its own service a fresh state, one CorruptState
+    Event and one log line naming the key, the value and the rule; the neighbour is untouched."""
+    hostile = settings() | {contract.STATE_KEY: text}
+    await apps.create_namespaced_deployment(NS, deployment("odd", annotations=hostile))
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+    with structlog.testing.capture_logs() as logs:
+        found = {w.id: w for w in await managed(made, "web", "odd")}
+        made.workloads()
+    await made.events.wait_idle()
+
+    assert found[model.ServiceId(f"{NS}/odd")].state is None
+    assert WEB in found
+    (logged,) = [entry for entry in logs if entry["event"] == "state.invalid"]
+    assert (logged["key"], logged["value"], logged["rule"]) == (
+        contract.STATE_KEY,
+        contract.quote(text),
+        rule,
+    )
+    (event,) = await events_of(api, "odd", contract.CORRUPT_STATE)
+    assert event["type"] == "Warning"
+    assert event["message"] == (
+        f"{contract.STATE_KEY}={contract.quote(text)}: {rule}; ignored, the state is rebuilt as "
+        "for a new service"
+    )
+    assert await events_of(api, "web") == []
+
+
 # -- scale ----------------------------------------------------------------------------------------
 
 

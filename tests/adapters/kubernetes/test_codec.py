@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -48,12 +49,57 @@ def test_state_ignores_keys_it_does_not_know() -> None:
         '{"burstUntil": Infinity}',
         '{"replicas": -1}',
         '{"replicas": 2.5}',
+        '{"replicas": "3"}',
+        '{"lastScaleUp": ' + "9" * 400 + "}",
+        '{"replicas": ' + "9" * 400 + "}",
+        '{"lastScaleUp": 1e400}',
+        '{"lastScaleUp": [1]}',
+        "[" * 100_000,
+        '{"burstUntil": ' + "[" * 100_000,
+        '{"lastScaleUp": 1, "lastScaleUp": 2}',
+        '{"note": "' + "x" * 5000 + '"}',
     ],
 )
 def test_malformed_state_is_refused(text: str) -> None:
     """Text that is not a state object with numeric times raises ValueError."""
     with pytest.raises(ValueError, match=r"."):
         codec.parse_state(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ('{"lastScaleUp": ' + "9" * 400 + "}", "has an integer beyond 2^53 (400 characters)"),
+        ("[" * 4000, "nested deeper than 8 arrays or objects"),
+        ("[" * 100_000, "longer than 4096 bytes"),
+        ('{"lastScaleUp": NaN}', "has NaN, which is not a JSON number"),
+        ('{"note": "' + "x" * 5000 + '"}', "longer than 4096 bytes"),
+    ],
+)
+def test_a_hostile_state_names_the_rule_it_breaks(text: str, rule: str) -> None:
+    """The error says which bound the text broke, for the CorruptState Event."""
+    with pytest.raises(ValueError, match=re.escape(rule)) as caught:
+        codec.parse_state(text)
+    assert str(caught.value) == rule
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "oops",
+        "[]",
+        '{"desired": ' + "9" * 400 + "}",
+        '{"desired": 1e400}',
+        '{"desired": NaN}',
+        "[" * 100_000,
+        '{"detail": "' + "x" * 70_000 + '"}',
+    ],
+)
+def test_an_unreadable_status_reads_as_none(text: str | None) -> None:
+    """Status is only for people: whatever is wrong with it, it reads as absent."""
+    assert codec.read_status(text) is None
+    assert not codec.same_status(text, {"desired": 1})
 
 
 def test_status_is_compact_json_and_its_time_is_not_a_change() -> None:
