@@ -408,11 +408,13 @@ def _quantity(lo_mib: int, hi_mib: int) -> _Parser[int]:
 
 def _metric_name() -> _Parser[str]:
     def convert(text: str) -> str | None:
-        return text if METRIC_NAME.fullmatch(text) else None
+        return text if metricnames.is_metric_name(text) else None
 
+    reserved = ", ".join(sorted(metricnames.RESERVED_WORDS))
     rule = (
         "must be a Prometheus metric name: a letter, _ or : followed by letters, digits, _ or :, "
-        f"at most {_METRIC_NAME_MAX} characters (a name, not a query)"
+        f"at most {_METRIC_NAME_MAX} characters (a name, not a query), and not a word PromQL "
+        f"reserves ({reserved}; in any case)"
     )
     return _Parser(rule, convert, str, limit=_METRIC_NAME_MAX)
 

@@ -373,8 +373,8 @@ async def wire(
         try:
             yield controller
         finally:
-            controller.metrics.close()
-            controller.health.close()
+            await controller.metrics.close()
+            await controller.health.close()
             await controller.prober.close()
     finally:
         await api.close()

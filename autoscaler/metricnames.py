@@ -19,11 +19,32 @@ from typing import Final
 METRIC_NAME: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
+RESERVED_WORDS: Final = frozenset(
+    {"atan2", "bool", "on", "ignoring", "group_left", "group_right", "inf", "nan"}
+)
+"""Names of the grammar that PromQL never reads as a metric name, in any letter case.
+
+Prometheus's lexer (promql/parser/lex.go, its `key` map) turns these words into keywords or
+numbers whatever their case, and its grammar (generated_parser.y, `metric_identifier`) takes back
+as metric names only some keywords: the aggregators (`sum`, `count`, ...), the set operators
+`and`, `or`, `unless`, and `by`, `without`, `offset`, `start`, `end`, `step`, `range`,
+`limitk`, `limit_ratio`, `smoothed`, `anchored`. `fill`, `fill_left` and `fill_right` are
+keywords only before `(`. What is left is here: in a selector such as `nan{pod="a"}` Prometheus
+answers 400 bad_data, and the one query shared by every service would fail with it.
+"""
+
+
+def is_metric_name(name: str) -> bool:
+    """Whether `name` is a metric name PromQL reads as one: the grammar, and not a reserved word."""
+    return METRIC_NAME.fullmatch(name) is not None and name.lower() not in RESERVED_WORDS
+
 
 def check_metric_name(name: str) -> None:
     """Raise `ValueError` unless `name` is a Prometheus metric name (a name, not a query)."""
     if not METRIC_NAME.fullmatch(name):
         raise ValueError(f"not a Prometheus metric name: {name!r}")
+    if name.lower() in RESERVED_WORDS:
+        raise ValueError(f"not a Prometheus metric name: {name!r} is a word of PromQL's grammar")
 
 
 @dataclass(frozen=True, slots=True)

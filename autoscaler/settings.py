@@ -128,7 +128,9 @@ class PrometheusSettings(BaseModel):
     `/api/v1`. Default `http://prometheus-operated.monitoring.svc:9090` (prometheus-operator's
     Service in `monitoring`)."""
     timeout_s: float = Field(2.0, gt=0, allow_inf_nan=False)
-    """Seconds one query may take before the tick reads its signal as missing. Default 2."""
+    """Deadline of one query, in seconds, for all of it: connecting, sending and reading the whole
+    answer (a server that drips its answer is cut there too). Past it the tick reads every
+    signal as missing. Default 2."""
     scrape_interval_s: float = Field(15.0, gt=0, allow_inf_nan=False)
     """Seconds between two scrapes of the model servers (their ServiceMonitor's interval).
     Default 15."""

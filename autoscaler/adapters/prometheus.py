@@ -2,7 +2,14 @@
 
 Each query covers the serving pods of every managed service at once, grouped `by (namespace, pod)`,
 and the answers are mapped back to services through a `PodIndex` (the Kubernetes pod cache).
-prometheus-api-client blocks, so each query runs in a worker thread, all of a tick's in parallel.
+Every query is one aiohttp request under one deadline for all of it (connecting, sending and the
+whole answer): a Prometheus that answers slowly, or drips its answer, costs a tick at most that.
+
+A query that Prometheus refuses as such (HTTP 400 `bad_data`, 422 `execution`), rather than an
+outage (refused connection, 5xx, deadline), is bisected: the services are split and the halves
+queried apart until the ones that break it are found. They are queried apart from then on (their
+signal reads as missing) while the rest share the query again; an outage holds every service
+and is never bisected.
 
 Only validated names reach PromQL: metric names must match Prometheus's grammar, namespaces and pods
 must be DNS-1123 names, and every value is regex-quoted and string-escaped on top of that. Service
@@ -28,13 +35,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+import aiohttp
 import numpy as np
 import numpy.typing as npt
-import requests
 import structlog
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
 
 from autoscaler import errors, metricnames, ports
 from autoscaler.core import model
@@ -45,6 +49,12 @@ GPU_UTILIZATION: Final = "DCGM_FI_DEV_GPU_UTIL"
 """DCGM exporter's GPU utilisation gauge, percent."""
 
 DEFAULT_TIMEOUT_S: Final = 2.0
+"""Deadline of one query: connecting, sending and reading the whole answer."""
+DEFAULT_MAX_ISOLATION_QUERIES: Final = 64
+"""Most queries one tick may spend finding the services that break a shared query; past it,
+the tick fails as an outage does (every service holds)."""
+REJECTED_TYPES: Final = frozenset({"bad_data", "execution"})
+"""Prometheus's `errorType`s that blame the query itself (HTTP 400 and 422), not the server."""
 DEFAULT_SCRAPE_INTERVAL_S: Final = 15.0
 DEFAULT_MAX_POD_MATCHER_CHARS: Final = 1500
 """Longest pod alternation put in a query; past it, queries select by namespace alone.
@@ -104,6 +114,116 @@ class PodIndex(Protocol):
         ...
 
 
+class QueryRejected(errors.ObservationError):
+    """Prometheus refused the query itself (400 `bad_data`, 422 `execution`): the text of the
+    query, not the server, is at fault, so a smaller query may still be answered."""
+
+
+class _Client:
+    """One Prometheus HTTP API: instant queries, each bounded by one deadline in all.
+
+    The aiohttp session is opened by the first query, on the running loop; `close` ends it.
+    Nothing is retried within a query: the caller asks again at its next tick, and a retry would
+    stall every service's decision meanwhile.
+    """
+
+    def __init__(
+        self, url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> None:
+        if not (timeout_s > 0 and math.isfinite(timeout_s)):
+            raise ValueError(f"timeout_s must be > 0 and finite, not {timeout_s!r}")
+        self.endpoint = url.rstrip("/") + "/api/v1/query"
+        self.timeout_s = timeout_s
+        self._headers = dict(headers or {})
+        self._session: aiohttp.ClientSession | None = None
+        self.sent = 0
+        """Queries sent since construction (each is one HTTP request)."""
+
+    async def query(self, what: str, promql: str) -> list[Any]:
+        """The result of an instant query; raises `ObservationError` (`QueryRejected` when
+        Prometheus refused the query as such)."""
+        self.sent += 1
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                session = self._open()
+                async with session.get(self.endpoint, params={"query": promql}) as response:
+                    status = response.status
+                    body = await response.read()
+        except TimeoutError as e:
+            raise errors.ObservationError(
+                f"Prometheus {what} query failed: no whole answer within {self.timeout_s:g} s"
+            ) from e
+        except aiohttp.ClientError as e:  # refused, reset, bad HTTP
+            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
+        try:
+            answer = json.loads(body)
+        except ValueError as e:  # HTML from a proxy, a truncated body
+            raise errors.ObservationError(
+                f"Prometheus {what} query failed: HTTP {status}, not JSON: {body[:200]!r}"
+            ) from e
+        if status != 200:
+            raise _refusal(what, status, answer)
+        try:
+            result = answer["data"]["result"]
+        except (KeyError, TypeError) as e:
+            raise errors.ObservationError(f"Prometheus {what} answer malformed: {e!r}") from e
+        if not isinstance(result, list):
+            raise errors.ObservationError(f"Prometheus {what} answer is not an instant vector")
+        return result
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers, cookie_jar=aiohttp.DummyCookieJar()
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the session (and its connections); idempotent."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _refusal(what: str, status: int, answer: Any) -> errors.ObservationError:
+    """The error for a JSON answer with a status other than 200."""
+    kind = answer.get("errorType") if isinstance(answer, dict) else None
+    detail = str(answer.get("error", "")) if isinstance(answer, dict) else ""
+    if status in (400, 422) and kind in REJECTED_TYPES:
+        return QueryRejected(f"Prometheus refused the {what} query: {kind}: {detail[:300]}")
+    return errors.ObservationError(
+        f"Prometheus {what} query failed: HTTP {status}: {json.dumps(answer)[:300]}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """One service's serving pods, as one tick reads them."""
+
+    service: model.ServiceId
+    serving: ServingPods
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A service whose metric names break the shared query, and what Prometheus said."""
+
+    metrics: MetricNames
+    signal: model.Signal
+    error: str
+
+
+class _Budget:
+    def __init__(self, queries: int) -> None:
+        self.left = queries
+
+    def take(self, queries: int) -> bool:
+        if queries > self.left:
+            return False
+        self.left -= queries
+        return True
+
+
 class MetricsSource:
     """Samples every managed service's signals from Prometheus, one query per signal per tick.
 
@@ -115,6 +235,10 @@ class MetricsSource:
     A series is fresh while its newest sample is at most `max_age_s` old by Prometheus's clock;
     older ones read as missing. Prometheus's own staleness markers (a series gone from a scrape,
     a target down) make a series missing at once.
+
+    A service whose query Prometheus refuses (see the module docstring) is in `rejected`: it is
+    queried apart, its signals read NaN while refused, and it rejoins the shared query once its
+    own is answered (or its metric names change).
     """
 
     def __init__(
@@ -128,13 +252,14 @@ class MetricsSource:
         rate_window_s: float | None = None,
         gpu_metric: str = GPU_UTILIZATION,
         max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
+        max_isolation_queries: int = DEFAULT_MAX_ISOLATION_QUERIES,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         """Connect lazily to the Prometheus HTTP API at `url`.
 
-        `scrape_interval_s` is the interval of the servers' scrape jobs. `max_age_s` defaults to
-        three of them; `rate_window_s` to four, so that a rate spans several samples and survives
-        one missed scrape.
+        `timeout_s` is each query's deadline, all of it. `scrape_interval_s` is the interval of
+        the servers' scrape jobs. `max_age_s` defaults to three of them; `rate_window_s` to
+        four, so that a rate spans several samples and survives one missed scrape.
         """
         if not timeout_s > 0 or not scrape_interval_s > 0:
             raise ValueError("timeout_s and scrape_interval_s must be > 0")
@@ -145,24 +270,22 @@ class MetricsSource:
         _check_metric_name(gpu_metric)
         self.gpu_metric = gpu_metric
         self.max_pod_matcher_chars = max_pod_matcher_chars
+        self.max_isolation_queries = max_isolation_queries
         self._pod_index = pod_index
-        self._client = PrometheusConnect(
-            url=url,
-            headers=dict(headers) if headers else None,
-            # No retries inside a tick: the loop asks again at the next one, and a retry's
-            # back-off would stall every service's decision meanwhile. This is requests' own
-            # default, under which errors surface as requests' exceptions.
-            retry=Retry(0, read=False),
-            timeout=timeout_s,
-        )
-        self.queries_sent = 0
-        """Queries sent since construction (each is one HTTP request)."""
+        self._client = _Client(url, timeout_s=timeout_s, headers=headers)
         self.last_queries: tuple[str, ...] = ()
-        """The PromQL of the last `sample`, one per signal; empty when no pod was to be read."""
+        """The PromQL of the last `sample`; empty when no pod was to be read."""
+        self.rejected: dict[model.ServiceId, Rejected] = {}
+        """Services whose metric names Prometheus refused in a query, queried apart."""
 
-    def close(self) -> None:
-        """Release the HTTP connection pool."""
-        self._client.close()
+    @property
+    def queries_sent(self) -> int:
+        """Queries sent since construction (each is one HTTP request)."""
+        return self._client.sent
+
+    async def close(self) -> None:
+        """Release the HTTP connections."""
+        await self._client.close()
 
     async def sample(
         self, workloads: Sequence[ports.Workload], now_s: float
@@ -174,28 +297,61 @@ class MetricsSource:
         """
         values = np.full((len(workloads), len(model.Signal)), np.nan)
         rows, targets = self._locate(workloads)
+        sent: list[str] = []
+        self.last_queries = ()
         if not rows:
-            self.last_queries = ()
             return values
-        queries = build_queries(
-            targets,
-            rate_window_s=self.rate_window_s,
-            max_age_s=self.max_age_s,
-            gpu_metric=self.gpu_metric,
-            max_pod_matcher_chars=self.max_pod_matcher_chars,
+        # Services gone, or with new metric names, get a new chance in the shared query.
+        apart = {
+            t.service
+            for t in targets
+            if (known := self.rejected.get(t.service)) is not None
+            and known.metrics == t.serving.metrics
+        }
+        if len(apart) * len(model.Signal) > self.max_isolation_queries:
+            # Too many to query apart: Prometheus itself is likely at fault. They rejoin the
+            # shared query, whose bisection then runs out of budget and holds every service.
+            apart = set()
+        shared = [t for t in targets if t.service not in apart]
+        groups = [shared] if shared else []
+        groups += [[t] for t in targets if t.service in apart]
+        budget = _Budget(self.max_isolation_queries - len(apart) * len(model.Signal))
+        blamed: dict[model.ServiceId, Rejected] = {}
+        reads = [(signal, group) for group in groups for signal in model.Signal]
+        answers = await asyncio.gather(
+            *(self._read(signal, group, budget, blamed, sent) for signal, group in reads),
+            return_exceptions=True,
         )
-        self.last_queries = tuple(queries.values())
-        answers = await self._ask(queries)
-        for signal, series in answers.items():
+        self.last_queries = tuple(sent)
+        # Every query has finished here, so nothing of a failed tick is still running.
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        for service, rejection in blamed.items():
+            if service not in self.rejected:
+                log.warning(
+                    "metrics.query_rejected",
+                    service=service,
+                    signal=rejection.signal.name.lower(),
+                    error=rejection.error,
+                )
+        for service in apart - set(blamed):
+            log.info("metrics.query_accepted", service=service)
+        self.rejected = blamed
+        by_signal: dict[model.Signal, list[Any]] = {}
+        for (signal, _), series in zip(reads, answers, strict=True):
+            if isinstance(series, list):
+                by_signal.setdefault(signal, []).extend(series)
+        for signal, series in by_signal.items():
             _fill(values[:, signal], series, rows, mean=signal is model.Signal.CAPACITY)
         return values
 
     def _locate(
         self, workloads: Sequence[ports.Workload]
-    ) -> tuple[dict[_Pod, list[int]], list[ServingPods]]:
+    ) -> tuple[dict[_Pod, list[int]], list[_Target]]:
         """Each serving pod's rows, and the services' pods with invalid names left out."""
         rows: dict[_Pod, list[int]] = {}
-        targets: list[ServingPods] = []
+        targets: list[_Target] = []
         for row, workload in enumerate(workloads):
             serving = self._pod_index.serving_pods(workload.id)
             if serving is None or not serving.pods:
@@ -209,38 +365,65 @@ class MetricsSource:
                 serving = dataclasses.replace(serving, pods=pods)
             if not pods:
                 continue
-            targets.append(serving)
+            targets.append(_Target(workload.id, serving))
             for pod in pods:
                 rows.setdefault((serving.namespace, pod), []).append(row)
         return rows, targets
 
-    async def _ask(self, queries: Mapping[model.Signal, str]) -> dict[model.Signal, list[Any]]:
-        self.queries_sent += len(queries)
-        answers = await asyncio.gather(
-            *(asyncio.to_thread(self._query, s, q) for s, q in queries.items()),
+    async def _read(
+        self,
+        signal: model.Signal,
+        group: Sequence[_Target],
+        budget: _Budget,
+        blamed: dict[model.ServiceId, Rejected],
+        sent: list[str],
+    ) -> list[Any]:
+        """The series of `signal` for `group`'s pods, bisecting the group while Prometheus
+        refuses its query; the services that alone break it go to `blamed`."""
+        promql = build_queries(
+            [t.serving for t in group],
+            rate_window_s=self.rate_window_s,
+            max_age_s=self.max_age_s,
+            gpu_metric=self.gpu_metric,
+            max_pod_matcher_chars=self.max_pod_matcher_chars,
+        ).get(signal)
+        if promql is None:
+            return []
+        sent.append(promql)
+        try:
+            series = await self._client.query(signal.name.lower(), promql)
+        except QueryRejected as e:
+            refused = e
+        else:
+            # A namespace-wide query also answers for pods of services outside the group.
+            pods = {(t.serving.namespace, pod) for t in group for pod in t.serving.pods}
+            return [item for item in series if (pod := _pod_of(item)) is None or pod in pods]
+        if len(group) == 1:
+            (target,) = group
+            blamed[target.service] = Rejected(target.serving.metrics, signal, str(refused))
+            return []
+        if not budget.take(2):
+            raise refused
+        half = len(group) // 2
+        parts = await asyncio.gather(
+            self._read(signal, group[:half], budget, blamed, sent),
+            self._read(signal, group[half:], budget, blamed, sent),
             return_exceptions=True,
         )
-        # Every query has finished here, so no thread outlives a failed tick.
-        results: dict[model.Signal, list[Any]] = {}
-        for signal, answer in zip(queries, answers, strict=True):
-            if isinstance(answer, BaseException):
-                raise answer
-            results[signal] = answer
-        return results
+        for part in parts:
+            if isinstance(part, BaseException):
+                raise part
+        return [item for part in parts if isinstance(part, list) for item in part]
 
-    def _query(self, signal: model.Signal, promql: str) -> list[Any]:
-        what = signal.name.lower()
-        try:
-            result = self._client.custom_query(query=promql)
-        except requests.RequestException as e:  # refused, timed out, bad JSON
-            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
-        except PrometheusApiClientException as e:  # any status but 200
-            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
-        except (KeyError, TypeError) as e:  # JSON without data.result
-            raise errors.ObservationError(f"Prometheus {what} answer malformed: {e!r}") from e
-        if not isinstance(result, list):
-            raise errors.ObservationError(f"Prometheus {what} answer is not an instant vector")
-        return result
+
+def _pod_of(item: Any) -> _Pod | None:
+    """The sample's pod; None for a malformed sample, which `_per_pod` reports."""
+    try:
+        labels = item["metric"]
+        float(item["value"][1])
+        return (str(labels.get("namespace", "")), str(labels.get("pod", "")))
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def build_queries(
@@ -500,7 +683,7 @@ class HealthQueries:
     """`ports.HealthSource` on Prometheus: the ramp gate's health and the drain's in-flight count.
 
     `health` reads each group (warming, stable) through `health_queries`, every query of a call
-    in parallel worker threads; `in_flight` through one `in_flight_query`. The namespace label
+    at once, each under its deadline; `in_flight` through one `in_flight_query`. The namespace label
     is fixed in every query and pods are matched by escaped regex literals (DESIGN §7).
 
     No data is NaN, never zero: an empty group, no requests series, no errors series, no
@@ -528,18 +711,13 @@ class HealthQueries:
         if not self.max_age_s > 0:
             raise ValueError("max_age_s must be > 0")
         self.max_pod_matcher_chars = max_pod_matcher_chars
-        self._client = PrometheusConnect(
-            url=url,
-            headers=dict(headers) if headers else None,
-            retry=Retry(0, read=False),  # as `MetricsSource`: the caller asks again later
-            timeout=timeout_s,
-        )
+        self._client = _Client(url, timeout_s=timeout_s, headers=headers)
         self.last_queries: tuple[str, ...] = ()
         """The PromQL of the last call."""
 
-    def close(self) -> None:
-        """Release the HTTP connection pool."""
-        self._client.close()
+    async def close(self) -> None:
+        """Release the HTTP connections."""
+        await self._client.close()
 
     async def health(
         self,
@@ -593,10 +771,10 @@ class HealthQueries:
         return found
 
     async def _ask(self, queries: Mapping[Any, tuple[str, str]]) -> dict[Any, list[Any]]:
-        """Every query in a worker thread of its own; raises once all have finished."""
+        """Every query at once, each under its deadline; raises once all have finished."""
         self.last_queries = tuple(promql for _, promql in queries.values())
         answers = await asyncio.gather(
-            *(asyncio.to_thread(self._query, what, promql) for what, promql in queries.values()),
+            *(self._client.query(what, promql) for what, promql in queries.values()),
             return_exceptions=True,
         )
         results: dict[Any, list[Any]] = {}
@@ -605,19 +783,6 @@ class HealthQueries:
                 raise answer
             results[key] = answer
         return results
-
-    def _query(self, what: str, promql: str) -> list[Any]:
-        try:
-            result = self._client.custom_query(query=promql)
-        except requests.RequestException as e:  # refused, timed out, bad JSON
-            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
-        except PrometheusApiClientException as e:  # any status but 200
-            raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
-        except (KeyError, TypeError) as e:  # JSON without data.result
-            raise errors.ObservationError(f"Prometheus {what} answer malformed: {e!r}") from e
-        if not isinstance(result, list):
-            raise errors.ObservationError(f"Prometheus {what} answer is not an instant vector")
-        return result
 
 
 def _scalar(what: str, series: list[Any]) -> float:

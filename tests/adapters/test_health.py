@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import pytest
-import requests
 from prom import server, stub
 from prom.fixtures import Stack
 
@@ -29,7 +29,7 @@ def p95_within(lower_s: float, upper_s: float) -> float:
 
 
 @pytest.fixture
-def health_for() -> Iterator[Callable[..., prometheus.HealthQueries]]:
+async def health_for() -> AsyncIterator[Callable[..., prometheus.HealthQueries]]:
     """Makes `HealthQueries` on a URL; closes them after the test."""
     made: list[prometheus.HealthQueries] = []
 
@@ -40,7 +40,7 @@ def health_for() -> Iterator[Callable[..., prometheus.HealthQueries]]:
 
     yield make
     for source in made:
-        source.close()
+        await source.close()
 
 
 async def wait_for_full_window(stack: Stack, namespace: str, pods: int) -> None:
@@ -209,7 +209,7 @@ async def test_a_stopped_prometheus_raises_observation_error(
 
     with pytest.raises(errors.ObservationError, match="query failed") as caught:
         await source.health(ns, VLLM, {"chat-0"}, {"chat-1"}, WINDOW_S)
-    assert isinstance(caught.value.__cause__, requests.ConnectionError)
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectionError)
     with pytest.raises(errors.ObservationError, match="in-flight query failed"):
         await source.in_flight(ns, VLLM, {"chat-0"})
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
+import aiohttp
 import numpy as np
 import numpy.typing as npt
 import pytest
-import requests
 from prom import server, stub
 from prom.fixtures import Stack
-from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from autoscaler import errors, ports
 from autoscaler.adapters import prometheus
@@ -65,7 +65,7 @@ SourceFactory = Callable[..., prometheus.MetricsSource]
 
 
 @pytest.fixture
-def source_for() -> Iterator[SourceFactory]:
+async def source_for() -> AsyncIterator[SourceFactory]:
     """Makes adapters reading a `FakePodIndex` of the given services; closes them after the test."""
     made: list[prometheus.MetricsSource] = []
 
@@ -81,7 +81,7 @@ def source_for() -> Iterator[SourceFactory]:
 
     yield make
     for source in made:
-        source.close()
+        await source.close()
 
 
 async def sample_until(
@@ -405,43 +405,71 @@ async def test_a_stopped_prometheus_raises_observation_error(
 
     with pytest.raises(errors.ObservationError, match="query failed") as caught:
         await source.sample(load, 0.0)
-    assert isinstance(caught.value.__cause__, requests.ConnectionError)
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectionError)
 
 
 @pytest.mark.parametrize(
-    ("status", "body", "content_type", "cause"),
+    ("status", "body", "content_type", "cause", "message"),
     [
-        (503, "overloaded", "text/plain", PrometheusApiClientException),
-        (422, '{"status":"error","errorType":"execution"}', "application/json",
-         PrometheusApiClientException),
-        (200, "<html>not json</html>", "text/html", requests.JSONDecodeError),
-        (200, '{"status":"success"}', "application/json", KeyError),
-        (200, json.dumps({"data": {"result": 1}}), "application/json", type(None)),
+        (503, "overloaded", "text/plain", ValueError, "HTTP 503, not JSON"),
+        (503, '{"status":"error","errorType":"unavailable"}', "application/json", type(None),
+         "HTTP 503"),
+        (400, "<html>bad request</html>", "text/html", ValueError, "HTTP 400, not JSON"),
+        (200, "<html>not json</html>", "text/html", ValueError, "not JSON"),
+        (200, '{"status":"success"}', "application/json", KeyError, "malformed"),
+        (200, json.dumps({"data": {"result": 1}}), "application/json", type(None),
+         "not an instant vector"),
         (200, json.dumps({"data": {"result": [{"metric": {}, "value": [1, "x"]}]}}),
-         "application/json", ValueError),
+         "application/json", ValueError, "sample malformed"),
     ],
 )  # fmt: skip
 async def test_a_broken_answer_raises_observation_error(
-    status: int, body: str, content_type: str, cause: type[BaseException], source_for: SourceFactory
+    status: int,
+    body: str,
+    content_type: str,
+    cause: type[BaseException],
+    message: str,
+    source_for: SourceFactory,
 ) -> None:
-    """HTTP errors, bad JSON and malformed results raise `ObservationError` from their cause."""
+    """HTTP errors, bad JSON and malformed results raise `ObservationError` from their cause,
+    and none of them is taken for a refused query."""
     async with stub.answering(status, body, content_type) as url:
         source = source_for(url, {"a/chat": serving("ns-a", "chat-0")})
 
-        with pytest.raises(errors.ObservationError) as caught:
+        with pytest.raises(errors.ObservationError, match=message) as caught:
             await source.sample(workloads("a/chat"), 0.0)
 
+    assert not isinstance(caught.value, prometheus.QueryRejected)
     assert isinstance(caught.value.__cause__, cause)
+    assert source.queries_sent == 3
+    assert source.rejected == {}
 
 
 async def test_a_silent_prometheus_times_out_as_observation_error(
     source_for: SourceFactory,
 ) -> None:
-    """A server that never answers costs one timeout, then an `ObservationError`."""
+    """A server that never answers costs one deadline, then an `ObservationError`."""
     with stub.silent() as url:
         source = source_for(url, {"a/chat": serving("ns-a", "chat-0")}, timeout_s=0.2)
 
-        with pytest.raises(errors.ObservationError, match="ReadTimeout") as caught:
+        with pytest.raises(
+            errors.ObservationError, match=r"no whole answer within 0\.2 s"
+        ) as caught:
             await source.sample(workloads("a/chat"), 0.0)
 
-    assert isinstance(caught.value.__cause__, requests.Timeout)
+    assert isinstance(caught.value.__cause__, TimeoutError)
+
+
+async def test_a_dripping_prometheus_is_cut_at_the_deadline(source_for: SourceFactory) -> None:
+    """A server that sends its headers, then one byte every 0.1 s, costs one 0.3 s deadline."""
+    loop = asyncio.get_running_loop()
+    async with stub.dripping(byte_every_s=0.1) as drip:
+        source = source_for(drip.url, {"a/chat": serving("ns-a", "chat-0")}, timeout_s=0.3)
+        started = loop.time()
+
+        with pytest.raises(errors.ObservationError, match=r"no whole answer within 0\.3 s"):
+            await source.sample(workloads("a/chat"), 0.0)
+
+        took_s = loop.time() - started
+    assert drip.bytes_sent >= 1  # the answer had begun: a per-read timeout never fires
+    assert 0.3 <= took_s < 2.0
