@@ -1028,8 +1028,12 @@ def reference_markdown() -> str:
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
     lines += [
         "",
-        f"The controller writes `{STATUS_KEY}` (its last decision, JSON) and `{STATE_KEY}` "
-        "(cooldowns and ramp step, for restarts); they are not settings.",
+        f"The controller writes `{STATUS_KEY}` (its last decision, JSON), `{STATE_KEY}` "
+        f"(cooldowns, for restarts) and `{RAMP_KEY}` (the traffic ramp's progress); they are "
+        f"not settings. When `{STATE_KEY}` or `{RAMP_KEY}` cannot be read (over its size "
+        "limit, nested deeper than 8, or a number no float holds), a Warning Event "
+        f"`{CORRUPT_STATE}` names the key, the value and the rule, and the state is rebuilt as "
+        "for a new service.",
     ]
     return "\n".join(lines) + "\n"
 
