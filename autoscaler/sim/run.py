@@ -91,15 +91,20 @@ async def drive(
     core policy, each service with its own config). When a service has the ramp, the ramp
     driver runs in the loop (`ramp_driver`). Returns the loop, for its policy states.
     """
+    driver = ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None
     controller = loop.Loop(
         cluster=sim.cluster,
         metrics=sim.metrics,
         clock=sim.clock,
         policy=policy,
         smoothing_config=SMOOTHING,
-        rollouts=ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None,
+        rollouts=driver,
     )
-    await controller.run(until_s=until_s)
+    try:
+        await controller.run(until_s=until_s)
+    finally:
+        if driver is not None:
+            await driver.close()
     return controller
 
 
