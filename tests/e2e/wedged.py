@@ -3,13 +3,35 @@
 A model server wedged in its warm-up: the TCP handshake succeeds, the request goes out, and no
 byte comes back. `release()` makes it answer every request held and every later one with 200,
 as a server that got unstuck. It counts what it saw, and waits for it without polling.
+
+`run_beside_wedged_pods` is the scenario the e2e and fault tests share: wedged new pods of one
+service, a neighbour that must scale, and a controller ticking on the stepped clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 
+from kube.emulator import Kube
+from kube.kubelet import POD_IP, FakeCluster
+from prom.fixtures import Stack
+
+from autoscaler.rollout import PROBE_CONCURRENCY
+
+from .support import (
+    DEPLOYMENTS,
+    Controllers,
+    Service,
+    deployment,
+    ensure_namespace,
+    managed,
+    wait_for_load,
+)
+
+WARMING = "autoscaler.dsec.io/warming"
+WARM = "autoscaler.dsec.io/warm"
 _ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nwarm\n"
 
 
@@ -88,3 +110,71 @@ class WedgedEndpoint:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
             self._handlers.discard(task)
+
+
+async def run_beside_wedged_pods(
+    *,
+    kube: Kube,
+    kubelet: FakeCluster,
+    stack: Stack,
+    cluster: Controllers,
+    namespace: str,
+    endpoint: WedgedEndpoint,
+    pods: int,
+    warmup_requests: int,
+    seconds: int,
+) -> Beside:
+    """`pods` new pods of one service probed at `endpoint` (gate only), a neighbour service
+    whose load wants 4 replicas instead of 2, and a controller ticking `seconds` one by one
+    while no probe answers."""
+    kubelet.add_node("gpu-wedged", gpus=pods + 8)
+    notes = managed(
+        **{
+            "min-replicas": str(pods),
+            "max-replicas": str(pods),
+            "traffic-router": "none",
+            "warmup-path": "/warm",
+            "warmup-requests": str(warmup_requests),
+        }
+    )
+    body = deployment("stuck", replicas=pods, annotations=notes)
+    template = body["spec"]["template"]
+    template["metadata"]["labels"][WARMING] = "true"
+    template["metadata"]["annotations"] = {POD_IP: "127.0.0.1"}
+    template["spec"]["readinessGates"] = [{"conditionType": WARM}]
+    template["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": endpoint.port}]
+    ensure_namespace(kube, namespace)
+    kube.store.create(DEPLOYMENTS, body, namespace=namespace)
+    neighbour = await Service.create(kube, kubelet, stack.upper, namespace, "neighbour")
+    neighbour.serve(rate_per_s=17.5)  # 35 req/s on 2 replicas, target 10 each: 4 wanted
+    await wait_for_load(stack.prometheus, neighbour, 35.0)
+
+    # The clock must not wait for probes that never end: the point is that ticks do not.
+    running = await cluster.start(wait_probes=False)
+    controller = running.controller
+    await endpoint.wait_requests(min(pods, PROBE_CONCURRENCY))
+    before = controller.ticks
+    delayed = 0
+    for _ in range(seconds):
+        ticks = controller.ticks
+        await cluster.clock.advance(1.0)  # a tick awaiting a probe times this out
+        delayed += controller.ticks != ticks + 1
+        await kubelet.settle()
+    rollouts = controller.rollouts
+    assert rollouts is not None
+    return Beside(
+        ticks=controller.ticks - before,
+        ticks_delayed=delayed,
+        probes_in_flight=rollouts.probes_in_flight,
+        neighbour_replicas=neighbour.replicas,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Beside:
+    ticks: int
+    """Ticks run while the wedged pods' probes were in flight."""
+    ticks_delayed: int
+    """Seconds after which the tick due had not returned."""
+    probes_in_flight: int
+    neighbour_replicas: int
