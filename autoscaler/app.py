@@ -10,7 +10,8 @@ in one `asyncio.TaskGroup`:
   nothing, the Lease included, so a dry-run instance never displaces the real controller;
 - the ticker: while this replica leads, `Loop.step` every `tick_s` on a fixed grid, each
   report fed to `Telemetry`. Every new term of leadership starts a fresh `Loop`, whose state
-  comes from the Deployments' `state` annotations as the previous leader left them;
+  comes from the Deployments' `state` annotations as the previous leader left them; the end of
+  a term (or of the ticker) cancels its ramp driver's warm-up probes and waits for them;
 - the HTTP server: `/metrics`, `/healthz`, and `/readyz` (caches synced and, for the leader,
   a tick within the last few `tick_s`).
 
@@ -222,6 +223,8 @@ class Controller:
             health=self.health,
             prober=self.prober,
             observer=self.telemetry,
+            probe_concurrency=self.settings.warmup.probe_concurrency,
+            probe_deadline_s=self.settings.warmup.probe_deadline_s,
         )
         return loop_.Loop(
             cluster=self._observed,
@@ -269,7 +272,25 @@ class Controller:
                 task.cancel()
         log.info(STOPPED, identity=self.identity, ticks=self.ticks)
 
+    async def wait_probes_idle(self) -> None:
+        """Return once the current term's ramp driver has no warm-up probe in flight."""
+        if self.rollouts is not None:
+            await self.rollouts.wait_probes_idle()
+
     async def _tick_while_leading(self) -> None:
+        try:
+            await self._tick_terms()
+        finally:
+            await self._end_term()
+
+    async def _end_term(self) -> None:
+        """Drop the term's loop; its ramp driver's probes are cancelled and waited for."""
+        self.loop = None
+        rollouts, self.rollouts = self.rollouts, None
+        if rollouts is not None:
+            await rollouts.close()
+
+    async def _tick_terms(self) -> None:
         term = -1
         next_tick_s = 0.0
         tick_s = self.settings.loop.tick_s
@@ -278,11 +299,12 @@ class Controller:
         await self.cluster.wait_synced()
         while True:
             if not self.leading:
-                self.loop = None
+                await self._end_term()
                 assert self.elector is not None
                 await self.elector.wait_leading()
                 continue
             if self.loop is None or term != self._term:
+                await self._end_term()
                 term, self.loop = self._term, self.new_loop()
                 next_tick_s = self.clock.now()
             if self.is_leader():  # else the renewal is late: wait a tick for it, or the loss

@@ -8,6 +8,19 @@ writes one by one, then the reads the core asked for, concurrently), and persist
 only when its text changed. A service with nothing under way and no warming pod costs a look
 at its pods: no health query, no probe, no write.
 
+**Warm-up probes run off the tick.** A probe can take minutes (up to 1,000 requests, each up
+to `probe_timeout_s`, to a pod that may accept connections and never answer), so a `Probe`
+starts a background task and the tick goes on; a later tick hands the core whatever has
+finished. At most `probe_concurrency` probes are in flight across the driver, at most one per
+pod (the core asking again meanwhile is not a second probe), and each is ended after
+`probe_deadline_s`, counted as failed: the core asks again at its next probe time, until the
+pod's warm-up deadline reclaims it. A pod's answer waits for the serving pods probed with it
+(or before it), so that it is judged against their latency as in one tick; the latest serving
+pods' answers go with every new pod's answer. A probe of a pod that is gone, terminating or
+reclaimed is cancelled. `close()` cancels every probe and waits for them to end;
+`wait_probes_idle()` waits until none is in flight (tests use it to make the tick at which an
+answer arrives independent of scheduling).
+
 `scale` takes the loop's replica changes: up at once, down after draining the victims (the
 replicas drop on a later tick), refused with `RampBusyError` (an `ActuationError`, so the loop
 does not advance its policy state and decides again next tick) while new pods hold traffic.
@@ -28,7 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,7 +56,11 @@ from autoscaler.core import rollout as core
 log = structlog.get_logger(__name__)
 
 CONCURRENCY = 16
-"""Services whose ramp acts at once per tick (each of them may write and probe)."""
+"""Services whose ramp acts at once per tick (each of them may write and ask for reads)."""
+PROBE_CONCURRENCY = 16
+"""Warm-up probes in flight at once, by default (`settings.WarmupSettings.probe_concurrency`)."""
+PROBE_DEADLINE_S = 120.0
+"""Seconds one pod's probe may take in all, by default (`settings.WarmupSettings`)."""
 
 _IDLE_TEXT = core.dumps(core.RampState())
 """What a service with no persisted state has, in effect."""
@@ -96,6 +114,18 @@ def ramp_config(traffic: contract.TrafficConfig, warmup: contract.WarmupConfig) 
 
 
 @dataclass(slots=True)
+class _Probe:
+    """One pod's probe in flight (or finished and not yet handed to the core)."""
+
+    task: asyncio.Task[core.Probed | None]
+    """None when the prober failed (an `AutoscalerError`): no answer, the core asks again."""
+    round: int
+    """The service's probe round that started it: the requests of one tick share a round."""
+    serving: bool
+    """A serving pod probed for the latency a warm one shows, not a new pod."""
+
+
+@dataclass(slots=True)
 class _Service:
     """What the driver keeps about one service between ticks."""
 
@@ -111,6 +141,11 @@ class _Service:
     settled: bool | None = None
     in_flight: dict[str, float] = field(default_factory=dict)
     reported: tuple[int, int, bool] | None = None
+    probing: dict[str, _Probe] = field(default_factory=dict)
+    """Probes started and not yet handed over, by pod name."""
+    rounds: int = 0
+    serving_probes: dict[str, core.Probed] = field(default_factory=dict)
+    """The latest answer of each serving pod probed, handed again with each new pod's answer."""
 
     @property
     def idle(self) -> bool:
@@ -142,7 +177,15 @@ class RampDriver:
         prober: ports.WarmupProber,
         observer: RampObserver | None = None,
         probe_timeout_s: float = 5.0,
+        probe_concurrency: int = PROBE_CONCURRENCY,
+        probe_deadline_s: float = PROBE_DEADLINE_S,
     ) -> None:
+        """`probe_timeout_s` bounds one warm-up request, `probe_deadline_s` one pod's probe (all
+        its requests), `probe_concurrency` the probes in flight at once."""
+        if probe_concurrency < 1:
+            raise ValueError(f"probe_concurrency must be >= 1, not {probe_concurrency!r}")
+        if not (probe_deadline_s > 0 and math.isfinite(probe_deadline_s)):
+            raise ValueError(f"probe_deadline_s must be > 0 and finite, not {probe_deadline_s!r}")
         self._cluster = cluster
         self._pods = pods
         self._routers = routers
@@ -150,6 +193,10 @@ class RampDriver:
         self._prober = prober
         self._observer = observer
         self._probe_timeout_s = probe_timeout_s
+        self._probe_deadline_s = probe_deadline_s
+        self._probe_slots = asyncio.Semaphore(probe_concurrency)
+        self._probe_tasks: set[asyncio.Task[core.Probed | None]] = set()
+        self._closed = False
         self._services: dict[model.ServiceId, _Service] = {}
         self._index: dict[model.ServiceId, ports.RampTarget] = {}
         self._fresh = False
@@ -161,6 +208,29 @@ class RampDriver:
     def state_of(self, service: model.ServiceId) -> core.RampState | None:
         known = self._services.get(service)
         return None if known is None else known.state
+
+    @property
+    def probes_in_flight(self) -> int:
+        """Probes started and not finished (cancelled ones until they have ended)."""
+        return sum(not task.done() for task in self._probe_tasks)
+
+    async def wait_probes_idle(self) -> None:
+        """Return once no probe is in flight; the next tick then hands over every answer."""
+        while pending := [task for task in self._probe_tasks if not task.done()]:
+            await asyncio.wait(pending)
+
+    async def close(self) -> None:
+        """Cancel the probes in flight and wait until they have ended; no probe starts after.
+
+        Idempotent. The state stays readable (`state_of`); the driver is not to tick again."""
+        self._closed = True
+        tasks = list(self._probe_tasks)
+        for task in tasks:
+            task.cancel()
+        # Gathered so that an error of one that finished before is retrieved, not reported later.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for known in self._services.values():
+            known.probing.clear()
 
     # -- ports.Rollouts --------------------------------------------------------------------------
 
@@ -195,12 +265,15 @@ class RampDriver:
         targets = self._pods.ramp_targets()
         self._index = {t.service: t for t in targets}
         for gone in self._services.keys() - self._index.keys():
-            del self._services[gone]
+            probing = self._services.pop(gone).probing
+            self._cancel_probes(probing, list(probing))
         busy: list[tuple[ports.RampTarget, _Service, Sequence[ports.PodInfo]]] = []
         for target in targets:
             known = self._service(target)
             self._notice_edit(target, known)
             infos = self._pods.pods(target.service)
+            if known.probing:
+                self._drop_gone_probes(known, infos)
             if known.idle and not any(_needs_care(p) for p in infos):
                 continue
             busy.append((target, known, infos))
@@ -221,10 +294,13 @@ class RampDriver:
 
         if len(busy) == 1:
             await one(*busy[0])
-            return
-        async with asyncio.TaskGroup() as group:
-            for item in busy:
-                group.create_task(one(*item))
+        else:
+            async with asyncio.TaskGroup() as group:
+                for item in busy:
+                    group.create_task(one(*item))
+        # The probes started this tick take their first step now: one that needs no I/O (the
+        # simulator's) is over before the tick ends and answers at the next, as in one tick.
+        await asyncio.sleep(0)
 
     # -- one service -----------------------------------------------------------------------------
 
@@ -237,6 +313,7 @@ class RampDriver:
     ) -> None:
         pods = tuple(_pod(info, known.in_flight) for info in infos)
         known.in_flight = {}
+        self._collect_probes(known, infos)
         answers = known.take_answers()
         tick = core.Tick(
             now_s=now_s,
@@ -263,6 +340,8 @@ class RampDriver:
             if isinstance(action, core.REQUESTS):
                 requests.append(action)
             else:
+                if isinstance(action, core.Reclaim):
+                    self._cancel_probes(known.probing, [action.pod])
                 await self._write(target, action)
         known.state = plan.state
         known.resumed = False
@@ -331,12 +410,22 @@ class RampDriver:
         requests: Sequence[core.Action],
         infos: Sequence[ports.PodInfo],
     ) -> None:
-        """Make the reads the core asked for; the answers wait for the next tick."""
+        """Make the reads the core asked for; the answers wait for the next tick.
+
+        Probes are started, not awaited (see the module docstring)."""
         by_name = {info.name: info for info in infos}
+        probes = [request for request in requests if isinstance(request, core.Probe)]
+        if probes:
+            known.rounds += 1
+            for probe in probes:
+                self._start_probe(target, known, by_name.get(probe.pod))
+            requests = [request for request in requests if not isinstance(request, core.Probe)]
+        if not requests:
+            return
 
         async def ask(request: core.Action) -> None:
             try:
-                await self._answer(target, known, request, by_name)
+                await self._answer(target, known, request)
             except errors.AutoscalerError as e:
                 # No answer: the core asks again.
                 kind = type(request).__name__
@@ -356,14 +445,9 @@ class RampDriver:
         target: ports.RampTarget,
         known: _Service,
         request: core.Action,
-        pods: Mapping[str, ports.PodInfo],
     ) -> None:
         namespace, metrics = target.route.namespace, target.metrics
         match request:
-            case core.Probe(pod=name):
-                info = pods.get(name)
-                if info is not None and info.ip is not None:
-                    known.probes[name] = await self._probe(target, info, info.ip)
             case core.MeasureHealth(warming=warming, stable=stable, window_s=window_s):
                 measured = await self._health.health(namespace, metrics, warming, stable, window_s)
                 known.health = (_health(measured[0]), _health(measured[1]))
@@ -403,6 +487,85 @@ class RampDriver:
                 raise result
             answers[name] = (_health(result[0]), _health(result[1]))
         return answers
+
+    # -- probes ----------------------------------------------------------------------------------
+
+    def _start_probe(
+        self, target: ports.RampTarget, known: _Service, info: ports.PodInfo | None
+    ) -> None:
+        if self._closed or info is None or info.ip is None or info.name in known.probing:
+            return
+        task = asyncio.create_task(
+            self._probe_bounded(target, info, info.ip),
+            name=f"probe {target.service} {info.name}",
+        )
+        self._probe_tasks.add(task)
+        task.add_done_callback(self._probe_tasks.discard)
+        known.probing[info.name] = _Probe(task, known.rounds, serving=not info.warming)
+
+    async def _probe_bounded(
+        self, target: ports.RampTarget, pod: ports.PodInfo, ip: str
+    ) -> core.Probed | None:
+        """One pod's probe in a slot, ended after `probe_deadline_s` (all of it counts failed)."""
+        async with self._probe_slots:
+            try:
+                async with asyncio.timeout(self._probe_deadline_s):
+                    return await self._probe(target, pod, ip)
+            except TimeoutError:
+                log.warning(
+                    "ramp.probe_timed_out",
+                    service=target.service,
+                    pod=pod.name,
+                    deadline_s=self._probe_deadline_s,
+                )
+                return core.Probed(ok=0, failed=target.warmup.requests)
+            except errors.AutoscalerError as e:
+                # No answer: the core asks again.
+                log.warning(
+                    "ramp.request_failed", service=target.service, request="Probe", error=str(e)
+                )
+                return None
+
+    def _collect_probes(self, known: _Service, infos: Sequence[ports.PodInfo]) -> None:
+        """Hand the finished probes to this tick's answers (those of pods gone are cancelled).
+
+        A new pod's answer waits while a serving pod of its round, or an earlier one, is still
+        being probed: the core judges its latency against theirs."""
+        self._drop_gone_probes(known, infos)
+        measuring = min(
+            (p.round for p in known.probing.values() if p.serving and not p.task.done()),
+            default=math.inf,
+        )
+        fresh = False
+        for name, probe in list(known.probing.items()):
+            if not probe.task.done() or (not probe.serving and probe.round >= measuring):
+                continue
+            del known.probing[name]
+            if probe.task.cancelled():  # by the event loop's shutdown: no answer
+                continue
+            result = probe.task.result()  # an unexpected error propagates, as in the tick
+            if result is None:
+                continue
+            if probe.serving:
+                known.serving_probes[name] = result
+            else:
+                known.probes[name] = result
+                fresh = True
+        if fresh:
+            known.probes.update(known.serving_probes)
+
+    def _drop_gone_probes(self, known: _Service, infos: Sequence[ports.PodInfo]) -> None:
+        alive = {info.name for info in infos if not info.terminating}
+        self._cancel_probes(known.probing, known.probing.keys() - alive)
+        for name in known.serving_probes.keys() - alive:
+            del known.serving_probes[name]
+
+    def _cancel_probes(self, probing: dict[str, _Probe], names: Iterable[str]) -> None:
+        """Cancel these pods' probes; `close` awaits them."""
+        for name in list(names):
+            probe = probing.pop(name, None)
+            if probe is not None:
+                probe.task.cancel()
 
     async def _probe(self, target: ports.RampTarget, pod: ports.PodInfo, ip: str) -> core.Probed:
         warmup = target.warmup

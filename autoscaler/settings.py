@@ -184,6 +184,19 @@ class LoopSettings(BaseModel):
     Default 1. The simulator always ticks every second; `simulate` warns when this differs."""
 
 
+class WarmupSettings(BaseModel):
+    model_config = _GROUP
+
+    probe_concurrency: int = Field(16, ge=1)
+    """Warm-up probes in flight at once across the controller, one pod each. Default 16.
+    Probes run beside the ticks, never inside one: more pods to probe only wait longer for
+    their answer."""
+    probe_deadline_s: float = Field(120.0, gt=0, allow_inf_nan=False)
+    """Seconds one pod's probe may take in all (every one of its `warmup-requests`, each
+    bounded by 5 s) before it ends and counts as failed; the pod is probed again at its next
+    probe time, until its `warmup-deadline`. Default 120."""
+
+
 class SmoothingSettings(BaseModel):
     model_config = _GROUP
 
@@ -219,6 +232,7 @@ class Settings(BaseSettings):
     prometheus: PrometheusSettings = PrometheusSettings()
     http: HttpSettings = HttpSettings()
     loop: LoopSettings = LoopSettings()
+    warmup: WarmupSettings = WarmupSettings()
     smoothing: SmoothingSettings = SmoothingSettings()
     log: LogSettings = LogSettings()
 

@@ -91,19 +91,22 @@ async def drive(
     core policy, each service with its own config). When a service has the ramp, the ramp
     driver runs in the loop (`ramp_driver`). Returns the loop, for its policy states.
     """
+    driver = ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None
     controller = loop.Loop(
         cluster=sim.cluster,
         metrics=sim.metrics,
         clock=sim.clock,
         policy=policy,
         smoothing_config=SMOOTHING,
-        rollouts=ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None,
+        rollouts=driver,
     )
     simulated = logs.SIM_CLOCK.set(sim.clock.now)
     try:
         await controller.run(until_s=until_s)
     finally:
         logs.SIM_CLOCK.reset(simulated)
+        if driver is not None:
+            await driver.close()
     return controller
 
 

@@ -1,4 +1,5 @@
-"""The controller's settings groups (kubernetes, prometheus, http) and the production clock."""
+"""The controller's settings groups (kubernetes, prometheus, http, warmup) and the production
+clock."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def test_controller_settings_default_without_environment() -> None:
         None,
     )
     assert (config.http.host, config.http.port) == ("0.0.0.0", 8080)
+    assert (config.warmup.probe_concurrency, config.warmup.probe_deadline_s) == (16, 120.0)
 
 
 def test_namespaces_are_comma_separated_in_the_environment(
@@ -65,6 +67,8 @@ def test_namespaces_are_comma_separated_in_the_environment(
         ("AUTOSCALER_PROMETHEUS__RATE_WINDOW_S", "20"),
         ("AUTOSCALER_PROMETHEUS__MAX_AGE_S", "10"),
         ("AUTOSCALER_HTTP__PORT", "65536"),
+        ("AUTOSCALER_WARMUP__PROBE_CONCURRENCY", "0"),
+        ("AUTOSCALER_WARMUP__PROBE_DEADLINE_S", "inf"),
         ("AUTOSCALER_HTTP__PROT", "8080"),
     ],
 )

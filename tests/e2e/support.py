@@ -2,7 +2,9 @@
 
 Time: the controllers' loop and Lease clocks are one `SteppedClock` that only the test moves;
 `advance` returns once every task it woke is asleep on it again, so a test reads the cluster
-after whole ticks. Prometheus and the Kubernetes API emulator are real servers on loopback:
+after whole ticks. Before each step it also waits until the controllers' warm-up probes, which
+run beside the ticks, are over, so that the tick at which a pod turns warm never depends on
+scheduling. Prometheus and the Kubernetes API emulator are real servers on loopback:
 waiting for them is polling with a bound, never a fixed sleep.
 
 The test side touches the cluster only through the emulator's store, in-process, so the API
@@ -16,7 +18,7 @@ import contextlib
 import dataclasses
 import json
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from kube.emulator import ApiCall, Kube
@@ -48,6 +50,8 @@ class SteppedClock:
         self._now = start_s
         self._sleepers: list[tuple[float, asyncio.Future[None], asyncio.Task[Any] | None]] = []
         self._changed = asyncio.Event()
+        self.before_step: list[Callable[[], Awaitable[None]]] = []
+        """Awaited before each step: work begun beside the ticks that the next one reads."""
 
     def now(self) -> float:
         return self._now
@@ -71,6 +75,9 @@ class SteppedClock:
         """Move time by `seconds` in steps, letting every woken task finish its work each step."""
         steps = max(1, round(seconds / step_s))
         for _ in range(steps):
+            async with asyncio.timeout(SETTLE_TIMEOUT_S):
+                for wait in self.before_step:
+                    await wait()
             self._now += seconds / steps
             woken: list[asyncio.Task[Any]] = []
             for deadline, future, task in list(self._sleepers):
@@ -145,7 +152,12 @@ class Controllers:
         self.running: list[Running] = []
 
     def config(
-        self, *, identity: str, prometheus_url: str | None = None, **kubernetes: Any
+        self,
+        *,
+        identity: str,
+        prometheus_url: str | None = None,
+        warmup: Mapping[str, Any] | None = None,
+        **kubernetes: Any,
     ) -> settings.Settings:
         """The settings of a controller under test: the emulator, a 1 s scrape interval."""
         assert self.kube.kubeconfig is not None
@@ -161,6 +173,7 @@ class Controllers:
                 "scrape_interval_s": server.SCRAPE_INTERVAL_S,
             },
             http={"host": "127.0.0.1", "port": 0},
+            warmup=dict(warmup or {}),
         )
 
     async def start(
@@ -169,12 +182,18 @@ class Controllers:
         *,
         leader: bool = True,
         prometheus_url: str | None = None,
+        wait_probes: bool = True,
+        warmup: Mapping[str, Any] | None = None,
         **kubernetes: Any,
     ) -> Running:
         """A serving controller with synced caches that leads and has ticked, or that follows
         (`leader=False`) and has seen the Lease held by another. `kubernetes` overrides
-        settings of that group (`dry_run`, `namespaces`, ...)."""
-        config = self.config(identity=identity, prometheus_url=prometheus_url, **kubernetes)
+        settings of that group (`dry_run`, `namespaces`, ...), `warmup` those of its group.
+        The clock waits for its warm-up probes before each step unless `wait_probes` is
+        false (for a pod that never answers)."""
+        config = self.config(
+            identity=identity, prometheus_url=prometheus_url, warmup=warmup, **kubernetes
+        )
         ensure_namespace(self.kube, LEASE_NAMESPACE)
         controller = await self._stack.enter_async_context(
             app.wire(config, clock=self.clock, lease_clock=self.clock, wall_now=self.clock.now)
@@ -183,6 +202,8 @@ class Controllers:
         task = asyncio.create_task(controller.serve(stop), name=f"controller {identity}")
         running = Running(controller, stop, task, self._record_calls)
         self.running.append(running)
+        if wait_probes:
+            self.clock.before_step.append(controller.wait_probes_idle)
         self._stack.push_async_callback(running.stop)
         async with asyncio.timeout(10):
             await controller.cluster.wait_synced()

@@ -298,6 +298,8 @@ class Rig:
         self.driver = self.new_driver()
 
     async def tick(self, dt_s: float = 1.0) -> None:
+        # Probes run beside the ticks: the next tick sees every answer, whatever the scheduling.
+        await self.driver.wait_probes_idle()
         self.now += dt_s
         self.cluster.start_all()
         await self.driver.reconcile(self.now, [])
