@@ -87,7 +87,13 @@ endpoints leave them (`SetWarm` False, `stable` removed); once their in-flight r
 replica count drops (`ScaleTo`). A scale-up during a drain puts the victims back.
 
 The state survives a restart as JSON (`dumps`/`loads`, all but the probe throttle); the first
-tick after a restore re-asserts the weight it computes, so none stays stuck.
+tick after a restore re-asserts the weight it computes, so none stays stuck. It also starts the
+ramp's timed waits again (`Tick.resumed`): the current step's dwell restarts with the weights as
+they are, and a wait for the router or the labels gets its full time again. The successor of a
+crashed leader finds the step's start long past and no measurement asked for in between: on the
+old clock, that is a missing measurement and the ramp would hold, its new pods kept warm at 0 %
+until someone edits a setting. A hold stays for what the gate measures, and for a measurement
+asked for and not answered within an interval.
 
 Pure: no I/O, no clock (time is `tick.now_s`), no logging; `autoscaler.rollout` gathers the
 inputs and carries out the actions.
@@ -768,6 +774,8 @@ class _Advance:
             self._end_ramp()  # the router went away: there is no weight left to manage
         ramping = self.phase in RAMP_PHASES
         draining = self._draining()
+        if self.tick.resumed and ramping:
+            self._resume()
         if self.tick.resumed and not ramping and not self.config.gate_only:
             # Whatever happened before the restart, no new pod holds traffic now.
             self.actions.append(EnsureRoutes())
@@ -1093,6 +1101,21 @@ class _Advance:
                 f"the traffic router did not apply {what} within {self.config.settle_timeout_s:g} s"
             )
         return False
+
+    def _resume(self) -> None:
+        """After a restart, start every timed wait of the ramp again from now.
+
+        The answers asked for before the restart are lost, and the time the controller was
+        away says nothing of the router or of the cohort: a step measured from its old start
+        would be judged on a window nobody watched, or held for want of a measurement no one
+        was there to ask for. So the step's dwell starts again (its extensions too) with the
+        weights as they are, and a wait for the router or the labels gets its full time again.
+        """
+        if self.settle_since_s is not None:
+            self.settle_since_s = self.now
+        if self.phase is Phase.RAMPING and self.step_started_s is not None:
+            self.step_started_s = self.now
+            self.checks = 0
 
     def _write_weights(self, weight: int, *, settle: bool = False) -> None:
         self.actions.append(SetWeights(weight))

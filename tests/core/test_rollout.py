@@ -145,6 +145,13 @@ class World:
         self.carry_out(plan)
         return plan
 
+    def restart(self, gap_s: float) -> Plan:
+        """A new leader takes over `gap_s` after the last tick: the state as it was persisted,
+        the answers to the old leader's requests lost."""
+        self.requests = []
+        self.state = rollout.loads(rollout.dumps(self.state))
+        return self.tick(gap_s, resumed=True)
+
     def scale(self, replicas: int) -> Plan | Refusal:
         answer = rollout.scale(
             self.config,
@@ -874,6 +881,75 @@ def test_a_resumed_ramp_writes_its_weight_again() -> None:
     assert SetWeights(world.weight) in plan.actions
 
 
+@pytest.mark.parametrize("interval_s", [1.0, 10.0])
+def test_a_leader_restart_mid_step_measures_the_step_again_instead_of_holding(
+    interval_s: float,
+) -> None:
+    """A successor taking over mid-step after a gap longer than the step interval restarts the
+    step's dwell at the same weight and walks on to the promotion instead of holding."""
+    world = cohort_world(step_interval_s=interval_s, settle_timeout_s=10.0)
+    world.tick(interval_s / 2)
+    step, weight = world.state.step, world.weight
+    plan = world.restart(16.0)  # a lease duration and a retry
+    assert Outcome.HELD not in plan.outcomes
+    assert (world.state.phase, world.state.step, world.weight) == (Phase.RAMPING, step, weight)
+    assert world.state.step_started_s == world.now
+    world.run_until(lambda: world.state.phase is Phase.IDLE)
+    assert not world.state.held
+    assert world.stable_set() == ["p00", "p01", "p02", "p03", "p04"]
+    assert reasons(world.actions).count(rollout.RAMP_PROMOTED) == 1
+
+
+def test_a_restart_keeps_a_step_judged_on_the_new_dwell_only() -> None:
+    """The step a successor resumes is measured over the time since it took over."""
+    world = cohort_world(step_interval_s=30.0)
+    world.tick(20.0)
+    world.restart(40.0)
+    taken_over = world.now
+    world.run_until(lambda: any(isinstance(a, MeasureHealth) for a in world.requests))
+    measure = next(a for a in world.requests if isinstance(a, MeasureHealth))
+    assert measure.window_s == world.now - taken_over == 10.0
+
+
+def test_a_health_answer_that_never_comes_still_holds_after_a_restart() -> None:
+    """A successor whose measurements go unanswered holds once an interval past the new dwell."""
+    world = cohort_world(step_interval_s=5.0)
+    world.tick(2.0)
+    world.health = "missing"
+    world.restart(16.0)
+    taken_over = world.now
+    world.run_until(lambda: world.state.held)
+    assert world.now - taken_over == 10.0
+    assert "no health measurement" in (world.state.hold_reason or "")
+    assert world.weight == 0
+
+
+@pytest.mark.parametrize("phase", [Phase.ROLLING_BACK, Phase.PROMOTING])
+def test_a_restart_gives_the_router_its_full_settle_time_again(phase: Phase) -> None:
+    """A rollback or a promotion resumed after a gap longer than the settle timeout waits for
+    the router again: no pod is reclaimed unjudged and nothing is held."""
+    world = cohort_world(new=2, settle_timeout_s=20.0, steps_pct=(100,))
+    if phase is Phase.ROLLING_BACK:
+        world.health = "erroring"
+        world.alone = {"p05": "good"}
+    world.run_until(lambda: world.state.phase is phase)
+    world.settles = False
+    world.tick()
+    world.restart(60.0)
+    for _ in range(10):
+        world.tick()
+        assert world.state.phase is phase
+    assert sorted(world.pods) == ["p00", "p01", "p02", "p03", "p04", "p05"]
+    world.settles = True
+    world.run_until(lambda: world.state.phase is Phase.IDLE)
+    assert not world.state.held
+    if phase is Phase.ROLLING_BACK:  # the pod healthy alone is spared
+        assert "p04" not in world.pods
+        assert "p05" in world.pods
+    else:
+        assert world.stable_set() == ["p00", "p01", "p02", "p03", "p04", "p05"]
+
+
 def test_a_resumed_idle_service_sets_the_weight_to_zero() -> None:
     """A restart outside a ramp (or from an unreadable state) leaves no weight behind."""
     world = World(stable=2)
@@ -1255,7 +1331,7 @@ class RampMachine(RuleBasedStateMachine):
     def tick(self, dt_s: float, resumed: bool) -> None:
         self.checked_tick(dt_s, resumed=resumed)
 
-    def checked_tick(self, dt_s: float, *, resumed: bool = False) -> None:
+    def checked_tick(self, dt_s: float, *, resumed: bool = False) -> Plan:
         world = self.world
         before = world.state
         stable_before = set(world.stable_set())
@@ -1274,6 +1350,23 @@ class RampMachine(RuleBasedStateMachine):
                 if isinstance(action, Label) and action.pod in stable_before:
                     assert action.stable
         self.check_round_trip()
+        return plan
+
+    @rule(gap_s=st.floats(0.5, 900.0, allow_nan=False))
+    def leader_restart(self, gap_s: float) -> None:
+        """A new leader takes over after an arbitrary gap, from the persisted state and without
+        the old leader's answers: the restart alone never holds, rolls back or moves a step."""
+        world = self.world
+        before = world.state
+        world.requests = []
+        plan = self.checked_tick(gap_s, resumed=True)
+        after = plan.state
+        assert Outcome.HELD not in plan.outcomes, f"held by a restart: {after.hold_reason}"
+        assert Outcome.ROLLED_BACK not in plan.outcomes
+        if before.phase is Phase.RAMPING and after.phase is Phase.RAMPING:
+            assert after.step == before.step
+            if before.step_started_s is not None:
+                assert after.step_started_s == world.now
 
     @rule()
     def quiesce(self) -> None:
