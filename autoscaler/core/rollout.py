@@ -40,10 +40,10 @@ latency at most `max_p95_ratio` times theirs and under `max_p95_latency_s` when 
 - Fewer than `min_requests` requests at the end of the interval: the step is extended by another
   interval, up to `max_step_extensions` times; then it is judged on what there is. No request at
   all passes (traffic is too thin to judge and the warm-up probe already vouched for the pods); a
-  missing measurement, or a cohort whose error rate and latency are both unknown, holds: a missing
-  metric never reads as healthy. An unknown error rate next to a known latency is judged on the
-  latency alone: a server that creates its failure counter at its first failure (TGI) has no error
-  series while it is healthy.
+  missing measurement (asked for and not answered for a whole interval), or a cohort whose error
+  rate and latency are both unknown, holds: a missing metric never reads as healthy. An unknown
+  error rate next to a known latency is judged on the latency alone: a server that creates its
+  failure counter at its first failure (TGI) has no error series while it is healthy.
 - Pass: the next step. The pods that passed their warm-up during the step join the cohort
   now, marked warm together with the new weights, which count them: step p gives
   `share_pct(p, K + J, N)`. A joining pod has not passed the earlier gates, so the bound the
@@ -372,6 +372,9 @@ class RampState:
     """The warming weight last written."""
     checks: int = 0
     """Gate measurements of this step found too thin to judge (extensions used)."""
+    asked_s: float | None = None
+    """When the gate first asked for the health measurement it still awaits; None when it
+    awaits none. Kept in memory only (see `dumps`)."""
     deadlines: Mapping[str, float] = field(default_factory=dict)
     """Warm-up deadline of each running warming pod."""
     probe_after: Mapping[str, float] = field(default_factory=dict)
@@ -752,6 +755,7 @@ class _Advance:
         self.stage = state.stage
         self.weight = state.weight_pct
         self.checks = state.checks
+        self.asked_s = None if tick.health is not None else state.asked_s
         self.deadlines = dict(state.deadlines)
         self.probe_after = dict(state.probe_after)
         self.passed = list(state.passed)
@@ -923,17 +927,25 @@ class _Advance:
                 if verdict is not Verdict.WAIT and health[0].requests > 0:
                     self._judged(verdict, why, alive, stable)
                     return
-            self.actions.append(measure)
+            self._ask(measure)
             return
         if health is None:
-            if self.now >= due_s + interval:
+            # Counted from the first request left unanswered, not from the step's due time:
+            # a gate that did not ask (a step just extended, a leader just taken over) has
+            # nothing missing yet.
+            if self.asked_s is not None and self.now >= self.asked_s + interval:
                 self._hold(f"no health measurement of the new pods for {interval:g} s")
                 return
-            self.actions.append(measure)
+            self._ask(measure)
             return
         final = self.checks >= self.config.max_step_extensions
         verdict, why = judge(self.config, health[0], health[1], final=final)
         self._judged(verdict, why, alive, stable)
+
+    def _ask(self, measure: MeasureHealth) -> None:
+        self.actions.append(measure)
+        if self.asked_s is None:
+            self.asked_s = self.now
 
     def _judged(self, verdict: Verdict, why: str, alive: list[str], stable: list[str]) -> None:
         if verdict is Verdict.WAIT:
@@ -1116,6 +1128,7 @@ class _Advance:
         if self.phase is Phase.RAMPING and self.step_started_s is not None:
             self.step_started_s = self.now
             self.checks = 0
+        self.asked_s = None  # the answer went with the old leader
 
     def _write_weights(self, weight: int, *, settle: bool = False) -> None:
         self.actions.append(SetWeights(weight))
@@ -1338,6 +1351,7 @@ class _Advance:
             stage=self.stage if phase is Phase.PROMOTING else None,
             weight_pct=self.weight,
             checks=self.checks,
+            asked_s=self.asked_s if phase is Phase.RAMPING else None,
             deadlines=self.deadlines,
             probe_after=self.probe_after,
             passed=tuple(self.passed),
@@ -1361,7 +1375,8 @@ def dumps(state: RampState) -> str:
     """The state as compact JSON with a version field; fields at their default are left out.
 
     `probe_after` stays in memory: it changes with every probe, and a restarted controller
-    that probes a warming pod a little early loses nothing.
+    that probes a warming pod a little early loses nothing. So does `asked_s`: it changes with
+    every health request, and a restarted controller has lost the answer it awaited.
     """
     doc: dict[str, Any] = {"v": VERSION, "phase": state.phase.value}
     if state.cohort:
