@@ -62,8 +62,6 @@ class Case:
 CASES = [Case(router, 1, point) for router in ROUTERS for point in POINTS] + [
     Case(ISTIO, 5, "step-30"),
     Case(GATEWAY_API, 5, "promoting"),
-    Case(SMI, 5, "step-10"),
-    Case(ISTIO, 30, "step-50"),
     Case(SMI, 30, "step-100"),
 ]
 
