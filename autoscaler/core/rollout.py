@@ -88,12 +88,12 @@ replica count drops (`ScaleTo`). A scale-up during a drain puts the victims back
 
 The state survives a restart as JSON (`dumps`/`loads`, all but the probe throttle); the first
 tick after a restore re-asserts the weight it computes, so none stays stuck. It also starts the
-ramp's timed waits again (`Tick.resumed`): the current step's dwell restarts with the weights as
-they are, and a wait for the router or the labels gets its full time again. The successor of a
-crashed leader finds the step's start long past and no measurement asked for in between: on the
-old clock, that is a missing measurement and the ramp would hold, its new pods kept warm at 0 %
-until someone edits a setting. A hold stays for what the gate measures, and for a measurement
-asked for and not answered within an interval.
+ramp's overdue waits again (`Tick.resumed`): a step already due restarts its dwell with the
+weights as they are, and a wait for the router that the gap used up gets its full time again. The
+successor of a crashed leader finds the step's start long past and no measurement asked for in
+between: on the old clock, that is a missing measurement and the ramp would hold, its new pods
+kept warm at 0 % until someone edits a setting. A hold stays for what the gate measures, and for
+a measurement asked for and not answered within an interval.
 
 Pure: no I/O, no clock (time is `tick.now_s`), no logging; `autoscaler.rollout` gathers the
 inputs and carries out the actions.
@@ -1115,20 +1115,25 @@ class _Advance:
         return False
 
     def _resume(self) -> None:
-        """After a restart, start every timed wait of the ramp again from now.
+        """After a restart, give back to the ramp's timed waits what the gap took from them.
 
         The answers asked for before the restart are lost, and the time the controller was
-        away says nothing of the router or of the cohort: a step measured from its old start
-        would be judged on a window nobody watched, or held for want of a measurement no one
-        was there to ask for. So the step's dwell starts again (its extensions too) with the
-        weights as they are, and a wait for the router or the labels gets its full time again.
+        away says nothing of the router or of the cohort. A step already due restarts its
+        dwell (its extensions too) with the weights as they are, rather than being judged, or
+        held, on a clock nobody watched; a wait for the router or the labels that the gap used
+        up gets its full time again. A wait not yet over keeps its clock: a controller that
+        restarts again and again still moves on.
         """
-        if self.settle_since_s is not None:
-            self.settle_since_s = self.now
-        if self.phase is Phase.RAMPING and self.step_started_s is not None:
-            self.step_started_s = self.now
-            self.checks = 0
         self.asked_s = None  # the answer went with the old leader
+        since = self.settle_since_s
+        if since is not None and self.now - since >= self.config.settle_timeout_s:
+            self.settle_since_s = self.now
+        started = self.step_started_s
+        if self.phase is Phase.RAMPING and started is not None:
+            due_s = started + self.config.step_interval_s * (self.checks + 1)
+            if self.now >= due_s:
+                self.step_started_s = self.now
+                self.checks = 0
 
     def _write_weights(self, weight: int, *, settle: bool = False) -> None:
         self.actions.append(SetWeights(weight))

@@ -1384,8 +1384,10 @@ class RampMachine(RuleBasedStateMachine):
         assert Outcome.ROLLED_BACK not in plan.outcomes
         if before.phase is Phase.RAMPING and after.phase is Phase.RAMPING:
             assert after.step == before.step
-            if before.step_started_s is not None:
-                assert after.step_started_s == world.now
+            started = before.step_started_s
+            interval = world.config.step_interval_s
+            if started is not None and world.now >= started + interval * (before.checks + 1):
+                assert after.step_started_s == world.now  # overdue: the dwell starts again
 
     @rule()
     def quiesce(self) -> None:
