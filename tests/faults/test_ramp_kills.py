@@ -142,7 +142,8 @@ async def test_a_ramp_resumes_after_its_leader_is_killed(
 
     ramped = [w for w in chat.warming_weights() if w]
     assert ramped == sorted(ramped), f"a step taken back: {chat.seen}"
-    assert set(ramped) <= set(SHARES.values()), chat.seen
+    # A pod warm after the takeover may join at the next step: 3 % for one pod, then 15 %.
+    assert max(ramped) <= SHARES["step-100"], chat.seen
     assert chat.weights() == {"stable": 100, "warming": 0}
     assert chat.ramp() == {"v": 1, "phase": "idle"}
     assert chat.pods() == sorted(first + new), "a pod was removed"
