@@ -40,10 +40,10 @@ latency at most `max_p95_ratio` times theirs and under `max_p95_latency_s` when 
 - Fewer than `min_requests` requests at the end of the interval: the step is extended by another
   interval, up to `max_step_extensions` times; then it is judged on what there is. No request at
   all passes (traffic is too thin to judge and the warm-up probe already vouched for the pods); a
-  missing measurement, or a cohort whose error rate and latency are both unknown, holds: a missing
-  metric never reads as healthy. An unknown error rate next to a known latency is judged on the
-  latency alone: a server that creates its failure counter at its first failure (TGI) has no error
-  series while it is healthy.
+  missing measurement (asked for and not answered for a whole interval), or a cohort whose error
+  rate and latency are both unknown, holds: a missing metric never reads as healthy. An unknown
+  error rate next to a known latency is judged on the latency alone: a server that creates its
+  failure counter at its first failure (TGI) has no error series while it is healthy.
 - Pass: the next step. The pods that passed their warm-up during the step join the cohort
   now, marked warm together with the new weights, which count them: step p gives
   `share_pct(p, K + J, N)`. A joining pod has not passed the earlier gates, so the bound the
@@ -87,8 +87,14 @@ endpoints leave them (`SetWarm` False, `stable` removed); once their in-flight r
 replica count drops (`ScaleTo`). A scale-up during a drain puts the victims back.
 
 The state survives a restart as JSON (`dumps`/`loads`, all but the probe throttle); the first
-tick after a restore re-asserts the weight it computes, so none stays stuck. `loads` reads text
-a tenant can edit: through `untrusted.loads`, so any bad text is a `ValueError`.
+tick after a restore re-asserts the weight it computes, so none stays stuck. It also starts the
+ramp's overdue waits again (`Tick.resumed`): a step already due restarts its dwell with the
+weights as they are, and a wait for the router that the gap used up gets its full time again. The
+successor of a crashed leader finds the step's start long past and no measurement asked for in
+between: on the old clock, that is a missing measurement and the ramp would hold, its new pods
+kept warm at 0 % until someone edits a setting. A hold stays for what the gate measures, and for
+a measurement asked for and not answered within an interval. `loads` reads text a tenant can
+edit: through `untrusted.loads`, so any bad text is a `ValueError`.
 
 Pure: no I/O, no clock (time is `tick.now_s`), no logging; `autoscaler.rollout` gathers the
 inputs and carries out the actions.
@@ -372,6 +378,9 @@ class RampState:
     """The warming weight last written."""
     checks: int = 0
     """Gate measurements of this step found too thin to judge (extensions used)."""
+    asked_s: float | None = None
+    """When the gate first asked for the health measurement it still awaits; None when it
+    awaits none. Kept in memory only (see `dumps`)."""
     deadlines: Mapping[str, float] = field(default_factory=dict)
     """Warm-up deadline of each running warming pod."""
     probe_after: Mapping[str, float] = field(default_factory=dict)
@@ -752,6 +761,7 @@ class _Advance:
         self.stage = state.stage
         self.weight = state.weight_pct
         self.checks = state.checks
+        self.asked_s = None if tick.health is not None else state.asked_s
         self.deadlines = dict(state.deadlines)
         self.probe_after = dict(state.probe_after)
         self.passed = list(state.passed)
@@ -774,6 +784,8 @@ class _Advance:
             self._end_ramp()  # the router went away: there is no weight left to manage
         ramping = self.phase in RAMP_PHASES
         draining = self._draining()
+        if self.tick.resumed and ramping:
+            self._resume()
         if self.tick.resumed and not ramping and not self.config.gate_only:
             # Whatever happened before the restart, no new pod holds traffic now.
             self.actions.append(EnsureRoutes())
@@ -921,17 +933,25 @@ class _Advance:
                 if verdict is not Verdict.WAIT and health[0].requests > 0:
                     self._judged(verdict, why, alive, stable)
                     return
-            self.actions.append(measure)
+            self._ask(measure)
             return
         if health is None:
-            if self.now >= due_s + interval:
+            # Counted from the first request left unanswered, not from the step's due time:
+            # a gate that did not ask (a step just extended, a leader just taken over) has
+            # nothing missing yet.
+            if self.asked_s is not None and self.now >= self.asked_s + interval:
                 self._hold(f"no health measurement of the new pods for {interval:g} s")
                 return
-            self.actions.append(measure)
+            self._ask(measure)
             return
         final = self.checks >= self.config.max_step_extensions
         verdict, why = judge(self.config, health[0], health[1], final=final)
         self._judged(verdict, why, alive, stable)
+
+    def _ask(self, measure: MeasureHealth) -> None:
+        self.actions.append(measure)
+        if self.asked_s is None:
+            self.asked_s = self.now
 
     def _judged(self, verdict: Verdict, why: str, alive: list[str], stable: list[str]) -> None:
         if verdict is Verdict.WAIT:
@@ -1099,6 +1119,27 @@ class _Advance:
                 f"the traffic router did not apply {what} within {self.config.settle_timeout_s:g} s"
             )
         return False
+
+    def _resume(self) -> None:
+        """After a restart, give back to the ramp's timed waits what the gap took from them.
+
+        The answers asked for before the restart are lost, and the time the controller was
+        away says nothing of the router or of the cohort. A step already due restarts its
+        dwell (its extensions too) with the weights as they are, rather than being judged, or
+        held, on a clock nobody watched; a wait for the router or the labels that the gap used
+        up gets its full time again. A wait not yet over keeps its clock: a controller that
+        restarts again and again still moves on.
+        """
+        self.asked_s = None  # the answer went with the old leader
+        since = self.settle_since_s
+        if since is not None and self.now - since >= self.config.settle_timeout_s:
+            self.settle_since_s = self.now
+        started = self.step_started_s
+        if self.phase is Phase.RAMPING and started is not None:
+            due_s = started + self.config.step_interval_s * (self.checks + 1)
+            if self.now >= due_s:
+                self.step_started_s = self.now
+                self.checks = 0
 
     def _write_weights(self, weight: int, *, settle: bool = False) -> None:
         self.actions.append(SetWeights(weight))
@@ -1321,6 +1362,7 @@ class _Advance:
             stage=self.stage if phase is Phase.PROMOTING else None,
             weight_pct=self.weight,
             checks=self.checks,
+            asked_s=self.asked_s if phase is Phase.RAMPING else None,
             deadlines=self.deadlines,
             probe_after=self.probe_after,
             passed=tuple(self.passed),
@@ -1344,7 +1386,8 @@ def dumps(state: RampState) -> str:
     """The state as compact JSON with a version field; fields at their default are left out.
 
     `probe_after` stays in memory: it changes with every probe, and a restarted controller
-    that probes a warming pod a little early loses nothing.
+    that probes a warming pod a little early loses nothing. So does `asked_s`: it changes with
+    every health request, and a restarted controller has lost the answer it awaited.
     """
     doc: dict[str, Any] = {"v": VERSION, "phase": state.phase.value}
     if state.cohort:

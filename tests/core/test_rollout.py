@@ -145,6 +145,13 @@ class World:
         self.carry_out(plan)
         return plan
 
+    def restart(self, gap_s: float) -> Plan:
+        """A new leader takes over `gap_s` after the last tick: the state as it was persisted,
+        the answers to the old leader's requests lost."""
+        self.requests = []
+        self.state = rollout.loads(rollout.dumps(self.state))
+        return self.tick(gap_s, resumed=True)
+
     def scale(self, replicas: int) -> Plan | Refusal:
         answer = rollout.scale(
             self.config,
@@ -701,6 +708,19 @@ def test_a_measured_zero_does_not_cut_a_step_short() -> None:
     assert world.now - started == 30.0
 
 
+def test_a_step_extended_at_a_one_second_interval_is_measured_again_not_held() -> None:
+    """With one-second steps and ticks, the tick after an extension asks for a measurement:
+    nothing is missing yet, so the ramp is not held and walks on once traffic is enough."""
+    world = cohort_world(step_interval_s=1.0)
+    world.health = "thin"
+    world.run_until(lambda: world.state.checks == 2)
+    assert not world.state.held
+    world.health = "good"
+    world.run_until(lambda: world.state.phase is Phase.IDLE)
+    assert not world.state.held
+    assert reasons(world.actions).count(rollout.RAMP_PROMOTED) == 1
+
+
 def test_no_request_at_all_passes_after_the_extensions() -> None:
     """A measured zero is not missing data: with no traffic to judge, the step passes."""
     world = cohort_world()
@@ -872,6 +892,75 @@ def test_a_resumed_ramp_writes_its_weight_again() -> None:
     world = cohort_world()
     plan = world.tick(resumed=True)
     assert SetWeights(world.weight) in plan.actions
+
+
+@pytest.mark.parametrize("interval_s", [1.0, 10.0])
+def test_a_leader_restart_mid_step_measures_the_step_again_instead_of_holding(
+    interval_s: float,
+) -> None:
+    """A successor taking over mid-step after a gap longer than the step interval restarts the
+    step's dwell at the same weight and walks on to the promotion instead of holding."""
+    world = cohort_world(step_interval_s=interval_s, settle_timeout_s=10.0)
+    world.tick(interval_s / 2)
+    step, weight = world.state.step, world.weight
+    plan = world.restart(16.0)  # a lease duration and a retry
+    assert Outcome.HELD not in plan.outcomes
+    assert (world.state.phase, world.state.step, world.weight) == (Phase.RAMPING, step, weight)
+    assert world.state.step_started_s == world.now
+    world.run_until(lambda: world.state.phase is Phase.IDLE)
+    assert not world.state.held
+    assert world.stable_set() == ["p00", "p01", "p02", "p03", "p04"]
+    assert reasons(world.actions).count(rollout.RAMP_PROMOTED) == 1
+
+
+def test_a_restart_keeps_a_step_judged_on_the_new_dwell_only() -> None:
+    """The step a successor resumes is measured over the time since it took over."""
+    world = cohort_world(step_interval_s=30.0)
+    world.tick(20.0)
+    world.restart(40.0)
+    taken_over = world.now
+    world.run_until(lambda: any(isinstance(a, MeasureHealth) for a in world.requests))
+    measure = next(a for a in world.requests if isinstance(a, MeasureHealth))
+    assert measure.window_s == world.now - taken_over == 10.0
+
+
+def test_a_health_answer_that_never_comes_still_holds_after_a_restart() -> None:
+    """A successor whose measurements go unanswered holds an interval after its first request."""
+    world = cohort_world(step_interval_s=5.0)
+    world.tick(2.0)
+    world.health = "missing"
+    world.restart(16.0)
+    taken_over = world.now
+    world.run_until(lambda: world.state.held)
+    assert world.now - taken_over == 2.0 + 5.0  # the dwell's first request, then an interval
+    assert "no health measurement" in (world.state.hold_reason or "")
+    assert world.weight == 0
+
+
+@pytest.mark.parametrize("phase", [Phase.ROLLING_BACK, Phase.PROMOTING])
+def test_a_restart_gives_the_router_its_full_settle_time_again(phase: Phase) -> None:
+    """A rollback or a promotion resumed after a gap longer than the settle timeout waits for
+    the router again: no pod is reclaimed unjudged and nothing is held."""
+    world = cohort_world(new=2, settle_timeout_s=20.0, steps_pct=(100,))
+    if phase is Phase.ROLLING_BACK:
+        world.health = "erroring"
+        world.alone = {"p05": "good"}
+    world.run_until(lambda: world.state.phase is phase)
+    world.settles = False
+    world.tick()
+    world.restart(60.0)
+    for _ in range(10):
+        world.tick()
+        assert world.state.phase is phase
+    assert sorted(world.pods) == ["p00", "p01", "p02", "p03", "p04", "p05"]
+    world.settles = True
+    world.run_until(lambda: world.state.phase is Phase.IDLE)
+    assert not world.state.held
+    if phase is Phase.ROLLING_BACK:  # the pod healthy alone is spared
+        assert "p04" not in world.pods
+        assert "p05" in world.pods
+    else:
+        assert world.stable_set() == ["p00", "p01", "p02", "p03", "p04", "p05"]
 
 
 def test_a_resumed_idle_service_sets_the_weight_to_zero() -> None:
@@ -1103,6 +1192,12 @@ def test_the_probe_throttle_is_not_saved() -> None:
     assert rollout.loads(rollout.dumps(state)) == dataclasses.replace(state, probe_after={})
 
 
+def test_the_time_of_the_awaited_health_request_is_not_saved() -> None:
+    """`asked_s` changes with every health request; a restart loses the answer anyway."""
+    state = RampState(phase=Phase.RAMPING, cohort=("a",), asked_s=2.0)
+    assert rollout.loads(rollout.dumps(state)) == dataclasses.replace(state, asked_s=None)
+
+
 def test_an_idle_state_is_small() -> None:
     """Fields at their default are left out of the persisted text."""
     assert rollout.dumps(RampState()) == '{"phase":"idle","v":1}'
@@ -1264,7 +1359,7 @@ class RampMachine(RuleBasedStateMachine):
     def tick(self, dt_s: float, resumed: bool) -> None:
         self.checked_tick(dt_s, resumed=resumed)
 
-    def checked_tick(self, dt_s: float, *, resumed: bool = False) -> None:
+    def checked_tick(self, dt_s: float, *, resumed: bool = False) -> Plan:
         world = self.world
         before = world.state
         stable_before = set(world.stable_set())
@@ -1283,6 +1378,25 @@ class RampMachine(RuleBasedStateMachine):
                 if isinstance(action, Label) and action.pod in stable_before:
                     assert action.stable
         self.check_round_trip()
+        return plan
+
+    @rule(gap_s=st.floats(0.5, 900.0, allow_nan=False))
+    def leader_restart(self, gap_s: float) -> None:
+        """A new leader takes over after an arbitrary gap, from the persisted state and without
+        the old leader's answers: the restart alone never holds, rolls back or moves a step."""
+        world = self.world
+        before = world.state
+        world.requests = []
+        plan = self.checked_tick(gap_s, resumed=True)
+        after = plan.state
+        assert Outcome.HELD not in plan.outcomes, f"held by a restart: {after.hold_reason}"
+        assert Outcome.ROLLED_BACK not in plan.outcomes
+        if before.phase is Phase.RAMPING and after.phase is Phase.RAMPING:
+            assert after.step == before.step
+            started = before.step_started_s
+            interval = world.config.step_interval_s
+            if started is not None and world.now >= started + interval * (before.checks + 1):
+                assert after.step_started_s == world.now  # overdue: the dwell starts again
 
     @rule()
     def quiesce(self) -> None:
@@ -1353,11 +1467,13 @@ class RampMachine(RuleBasedStateMachine):
                 assert self.world.now >= started + self.world.config.min_dwell_ratio * interval
 
     def check_round_trip(self) -> None:
-        """Every state survives a restart (all but the probe throttle, which is not saved)."""
+        """Every state survives a restart (all but the probe throttle and the time of the
+        awaited health request, which are not saved); the latter stays, as in the driver's
+        memory, since a restart that loses it is `leader_restart`."""
         state = self.world.state
         restored = rollout.loads(rollout.dumps(state))
-        assert restored == dataclasses.replace(state, probe_after={})
-        self.world.state = restored
+        assert restored == dataclasses.replace(state, probe_after={}, asked_s=None)
+        self.world.state = dataclasses.replace(restored, asked_s=state.asked_s)
 
     @invariant()
     def weights_sum_to_100(self) -> None:
