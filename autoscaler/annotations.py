@@ -42,6 +42,14 @@ RAMP_KEY = PREFIX + "ramp"
 """Written by the controller: the traffic ramp's step and deadlines, for resuming after a
 restart (DESIGN §3.4). Not a setting; ignored."""
 CONTROLLER_KEYS = frozenset({STATUS_KEY, STATE_KEY, RAMP_KEY})
+WARM_GATE = PREFIX + "warm"
+"""The readiness gate (`spec.template.spec.readinessGates[].conditionType`) behind which a
+gated service's new pods wait until the controller has warmed them up."""
+WARMING_LABEL = PREFIX + "warming"
+"""The pod label (value `"true"`) a gated service's new pods start with: the ramp's warming set.
+Never in a selector: the controller removes it from each pod it promotes."""
+STABLE_LABEL = PREFIX + "stable"
+"""The pod label the controller puts on promoted pods: the ramp's stable set."""
 STATUS_LIMIT_BYTES = 64 * 1024
 """Longest `status` read; the controller writes about 1 kB. Longer text is ignored."""
 STATE_LIMIT_BYTES = 4 * 1024
@@ -335,14 +343,15 @@ def _choice(choices: type[enum.Enum]) -> _Parser[Any]:
     return _Parser(f"must be one of: {names}", table.get, lambda v: str(v.value))
 
 
-def _whole(lo: int, hi: int) -> _Parser[int]:
+def _whole(lo: int, hi: int, *, why: str = "") -> _Parser[int]:
     def convert(text: str) -> int | None:
         if not _WHOLE.fullmatch(text):
             return None
         value = int(text)
         return value if lo <= value <= hi else None
 
-    return _Parser(f"must be a whole number from {lo} to {hi}", convert, str)
+    rule = f"must be a whole number from {lo} to {hi}" + (f" ({why})" if why else "")
+    return _Parser(rule, convert, str)
 
 
 def _number(
@@ -478,7 +487,13 @@ _SERVER = _choice(Server)
 _POLICY = _choice(PolicyName)
 _ROUTER = _choice(TrafficRouter)
 _PLACEMENT = _choice(Placement)
-_MIN_REPLICAS = _whole(0, _MAX_REPLICAS)
+# Scale to zero needs a wake-up signal that does not come from the service's own pods.
+_MIN_REPLICAS = _whole(
+    1,
+    _MAX_REPLICAS,
+    why="not 0: a service at 0 replicas has no pods, so no metrics, and would hold there "
+    "on missing data forever",
+)
 _MAX_REPLICAS_P = _whole(1, _MAX_REPLICAS)
 _TARGET = _number(0, None, lo_open=True)
 _GPU_PCT = _number(0, 100, lo_open=True, percent=True)

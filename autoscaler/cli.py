@@ -6,8 +6,9 @@ runs or is written: a bad trace, setting or number ends in one line on stderr (`
 FILE:LINE: field 'NAME': problem`) and exit code 2, and the output directory is left untouched
 (the report itself is written all-or-nothing).
 
-Exit codes: 0 done; 1 `explain` found nothing managed, `validate` found problems, or `run`
-stopped on an unexpected error; 2 bad arguments, settings, input or credentials.
+Exit codes: 0 done; 1 `explain` found nothing managed, `validate` found problems (or warnings
+with `--strict`), or `run` stopped on an unexpected error; 2 bad arguments, settings, input or
+credentials (for `validate`, an input that cannot be read or is not YAML or JSON).
 
 It must not decide anything itself: the controller (`app`), the simulator and the report do the
 work.
@@ -168,7 +169,7 @@ def _explain_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _validate(args: argparse.Namespace, config: settings.Settings) -> int:
-    return validate.main(args.files, sys.stdout, sys.stderr)
+    return validate.main(args.files, sys.stdout, sys.stderr, strict=args.strict)
 
 
 # --- simulate ----------------------------------------------------------------------------------
@@ -513,9 +514,14 @@ def _parser() -> argparse.ArgumentParser:
     validate_ = commands.add_parser(
         "validate",
         help="lint the autoscaler annotations in manifests, offline",
-        description="Check the autoscaler annotations of every Deployment in the given YAML "
-        "manifests without a cluster; one problem per line. Exit code 0 when valid, 1 with "
-        "problems, 2 when a file cannot be read.",
+        description="Check every Deployment that opts in to the autoscaler in the given "
+        "manifests, without a cluster: its annotations, the readiness gate and warming label a "
+        "traffic router needs, its selector, spec.replicas (a warning) and any "
+        "HorizontalPodAutoscaler or ScaledObject that scales it too. One finding per line: "
+        "file, document, object, field or key, value and rule.",
+        epilog="exit codes: 0 no problem (warnings are printed and still give 0, unless "
+        "--strict); 1 problems found (or warnings, with --strict); 2 an input cannot be read or "
+        "is not YAML/JSON (reported on stderr; the rest is still checked), or a usage error",
     )
     validate_.set_defaults(command=_validate, log_level="warning")
     validate_.add_argument(
@@ -524,8 +530,15 @@ def _parser() -> argparse.ArgumentParser:
         dest="files",
         action="append",
         required=True,
-        metavar="FILE",
-        help="a manifest (multi-document YAML; - for standard input); repeat for several",
+        metavar="PATH",
+        help="a manifest file (multi-document YAML, or JSON when named *.json), a directory "
+        "(every *.yaml, *.yml and *.json below it, in sorted order) or - for standard input; "
+        "repeat for several",
+    )
+    validate_.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat warnings as problems (exit code 1)",
     )
 
     simulate = commands.add_parser(

@@ -1,26 +1,52 @@
-"""`autoscaler validate -f FILE`: lint the autoscaler annotations in Kubernetes manifests offline.
+"""`autoscaler validate -f PATH`: lint the autoscaler annotations in Kubernetes manifests offline.
 
-For service owners' CI: reads multi-document YAML (and `kind: List`), parses every apps/v1
-Deployment that opts in with `annotations.parse`, and reports one problem per line as
-`SOURCE: Deployment NAMESPACE/NAME: <problem>`. It also catches what `parse` cannot see from one
-Deployment's annotations: unquoted values (Kubernetes rejects non-string annotations), keys on
-the pod template or on other kinds (where they do nothing), settings without the `enabled`
-switch (most often a misspelt switch), and a HorizontalPodAutoscaler or KEDA ScaledObject that
-scales the same Deployment (DESIGN §7: one owner of `replicas`).
+For service owners' CI: reads files, directories (every `*.yaml`, `*.yml` and `*.json` below,
+in sorted order) and standard input (`-`); YAML may hold several documents and `kind: List`s,
+`.json` files are read as JSON. Every apps/v1 Deployment that opts in is parsed with
+`annotations.parse`, and each finding is one line,
+`SOURCE: document N: Deployment NAMESPACE/NAME: <finding>`, naming the field or key, its value
+and the rule. It also catches what `parse` cannot see from one Deployment's annotations:
+- unquoted values (Kubernetes rejects non-string annotations), keys on the pod template or on
+  other kinds (where they do nothing), settings without the `enabled` switch (most often a
+  misspelt switch);
+- a traffic router without the readiness gate `autoscaler.dsec.io/warm` and the
+  `autoscaler.dsec.io/warming: "true"` label in the pod template (without both the controller
+  neither gates nor ramps the new pods), and a ramp label in a Deployment's or a Service's
+  selector (the controller relabels pods as they warm);
+- a HorizontalPodAutoscaler or KEDA ScaledObject that scales the same Deployment (one owner of
+  `replicas`);
+- as a warning only, `spec.replicas` in a managed Deployment: each `kubectl apply` of the
+  manifest resets the count the controller chose.
 
-No cluster access. Every name or value taken from a manifest reaches the output through
-`annotations.quote` or a plain-name check, never raw.
+Exit codes (`EXIT_*`): 0 no problem (warnings alone are printed and still exit 0, unless
+`strict`), 1 problems found, 2 an input that cannot be read or parsed (stderr; the rest is still
+linted). No cluster access. Every name or value taken from a manifest reaches the output
+through `annotations.quote` or a plain-name check, never raw.
 """
 
+import enum
+import json
+import os
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from pathlib import Path
+from typing import Any, Final, TextIO
 
 import yaml
 
 from autoscaler import annotations
+
+EXIT_OK: Final = 0
+EXIT_PROBLEMS: Final = 1
+"""Problems found (or, with `strict`, warnings)."""
+EXIT_UNREADABLE: Final = 2
+"""An input could not be read, or is not YAML (or JSON); also no input at all."""
+
+STDIN: Final = "-"
+EXTENSIONS: Final = (".yaml", ".yml", ".json")
+"""The files read from a directory, as `kubectl apply -f DIR` reads them."""
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _KIND = re.compile(r"[A-Za-z][A-Za-z0-9]{0,62}")
@@ -28,13 +54,34 @@ _SCALERS = {
     "HorizontalPodAutoscaler": "autoscaling/",
     "ScaledObject": "keda.sh/",
 }
+_ROUTER_KEY = annotations.PREFIX + "traffic-router"
+_MODE_KEY = annotations.PREFIX + "mode"
+_RAMP_LABELS = (annotations.WARMING_LABEL, annotations.STABLE_LABEL)
+_SELECTOR_RULE = (
+    "must not be in a selector: the controller relabels pods as they warm up, and a pod whose "
+    "labels leave the selector is orphaned"
+)
+
+
+class Severity(enum.Enum):
+    PROBLEM = "problem"
+    WARNING = "warning"
+    UNREADABLE = "unreadable"
+    """Printed on stderr: the input (or part of it) could not be read at all."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: Severity
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
 class _Object:
     """One Kubernetes object found in a manifest."""
 
-    source: str
+    place: str
+    """Where it is: `SOURCE: document N` (and `item M` within a List)."""
     kind: str
     api_version: str
     namespace: str
@@ -45,63 +92,111 @@ class _Object:
     def title(self) -> str:
         return f"{_show_kind(self.kind)} {_show_name(self.namespace)}/{_show_name(self.name)}"
 
-    def line(self, problem: str) -> str:
-        return f"{self.source}: {self.title}: {problem}"
+    def problem(self, text: str) -> Finding:
+        return Finding(Severity.PROBLEM, f"{self.place}: {self.title}: {text}")
+
+    def warning(self, text: str) -> Finding:
+        return Finding(Severity.WARNING, f"{self.place}: {self.title}: warning: {text}")
 
 
 @dataclass(slots=True)
 class _Report:
-    lines: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     managed: list[_Object] = field(default_factory=list)
     """Deployments that opt in, valid or not, for the scaler conflict check."""
     scalers: list[_Object] = field(default_factory=list)
+    files: int = 0
+
+    def unreadable(self, text: str) -> None:
+        self.findings.append(Finding(Severity.UNREADABLE, text))
 
 
 def validate_text(text: str, *, source: str) -> list[str]:
-    """Problems in one manifest text, one line each; an empty list means it is valid."""
+    """Every finding in one manifest text (unreadable parts, problems, then conflicts and
+    warnings in the order found), one line each; an empty list means it is valid."""
+    return [finding.text for finding in lint_text(text, source=source)]
+
+
+def lint_text(text: str, *, source: str) -> list[Finding]:
+    """The findings of one manifest text (YAML, or JSON when `source` ends in `.json`)."""
     report = _Report()
     _lint_text(text, source=_show_source(source), report=report)
-    return report.lines + _conflicts(report)
+    return report.findings + _conflicts(report)
 
 
-def main(paths: Sequence[str], stdout: TextIO, stderr: TextIO) -> int:
-    """Lint every file (`-` is standard input): 0 valid, 1 problems found, 2 unreadable input."""
+def main(paths: Sequence[str], stdout: TextIO, stderr: TextIO, *, strict: bool = False) -> int:
+    """Lint every file, directory and `-` (standard input); returns one of the `EXIT_*` codes."""
     if not paths:
         stderr.write("autoscaler validate: no manifest given (-f FILE)\n")
-        return 2
+        return EXIT_UNREADABLE
     report = _Report()
-    unreadable = False
     for path in paths:
-        shown = _show_source(path)
-        try:
-            text = _read(path)
-        except OSError as e:
-            stderr.write(f"{shown}: cannot read: {e.strerror or e.__class__.__name__}\n")
-            unreadable = True
-            continue
-        except UnicodeDecodeError:
-            stderr.write(f"{shown}: cannot read: not UTF-8 text\n")
-            unreadable = True
-            continue
-        _lint_text(text, source=shown, report=report)
-    lines = report.lines + _conflicts(report)
-    for line in lines:
-        stdout.write(line + "\n")
-    if unreadable:
-        return 2
-    if lines:
-        return 1
+        for file in _files(path, report):
+            _lint_file(file, report)
+    findings = report.findings + _conflicts(report)
+    counts = dict.fromkeys(Severity, 0)
+    for finding in findings:
+        counts[finding.severity] += 1
+        out = stderr if finding.severity is Severity.UNREADABLE else stdout
+        out.write(finding.text + "\n")
+    if counts[Severity.UNREADABLE]:
+        return EXIT_UNREADABLE
+    warnings = counts[Severity.WARNING]
+    if counts[Severity.PROBLEM] or (strict and warnings):
+        return EXIT_PROBLEMS
     count = len(report.managed)
-    files = len(paths)
     stdout.write(
-        f"OK: {count} autoscaled Deployment{'s' if count != 1 else ''} "
-        f"in {files} file{'s' if files != 1 else ''}, no problems\n"
+        f"OK: {_plural(count, 'autoscaled Deployment')} in {_plural(report.files, 'file')}, "
+        f"no problems{', ' + _plural(warnings, 'warning') if warnings else ''}\n"
     )
-    return 0
+    return EXIT_OK
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
+def _files(path: str, report: _Report) -> list[str]:
+    """`path` itself, or for a directory every manifest below it, sorted by path."""
+    if path == STDIN or not os.path.isdir(path):
+        return [path]
+    errors: list[OSError] = []
+    found = [
+        os.path.join(root, name)
+        for root, _, names in os.walk(path, onerror=errors.append)
+        for name in names
+        if name.endswith(EXTENSIONS)
+    ]
+    for e in errors:
+        report.unreadable(f"{_show_source(str(e.filename or path))}: cannot read: {_why(e)}")
+    if not found and not errors:
+        report.unreadable(
+            f"{_show_source(path)}: cannot read: no {', '.join('*' + e for e in EXTENSIONS)} "
+            "file in this directory or below"
+        )
+    return sorted(found, key=lambda p: Path(p).parts)
+
+
+def _lint_file(path: str, report: _Report) -> None:
+    shown = _show_source("<stdin>" if path == STDIN else path)
+    try:
+        text = _read(path)
+    except OSError as e:
+        report.unreadable(f"{shown}: cannot read: {_why(e)}")
+        return
+    except UnicodeDecodeError:
+        report.unreadable(f"{shown}: cannot read: not UTF-8 text")
+        return
+    report.files += 1
+    _lint_text(text, source=shown, report=report)
+
+
+def _why(e: OSError) -> str:
+    return e.strerror or e.__class__.__name__
 
 
 def _read(path: str) -> str:
-    if path == "-":
+    if path == STDIN:
         return sys.stdin.read()
     with open(path, encoding="utf-8") as f:
         return f.read()
@@ -109,47 +204,64 @@ def _read(path: str) -> str:
 
 def _lint_text(text: str, *, source: str, report: _Report) -> None:
     try:
+        if source.endswith(".json"):
+            _lint_json(text, source=source, report=report)
+            return
         for index, document in enumerate(yaml.safe_load_all(text), start=1):
             _lint_document(document, source=source, index=index, report=report)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         what = e.problem or e.context or "unreadable YAML"
-        report.lines.append(f"{where}: YAML syntax error: {annotations.escape(what, limit=200)}")
+        report.unreadable(f"{where}: YAML syntax error: {annotations.escape(what, limit=200)}")
     except yaml.YAMLError as e:
-        report.lines.append(f"{source}: YAML syntax error: {annotations.escape(str(e), limit=200)}")
+        report.unreadable(f"{source}: YAML syntax error: {annotations.escape(str(e), limit=200)}")
     except RecursionError:
-        report.lines.append(f"{source}: YAML nested too deeply to be a manifest")
+        report.unreadable(f"{source}: nested too deeply to be a manifest")
+
+
+def _lint_json(text: str, *, source: str, report: _Report) -> None:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as e:
+        report.unreadable(f"{source}:{e.lineno}: JSON syntax error: {annotations.escape(e.msg)}")
+        return
+    _lint_document(document, source=source, index=1, report=report)
 
 
 def _lint_document(document: object, *, source: str, index: int, report: _Report) -> None:
     if document is None:
         return
+    place = f"{source}: document {index}"
     if not isinstance(document, dict):
-        report.lines.append(f"{source}: document {index}: not a Kubernetes object (a mapping)")
+        report.findings.append(
+            Finding(Severity.PROBLEM, f"{place}: not a Kubernetes object (a mapping)")
+        )
         return
-    for obj in _objects(document, source=source):
+    for obj in _objects(document, place=place):
         if obj.kind == "Deployment" and obj.api_version == "apps/v1":
-            report.lines += _lint_deployment(obj, report)
-        else:
-            report.lines += _lint_other(obj)
-            prefix = _SCALERS.get(obj.kind)
-            if prefix is not None and obj.api_version.startswith(prefix):
-                report.scalers.append(obj)
+            report.findings += _lint_deployment(obj, report)
+            continue
+        report.findings += _lint_other(obj)
+        if obj.kind == "Service" and obj.api_version == "v1":
+            report.findings += _lint_service(obj)
+        prefix = _SCALERS.get(obj.kind)
+        if prefix is not None and obj.api_version.startswith(prefix):
+            report.scalers.append(obj)
 
 
-def _objects(document: Mapping[Any, Any], *, source: str) -> Iterator[_Object]:
+def _objects(document: Mapping[Any, Any], *, place: str) -> Iterator[_Object]:
     items = document.get("items")
     kind = document.get("kind")
     if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
-        for item in items:
+        for number, item in enumerate(items, start=1):
             if isinstance(item, dict):
-                yield from _objects(item, source=source)
+                yield from _objects(item, place=f"{place} item {number}")
         return
     metadata = document.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     yield _Object(
-        source=source,
+        place=place,
         kind=kind if isinstance(kind, str) else "",
         api_version=_str(document.get("apiVersion")),
         namespace=_str(metadata.get("namespace")) or "default",
@@ -158,49 +270,158 @@ def _objects(document: Mapping[Any, Any], *, source: str) -> Iterator[_Object]:
     )
 
 
-def _lint_deployment(obj: _Object, report: _Report) -> list[str]:
-    lines: list[str] = []
+def _lint_deployment(obj: _Object, report: _Report) -> list[Finding]:
+    findings: list[Finding] = []
     raw = _mapping(obj.body, "metadata", "annotations")
     if raw is None:
-        return [obj.line("metadata.annotations must be a mapping of strings")]
+        return [obj.problem("metadata.annotations must be a mapping of strings")]
     ours, quoting = _ours(raw)
-    lines += [obj.line(p) for p in quoting]
+    findings += [obj.problem(p) for p in quoting]
     template = _mapping(obj.body, "spec", "template", "metadata", "annotations") or {}
     for key in template:
         if isinstance(key, str) and key.startswith(annotations.PREFIX):
             where = "spec.template.metadata.annotations"
-            lines.append(
-                obj.line(
+            findings.append(
+                obj.problem(
                     f"{annotations.show_key(key)} in {where} has no effect; "
                     "put it in the Deployment's metadata.annotations"
                 )
             )
     settings = {k: v for k, v in ours.items() if k not in annotations.CONTROLLER_KEYS}
     if not settings:
-        return lines
+        return findings
     enabled = settings.get(annotations.ENABLED_KEY)
     if enabled == "false":
-        return lines  # Switched off on purpose; its settings wait for the switch.
+        return findings  # Switched off on purpose; its settings wait for the switch.
     if enabled is None:
         # Settings without the switch are most often a forgotten or misspelt `enabled`: say
         # so, with the unknown-key suggestions that catch the misspelling.
-        lines += [obj.line(p.message) for p in annotations.unknown_keys(settings)]
-        lines.append(
-            obj.line(
+        findings += [obj.problem(p.message) for p in annotations.unknown_keys(settings)]
+        findings.append(
+            obj.problem(
                 f"{annotations.ENABLED_KEY} is missing, so the autoscaler ignores the "
                 f"{annotations.PREFIX} annotations here"
             )
         )
-        return lines
-    if enabled == "true":
-        report.managed.append(obj)
+        return findings
     result = annotations.parse(settings, namespace=obj.namespace)
     if isinstance(result, annotations.Invalid):
-        lines += [obj.line(p.message) for p in result.problems]
-    return lines
+        findings += [obj.problem(p.message) for p in result.problems]
+    if enabled == "true":
+        report.managed.append(obj)
+        findings += _selector(obj)
+        findings += _ramp_gate(obj, settings.get(_ROUTER_KEY))
+        findings += _replicas(obj, settings.get(_MODE_KEY))
+    return findings
 
 
-def _lint_other(obj: _Object) -> list[str]:
+def _selector(obj: _Object) -> list[Finding]:
+    """The ramp's labels in the Deployment's selector: each relabelled pod would be orphaned."""
+    findings = []
+    selector = _mapping(obj.body, "spec", "selector") or {}
+    match_labels = selector.get("matchLabels")
+    if isinstance(match_labels, dict):
+        for key in _RAMP_LABELS:
+            if key in match_labels:
+                where = f"spec.selector.matchLabels[{annotations.quote(key)}]"
+                value = annotations.quote(_yaml_text(match_labels[key]))
+                findings.append(obj.problem(f"{where}={value}: {_SELECTOR_RULE}"))
+    expressions = selector.get("matchExpressions")
+    for number, expression in enumerate(expressions if isinstance(expressions, list) else []):
+        named = expression.get("key") if isinstance(expression, dict) else None
+        if named in _RAMP_LABELS:
+            where = f"spec.selector.matchExpressions[{number}].key"
+            findings.append(obj.problem(f"{where}={annotations.quote(named)}: {_SELECTOR_RULE}"))
+    return findings
+
+
+def _ramp_gate(obj: _Object, router_text: str | None) -> list[Finding]:
+    """With a traffic router, the pod template needs both the readiness gate and the warming
+    label: the controller ramps only gated pods, and moves only warming ones in steps."""
+    try:
+        router = annotations.TrafficRouter(router_text)
+    except ValueError:
+        return []  # Absent (`none`), or invalid and reported by `parse` already.
+    if router is annotations.TrafficRouter.NONE:
+        return []
+    setting = f"{_ROUTER_KEY}={annotations.quote(router.value)}"
+    gates = (_mapping(obj.body, "spec", "template", "spec") or {}).get("readinessGates")
+    gated = isinstance(gates, list) and any(
+        isinstance(g, dict) and g.get("conditionType") == annotations.WARM_GATE for g in gates
+    )
+    labels = _mapping(obj.body, "spec", "template", "metadata", "labels") or {}
+    label = labels.get(annotations.WARMING_LABEL)
+    gate_field = "spec.template.spec.readinessGates"
+    label_field = "spec.template.metadata.labels"
+    wanted_label = f'{annotations.WARMING_LABEL}: "true"'
+    if not gated and label is None:
+        return [
+            obj.problem(
+                f"{setting}: the pod template has neither the readiness gate "
+                f"{annotations.WARM_GATE} ({gate_field}) nor the label {wanted_label} "
+                f"({label_field}), so the controller never gates or ramps its new pods and "
+                "the traffic router does nothing: add both"
+            )
+        ]
+    findings = []
+    if not gated:
+        findings.append(
+            obj.problem(
+                f"{gate_field}: no conditionType {annotations.WARM_GATE}; {setting} needs it, "
+                "or new pods take the Service's traffic before they are warm"
+            )
+        )
+    if label is None:
+        findings.append(
+            obj.problem(
+                f"{label_field}: no {wanted_label}; {setting} needs it, or new pods never join "
+                "the ramp's warming set and get no traffic in steps"
+            )
+        )
+    elif label != "true":
+        where = f"{label_field}[{annotations.quote(annotations.WARMING_LABEL)}]"
+        text = _yaml_text(label)
+        rule = (
+            'must be "true" (a string)'
+            if isinstance(label, str)
+            else f'YAML reads {annotations.escape(text)} as {_yaml_kind(label)}; write "true" in '
+            "quotes"
+        )
+        findings.append(obj.problem(f"{where}={annotations.quote(text)}: {rule}"))
+    return findings
+
+
+def _replicas(obj: _Object, mode: str | None) -> list[Finding]:
+    """`spec.replicas` in a managed manifest: each apply resets the controller's count."""
+    spec = _mapping(obj.body, "spec") or {}
+    if "replicas" not in spec or mode == annotations.Mode.DRY_RUN.value:
+        return []  # In dry-run the controller writes nothing: the manifest's count stands.
+    value = annotations.escape(_yaml_text(spec["replicas"]))
+    return [
+        obj.warning(
+            f"spec.replicas={value}: the controller owns replicas; every kubectl apply of this "
+            f"manifest resets them to {value}: leave spec.replicas out"
+        )
+    ]
+
+
+def _lint_service(obj: _Object) -> list[Finding]:
+    selector = _mapping(obj.body, "spec", "selector") or {}
+    findings = []
+    for key in _RAMP_LABELS:
+        if key in selector:
+            where = f"spec.selector[{annotations.quote(key)}]"
+            value = annotations.quote(_yaml_text(selector[key]))
+            findings.append(
+                obj.problem(
+                    f"{where}={value}: must not be in a selector: the controller relabels pods "
+                    "as they warm up, and the Service would drop or gain them as it does"
+                )
+            )
+    return findings
+
+
+def _lint_other(obj: _Object) -> list[Finding]:
     raw = _mapping(obj.body, "metadata", "annotations") or {}
     keys = [k for k in raw if isinstance(k, str) and k.startswith(annotations.PREFIX)]
     if not keys:
@@ -212,7 +433,7 @@ def _lint_other(obj: _Object) -> list[str]:
     )
     shown = ", ".join(annotations.show_key(k) for k in keys[:3])
     more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-    return [obj.line(f"{shown}{more}: {hint}")]
+    return [obj.problem(f"{shown}{more}: {hint}")]
 
 
 def _ours(raw: Mapping[Any, Any]) -> tuple[dict[str, str], list[str]]:
@@ -236,24 +457,33 @@ def _ours(raw: Mapping[Any, Any]) -> tuple[dict[str, str], list[str]]:
     return ours, quoting
 
 
-def _conflicts(report: _Report) -> list[str]:
-    lines = []
+def _conflicts(report: _Report) -> list[Finding]:
+    findings = []
     for deployment in report.managed:
         for scaler in report.scalers:
-            target = _mapping(scaler.body, "spec", "scaleTargetRef") or {}
-            kind = target.get("kind", "Deployment")
-            if (
-                scaler.namespace == deployment.namespace
-                and kind == "Deployment"
-                and target.get("name") == deployment.name
-            ):
-                lines.append(
-                    deployment.line(
-                        f"{scaler.title} also scales it; the autoscaler refuses a Deployment "
-                        f"with two owners of replicas: remove one of them"
+            if _scales(scaler, deployment):
+                findings.append(
+                    deployment.problem(
+                        f"{scaler.title} ({scaler.place.replace(': ', ', ')}) also scales it "
+                        "through spec.scaleTargetRef; the autoscaler refuses a Deployment with "
+                        "two owners of replicas: remove one of them"
                     )
                 )
-    return lines
+    return findings
+
+
+def _scales(scaler: _Object, deployment: _Object) -> bool:
+    """Whether an HPA's or a ScaledObject's `scaleTargetRef` names the Deployment. Its kind
+    defaults to Deployment (KEDA's default; an HPA requires it) and its apiVersion to apps/v1."""
+    target = _mapping(scaler.body, "spec", "scaleTargetRef") or {}
+    api_version = target.get("apiVersion") or "apps/v1"
+    return (
+        scaler.namespace == deployment.namespace
+        and target.get("kind", "Deployment") == "Deployment"
+        and isinstance(api_version, str)
+        and api_version.startswith("apps/")
+        and target.get("name") == deployment.name
+    )
 
 
 def _mapping(body: Mapping[Any, Any], *path: str) -> Mapping[Any, Any] | None:

@@ -119,7 +119,7 @@ VALID: list[tuple[str, str, Any, Any]] = [
     ("mode", "dry-run", lambda c: c.mode, Mode.DRY_RUN),
     ("mode", "active", lambda c: c.mode, Mode.ACTIVE),
     ("policy", "default", lambda c: c.policy_name, PolicyName.DEFAULT),
-    ("min-replicas", "0", lambda c: c.policy.min_replicas, 0),
+    ("min-replicas", "1", lambda c: c.policy.min_replicas, 1),
     ("min-replicas", "10", lambda c: c.policy.min_replicas, 10),
     ("min-replicas", "007", lambda c: c.policy.min_replicas, 7),
     ("max-replicas", "10000", lambda c: c.policy.max_replicas, 10000),
@@ -191,6 +191,8 @@ INVALID: list[tuple[str, str]] = [
     ("mode", "ACTIVE"),
     ("policy", "fast"),
     ("min-replicas", "abc"),
+    ("min-replicas", "0"),
+    ("min-replicas", "00"),
     ("min-replicas", "2.5"),
     ("min-replicas", "-1"),
     ("min-replicas", "+2"),
@@ -307,8 +309,16 @@ def test_invalid_value_names_key_value_and_rule(key: str, value: str) -> None:
 def test_min_replicas_message_reads_plainly() -> None:
     """The message for a non-number count says what a count must be."""
     assert messages({"min-replicas": "abc"}) == [
-        f'{PREFIX}min-replicas="abc": must be a whole number from 0 to 10000'
+        f'{PREFIX}min-replicas="abc": must be a whole number from 1 to 10000 (not 0: a service '
+        "at 0 replicas has no pods, so no metrics, and would hold there on missing data forever)"
     ]
+
+
+def test_min_replicas_of_zero_is_refused_with_the_reason() -> None:
+    """Zero replicas is refused until scale-to-zero has a wake-up signal, and the rule says why."""
+    (message,) = messages({"min-replicas": "0"})
+    assert message.startswith(f'{PREFIX}min-replicas="0": must be a whole number from 1 to ')
+    assert "no pods, so no metrics" in message
 
 
 def test_duration_message_rejects_words() -> None:

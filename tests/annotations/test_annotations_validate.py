@@ -1,13 +1,17 @@
 """`autoscaler validate`: offline lint of the annotations in multi-document YAML manifests."""
 
 import io
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autoscaler import validate
 
 P = "autoscaler.dsec.io/"
+D = "deploy.yaml: document 1: Deployment ml"
+"""The start of a finding on the first document's Deployment in namespace ml."""
 
 GOOD = """\
 apiVersion: apps/v1
@@ -21,7 +25,8 @@ metadata:
     autoscaler.dsec.io/target-qps-per-replica: "4"
     autoscaler.dsec.io/status: '{"written": "by the controller"}'
 spec:
-  replicas: 2
+  selector:
+    matchLabels: {app: chat}
 """
 
 BAD = """\
@@ -81,9 +86,10 @@ def test_good_and_bad_deployment_in_one_file(tmp_path: Path) -> None:
     assert code == 1
     assert err == ""
     assert out.splitlines() == [
-        f"{source}: Deployment ml/embed: {P}max-replica: unknown key; "
+        f"{source}: document 3: Deployment ml/embed: {P}max-replica: unknown key; "
         f"did you mean {P}max-replicas?",
-        f'{source}: Deployment ml/embed: {P}min-replicas="5": must be <= {P}max-replicas (3)',
+        f"{source}: document 3: Deployment ml/embed: "
+        f'{P}min-replicas="5": must be <= {P}max-replicas (3)',
     ]
 
 
@@ -99,13 +105,22 @@ def test_several_files_are_summed(tmp_path: Path) -> None:
     assert (code, out) == (0, "OK: 2 autoscaled Deployments in 2 files, no problems\n")
 
 
-def test_yaml_syntax_error_gives_the_line(tmp_path: Path) -> None:
-    """Broken YAML is one problem that names the file and line."""
-    code, out, _ = run(tmp_path, "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: a: b\n")
-    assert code == 1
+def test_yaml_syntax_error_gives_the_line_and_exits_2(tmp_path: Path) -> None:
+    """Broken YAML is unreadable input: one line on stderr naming the file and line, exit 2."""
+    text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: a: b\n"
+    code, out, err = run(tmp_path, text)
+    assert (code, out) == (2, "")
     assert (
-        out == f"{tmp_path / 'm0.yaml'}:4: YAML syntax error: mapping values are not allowed here\n"
+        err == f"{tmp_path / 'm0.yaml'}:4: YAML syntax error: mapping values are not allowed here\n"
     )
+
+
+def test_syntax_error_in_one_file_does_not_hide_problems_in_another(tmp_path: Path) -> None:
+    """The readable files are still checked; the exit code says some input was unreadable."""
+    code, out, err = run(tmp_path, BAD, "a: [\n")
+    assert code == 2
+    assert len(out.splitlines()) == 2
+    assert err.startswith(f"{tmp_path / 'm1.yaml'}:2: YAML syntax error: ")
 
 
 def test_documents_before_a_syntax_error_are_still_checked() -> None:
@@ -156,7 +171,9 @@ def test_list_items_are_checked() -> None:
     indented = "".join("    " + line + "\n" for line in BAD.splitlines())
     text = "apiVersion: v1\nkind: List\nitems:\n  - " + indented.lstrip()
     lines = lint(text)
-    assert [line.split(": ", 2)[1] for line in lines] == ["Deployment ml/embed"] * 2
+    assert [line.split(": ", 3)[1:3] for line in lines] == [
+        ["document 1 item 1", "Deployment ml/embed"]
+    ] * 2
 
 
 def test_deployment_without_annotations_is_skipped() -> None:
@@ -173,16 +190,15 @@ def test_settings_without_enabled_are_reported() -> None:
     """Settings with a misspelt switch say that the autoscaler ignores them, and suggest."""
     text = GOOD.replace(f'{P}enabled: "true"', f'{P}enable: "true"')
     assert lint(text) == [
-        f"deploy.yaml: Deployment ml/chat: {P}enable: unknown key; did you mean {P}enabled?",
-        f"deploy.yaml: Deployment ml/chat: {P}enabled is missing, so the autoscaler ignores "
-        f"the {P} annotations here",
+        f"{D}/chat: {P}enable: unknown key; did you mean {P}enabled?",
+        f"{D}/chat: {P}enabled is missing, so the autoscaler ignores the {P} annotations here",
     ]
 
 
 def test_bad_enabled_value_is_reported() -> None:
     """An enabled value other than true or false is a problem, not a silent opt-out."""
     assert lint(GOOD.replace('enabled: "true"', 'enabled: "yes"')) == [
-        f'deploy.yaml: Deployment ml/chat: {P}enabled="yes": must be "true" or "false"'
+        f'{D}/chat: {P}enabled="yes": must be "true" or "false"'
     ]
 
 
@@ -190,12 +206,11 @@ def test_unquoted_values_are_reported_and_parsed() -> None:
     """YAML numbers and booleans are not strings: say so, and still check the value."""
     text = GOOD.replace('"true"', "true").replace('max-replicas: "8"', "max-replicas: 8.5")
     assert lint(text) == [
-        f"deploy.yaml: Deployment ml/chat: {P}enabled: YAML reads true as a boolean; "
+        f"{D}/chat: {P}enabled: YAML reads true as a boolean; "
         f'annotations must be strings: write "true" in quotes',
-        f"deploy.yaml: Deployment ml/chat: {P}max-replicas: YAML reads 8.5 as a number; "
+        f"{D}/chat: {P}max-replicas: YAML reads 8.5 as a number; "
         f'annotations must be strings: write "8.5" in quotes',
-        f'deploy.yaml: Deployment ml/chat: {P}max-replicas="8.5": '
-        "must be a whole number from 1 to 10000",
+        f'{D}/chat: {P}max-replicas="8.5": must be a whole number from 1 to 10000',
     ]
 
 
@@ -203,7 +218,7 @@ def test_annotations_on_the_pod_template_are_reported() -> None:
     """Our keys on the pod template have no effect and are reported as misplaced."""
     text = GOOD + "  template:\n    metadata:\n      annotations:\n" + f'        {P}window: "1m"\n'
     assert lint(text) == [
-        f"deploy.yaml: Deployment ml/chat: {P}window in spec.template.metadata.annotations has "
+        f"{D}/chat: {P}window in spec.template.metadata.annotations has "
         "no effect; put it in the Deployment's metadata.annotations"
     ]
 
@@ -212,8 +227,8 @@ def test_annotations_on_other_kinds_are_reported() -> None:
     """Our keys on a StatefulSet do nothing, and the lint says where they belong."""
     text = BAD.replace("kind: Deployment", "kind: StatefulSet")
     assert lint(text) == [
-        f"deploy.yaml: StatefulSet ml/embed: {P}enabled, {P}min-replicas, {P}max-replicas "
-        "and 2 more: they only take effect on an apps/v1 Deployment"
+        f"deploy.yaml: document 1: StatefulSet ml/embed: {P}enabled, {P}min-replicas, "
+        f"{P}max-replicas and 2 more: they only take effect on an apps/v1 Deployment"
     ]
 
 
@@ -221,74 +236,102 @@ def test_old_deployment_api_is_reported() -> None:
     """An annotated Deployment of a removed API version is reported, not parsed."""
     text = GOOD.replace("apps/v1", "extensions/v1beta1")
     assert lint(text) == [
-        f"deploy.yaml: Deployment ml/chat: {P}enabled, {P}max-replicas, "
+        f"{D}/chat: {P}enabled, {P}max-replicas, "
         f"{P}target-qps-per-replica and 1 more: the autoscaler manages apps/v1 Deployments only"
     ]
+
+
+def hpa(target: str, *, name: str = "h", namespace: str = "ml", api: str = "v2") -> str:
+    return (
+        f"apiVersion: autoscaling/{api}\nkind: HorizontalPodAutoscaler\n"
+        f"metadata: {{name: {name}, namespace: {namespace}}}\n"
+        f"spec:\n  scaleTargetRef: {target}\n"
+    )
+
+
+def scaled_object(target: str, *, name: str = "k") -> str:
+    return (
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\n"
+        f"metadata: {{name: {name}, namespace: ml}}\n"
+        f"spec:\n  scaleTargetRef: {target}\n"
+    )
+
+
+def conflict(title: str, *, document: int = 2, source: str = "deploy.yaml") -> str:
+    return (
+        f"deploy.yaml: document 1: Deployment ml/chat: {title} ({source}, document {document}) "
+        "also scales it through spec.scaleTargetRef; the autoscaler refuses a Deployment with "
+        "two owners of replicas: remove one of them"
+    )
 
 
 @pytest.mark.parametrize(
     ("scaler", "title"),
     [
         (
-            "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n"
-            "metadata: {name: chat-hpa, namespace: ml}\n"
-            "spec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: chat}\n",
+            hpa("{apiVersion: apps/v1, kind: Deployment, name: chat}", name="chat-hpa"),
             "HorizontalPodAutoscaler ml/chat-hpa",
         ),
+        (hpa("{kind: Deployment, name: chat}", api="v1"), "HorizontalPodAutoscaler ml/h"),
+        (scaled_object("{name: chat}", name="chat-keda"), "ScaledObject ml/chat-keda"),
         (
-            "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\n"
-            "metadata: {name: chat-keda, namespace: ml}\n"
-            "spec:\n  scaleTargetRef: {name: chat}\n",
-            "ScaledObject ml/chat-keda",
+            scaled_object("{apiVersion: apps/v1, kind: Deployment, name: chat}"),
+            "ScaledObject ml/k",
         ),
     ],
 )
 def test_second_owner_of_replicas_is_reported(scaler: str, title: str) -> None:
-    """An HPA or KEDA ScaledObject on an autoscaled Deployment is a conflict (DESIGN §7)."""
-    assert lint(GOOD + "---\n" + scaler) == [
-        f"deploy.yaml: Deployment ml/chat: {title} also scales it; the autoscaler refuses a "
-        "Deployment with two owners of replicas: remove one of them"
-    ]
+    """An HPA or KEDA ScaledObject whose scaleTargetRef names the Deployment is a conflict."""
+    assert lint(GOOD + "---\n" + scaler) == [conflict(title)]
+
+
+@pytest.mark.parametrize(
+    "scaler",
+    [
+        hpa("{apiVersion: apps/v1, kind: StatefulSet, name: chat}"),
+        hpa("{apiVersion: argoproj.io/v1alpha1, kind: Deployment, name: chat}"),
+        hpa("{kind: Deployment, name: chat-2}"),
+        hpa("{kind: Deployment, name: chat}", namespace="other"),
+        scaled_object("{kind: StatefulSet, name: chat}"),
+        scaled_object("{name: embed}"),
+    ],
+)
+def test_scaler_of_something_else_is_no_conflict(scaler: str) -> None:
+    """A scaleTargetRef of another kind, API group, name or namespace is not a conflict."""
+    assert lint(GOOD + "---\n" + scaler) == []
+
+
+def test_scaler_of_a_switched_off_deployment_is_no_conflict() -> None:
+    """An HPA may own a Deployment whose autoscaler switch is "false"."""
+    text = GOOD.replace('enabled: "true"', 'enabled: "false"')
+    assert lint(text + "---\n" + hpa("{kind: Deployment, name: chat}")) == []
 
 
 def test_scaler_conflict_is_reported_for_an_invalid_deployment_too() -> None:
     """The two-owner conflict is reported alongside the annotation problems."""
-    hpa = (
-        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n"
-        "metadata: {name: h, namespace: ml}\n"
-        "spec:\n  scaleTargetRef: {kind: Deployment, name: embed}\n"
-    )
-    lines = lint(BAD + "---\n" + hpa)
+    lines = lint(BAD + "---\n" + hpa("{kind: Deployment, name: embed}"))
     assert len(lines) == 3
-    assert lines[-1].startswith("deploy.yaml: Deployment ml/embed: HorizontalPodAutoscaler ml/h ")
-
-
-def test_scaler_in_another_namespace_is_no_conflict() -> None:
-    """An HPA for a same-named Deployment elsewhere is not a conflict."""
-    hpa = (
-        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n"
-        "metadata: {name: chat, namespace: other}\n"
-        "spec:\n  scaleTargetRef: {kind: Deployment, name: chat}\n"
+    assert lines[-1].startswith(
+        "deploy.yaml: document 1: Deployment ml/embed: HorizontalPodAutoscaler ml/h "
+        "(deploy.yaml, document 2) also scales it"
     )
-    assert lint(GOOD + "---\n" + hpa) == []
 
 
 def test_scaler_conflict_across_files(tmp_path: Path) -> None:
-    """The conflict check spans every file of one run."""
-    hpa = (
-        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n"
-        "metadata: {name: h, namespace: ml}\n"
-        "spec:\n  scaleTargetRef: {kind: Deployment, name: chat}\n"
-    )
-    code, out, _ = run(tmp_path, GOOD, hpa)
+    """The conflict check spans every file of one run and names the scaler's file."""
+    code, out, _ = run(tmp_path, GOOD, hpa("{kind: Deployment, name: chat}"))
     assert code == 1
-    assert "HorizontalPodAutoscaler ml/h also scales it" in out
+    assert out == (
+        f"{tmp_path / 'm0.yaml'}: document 1: Deployment ml/chat: HorizontalPodAutoscaler ml/h "
+        f"({tmp_path / 'm1.yaml'}, document 1) also scales it through spec.scaleTargetRef; the "
+        "autoscaler refuses a Deployment with two owners of replicas: remove one of them\n"
+    )
 
 
 def test_namespace_defaults_to_default() -> None:
     """A Deployment without a namespace is shown in `default`, as kubectl would create it."""
     lines = lint(BAD.replace("  namespace: ml\n", ""))
-    assert lines[0].startswith("deploy.yaml: Deployment default/embed: ")
+    assert lines[0].startswith("deploy.yaml: document 1: Deployment default/embed: ")
 
 
 def test_non_object_documents_are_reported() -> None:
@@ -303,7 +346,8 @@ def test_annotations_that_are_not_a_mapping_are_reported() -> None:
     """metadata.annotations as a list is a problem, not a crash."""
     text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: a\n  annotations: [x]\n"
     assert lint(text) == [
-        "deploy.yaml: Deployment default/a: metadata.annotations must be a mapping of strings"
+        "deploy.yaml: document 1: Deployment default/a: "
+        "metadata.annotations must be a mapping of strings"
     ]
 
 
@@ -318,9 +362,8 @@ def test_hostile_names_and_values_are_escaped() -> None:
     )
     lines = lint(text)
     assert lines == [
-        f'deploy.yaml: Deployment ml/"evil\\nname": {P}max-replicas="3\\u202e": '
-        "must be a whole number from 1 to 10000",
-        f'deploy.yaml: Deployment ml/"evil\\nname": {P}target-qps-per-replica="{"9" * 80}..." '
+        f'{D}/"evil\\nname": {P}max-replicas="3\\u202e": must be a whole number from 1 to 10000',
+        f'{D}/"evil\\nname": {P}target-qps-per-replica="{"9" * 80}..." '
         "(10000 characters): must be a decimal number > 0",
     ]
     assert all(line.isprintable() for line in lines)
@@ -331,3 +374,242 @@ def test_deeply_nested_yaml_is_not_a_crash() -> None:
     lines = lint("a: " + "[" * 5000 + "]" * 5000 + "\n")
     assert len(lines) == 1
     assert lines[0].startswith("deploy.yaml")
+
+
+# -- the ramp's readiness gate and labels -----------------------------------------------------
+
+GATE = f"      readinessGates:\n        - conditionType: {P}warm\n"
+WARMING = f'        {P}warming: "true"\n'
+
+
+def routed(router: str = "istio", *, gate: str = GATE, warming: str = WARMING) -> str:
+    """A managed Deployment with a traffic router, its pod template built from the parts given."""
+    return (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: chat\n  namespace: ml\n"
+        "  annotations:\n"
+        f'    {P}enabled: "true"\n    {P}max-replicas: "8"\n'
+        f'    {P}target-qps-per-replica: "4"\n    {P}traffic-router: "{router}"\n'
+        "spec:\n  selector:\n    matchLabels: {app: chat}\n"
+        "  template:\n    metadata:\n      labels:\n        app: chat\n"
+        f"{warming}    spec:\n{gate}      containers: [{{name: vllm, image: vllm}}]\n"
+    )
+
+
+@pytest.mark.parametrize("router", ["istio", "gateway-api", "smi"])
+def test_traffic_router_with_gate_and_warming_label_passes(router: str) -> None:
+    """Each traffic router passes with the readiness gate and the warming label in the template."""
+    assert lint(routed(router)) == []
+
+
+@pytest.mark.parametrize("router", ["istio", "gateway-api", "smi"])
+def test_traffic_router_without_gate_or_label_is_a_problem(router: str) -> None:
+    """A router whose pod template has neither gate nor label is one problem naming both."""
+    assert lint(routed(router, gate="", warming="")) == [
+        f'{D}/chat: {P}traffic-router="{router}": the pod template has neither the readiness '
+        f"gate {P}warm (spec.template.spec.readinessGates) nor the label "
+        f'{P}warming: "true" (spec.template.metadata.labels), so the controller never gates or '
+        "ramps its new pods and the traffic router does nothing: add both"
+    ]
+
+
+def test_traffic_router_without_the_gate_is_a_problem() -> None:
+    """The warming label alone lets cold pods into the Service: the missing gate is named."""
+    other_gate = "      readinessGates:\n        - conditionType: example.com/other\n"
+    assert lint(routed(gate=other_gate)) == [
+        f"{D}/chat: spec.template.spec.readinessGates: no conditionType {P}warm; "
+        f'{P}traffic-router="istio" needs it, or new pods take the Service\'s traffic before they '
+        "are warm"
+    ]
+
+
+def test_traffic_router_without_the_warming_label_is_a_problem() -> None:
+    """The gate alone keeps new pods out of the ramp: the missing label is named."""
+    assert lint(routed(warming="")) == [
+        f'{D}/chat: spec.template.metadata.labels: no {P}warming: "true"; '
+        f'{P}traffic-router="istio" needs it, or new pods never join the ramp\'s warming set and '
+        "get no traffic in steps"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        ('"false"', 'must be "true" (a string)'),
+        ("true", 'YAML reads true as a boolean; write "true" in quotes'),
+    ],
+)
+def test_warming_label_other_than_true_is_a_problem(value: str, rule: str) -> None:
+    """The warming label counts only as the string "true"; anything else names its value."""
+    text = routed(warming=f"        {P}warming: {value}\n")
+    shown = value.strip('"')
+    assert lint(text) == [
+        f'{D}/chat: spec.template.metadata.labels["{P}warming"]="{shown}": {rule}'
+    ]
+
+
+def test_no_traffic_router_needs_no_gate() -> None:
+    """With traffic-router none (or unset) the gate and label are the owner's choice."""
+    assert lint(routed("none", gate="", warming="")) == []
+    assert lint(GOOD) == []
+
+
+def test_invalid_traffic_router_is_reported_once() -> None:
+    """An unknown router is the annotation's problem, not also a missing gate."""
+    lines = lint(routed("linkerd", gate="", warming=""))
+    assert lines == [
+        f'{D}/chat: {P}traffic-router="linkerd": must be one of: none, istio, gateway-api, smi'
+    ]
+
+
+SELECTOR_RULE = (
+    "must not be in a selector: the controller relabels pods as they warm up, and a pod whose "
+    "labels leave the selector is orphaned"
+)
+
+
+def test_warming_label_in_the_deployment_selector_is_a_problem() -> None:
+    """The ramp's labels in matchLabels or matchExpressions would orphan relabelled pods."""
+    text = routed().replace(
+        "    matchLabels: {app: chat}\n",
+        f'    matchLabels: {{app: chat, {P}warming: "true"}}\n'
+        f"    matchExpressions: [{{key: {P}stable, operator: Exists}}]\n",
+    )
+    assert lint(text) == [
+        f'{D}/chat: spec.selector.matchLabels["{P}warming"]="true": {SELECTOR_RULE}',
+        f'{D}/chat: spec.selector.matchExpressions[0].key="{P}stable": {SELECTOR_RULE}',
+    ]
+
+
+def test_warming_label_in_a_service_selector_is_a_problem() -> None:
+    """A Service selecting on the ramp's labels would drop pods from its endpoints."""
+    selector = f'  selector: {{app: chat, {P}warming: "true"}}\n'
+    service = SERVICE.replace("  ports:", selector + "  ports:")
+    assert lint(service) == [
+        f'deploy.yaml: document 1: Service ml/chat: spec.selector["{P}warming"]="true": must not '
+        "be in a selector: the controller relabels pods as they warm up, and the Service would "
+        "drop or gain them as it does"
+    ]
+
+
+# -- spec.replicas: a warning ------------------------------------------------------------------
+
+REPLICAS_WARNING = (
+    f"{D}/chat: warning: spec.replicas=2: the controller owns replicas; every kubectl apply of "
+    "this manifest resets them to 2: leave spec.replicas out"
+)
+
+
+def test_replicas_in_a_managed_deployment_is_a_warning(tmp_path: Path) -> None:
+    """spec.replicas is printed as a warning, and warnings alone still exit 0."""
+    text = GOOD + "  replicas: 2\n"
+    assert lint(text) == [REPLICAS_WARNING]
+    code, out, err = run(tmp_path, text)
+    assert code == validate.EXIT_OK == 0
+    assert err == ""
+    assert out.splitlines() == [
+        REPLICAS_WARNING.replace("deploy.yaml", str(tmp_path / "m0.yaml")),
+        "OK: 1 autoscaled Deployment in 1 file, no problems, 1 warning",
+    ]
+
+
+def test_strict_makes_a_warning_fail(tmp_path: Path) -> None:
+    """With strict, a warning alone exits 1 and no OK line is printed."""
+    path = tmp_path / "deploy.yaml"
+    path.write_text(GOOD + "  replicas: 2\n", encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert validate.main([str(path)], out, err, strict=True) == validate.EXIT_PROBLEMS == 1
+    assert out.getvalue().splitlines() == [REPLICAS_WARNING.replace("deploy.yaml", str(path))]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        PLAIN,
+        GOOD.replace('enabled: "true"', 'enabled: "false"') + "  replicas: 2\n",
+        GOOD.replace('"true"\n', f'"true"\n    {P}mode: "dry-run"\n', 1) + "  replicas: 2\n",
+    ],
+    ids=["unmanaged", "switched-off", "dry-run"],
+)
+def test_replicas_is_fine_where_the_controller_writes_none(text: str) -> None:
+    """Unmanaged, switched-off and dry-run Deployments keep their own spec.replicas."""
+    assert lint(text) == []
+
+
+def test_min_replicas_of_zero_is_a_problem() -> None:
+    """A service at 0 replicas would hold on missing data forever: validate refuses it."""
+    (line,) = lint(GOOD.replace('"8"\n', f'"8"\n    {P}min-replicas: "0"\n', 1))
+    assert line.startswith(f'{D}/chat: {P}min-replicas="0": must be a whole number from 1 to ')
+
+
+# -- inputs: directories, JSON, standard input -------------------------------------------------
+
+
+def test_directory_is_read_recursively_in_sorted_order(tmp_path: Path) -> None:
+    """A directory gives every .yaml, .yml and .json below it, sorted by path, and nothing else."""
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "deep").mkdir()
+    bad = {name: BAD.replace("name: embed", f"name: {name}") for name in ("one", "two", "three")}
+    (tmp_path / "b" / "deep" / "two.yml").write_text(bad["two"], encoding="utf-8")
+    (tmp_path / "b" / "one.yaml").write_text(bad["one"], encoding="utf-8")
+    (tmp_path / "c.json").write_text(json.dumps(yaml.safe_load(bad["three"])), encoding="utf-8")
+    (tmp_path / "a-notes.md").write_text("not: [a manifest\n", encoding="utf-8")
+    (tmp_path / "b" / "kustomization.txt").write_text(": nonsense", encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert validate.main([str(tmp_path)], out, err) == 1
+    assert err.getvalue() == ""
+    named = [line.split(": ")[0] for line in out.getvalue().splitlines()]
+    assert named == [
+        str(tmp_path / "b" / "deep" / "two.yml"),
+        str(tmp_path / "b" / "deep" / "two.yml"),
+        str(tmp_path / "b" / "one.yaml"),
+        str(tmp_path / "b" / "one.yaml"),
+        str(tmp_path / "c.json"),
+        str(tmp_path / "c.json"),
+    ]
+
+
+def test_clean_directory_counts_its_files(tmp_path: Path) -> None:
+    """The summary counts the files found in a directory."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "deploy.yaml").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "sub" / "service.yml").write_text(SERVICE, encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert validate.main([str(tmp_path)], out, err) == 0
+    assert out.getvalue() == "OK: 1 autoscaled Deployment in 2 files, no problems\n"
+
+
+def test_directory_without_manifests_exits_2(tmp_path: Path) -> None:
+    """A directory with no manifest in it is unreadable input, not a silent pass."""
+    (tmp_path / "README.md").write_text("# nothing here\n", encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert validate.main([str(tmp_path)], out, err) == validate.EXIT_UNREADABLE == 2
+    assert err.getvalue() == (
+        f"{tmp_path}: cannot read: no *.yaml, *.yml, *.json file in this directory or below\n"
+    )
+
+
+def test_json_file_with_tabs_is_read_as_json(tmp_path: Path) -> None:
+    """A .json manifest is JSON, tabs and all (YAML would refuse the tabs)."""
+    path = tmp_path / "deploy.json"
+    path.write_text(json.dumps(yaml.safe_load(BAD), indent="\t"), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert validate.main([str(path)], out, err) == 1
+    assert err.getvalue() == ""
+    assert out.getvalue().startswith(f"{path}: document 1: Deployment ml/embed: ")
+
+
+def test_broken_json_exits_2(tmp_path: Path) -> None:
+    """A .json file that is not JSON is unreadable input, named with its line."""
+    path = tmp_path / "deploy.json"
+    path.write_text('{\n  "kind": "Deployment",\n}\n', encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert validate.main([str(path)], out, err) == 2
+    assert err.getvalue().startswith(f"{path}:3: JSON syntax error: ")
+
+
+def test_standard_input_is_read_for_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-` reads the manifest from standard input and names it <stdin>."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(BAD))
+    out, err = io.StringIO(), io.StringIO()
+    assert validate.main(["-"], out, err) == 1
+    assert out.getvalue().startswith("<stdin>: document 1: Deployment ml/embed: ")

@@ -88,8 +88,8 @@ class _Managed:
     serving: frozenset[str]
 
 
-WARMING_LABEL: Final = "autoscaler.dsec.io/warming"
-STABLE_LABEL: Final = "autoscaler.dsec.io/stable"
+WARMING_LABEL: Final = contract.WARMING_LABEL
+STABLE_LABEL: Final = contract.STABLE_LABEL
 
 
 def is_serving(pod: Obj) -> bool:

@@ -61,7 +61,7 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-WARM_CONDITION: Final = "autoscaler.dsec.io/warm"
+WARM_CONDITION: Final = contract.WARM_GATE
 """The pod condition behind the readiness gate of the same name."""
 WARM_REASON: Final = "WarmupPassed"
 COLD_REASON: Final = "NotWarm"
