@@ -46,8 +46,8 @@ import structlog
 from aiohttp import web
 
 from autoscaler import clock as clock_
+from autoscaler import errors, ports, rollout, settings, telemetry
 from autoscaler import loop as loop_
-from autoscaler import ports, rollout, settings, telemetry
 from autoscaler.adapters import prometheus, warmup
 from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
 from autoscaler.adapters.mesh import registry
@@ -152,9 +152,11 @@ class Controller:
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
         )
+        access = prometheus_access(prom)
         self.metrics = prometheus.MetricsSource(
             prom.url,
             self.cluster,
+            access=access,
             timeout_s=prom.timeout_s,
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
@@ -172,6 +174,7 @@ class Controller:
         }
         self.health = prometheus.HealthQueries(
             prom.url,
+            access=access,
             timeout_s=prom.timeout_s,
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
@@ -247,6 +250,7 @@ class Controller:
             namespaces=list(self.settings.kubernetes.namespaces) or "all",
             excluded=list(self.settings.kubernetes.exclude_namespaces),
             prometheus=self.settings.prometheus.url,
+            prometheus_access=repr(self.metrics.access),
         )
         if self.elector is None:  # dry-run: leads its own, writeless, term at once
             self._term, self._leading_since_s = 1, self.lease_clock.now()
@@ -357,6 +361,40 @@ class Controller:
 
     def _api_error(self, operation: str) -> None:
         self.telemetry.api_errors.labels(operation).inc()
+
+
+def prometheus_access(config: settings.PrometheusSettings) -> prometheus.Access:
+    """The credentials, TLS trust and headers of every Prometheus query, from the settings.
+
+    Reads the credential files and the CA bundle now: raises `ConfigError`, naming the
+    variable, when one cannot be read.
+    """
+    var = "AUTOSCALER_PROMETHEUS__"
+    bearer: prometheus.Secret | None = None
+    if config.bearer_token_file is not None:
+        bearer = prometheus.SecretFile(config.bearer_token_file, setting=f"{var}BEARER_TOKEN_FILE")
+    elif config.bearer_token is not None:
+        bearer = prometheus.SecretText(config.bearer_token.get_secret_value())
+    basic: tuple[str, prometheus.Secret] | None = None
+    if config.basic_auth_username is not None:
+        password: prometheus.Secret
+        if config.basic_auth_password_file is not None:
+            password = prometheus.SecretFile(
+                config.basic_auth_password_file, setting=f"{var}BASIC_AUTH_PASSWORD_FILE"
+            )
+        elif config.basic_auth_password is not None:
+            password = prometheus.SecretText(config.basic_auth_password.get_secret_value())
+        else:  # the settings' validator makes this unreachable
+            raise errors.ConfigError(f"{var}BASIC_AUTH_USERNAME needs a password")
+        basic = (config.basic_auth_username, password)
+    return prometheus.Access(
+        bearer_token=bearer,
+        basic_auth=basic,
+        ca_file=config.ca_file,
+        insecure_skip_verify=config.insecure_skip_verify,
+        headers=config.headers,
+        ca_setting=f"{var}CA_FILE",
+    )
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:
