@@ -107,9 +107,11 @@ class Controller:
         wall_now: Callable[[], float],
         identity: str | None = None,
         on_tick: OnTick | None = None,
+        access: prometheus.Access | None = None,
     ) -> None:
         """Build the adapters, the elector and the telemetry on `api` (a kubernetes-asyncio
-        `ApiClient`); nothing runs until `serve`.
+        `ApiClient`); nothing runs until `serve`. `access` is how the Prometheus queries get
+        through (default: read from the settings now, see `prometheus_access`).
 
         `clock` is the loop's (policy time, persisted in Unix seconds in production);
         `lease_clock` (monotonic) paces the Lease and judges its expiry and readiness;
@@ -152,7 +154,7 @@ class Controller:
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
         )
-        access = prometheus_access(prom)
+        access = access or prometheus_access(prom)
         self.metrics = prometheus.MetricsSource(
             prom.url,
             self.cluster,
@@ -416,14 +418,17 @@ async def wire(
     """A `Controller` on a client for the configured cluster; the clients close on exit.
 
     Production clocks by default: `WallClock` for the loop, the event loop's for the Lease.
-    Raises `ConfigError` when no Kubernetes configuration can be loaded.
+    Raises `ConfigError` when a Prometheus credential file or CA bundle cannot be read, or
+    no Kubernetes configuration can be loaded.
     """
     k8s = config.kubernetes
+    access = prometheus_access(config.prometheus)
     api = await connection.api_client(kubeconfig=k8s.kubeconfig, context=k8s.context)
     try:
         controller = Controller(
             config,
             api,
+            access=access,
             clock=clock or clock_.WallClock(),
             lease_clock=lease_clock or clock_.LoopClock(),
             wall_now=wall_now,

@@ -32,6 +32,7 @@ what missing data means is for the decision core to say.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import json
 import math
@@ -268,7 +269,9 @@ class Access:
             headers["Authorization"] = f"Bearer {self.bearer_token.value()}"
         elif self.basic_auth is not None:
             user, password = self.basic_auth
-            headers["Authorization"] = aiohttp.BasicAuth(user, password.value()).encode()
+            # RFC 7617 with UTF-8, as Prometheus and common proxies read it.
+            pair = f"{user}:{password.value()}".encode()
+            headers["Authorization"] = f"Basic {base64.b64encode(pair).decode()}"
         return headers
 
     def __repr__(self) -> str:
