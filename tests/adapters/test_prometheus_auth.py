@@ -1,6 +1,6 @@
 """The Prometheus adapters reaching a Prometheus behind auth: basic auth and TLS served by the
 real Prometheus (`--web.config.file`), a bearer token and a tenant header asked for by a
-reverse proxy in front of it (Prometheus checks neither itself, a gateway does)."""
+reverse proxy in front of it (`prom.gate`: Prometheus checks neither itself)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
-from aiohttp import web
 from prom import certs, server
+from prom import gate as gate_
 from prom.fixtures import Stack
 
 from autoscaler import errors
@@ -65,48 +64,10 @@ def secured(
         yield secured
 
 
-class Gate:
-    """A reverse proxy that asks for a bearer token and a tenant, as an auth gateway in front of
-    Mimir or Thanos does, and forwards what passes to the real Prometheus."""
-
-    def __init__(self, upstream: str, *, token: str) -> None:
-        self.upstream = upstream
-        self.token = token
-        """The one bearer token let through; a test changes it to rotate the credentials."""
-        self.url = ""
-        self._runner = web.AppRunner(web.Application())
-        self._runner.app.router.add_get("/api/v1/query", self._query)
-        self._session: aiohttp.ClientSession | None = None
-
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession()
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-
-    async def stop(self) -> None:
-        await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
-
-    async def _query(self, request: web.Request) -> web.Response:
-        if request.headers.get("Authorization") != f"Bearer {self.token}":
-            return web.Response(status=401, text="invalid bearer token")
-        if request.headers.get("X-Scope-OrgID") != TENANT:
-            return web.Response(status=403, text="no org id")
-        assert self._session is not None
-        url = f"{self.upstream}/api/v1/query"
-        async with self._session.get(url, params=request.query) as answer:
-            return web.Response(
-                status=answer.status, body=await answer.read(), content_type=answer.content_type
-            )
-
-
 @pytest.fixture
-async def gate(stack: Stack) -> AsyncIterator[Gate]:
+async def gate(stack: Stack) -> AsyncIterator[gate_.Gate]:
     """A gate in front of the session's Prometheus, letting `first-token` through."""
-    started = Gate(stack.prometheus.url, token="first-token")
+    started = gate_.Gate(stack.prometheus.url, token="first-token", tenant=TENANT)
     await started.start()
     yield started
     await started.stop()
@@ -212,7 +173,7 @@ def test_an_unreadable_ca_bundle_stops_the_start(tmp_path: Path) -> None:
 
 
 async def test_a_bearer_token_and_the_tenant_header_pass_the_gateway(
-    stack: Stack, gate: Gate, unique: str, tmp_path: Path
+    stack: Stack, gate: gate_.Gate, unique: str, tmp_path: Path
 ) -> None:
     """A token from a file and `X-Scope-OrgID` go with every query of both paths."""
     await queue_scraped(stack, stack.prometheus, unique)
@@ -237,7 +198,7 @@ async def test_a_bearer_token_and_the_tenant_header_pass_the_gateway(
     ids=["no-token", "wrong-token", "no-tenant"],
 )
 async def test_a_gateway_refusal_reads_as_401_or_403(
-    gate: Gate, token: str | None, headers: dict[str, str], refusal: str
+    gate: gate_.Gate, token: str | None, headers: dict[str, str], refusal: str
 ) -> None:
     """A missing or wrong token, or no tenant, is an `ObservationError` naming the status and
     what the gateway said, not a complaint about its non-JSON answer."""
@@ -253,7 +214,7 @@ async def test_a_gateway_refusal_reads_as_401_or_403(
 
 
 async def test_a_rotated_token_file_is_read_at_the_next_query(
-    stack: Stack, gate: Gate, unique: str, tmp_path: Path
+    stack: Stack, gate: gate_.Gate, unique: str, tmp_path: Path
 ) -> None:
     """When the kubelet swaps in a new token file, the next query sends the new token."""
     await queue_scraped(stack, stack.prometheus, unique)
