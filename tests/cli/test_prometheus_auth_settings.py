@@ -160,3 +160,27 @@ def test_no_command_prints_the_token(
     assert all(result.code == 2 for result in results)
     for result in results:
         assert SECRET not in result.out + result.err
+
+
+def test_run_flags_set_the_token_file_and_keep_the_other_variables(
+    run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--prometheus-bearer-token-file` is read at start, beside the group's other variables."""
+    monkeypatch.setenv(f"{PREFIX}HEADERS", "X-Scope-OrgID=tenant-a")
+    monkeypatch.setenv(f"{PREFIX}BEARER_TOKEN", SECRET)
+
+    both = run("run", "--prometheus-bearer-token-file", tmp_path / "gone")
+    monkeypatch.delenv(f"{PREFIX}BEARER_TOKEN")
+    gone = run(
+        "run",
+        "--kubeconfig",
+        tmp_path / "missing",
+        "--prometheus-bearer-token-file",
+        tmp_path / "gone",
+    )
+
+    assert both.err.startswith("error: AUTOSCALER_PROMETHEUS: set one of ")
+    assert gone.err == (
+        f"error: {PREFIX}BEARER_TOKEN_FILE: cannot read {tmp_path / 'gone'}: "
+        "No such file or directory\n"
+    )
