@@ -2,7 +2,9 @@
 
 Variables carry the `AUTOSCALER_` prefix and `__` between a group and its field, e.g.
 `AUTOSCALER_LOG__LEVEL=debug`, `AUTOSCALER_PROMETHEUS__URL=http://prometheus:9090` or
-`AUTOSCALER_KUBERNETES__NAMESPACES=ml,chat` (lists are comma-separated). One frozen `Settings`
+`AUTOSCALER_KUBERNETES__NAMESPACES=ml,chat` (lists are comma-separated, headers
+`Name=value,Name2=value2`). Secrets are `SecretStr`: their `repr` and dumps hide them. One frozen
+`Settings`
 is built by the CLI (command-line flags override the environment) and handed down group by
 group; nothing else reads the environment.
 
