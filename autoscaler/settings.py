@@ -3,10 +3,9 @@
 Variables carry the `AUTOSCALER_` prefix and `__` between a group and its field, e.g.
 `AUTOSCALER_LOG__LEVEL=debug`, `AUTOSCALER_PROMETHEUS__URL=http://prometheus:9090` or
 `AUTOSCALER_KUBERNETES__NAMESPACES=ml,chat` (lists are comma-separated, headers
-`Name=value,Name2=value2`). Secrets are `SecretStr`: their `repr` and dumps hide them. One frozen
-`Settings`
-is built by the CLI (command-line flags override the environment) and handed down group by
-group; nothing else reads the environment.
+`Name=value,Name2=value2`). Secrets are `SecretStr`: their `repr` and dumps hide them. One
+frozen `Settings` is built by the CLI (command-line flags override the environment) and handed
+down group by group; nothing else reads the environment.
 
 Every field says its unit and default; rules across fields are validators, so a bad
 combination stops the process at start with one line naming the variable.
