@@ -46,8 +46,8 @@ import structlog
 from aiohttp import web
 
 from autoscaler import clock as clock_
+from autoscaler import errors, ports, rollout, settings, telemetry
 from autoscaler import loop as loop_
-from autoscaler import ports, rollout, settings, telemetry
 from autoscaler.adapters import prometheus, warmup
 from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
 from autoscaler.adapters.mesh import registry
@@ -107,9 +107,11 @@ class Controller:
         wall_now: Callable[[], float],
         identity: str | None = None,
         on_tick: OnTick | None = None,
+        access: prometheus.Access | None = None,
     ) -> None:
         """Build the adapters, the elector and the telemetry on `api` (a kubernetes-asyncio
-        `ApiClient`); nothing runs until `serve`.
+        `ApiClient`); nothing runs until `serve`. `access` is how the Prometheus queries get
+        through (default: read from the settings now, see `prometheus_access`).
 
         `clock` is the loop's (policy time, persisted in Unix seconds in production);
         `lease_clock` (monotonic) paces the Lease and judges its expiry and readiness;
@@ -152,9 +154,11 @@ class Controller:
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
         )
+        access = access or prometheus_access(prom)
         self.metrics = prometheus.MetricsSource(
             prom.url,
             self.cluster,
+            access=access,
             timeout_s=prom.timeout_s,
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
@@ -172,6 +176,7 @@ class Controller:
         }
         self.health = prometheus.HealthQueries(
             prom.url,
+            access=access,
             timeout_s=prom.timeout_s,
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
@@ -247,6 +252,7 @@ class Controller:
             namespaces=list(self.settings.kubernetes.namespaces) or "all",
             excluded=list(self.settings.kubernetes.exclude_namespaces),
             prometheus=self.settings.prometheus.url,
+            prometheus_access=repr(self.metrics.access),
         )
         if self.elector is None:  # dry-run: leads its own, writeless, term at once
             self._term, self._leading_since_s = 1, self.lease_clock.now()
@@ -359,6 +365,40 @@ class Controller:
         self.telemetry.api_errors.labels(operation).inc()
 
 
+def prometheus_access(config: settings.PrometheusSettings) -> prometheus.Access:
+    """The credentials, TLS trust and headers of every Prometheus query, from the settings.
+
+    Reads the credential files and the CA bundle now: raises `ConfigError`, naming the
+    variable, when one cannot be read.
+    """
+    var = "AUTOSCALER_PROMETHEUS__"
+    bearer: prometheus.Secret | None = None
+    if config.bearer_token_file is not None:
+        bearer = prometheus.SecretFile(config.bearer_token_file, setting=f"{var}BEARER_TOKEN_FILE")
+    elif config.bearer_token is not None:
+        bearer = prometheus.SecretText(config.bearer_token.get_secret_value())
+    basic: tuple[str, prometheus.Secret] | None = None
+    if config.basic_auth_username is not None:
+        password: prometheus.Secret
+        if config.basic_auth_password_file is not None:
+            password = prometheus.SecretFile(
+                config.basic_auth_password_file, setting=f"{var}BASIC_AUTH_PASSWORD_FILE"
+            )
+        elif config.basic_auth_password is not None:
+            password = prometheus.SecretText(config.basic_auth_password.get_secret_value())
+        else:  # the settings' validator makes this unreachable
+            raise errors.ConfigError(f"{var}BASIC_AUTH_USERNAME needs a password")
+        basic = (config.basic_auth_username, password)
+    return prometheus.Access(
+        bearer_token=bearer,
+        basic_auth=basic,
+        ca_file=config.ca_file,
+        insecure_skip_verify=config.insecure_skip_verify,
+        headers=config.headers,
+        ca_setting=f"{var}CA_FILE",
+    )
+
+
 async def _cancel(task: asyncio.Task[None]) -> None:
     """Cancel a task of the group and wait until it has finished (its `finally` included)."""
     task.cancel()
@@ -378,14 +418,17 @@ async def wire(
     """A `Controller` on a client for the configured cluster; the clients close on exit.
 
     Production clocks by default: `WallClock` for the loop, the event loop's for the Lease.
-    Raises `ConfigError` when no Kubernetes configuration can be loaded.
+    Raises `ConfigError` when a Prometheus credential file or CA bundle cannot be read, or
+    no Kubernetes configuration can be loaded.
     """
     k8s = config.kubernetes
+    access = prometheus_access(config.prometheus)
     api = await connection.api_client(kubeconfig=k8s.kubeconfig, context=k8s.context)
     try:
         controller = Controller(
             config,
             api,
+            access=access,
             clock=clock or clock_.WallClock(),
             lease_clock=lease_clock or clock_.LoopClock(),
             wall_now=wall_now,

@@ -133,8 +133,14 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.dry_run:
         kubernetes["dry_run"] = True
     overrides: dict[str, Any] = {"kubernetes": kubernetes} if kubernetes else {}
-    if args.prometheus_url is not None:
-        overrides["prometheus"] = {"url": args.prometheus_url}
+    chosen = {
+        "url": args.prometheus_url,
+        "bearer_token_file": args.prometheus_bearer_token_file,
+        "ca_file": args.prometheus_ca_file,
+    }
+    prometheus = {k: v for k, v in chosen.items() if v is not None}
+    if prometheus:
+        overrides["prometheus"] = prometheus
     if args.metrics_port is not None:
         overrides["http"] = {"port": args.metrics_port}
     return overrides
@@ -491,6 +497,17 @@ def _parser() -> argparse.ArgumentParser:
         help="decide and log for the whole cluster, but write nothing (not even the Lease)",
     )
     run.add_argument("--prometheus-url", metavar="URL", help="base URL of the Prometheus HTTP API")
+    # Files only: a secret on the command line would show in `ps` and in the pod spec.
+    run.add_argument(
+        "--prometheus-bearer-token-file",
+        metavar="FILE",
+        help="file holding the bearer token sent to Prometheus (read again when it changes)",
+    )
+    run.add_argument(
+        "--prometheus-ca-file",
+        metavar="FILE",
+        help="PEM bundle of the CAs that sign Prometheus' certificate",
+    )
     run.add_argument(
         "--metrics-port",
         type=_integer(minimum=0),

@@ -2,9 +2,10 @@
 
 Variables carry the `AUTOSCALER_` prefix and `__` between a group and its field, e.g.
 `AUTOSCALER_LOG__LEVEL=debug`, `AUTOSCALER_PROMETHEUS__URL=http://prometheus:9090` or
-`AUTOSCALER_KUBERNETES__NAMESPACES=ml,chat` (lists are comma-separated). One frozen `Settings`
-is built by the CLI (command-line flags override the environment) and handed down group by
-group; nothing else reads the environment.
+`AUTOSCALER_KUBERNETES__NAMESPACES=ml,chat` (lists are comma-separated, headers
+`Name=value,Name2=value2`). Secrets are `SecretStr`: their `repr` and dumps hide them. One
+frozen `Settings` is built by the CLI (command-line flags override the environment) and handed
+down group by group; nothing else reads the environment.
 
 Every field says its unit and default; rules across fields are validators, so a bad
 combination stops the process at start with one line naming the variable.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from pathlib import Path
 from typing import Annotated, Literal, Self
 
 from pydantic import (
@@ -23,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     field_validator,
     model_validator,
 )
@@ -34,6 +37,14 @@ _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 Namespaces = Annotated[tuple[str, ...], NoDecode]
 """A list of namespaces: comma-separated text in the environment, a tuple in Python."""
+Headers = Annotated[dict[str, str], NoDecode]
+"""HTTP headers: `Name=value,Name2=value2` in the environment, a dict in Python."""
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP field name (RFC 9110's `token`)."""
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+"""Visible ASCII, spaces and tabs: no line break can smuggle in another header."""
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 
 
 def _split(value: object) -> object:
@@ -47,6 +58,35 @@ def _check_namespaces(names: tuple[str, ...]) -> tuple[str, ...]:
         if not _DNS1123_LABEL.fullmatch(name):
             raise ValueError(f"{name!r} is not a namespace name (a DNS-1123 label)")
     return tuple(dict.fromkeys(names))
+
+
+def _parse_headers(value: object) -> object:
+    """`Name=value,Name2=value2` (a value may not hold a comma); a mapping stays as it is."""
+    if not isinstance(value, str):
+        return value
+    headers: dict[str, str] = {}
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        name, equals, text = item.partition("=")
+        if not equals:
+            raise ValueError(f"{item.strip()!r} is not Name=value")
+        headers[name.strip()] = text.strip()
+    return headers
+
+
+def _check_headers(headers: dict[str, str]) -> dict[str, str]:
+    for name, text in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+        if name.lower() in _CREDENTIAL_HEADERS:
+            raise ValueError(
+                f"header {name!r} carries credentials: use bearer_token_file, bearer_token "
+                "or basic_auth_* instead (they are kept secret)"
+            )
+        if not _HEADER_VALUE.fullmatch(text):
+            raise ValueError(f"header {name!r}: its value must be printable ASCII on one line")
+    return headers
 
 
 class KubernetesSettings(BaseModel):
@@ -140,6 +180,36 @@ class PrometheusSettings(BaseModel):
     rate_window_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Seconds of counter history each request rate spans, at least 2 scrape intervals.
     Default unset: 4 scrape intervals."""
+    bearer_token_file: Path | None = None
+    """File holding a bearer token sent with every query (`Authorization: Bearer ...`), such
+    as a mounted Secret or a projected service-account token. Read at start (a missing,
+    unreadable or empty file stops the controller) and read again before a query whenever the
+    file changed (its inode, size or modification time; one `stat` per query), so rotated
+    tokens are picked up at the next query. Default unset."""
+    bearer_token: SecretStr | None = None
+    """A bearer token given as text; prefer `bearer_token_file`, which can rotate. Never logged
+    or printed. Default unset."""
+    basic_auth_username: str | None = None
+    """User name for HTTP basic auth; needs `basic_auth_password_file` or
+    `basic_auth_password`. Default unset."""
+    basic_auth_password_file: Path | None = None
+    """File holding the basic-auth password; read at start and again when it changes, as
+    `bearer_token_file`. Default unset."""
+    basic_auth_password: SecretStr | None = None
+    """The basic-auth password as text; prefer `basic_auth_password_file`. Never logged or
+    printed. Default unset."""
+    ca_file: Path | None = None
+    """PEM file of the CA certificates that sign the server's certificate, trusted instead of
+    the system's (an `https` URL only). A missing or unreadable bundle stops the controller at
+    start. Default unset: the system's trust store."""
+    insecure_skip_verify: bool = False
+    """Check no server certificate at all (`https` only; not with `ca_file`): the connection
+    is encrypted but anyone can pose as the server. For tests. Default false."""
+    headers: Headers = Field(default_factory=dict)
+    """Extra HTTP headers sent with every query, as `Name=value,Name2=value2`, e.g.
+    `X-Scope-OrgID=tenant-a` for a Mimir, Cortex or Loki tenant (a value holds no comma; join
+    several tenants with `|` as Mimir does). Not for credentials: `Authorization` and
+    `Cookie` are refused, use the settings above. Logged by name only. Default none."""
 
     @field_validator("url")
     @classmethod
@@ -149,7 +219,62 @@ class PrometheusSettings(BaseModel):
             raise ValueError(f"{url!r} is not an http(s) URL with a host")
         if parts.query or parts.fragment:
             raise ValueError(f"{url!r}: a base URL has no query or fragment")
+        if parts.username is not None or parts.password is not None:
+            # The URL is logged at start: credentials go in the settings that keep them secret.
+            raise ValueError("a base URL carries no user or password: use basic_auth_* instead")
         return url.rstrip("/")
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers_text(cls, value: object) -> object:
+        return _parse_headers(value)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers_valid(cls, headers: dict[str, str]) -> dict[str, str]:
+        return _check_headers(headers)
+
+    @field_validator("basic_auth_username")
+    @classmethod
+    def _user_name(cls, name: str | None) -> str | None:
+        if name is not None and (not name or ":" in name):
+            raise ValueError("a basic-auth user name is not empty and holds no ':'")
+        return name
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> Self:
+        var = "AUTOSCALER_PROMETHEUS__"
+        bearer = [n for n in ("bearer_token_file", "bearer_token") if getattr(self, n)]
+        passwords = [
+            n for n in ("basic_auth_password_file", "basic_auth_password") if getattr(self, n)
+        ]
+        basic = ["basic_auth_username"] * (self.basic_auth_username is not None) + passwords
+        for chosen in (bearer, passwords):
+            if len(chosen) > 1:
+                first, second = (f"{var}{name.upper()}" for name in chosen)
+                raise ValueError(f"set one of {first} and {second}, not both")
+        if bearer and basic:
+            raise ValueError(
+                f"{var}{bearer[0].upper()} and {var}{basic[0].upper()} are exclusive: "
+                "send a bearer token or basic auth, not both"
+            )
+        if basic and not (self.basic_auth_username and passwords):
+            raise ValueError(
+                f"basic auth needs both {var}BASIC_AUTH_USERNAME and "
+                f"{var}BASIC_AUTH_PASSWORD_FILE (or {var}BASIC_AUTH_PASSWORD)"
+            )
+        if self.ca_file is not None and self.insecure_skip_verify:
+            raise ValueError(
+                f"{var}CA_FILE and {var}INSECURE_SKIP_VERIFY are exclusive: "
+                "trust a CA bundle or check nothing"
+            )
+        tls = self.ca_file is not None or self.insecure_skip_verify
+        if tls and not self.url.startswith("https://"):
+            raise ValueError(
+                f"{var}CA_FILE and {var}INSECURE_SKIP_VERIFY apply to an https URL, "
+                f"not {self.url!r}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _windows_hold_scrapes(self) -> Self:

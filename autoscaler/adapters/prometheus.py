@@ -19,6 +19,12 @@ owners choose metric names (a preset or `custom`), never PromQL.
 of the warming and stable pods of one service over a window, and the requests still in flight
 on pods being drained.
 
+Every query goes out through one `Access`: the credentials (a bearer token or basic auth, each
+from a file read again when it changes), the TLS trust (a CA bundle, or none checked) and the
+extra headers (a tenant's `X-Scope-OrgID` for Mimir, Cortex or Thanos). A 401 or 403 answer is
+an `ObservationError` that says the credentials were refused. Secrets never reach a log line,
+an error message or a `repr`.
+
 This module decides nothing: a pod without a fresh series is missing data (NaN), never zero, and
 what missing data means is for the decision core to say.
 """
@@ -26,13 +32,17 @@ what missing data means is for the decision core to say.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import json
 import math
+import os
 import re
+import ssl
 import types
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import aiohttp
@@ -119,6 +129,167 @@ class QueryRejected(errors.ObservationError):
     query, not the server, is at fault, so a smaller query may still be answered."""
 
 
+class Secret(Protocol):
+    """A credential read when a query is sent; never printed."""
+
+    def value(self) -> str:
+        """The secret's current text; raises `ObservationError` when it cannot be read."""
+        ...
+
+
+class SecretText:
+    """A secret given as text (from a variable): its `repr` hides it."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def value(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return "SecretText('**********')"
+
+
+_FileStamp = tuple[int, int, int, int]
+"""(device, inode, size, modification time in ns): what tells that a file changed."""
+
+
+def _stamp(status: os.stat_result) -> _FileStamp:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
+class SecretFile:
+    """A secret kept in a file, such as a mounted Secret or a projected service-account token.
+
+    The file is read at construction: a missing, unreadable or empty one is a `ConfigError`
+    naming `setting`. Before each query the file is checked again (one `stat`) and read anew
+    when its device, inode, size or modification time changed, so a rotated token is sent from
+    the first query after the rotation: the kubelet swaps a mounted Secret's files through a
+    symlink (a new inode). If it cannot be read then, the query fails (`ObservationError`,
+    services hold) rather than send a token that may have expired.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, setting: str) -> None:
+        self.path = Path(path)
+        self.setting = setting
+        try:
+            self._stamp, self._text = self._load()
+        except (OSError, ValueError) as e:
+            raise errors.ConfigError(f"{setting}: cannot read {self.path}: {_os_brief(e)}") from e
+
+    def value(self) -> str:
+        try:
+            changed = _stamp(os.stat(self.path)) != self._stamp
+            if changed:
+                self._stamp, self._text = self._load()
+        except (OSError, ValueError) as e:
+            raise errors.ObservationError(
+                f"{self.setting}: cannot read {self.path}: {_os_brief(e)}"
+            ) from e
+        if changed:
+            log.info(SECRET_RELOADED, setting=self.setting, path=str(self.path))
+        return self._text
+
+    def _load(self) -> tuple[_FileStamp, str]:
+        with self.path.open("rb") as file:
+            stamp = _stamp(os.fstat(file.fileno()))
+            text = file.read().decode().strip()
+        if not text:
+            raise ValueError("the file is empty")
+        return stamp, text
+
+    def __repr__(self) -> str:
+        return f"SecretFile({str(self.path)!r})"
+
+
+SECRET_RELOADED: Final = "prometheus.secret_reloaded"
+"""Log event: a credential file changed and was read again (its path, never its text)."""
+
+
+def _os_brief(e: Exception) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
+
+
+class Access:
+    """How every query reaches Prometheus: credentials, TLS trust and extra headers.
+
+    At most one of `bearer_token` and `basic_auth` (a user name and its password). `ca_file`
+    is a PEM bundle trusted instead of the system's; `insecure_skip_verify` checks no
+    certificate at all (the connection is encrypted, not authenticated). `headers` go with every
+    query, e.g. `{"X-Scope-OrgID": "tenant-a"}`; they may not set `Authorization`. A CA bundle
+    that cannot be loaded is a `ConfigError` naming `ca_setting`.
+    """
+
+    def __init__(
+        self,
+        *,
+        bearer_token: Secret | None = None,
+        basic_auth: tuple[str, Secret] | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        insecure_skip_verify: bool = False,
+        headers: Mapping[str, str] | None = None,
+        ca_setting: str = "ca_file",
+    ) -> None:
+        if bearer_token is not None and basic_auth is not None:
+            raise ValueError("a bearer token and basic auth are exclusive")
+        if ca_file is not None and insecure_skip_verify:
+            raise ValueError("a CA bundle and insecure_skip_verify are exclusive")
+        self.headers = dict(headers or {})
+        if any(name.lower() == "authorization" for name in self.headers):
+            raise ValueError("set credentials with bearer_token or basic_auth, not a header")
+        self.bearer_token = bearer_token
+        self.basic_auth = basic_auth
+        self.tls: ssl.SSLContext | bool = True
+        """What aiohttp checks the server's certificate with: True for the system's trust."""
+        if ca_file is not None:
+            try:
+                self.tls = ssl.create_default_context(cafile=os.fspath(ca_file))
+            except (OSError, ssl.SSLError) as e:
+                raise errors.ConfigError(
+                    f"{ca_setting}: cannot load a CA bundle from {ca_file}: {_os_brief(e)}"
+                ) from e
+        elif insecure_skip_verify:
+            self.tls = False
+
+    @property
+    def scheme(self) -> str:
+        """The kind of credentials sent, for logs: `none`, `bearer` or `basic`."""
+        if self.bearer_token is not None:
+            return "bearer"
+        return "none" if self.basic_auth is None else "basic"
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers of one query, with the credentials as they are now."""
+        headers = dict(self.headers)
+        if self.bearer_token is not None:
+            headers["Authorization"] = f"Bearer {self.bearer_token.value()}"
+        elif self.basic_auth is not None:
+            user, password = self.basic_auth
+            # RFC 7617 with UTF-8, as Prometheus and common proxies read it.
+            pair = f"{user}:{password.value()}".encode()
+            headers["Authorization"] = f"Basic {base64.b64encode(pair).decode()}"
+        return headers
+
+    def __repr__(self) -> str:
+        return (
+            f"Access(scheme={self.scheme!r}, headers={sorted(self.headers)!r}, "
+            f"tls={'custom CA' if isinstance(self.tls, ssl.SSLContext) else self.tls!r})"
+        )
+
+
+NO_ACCESS_CONTROL: Final = Access()
+"""Plain HTTP(S) with the system's trust, no credentials and no extra header."""
+
+_REFUSED: Final = {
+    401: "Unauthorized: credentials missing or wrong",
+    403: "Forbidden: the credentials may not run this query",
+}
+
+
 class _Client:
     """One Prometheus HTTP API: instant queries, each bounded by one deadline in all.
 
@@ -127,14 +298,12 @@ class _Client:
     stall every service's decision meanwhile.
     """
 
-    def __init__(
-        self, url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, url: str, *, timeout_s: float, access: Access = NO_ACCESS_CONTROL) -> None:
         if not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise ValueError(f"timeout_s must be > 0 and finite, not {timeout_s!r}")
         self.endpoint = url.rstrip("/") + "/api/v1/query"
         self.timeout_s = timeout_s
-        self._headers = dict(headers or {})
+        self._access = access
         self._session: aiohttp.ClientSession | None = None
         self.sent = 0
         """Queries sent since construction (each is one HTTP request)."""
@@ -142,19 +311,28 @@ class _Client:
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
         Prometheus refused the query as such)."""
+        headers = self._access.request_headers()
         self.sent += 1
         try:
             async with asyncio.timeout(self.timeout_s):
                 session = self._open()
-                async with session.get(self.endpoint, params={"query": promql}) as response:
+                async with session.get(
+                    self.endpoint, params={"query": promql}, headers=headers
+                ) as response:
                     status = response.status
                     body = await response.read()
         except TimeoutError as e:
             raise errors.ObservationError(
                 f"Prometheus {what} query failed: no whole answer within {self.timeout_s:g} s"
             ) from e
-        except aiohttp.ClientError as e:  # refused, reset, bad HTTP
+        except aiohttp.ClientError as e:  # refused, reset, bad HTTP, certificate refused
             raise errors.ObservationError(f"Prometheus {what} query failed: {_brief(e)}") from e
+        if status in _REFUSED:  # before parsing: a proxy's refusal is rarely JSON
+            said = body[:200].decode(errors="replace").strip()
+            raise errors.ObservationError(
+                f"Prometheus {what} query refused: HTTP {status} {_REFUSED[status]} "
+                f"(sent: {self._access.scheme} auth); the server said: {said!r}"
+            )
         try:
             answer = json.loads(body)
         except ValueError as e:  # HTML from a proxy, a truncated body
@@ -174,7 +352,8 @@ class _Client:
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                headers=self._headers, cookie_jar=aiohttp.DummyCookieJar()
+                connector=aiohttp.TCPConnector(ssl=self._access.tls),
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 
@@ -253,11 +432,12 @@ class MetricsSource:
         gpu_metric: str = GPU_UTILIZATION,
         max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
         max_isolation_queries: int = DEFAULT_MAX_ISOLATION_QUERIES,
-        headers: Mapping[str, str] | None = None,
+        access: Access = NO_ACCESS_CONTROL,
     ) -> None:
         """Connect lazily to the Prometheus HTTP API at `url`.
 
-        `timeout_s` is each query's deadline, all of it. `scrape_interval_s` is the interval of
+        `timeout_s` is each query's deadline, all of it; `access` how each query reaches the
+        server (credentials, TLS, headers). `scrape_interval_s` is the interval of
         the servers' scrape jobs. `max_age_s` defaults to three of them; `rate_window_s` to
         four, so that a rate spans several samples and survives one missed scrape.
         """
@@ -272,7 +452,8 @@ class MetricsSource:
         self.max_pod_matcher_chars = max_pod_matcher_chars
         self.max_isolation_queries = max_isolation_queries
         self._pod_index = pod_index
-        self._client = _Client(url, timeout_s=timeout_s, headers=headers)
+        self.access = access
+        self._client = _Client(url, timeout_s=timeout_s, access=access)
         self.last_queries: tuple[str, ...] = ()
         """The PromQL of the last `sample`; empty when no pod was to be read."""
         self.rejected: dict[model.ServiceId, Rejected] = {}
@@ -701,7 +882,7 @@ class HealthQueries:
         scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
         max_age_s: float | None = None,
         max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
-        headers: Mapping[str, str] | None = None,
+        access: Access = NO_ACCESS_CONTROL,
     ) -> None:
         """Connect lazily to the Prometheus HTTP API at `url`; gauges older than `max_age_s`
         (three scrape intervals by default) are missing, as in `MetricsSource`."""
@@ -711,7 +892,7 @@ class HealthQueries:
         if not self.max_age_s > 0:
             raise ValueError("max_age_s must be > 0")
         self.max_pod_matcher_chars = max_pod_matcher_chars
-        self._client = _Client(url, timeout_s=timeout_s, headers=headers)
+        self._client = _Client(url, timeout_s=timeout_s, access=access)
         self.last_queries: tuple[str, ...] = ()
         """The PromQL of the last call."""
 

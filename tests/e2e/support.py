@@ -157,9 +157,11 @@ class Controllers:
         identity: str,
         prometheus_url: str | None = None,
         warmup: Mapping[str, Any] | None = None,
+        prometheus: Mapping[str, Any] | None = None,
         **kubernetes: Any,
     ) -> settings.Settings:
-        """The settings of a controller under test: the emulator, a 1 s scrape interval."""
+        """The settings of a controller under test: the emulator, a 1 s scrape interval;
+        `prometheus` adds settings of that group (credentials, headers)."""
         assert self.kube.kubeconfig is not None
         return settings.Settings(
             kubernetes={
@@ -171,6 +173,7 @@ class Controllers:
             prometheus={
                 "url": prometheus_url or self.prometheus_url,
                 "scrape_interval_s": server.SCRAPE_INTERVAL_S,
+                **(prometheus or {}),
             },
             http={"host": "127.0.0.1", "port": 0},
             warmup=dict(warmup or {}),
@@ -184,15 +187,21 @@ class Controllers:
         prometheus_url: str | None = None,
         wait_probes: bool = True,
         warmup: Mapping[str, Any] | None = None,
+        prometheus: Mapping[str, Any] | None = None,
         **kubernetes: Any,
     ) -> Running:
         """A serving controller with synced caches that leads and has ticked, or that follows
         (`leader=False`) and has seen the Lease held by another. `kubernetes` overrides
-        settings of that group (`dry_run`, `namespaces`, ...), `warmup` those of its group.
+        settings of that group (`dry_run`, `namespaces`, ...), `warmup` and `prometheus` those
+        of theirs.
         The clock waits for its warm-up probes before each step unless `wait_probes` is
         false (for a pod that never answers)."""
         config = self.config(
-            identity=identity, prometheus_url=prometheus_url, warmup=warmup, **kubernetes
+            identity=identity,
+            prometheus_url=prometheus_url,
+            warmup=warmup,
+            prometheus=prometheus,
+            **kubernetes,
         )
         ensure_namespace(self.kube, LEASE_NAMESPACE)
         controller = await self._stack.enter_async_context(

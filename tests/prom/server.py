@@ -7,11 +7,13 @@ pauses until a condition holds, bounded by a timeout, and never sleeps for a fix
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.parse
@@ -49,6 +51,49 @@ class Job:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class WebConfig:
+    """Prometheus's `--web.config.file`: TLS and basic auth on its own HTTP API, and how the
+    harness itself gets through them (`ca_file` and `user`)."""
+
+    cert_file: Path | None = None
+    """The server's certificate (PEM); with `key_file`, the API serves HTTPS."""
+    key_file: Path | None = None
+    ca_file: Path | None = None
+    """The CA that signed `cert_file`, trusted by the harness's own requests."""
+    users: Mapping[str, str] = field(default_factory=dict)
+    """User name -> bcrypt hash of the password: the API asks for basic auth."""
+    user: tuple[str, str] | None = None
+    """(name, password) the harness's own requests authenticate with."""
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.cert_file is not None else "http"
+
+    def document(self) -> dict[str, Any]:
+        """The web config file's content."""
+        config: dict[str, Any] = {}
+        if self.cert_file is not None:
+            config["tls_server_config"] = {
+                "cert_file": str(self.cert_file),
+                "key_file": str(self.key_file),
+            }
+        if self.users:
+            config["basic_auth_users"] = dict(self.users)
+        return config
+
+    def headers(self) -> dict[str, str]:
+        if self.user is None:
+            return {}
+        token = base64.b64encode(":".join(self.user).encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
+    def tls(self) -> ssl.SSLContext | None:
+        if self.ca_file is None:
+            return None
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+
 @dataclass
 class Prometheus:
     """One running Prometheus process and its HTTP API."""
@@ -60,11 +105,17 @@ class Prometheus:
     """`time.monotonic()` when the process was started."""
     ready_after_s: float = field(default=float("nan"))
     """Seconds from start until `/-/ready` answered 200."""
+    web: WebConfig = field(default_factory=WebConfig)
+    """TLS and basic auth in front of the API, if any."""
+
+    def get(self, path: str, *, timeout_s: float = 5.0) -> Any:
+        """Open `path` (with its query string) on the API as the harness: an HTTP response."""
+        request = urllib.request.Request(f"{self.url}{path}", headers=self.web.headers())
+        return urllib.request.urlopen(request, timeout=timeout_s, context=self.web.tls())
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         """The result of an instant query, as Prometheus's JSON gives it."""
-        address = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
-        with urllib.request.urlopen(address, timeout=5) as response:
+        with self.get(f"/api/v1/query?{urllib.parse.urlencode({'query': promql})}") as response:
             body = json.load(response)
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
@@ -104,7 +155,7 @@ class Prometheus:
 
     def http_requests(self, handler: str) -> float:
         """Requests served on `handler`, from Prometheus's own `prometheus_http_requests_total`."""
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:
+        with self.get("/metrics") as response:
             text = response.read().decode()
         return sum(
             sample.value
@@ -131,10 +182,15 @@ class Prometheus:
 
 @contextlib.contextmanager
 def running(
-    binary: str, work_dir: Path, *, targets: Sequence[str] = (), jobs: Sequence[Job] = ()
+    binary: str,
+    work_dir: Path,
+    *,
+    targets: Sequence[str] = (),
+    jobs: Sequence[Job] = (),
+    web: WebConfig | None = None,
 ) -> Iterator[Prometheus]:
     """A ready Prometheus scraping `targets` (and `jobs`) every second, stopped on exit."""
-    prometheus = start(binary, work_dir, targets=targets, jobs=jobs)
+    prometheus = start(binary, work_dir, targets=targets, jobs=jobs, web=web)
     try:
         yield prometheus
     finally:
@@ -148,23 +204,26 @@ def start(
     targets: Sequence[str] = (),
     port: int | None = None,
     jobs: Sequence[Job] = (),
+    web: WebConfig | None = None,
 ) -> Prometheus:
     """Start Prometheus on a free loopback port and wait until `/-/ready` answers.
 
     With `port` (a restart where an earlier one ran), that port and its data are used again.
+    With `web`, its API serves TLS or asks for basic auth (`--web.config.file`).
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     config = work_dir / "prometheus.yml"
     config.write_text(json.dumps(_config(targets, jobs), indent=2))  # JSON is YAML
+    web = web or WebConfig()
     if port is not None:
-        prometheus = _launch(binary, work_dir, config, port)
+        prometheus = _launch(binary, work_dir, config, port, web)
         if not _wait_ready(prometheus):
             prometheus.stop()
             raise RuntimeError(f"Prometheus not ready on port {port}:\n{prometheus.log_tail()}")
         return prometheus
     # The port is free when chosen but could be taken before Prometheus binds it: try again then.
     for _ in range(3):
-        prometheus = _launch(binary, work_dir, config, _free_port())
+        prometheus = _launch(binary, work_dir, config, _free_port(), web)
         if _wait_ready(prometheus):
             return prometheus
         if prometheus.process.poll() is None or "address already in use" not in (
@@ -204,23 +263,30 @@ def _config(targets: Sequence[str], jobs: Sequence[Job] = ()) -> dict[str, Any]:
     }
 
 
-def _launch(binary: str, work_dir: Path, config: Path, port: int) -> Prometheus:
+def _launch(binary: str, work_dir: Path, config: Path, port: int, web: WebConfig) -> Prometheus:
     data = work_dir / f"data-{port}"
     log_path = work_dir / f"prometheus-{port}.log"
+    arguments = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    if web != WebConfig():
+        web_file = work_dir / "web.yml"
+        web_file.write_text(json.dumps(web.document(), indent=2))  # JSON is YAML
+        arguments.append(f"--web.config.file={web_file}")
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
+            arguments,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
-    return Prometheus(f"http://127.0.0.1:{port}", process, log_path, time.monotonic())
+    return Prometheus(
+        f"{web.scheme}://127.0.0.1:{port}", process, log_path, time.monotonic(), web=web
+    )
 
 
 def _wait_ready(prometheus: Prometheus) -> bool:
@@ -230,7 +296,7 @@ def _wait_ready(prometheus: Prometheus) -> bool:
         if prometheus.process.poll() is not None:
             return False
         try:
-            with urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=1) as response:
+            with prometheus.get("/-/ready", timeout_s=1) as response:
                 if response.status == 200:
                     prometheus.ready_after_s = time.monotonic() - prometheus.started_s
                     return True
