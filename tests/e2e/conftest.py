@@ -37,7 +37,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_SCENARIOS] |= {
         item.nodeid
         for item in items
-        if "api_calls" in getattr(item, "fixturenames", ()) and item not in last
+        if item.path.parent == here
+        and "api_calls" in getattr(item, "fixturenames", ())
+        and item not in last
     }
     collected = {item.path for item in items if item.path.parent == here}
     if collected != set(here.glob("test_*.py")):
