@@ -24,7 +24,6 @@ import yaml
 from deploy.support import ROOT, run_kustomize, version
 from kube.emulator import Kube
 from kube.kubelet import FakeCluster
-from kube.store import ApiError
 from prom.fixtures import Stack
 
 from autoscaler import cli
@@ -104,7 +103,9 @@ class QuickStart:
             case ["kustomize", "edit", "set", "image", image]:
                 name, _, replacement = image.partition("=")
                 new_name, _, new_tag = replacement.rpartition(":")
-                assert name and new_name and new_tag, line
+                assert name, line
+                assert new_name, line
+                assert new_tag, line
                 kustomization = self.kustomization()
                 images = [i for i in kustomization.get("images", []) if i["name"] != name]
                 kustomization["images"] = [
@@ -153,13 +154,15 @@ class QuickStart:
             ref = self.resource(obj)
             metadata = obj["metadata"]
             namespace = metadata.get("namespace")
-            try:
-                old = self.kube.store.get(ref, namespace, metadata["name"])
-            except ApiError as e:
-                assert e.status == 404, e
+            found = [
+                o
+                for o in self.kube.store.list_objects(ref, namespace)
+                if o["metadata"]["name"] == metadata["name"]
+            ]
+            if not found:
                 self.kube.store.create(ref, obj, namespace=namespace)
                 continue
-            metadata["resourceVersion"] = old["metadata"]["resourceVersion"]
+            metadata["resourceVersion"] = found[0]["metadata"]["resourceVersion"]
             self.kube.store.replace(ref, namespace, metadata["name"], obj)
 
     def resource(self, obj: dict[str, Any]) -> str:
