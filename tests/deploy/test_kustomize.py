@@ -732,3 +732,24 @@ def test_a_ramped_example_gates_warm_up_and_starts_pods_warming(path: Path) -> N
     for service in services:
         assert not [k for k in service["spec"]["selector"] if k.startswith(ann.PREFIX)]
         assert selects(service["spec"]["selector"], template["metadata"]["labels"])
+
+
+@pytest.mark.parametrize("path", examples(), ids=lambda p: p.name)
+def test_an_example_creates_its_namespace_and_has_its_pods_scraped(path: Path) -> None:
+    """Each example creates its namespace before anything in it, and a PodMonitor scrapes its
+    Deployment's pods on a named port of the model server at the controller's scrape interval."""
+    objects = example_objects(path)
+    assert objects[0]["kind"] == "Namespace"
+    namespace = objects[0]["metadata"]["name"]
+    assert {o["metadata"].get("namespace") for o in objects[1:]} == {namespace}
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+    template = deployment["spec"]["template"]
+    assert selects(monitor["spec"]["selector"]["matchLabels"], template["metadata"]["labels"])
+    ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", ())}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in ports
+    assert endpoint["path"] == "/metrics"
+    base = one(rendered("base"), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    interval_s = env_of(base)["AUTOSCALER_PROMETHEUS__SCRAPE_INTERVAL_S"]["value"]
+    assert endpoint["interval"] == f"{interval_s}s"
