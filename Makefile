@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n 1)
 IMAGE ?= ghcr.io/inference-autoscaler/inference-autoscaler
 
-.PHONY: venv demo test lint unit faults prometheus bench bench-quick image lock clean
+.PHONY: venv demo test lint unit faults prometheus bench bench-quick image push lock clean
 
 venv: $(VENV)/.installed
 
@@ -58,8 +58,14 @@ faults: venv prometheus
 # The controller's image, tagged with the project's version (the tag manifests/base deploys).
 # The dev extras bring what tests/deploy checks without Docker: hadolint, kubectl (kustomize)
 # and the Kubernetes schemas.
+# Nobody publishes it: build it, push it to a registry your nodes pull from, and point your
+# kustomization at it (docs/operations.md, "Installing"):
+#   make image push IMAGE=registry.example.com/platform/inference-autoscaler
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+
+push:
+	docker push $(IMAGE):$(VERSION)
 
 # Pins every runtime dependency, with hashes, for the image (requirements.lock). Run it after
 # changing `dependencies` in pyproject.toml; pip-tools lives in its own virtualenv under build/.

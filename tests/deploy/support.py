@@ -21,6 +21,9 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 LOCK = ROOT / "requirements.lock"
 NAMESPACED = "overlays/namespaced"
 """The example of a namespaced install: the base and the component, for two namespaces."""
+COMPONENTS = ("istio", "gateway-api", "smi", "dry-run", "grafana-dashboards")
+"""The components of manifests/components/ that combine over the base without an edit (the
+namespaced one needs an overlay that lists the namespaces)."""
 
 
 def pyproject() -> dict[str, Any]:
@@ -77,3 +80,17 @@ def namespaced_on(kustomization: str, *, edit: Callable[[str], str] = lambda tex
         text = text.replace("- ../../components/", f"- {up / 'components'}/")
         (copy / "kustomization.yaml").write_text(edit(text))
         return run_kustomize(copy)
+
+
+def composed(*components: str) -> str:
+    """A kustomization of a platform team's own, elsewhere: the base and `components` (names
+    under manifests/components/), in that order, rendered."""
+    with tempfile.TemporaryDirectory() as scratch:
+        up = Path(os.path.relpath(MANIFESTS, scratch))
+        listed = "".join(f"  - {up / 'components' / name}\n" for name in components)
+        (Path(scratch) / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+            "kind: Kustomization\n"
+            f"resources:\n  - {up / 'base'}\ncomponents:\n{listed}"
+        )
+        return run_kustomize(Path(scratch))

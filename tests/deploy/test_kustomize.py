@@ -1,16 +1,18 @@
 """The kustomizations a platform team applies, rendered by `kubectl kustomize` and every object
-checked: built-in kinds against the Kubernetes JSON schemas (kubernetes-validate, strict, at the
-oldest and the newest Kubernetes release we support), CRD kinds against the fields their CRDs
-require, and the controller's Deployment for what DESIGN §7 asks of it.
+checked: built-in kinds against the Kubernetes JSON schemas (kubernetes-validate, strict, at
+every Kubernetes minor release we support), CRD kinds against the fields their CRDs require, and
+the controller's Deployment for what it asks of a cluster.
 
 The namespaced component is rendered as manifests/overlays/namespaced tells a platform team to
-use it: on the base, on the dry-run overlay and on each router's overlay.
+use it: on the base, on the dry-run overlay and on each router's overlay, and with a router's
+component. The other components are rendered alone (through their overlays) and combined.
 
 The examples are checked the same way and with `autoscaler validate`."""
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,12 +27,21 @@ import yaml
 from autoscaler import annotations as ann
 from autoscaler import settings, validate
 
-from .support import MANIFESTS, NAMESPACED, namespaced_on, run_kustomize, version
+from .support import (
+    COMPONENTS,
+    MANIFESTS,
+    NAMESPACED,
+    composed,
+    namespaced_on,
+    run_kustomize,
+    version,
+)
 
 Obj = dict[str, Any]
 
-KUBERNETES_VERSIONS = ("1.30.0", "1.37.0")
-"""The oldest Kubernetes release the manifests support and the newest the schemas know."""
+KUBERNETES_VERSIONS = tuple(f"1.{minor}.0" for minor in range(30, 38))
+"""The Kubernetes releases the manifests support, every minor one from the oldest to the newest
+the schemas know: docs/operations.md's compatibility table names the same range."""
 
 NAMESPACE = "inference-autoscaler"
 NAME = "inference-autoscaler"
@@ -44,6 +55,11 @@ NAMESPACED_ON = "namespaced-on:"
 the base, as its comments tell a platform team to do."""
 MANAGED_NAMESPACES = ["serving-a", "serving-b"]
 """The namespaces the namespaced example lists."""
+NAMESPACED_WITH = "namespaced-with:"
+"""`namespaced-with:<component>`: the namespaced example with a component added to its list."""
+WITH = "with:"
+"""`with:<component>,<component>...`: the base and those components, in a kustomization of a
+platform team's own."""
 ROUTER_OVERLAYS = ("overlays/istio", "overlays/gateway-api", "overlays/smi")
 KUSTOMIZATIONS = (
     "base",
@@ -51,6 +67,10 @@ KUSTOMIZATIONS = (
     *ROUTER_OVERLAYS,
     NAMESPACED,
     *(NAMESPACED_ON + on for on in ("overlays/dry-run", *ROUTER_OVERLAYS)),
+    NAMESPACED_WITH + "istio",
+    WITH + "istio,gateway-api",
+    WITH + "istio,gateway-api,smi,grafana-dashboards",
+    WITH + "smi,dry-run",
 )
 READ_VERBS = {"get", "list", "watch"}
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -99,6 +119,34 @@ def _crd(api_version: str, kind: str, spec: Mapping[str, Any]) -> dict[str, Any]
 
 
 CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
+    ("monitoring.coreos.com/v1", "PodMonitor"): _crd(
+        "monitoring.coreos.com/v1",
+        "PodMonitor",
+        {
+            "type": "object",
+            "required": ["selector"],
+            "properties": {
+                "selector": _LABEL_SELECTOR,
+                "jobLabel": {"type": "string"},
+                "podMetricsEndpoints": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "port": {"type": "string", "minLength": 1},
+                            "path": {"type": "string", "pattern": "^/"},
+                            "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+                            "interval": _DURATION,
+                            "scrapeTimeout": _DURATION,
+                            "honorLabels": {"type": "boolean"},
+                        },
+                        "additionalProperties": False,
+                    },
+                },
+            },
+            "additionalProperties": False,
+        },
+    ),
     ("monitoring.coreos.com/v1", "ServiceMonitor"): _crd(
         "monitoring.coreos.com/v1",
         "ServiceMonitor",
@@ -187,6 +235,16 @@ def kustomize(kustomization: str) -> str:
     `namespaced-on:` name is rendered from a copy of the namespaced example)."""
     if kustomization.startswith(NAMESPACED_ON):
         return namespaced_on(kustomization.removeprefix(NAMESPACED_ON))
+    if kustomization.startswith(NAMESPACED_WITH):
+        added = kustomization.removeprefix(NAMESPACED_WITH)
+
+        def add_component(text: str) -> str:
+            listed = next(line for line in text.splitlines() if "components/namespaced" in line)
+            return text.replace(listed, f"{listed}\n{listed.replace('namespaced', added)}")
+
+        return namespaced_on("base", edit=add_component)
+    if kustomization.startswith(WITH):
+        return composed(*kustomization.removeprefix(WITH).split(","))
     return run_kustomize(MANIFESTS / kustomization)
 
 
@@ -226,13 +284,26 @@ def problems(obj: Obj) -> Iterator[str]:
         for error in validator.iter_errors(obj):
             yield f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
         return
+    yield from _schema_problems(json.dumps(obj, sort_keys=True))
+
+
+@functools.cache
+def _schema_problems(text: str) -> tuple[str, ...]:
+    """What the Kubernetes schemas reject in one object (as JSON text): once per session for
+    the objects that many kustomizations share."""
+    obj = json.loads(text)
+    key = (str(obj.get("apiVersion")), str(obj.get("kind")))
+    found = []
     for release in KUBERNETES_VERSIONS:
         try:
             kubernetes_validate.validate(obj, release, strict=True)
         except kubernetes_validate.SchemaNotFoundError:
-            yield f"no schema for {key} in Kubernetes {release}, nor one of its CRDs here"
+            found.append(f"no schema for {key} in Kubernetes {release}, nor one of its CRDs here")
         except kubernetes_validate.ValidationError as e:
-            yield f"Kubernetes {release}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
+            found.append(
+                f"Kubernetes {release}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
+            )
+    return tuple(found)
 
 
 def by_kind(objects: tuple[Obj, ...], kind: str) -> list[Obj]:
@@ -276,8 +347,8 @@ def managed_namespace_bindings(objects: tuple[Obj, ...]) -> list[Obj]:
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_every_rendered_object_passes_its_schema(kustomization: str) -> None:
-    """Each object of the rendered kustomization is valid for Kubernetes 1.30 and 1.37 (strict:
-    no unknown field) or for the CRD that defines its kind."""
+    """Each object of the rendered kustomization is valid for every Kubernetes release from 1.30
+    to 1.37 (strict: no unknown field) or for the CRD that defines its kind."""
     objects = rendered(kustomization)
     assert objects
     rejected = {f"{o['kind']}/{o['metadata']['name']}": list(problems(o)) for o in objects}
@@ -314,7 +385,7 @@ def test_the_deployments_environment_is_valid_settings(
 
     config = settings.Settings()
 
-    dry_run = kustomization.endswith("overlays/dry-run")
+    dry_run = kustomization.endswith("dry-run")
     assert config.kubernetes.dry_run is dry_run
     if dry_run:
         assert by_kind(objects, "Role") == []
@@ -434,14 +505,19 @@ def without(objects: tuple[Obj, ...], *kinds: str) -> list[Obj]:
 
 def test_the_dry_run_overlay_runs_one_writeless_replica() -> None:
     """Dry-run sets the controller's dry-run setting, runs one replica (a dry-run instance takes
-    no Lease, so two would both act) without a budget that would block drains, is granted only
+    no Lease, so two would both act) under a budget that lets a drain evict it, is granted only
     the base's reads, and changes nothing else."""
     base, dry = rendered("base"), rendered("overlays/dry-run")
     deployment = one(dry, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["AUTOSCALER_KUBERNETES__DRY_RUN"]["value"] == "true"
     assert deployment["spec"]["replicas"] == 1
-    assert by_kind(dry, "PodDisruptionBudget") == []
+    # The base's budget by the same name, replaced (`kubectl apply` over the base deletes
+    # nothing): it allows one disruption, the only replica's.
+    assert one(dry, "PodDisruptionBudget")["spec"] == {
+        "maxUnavailable": deployment["spec"]["replicas"],
+        "selector": deployment["spec"]["selector"],
+    }
     reads = [
         {**rule, "verbs": [v for v in rule["verbs"] if v in READ_VERBS]}
         for rule in cluster_rules("base")
@@ -453,50 +529,92 @@ def test_the_dry_run_overlay_runs_one_writeless_replica() -> None:
     assert one(dry, "ClusterRole", f"{NAME}-nodes") == one(base, "ClusterRole", f"{NAME}-nodes")
 
 
-@pytest.mark.parametrize(
-    ("overlay", "added"),
-    [
-        (
-            "overlays/istio",
-            [
-                {
-                    "apiGroups": ["networking.istio.io"],
-                    "resources": ["destinationrules", "virtualservices"],
-                    "verbs": ["get", "create", "patch"],
-                },
-            ],
-        ),
-        (
-            "overlays/gateway-api",
-            [
-                {
-                    "apiGroups": ["gateway.networking.k8s.io"],
-                    "resources": ["httproutes"],
-                    "verbs": ["get", "create", "patch"],
-                },
-                {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch"]},
-            ],
-        ),
-        (
-            "overlays/smi",
-            [
-                {
-                    "apiGroups": ["split.smi-spec.io"],
-                    "resources": ["trafficsplits"],
-                    "verbs": ["get", "create", "patch"],
-                },
-                {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch"]},
-            ],
-        ),
+ADDED_BY_ROUTER: dict[str, list[Obj]] = {
+    "istio": [
+        {
+            "apiGroups": ["networking.istio.io"],
+            "resources": ["destinationrules", "virtualservices"],
+            "verbs": ["get", "create", "patch"],
+        },
     ],
-)
-def test_a_router_overlay_adds_exactly_its_routers_grants(overlay: str, added: list[Obj]) -> None:
+    "gateway-api": [
+        {
+            "apiGroups": ["gateway.networking.k8s.io"],
+            "resources": ["httproutes"],
+            "verbs": ["get", "create", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch"]},
+    ],
+    "smi": [
+        {
+            "apiGroups": ["split.smi-spec.io"],
+            "resources": ["trafficsplits"],
+            "verbs": ["get", "create", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch"]},
+    ],
+}
+"""The rules each router's component appends to the base ClusterRole."""
+
+
+@pytest.mark.parametrize("router", ADDED_BY_ROUTER)
+def test_a_router_overlay_adds_exactly_its_routers_grants(router: str) -> None:
     """A router's overlay appends its rules to the base ClusterRole and leaves every other
     object of the base as it was (but the Deployment's pod labels)."""
-    assert cluster_rules(overlay) == cluster_rules("base") + added
+    overlay = f"overlays/{router}"
+    assert cluster_rules(overlay) == cluster_rules("base") + ADDED_BY_ROUTER[router]
     assert without(rendered(overlay), "ClusterRole", "Deployment") == without(
         rendered("base"), "ClusterRole", "Deployment"
     )
+
+
+def test_every_component_is_a_kustomize_component() -> None:
+    """Each directory of manifests/components/ is a `kind: Component`, so that a kustomization
+    may list several; all but the namespaced one combine over the base as they are."""
+    found = {}
+    for path in (MANIFESTS / "components").glob("*/kustomization.yaml"):
+        found[path.parent.name] = yaml.safe_load(path.read_text())["kind"]
+    assert found == dict.fromkeys([*COMPONENTS, "namespaced"], "Component")
+
+
+@pytest.mark.parametrize("component", ["istio", "gateway-api", "smi", "dry-run"])
+def test_an_overlay_is_the_base_with_its_component(component: str) -> None:
+    """manifests/overlays/<name> renders exactly what the base with the component of that name
+    renders, so the overlays and a kustomization of one's own that lists components agree."""
+    assert kustomize(f"overlays/{component}") == kustomize(WITH + component)
+
+
+def test_two_routers_in_one_install_are_granted_both() -> None:
+    """Istio and Gateway API combined: the ClusterRole carries both routers' rules after the
+    base's, and the Deployment is the Istio overlay's (out of the mesh)."""
+    combined = WITH + "istio,gateway-api"
+    assert cluster_rules(combined) == (
+        cluster_rules("base") + ADDED_BY_ROUTER["istio"] + ADDED_BY_ROUTER["gateway-api"]
+    )
+    assert one(rendered(combined), "Deployment") == one(rendered("overlays/istio"), "Deployment")
+    assert without(rendered(combined), "ClusterRole") == without(
+        rendered("overlays/istio"), "ClusterRole"
+    )
+
+
+def test_dry_run_listed_after_a_router_grants_reads_only() -> None:
+    """The dry-run component listed last replaces the rules, a router's writes included, by
+    the base's reads."""
+    assert cluster_rules(WITH + "smi,dry-run") == cluster_rules("overlays/dry-run")
+
+
+def test_the_dashboards_component_ships_each_dashboard_to_grafanas_sidecar() -> None:
+    """One ConfigMap per file of dashboards/, labelled `grafana_dashboard: "1"`, under a fixed
+    name in the controller's namespace, holding the file as it is; nothing else changes."""
+    objects = rendered(WITH + "grafana-dashboards")
+    maps = by_kind(objects, "ConfigMap")
+    files = sorted((MANIFESTS.parent / "dashboards").glob("*.json"))
+    assert [m["metadata"]["name"] for m in maps] == [f"{NAME}-dashboard-{f.stem}" for f in files]
+    for config_map, path in zip(maps, files, strict=True):
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["namespace"] == NAMESPACE
+        assert config_map["data"] == {path.name: path.read_text()}
+    assert without(objects, "ConfigMap") == list(rendered("base"))
 
 
 def test_the_istio_overlay_keeps_the_controller_out_of_the_mesh() -> None:
@@ -518,12 +636,20 @@ def role_rules(objects: tuple[Obj, ...], kind: str, name: str) -> list[Obj]:
     return rules
 
 
-@pytest.mark.parametrize("on", ["base", "overlays/dry-run", *ROUTER_OVERLAYS])
-def test_a_namespaced_install_writes_only_in_the_namespaces_it_lists(on: str) -> None:
+@pytest.mark.parametrize(
+    ("kustomization", "on"),
+    [
+        (NAMESPACED, "base"),
+        *((NAMESPACED_ON + on, on) for on in ("overlays/dry-run", *ROUTER_OVERLAYS)),
+        (NAMESPACED_WITH + "istio", "overlays/istio"),
+    ],
+)
+def test_a_namespaced_install_writes_only_in_the_namespaces_it_lists(
+    kustomization: str, on: str
+) -> None:
     """With the component, the controller's rules (a router's included) are bound in each listed
     namespace only; cluster-wide it may only list and watch nodes, and its Lease stays in its
     own namespace."""
-    kustomization = NAMESPACED if on == "base" else NAMESPACED_ON + on
     objects, plain = rendered(kustomization), rendered(on)
     cluster_wide = [
         rule
@@ -606,3 +732,24 @@ def test_a_ramped_example_gates_warm_up_and_starts_pods_warming(path: Path) -> N
     for service in services:
         assert not [k for k in service["spec"]["selector"] if k.startswith(ann.PREFIX)]
         assert selects(service["spec"]["selector"], template["metadata"]["labels"])
+
+
+@pytest.mark.parametrize("path", examples(), ids=lambda p: p.name)
+def test_an_example_creates_its_namespace_and_has_its_pods_scraped(path: Path) -> None:
+    """Each example creates its namespace before anything in it, and a PodMonitor scrapes its
+    Deployment's pods on a named port of the model server at the controller's scrape interval."""
+    objects = example_objects(path)
+    assert objects[0]["kind"] == "Namespace"
+    namespace = objects[0]["metadata"]["name"]
+    assert {o["metadata"].get("namespace") for o in objects[1:]} == {namespace}
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+    template = deployment["spec"]["template"]
+    assert selects(monitor["spec"]["selector"]["matchLabels"], template["metadata"]["labels"])
+    ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", ())}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in ports
+    assert endpoint["path"] == "/metrics"
+    base = one(rendered("base"), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    interval_s = env_of(base)["AUTOSCALER_PROMETHEUS__SCRAPE_INTERVAL_S"]["value"]
+    assert endpoint["interval"] == f"{interval_s}s"
