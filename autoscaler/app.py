@@ -279,6 +279,9 @@ class Controller:
         while True:
             if not self.leading:
                 self.loop = None
+                # The next leader exports these services now; stale copies here would be
+                # summed with its series on every dashboard.
+                self.telemetry.forget_services()
                 assert self.elector is not None
                 await self.elector.wait_leading()
                 continue
