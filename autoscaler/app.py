@@ -325,13 +325,14 @@ class Controller:
         started = time.perf_counter()
         report = await loop.step()
         duration_s = time.perf_counter() - started
-        self.telemetry.observe_tick(
-            report,
-            self._observed.last,
-            duration_s=duration_s,
-            wall_time_s=time.time(),
-            tick_s=self.settings.loop.tick_s,
-        )
+        if self.leading:  # else the term ended during the tick: its series are dropped already
+            self.telemetry.observe_tick(
+                report,
+                self._observed.last,
+                duration_s=duration_s,
+                wall_time_s=time.time(),
+                tick_s=self.settings.loop.tick_s,
+            )
         self.ticks += 1
         self._last_tick_s = self.lease_clock.now()
         if self._on_tick is not None:
@@ -360,6 +361,9 @@ class Controller:
 
     def _stopped_leading(self) -> None:
         self.telemetry.leader.set(0)
+        # The next leader exports these services now; stale copies here would be summed with
+        # its series on every dashboard.
+        self.telemetry.forget_services()
 
     def _api_error(self, operation: str) -> None:
         self.telemetry.api_errors.labels(operation).inc()

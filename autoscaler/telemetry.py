@@ -4,6 +4,11 @@ Metrics live in a registry owned by a `Telemetry` value (never the global defaul
 tests and several controller instances in one process do not collide. The loop does not know
 about any of this: the wiring feeds each `TickReport` in.
 
+Every family labelled by service is declared through `Telemetry._per_service` and every series
+of one is made through `Telemetry._child`, which remembers it: when a service goes (deleted,
+no longer opted in, or this replica's term of leadership ended) `_drop` removes all of them, so
+the exposition does not grow with every service that ever came and went.
+
 It must not decide anything, nor touch the cluster.
 """
 
@@ -12,21 +17,33 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable
+from typing import Final, TypeVar
 
 import prometheus_client as prom
 from aiohttp import web
+from prometheus_client.metrics import MetricWrapperBase
 
 from autoscaler import loop as loop_
 from autoscaler import ports
 from autoscaler.core import model
 
 TICK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+SERVICE_LABELS: Final = ("namespace", "service")
+"""The first labels of every per-service family."""
+
+_Family = MetricWrapperBase
+F = TypeVar("F", bound=MetricWrapperBase)
 
 
 class Telemetry:
     def __init__(self, registry: prom.CollectorRegistry | None = None) -> None:
         self.registry = registry or prom.CollectorRegistry()
         r = self.registry
+        self.per_service: list[_Family] = []
+        """Every family labelled by service, declared through `_per_service`: what `_drop`
+        removes when a service goes."""
+        self._children: dict[model.ServiceId, set[tuple[_Family, tuple[str, ...]]]] = {}
+        """Per service, each series any write created (a family and its label values)."""
         self.decisions = prom.Counter(
             "autoscaler_decisions",
             "Decisions that changed a service's outcome, by kind and reason.",
@@ -39,29 +56,28 @@ class Telemetry:
             ["reason"],
             registry=r,
         )
-        self.replicas = prom.Gauge(
+        self.replicas = self._per_service(
+            prom.Gauge,
             "autoscaler_replicas",
             "Replica counts per service: desired (decided), current (asked for), serving (warm).",
-            ["namespace", "service", "state"],
-            registry=r,
+            "state",
         )
-        self.signal = prom.Gauge(
+        self.signal = self._per_service(
+            prom.Gauge,
             "autoscaler_signal",
             "Smoothed service-wide signal value (rps, waiting requests) the decision used.",
-            ["namespace", "service", "signal"],
-            registry=r,
+            "signal",
         )
-        self.target = prom.Gauge(
+        self.target = self._per_service(
+            prom.Gauge,
             "autoscaler_signal_target",
             "Service-wide target for the signal: per-replica target x serving replicas.",
-            ["namespace", "service", "signal"],
-            registry=r,
+            "signal",
         )
-        self.cooldown_until = prom.Gauge(
+        self.cooldown_until = self._per_service(
+            prom.Gauge,
             "autoscaler_cooldown_remaining_seconds",
             "Seconds until the cooldown that blocks a wanted change ends (0 when none).",
-            ["namespace", "service"],
-            registry=r,
         )
         self.tick = prom.Histogram(
             "autoscaler_tick_duration_seconds",
@@ -91,65 +107,74 @@ class Telemetry:
         self.leader = prom.Gauge(
             "autoscaler_leader", "1 when this instance holds the leader lease.", registry=r
         )
-        self.missing = prom.Gauge(
+        self.missing = self._per_service(
+            prom.Gauge,
             "autoscaler_metrics_missing",
             "1 while a service holds because its metrics are missing or stale.",
-            ["namespace", "service"],
-            registry=r,
         )
-        self.core_hours = prom.Counter(
+        self.core_hours = self._per_service(
+            prom.Counter,
             "autoscaler_gpu_core_hours",
             "GPU core-hours used per service, weighted by card product (DESIGN §3.6).",
-            ["namespace", "service", "project"],
-            registry=r,
+            "project",
         )
         # The traffic ramp (DESIGN §3.4).
-        self.ramp_step = prom.Gauge(
+        self.ramp_step = self._per_service(
+            prom.Gauge,
             "autoscaler_ramp_step_percent",
             "The ramp step the service's warming pods are at (0 when none is ramping).",
-            ["namespace", "service"],
-            registry=r,
         )
-        self.ramp_weight = prom.Gauge(
+        self.ramp_weight = self._per_service(
+            prom.Gauge,
             "autoscaler_ramp_warming_weight_percent",
             "Percent of the service's traffic routed to its warming pods.",
-            ["namespace", "service"],
-            registry=r,
         )
-        self.ramp_held = prom.Gauge(
+        self.ramp_held = self._per_service(
+            prom.Gauge,
             "autoscaler_ramp_held",
             "1 while a service's ramp is held after repeated failed health gates.",
-            ["namespace", "service"],
-            registry=r,
         )
-        self.ramp_rollbacks = prom.Counter(
+        self.ramp_rollbacks = self._per_service(
+            prom.Counter,
             "autoscaler_ramp_rollbacks",
             "Ramps rolled back because the warming pods failed a health gate or warm-up.",
-            ["namespace", "service"],
-            registry=r,
         )
-        self.ramp_promotions = prom.Counter(
+        self.ramp_promotions = self._per_service(
+            prom.Counter,
             "autoscaler_ramp_promotions",
             "Ramps that reached 100 % and promoted their pods to the stable set.",
-            ["namespace", "service"],
-            registry=r,
         )
         # The placement ladder (DESIGN §3.5).
-        self.tier_replicas = prom.Gauge(
+        self.tier_replicas = self._per_service(
+            prom.Gauge,
             "autoscaler_tier_replicas",
             "Replicas asked for per placement tier (whole, mig-<profile>, shared).",
-            ["namespace", "service", "tier"],
-            registry=r,
+            "tier",
         )
-        self.fallbacks = prom.Counter(
+        self.fallbacks = self._per_service(
+            prom.Counter,
             "autoscaler_placement_fallbacks",
             "Replicas placed below the whole-card tier because whole cards ran out, by tier.",
-            ["namespace", "service", "tier"],
-            registry=r,
+            "tier",
         )
         self._seen: dict[model.ServiceId, tuple[model.Kind, model.Reason]] = {}
-        self._labelled: set[model.ServiceId] = set()
+        self._ticked: set[model.ServiceId] = set()
         self._tiers: dict[model.ServiceId, set[str]] = {}
+
+    def _per_service(self, kind: type[F], name: str, documentation: str, *labels: str) -> F:
+        """A family labelled `namespace`, `service` and then `labels`, known to `_drop`."""
+        family = kind(name, documentation, [*SERVICE_LABELS, *labels], registry=self.registry)
+        self.per_service.append(family)
+        return family
+
+    def _child(self, family: F, service: model.ServiceId, *labels: str) -> F:
+        """`family`'s series for `service` (and `labels`), remembered so `_drop` removes it.
+
+        Every per-service write goes through here: a series made any other way would outlive
+        its service."""
+        values = (*_labels(service), *labels)
+        self._children.setdefault(service, set()).add((family, values))
+        return family.labels(*values)
 
     def observe_tick(
         self,
@@ -163,7 +188,7 @@ class Telemetry:
         """Record one tick: its duration, the decisions, and each service's gauges.
 
         `tick_s` is the time the tick stands for: core-hours accrue the services' current rate
-        over it."""
+        over it. The series of every service this tick did not decide for are removed."""
         self.tick.observe(duration_s)
         self.last_tick.set(wall_time_s)
         if report.metrics_error is not None:
@@ -174,103 +199,114 @@ class Telemetry:
             decision = report.decisions.get(workload.id)
             if decision is None:
                 continue
-            present.add(workload.id)
-            namespace, _, name = workload.id.partition("/")
+            service = workload.id
+            present.add(service)
             outcome = (decision.kind, decision.reason)
-            if self._seen.get(workload.id) != outcome:
-                self._seen[workload.id] = outcome
+            if self._seen.get(service) != outcome:
+                self._seen[service] = outcome
                 self.decisions.labels(decision.kind.value, decision.reason.value).inc()
             if decision.kind is model.Kind.HOLD:
                 holds[decision.reason.value] += 1
-            self.replicas.labels(namespace, name, "desired").set(decision.desired)
-            self.replicas.labels(namespace, name, "current").set(decision.current)
-            self.replicas.labels(namespace, name, "serving").set(workload.serving)
-            self.replicas.labels(namespace, name, "min").set(workload.policy.min_replicas)
-            self.replicas.labels(namespace, name, "max").set(workload.policy.max_replicas)
-            self.missing.labels(namespace, name).set(decision.reason is model.Reason.MISSING_DATA)
-            if workload.id not in self._labelled:
+            replicas = {
+                "desired": decision.desired,
+                "current": decision.current,
+                "serving": workload.serving,
+                "min": workload.policy.min_replicas,
+                "max": workload.policy.max_replicas,
+            }
+            for state, count in replicas.items():
+                self._child(self.replicas, service, state).set(count)
+            missing = decision.reason is model.Reason.MISSING_DATA
+            self._child(self.missing, service).set(missing)
+            if service not in self._ticked:
                 # Every managed service has its ramp series from its first tick, so dashboards
                 # and alerts read 0 rather than nothing.
-                self.ramp_step.labels(namespace, name)
-                self.ramp_weight.labels(namespace, name)
-                self.ramp_held.labels(namespace, name)
-                self.ramp_rollbacks.labels(namespace, name)
-                self.ramp_promotions.labels(namespace, name)
+                for family in (
+                    self.ramp_step,
+                    self.ramp_weight,
+                    self.ramp_held,
+                    self.ramp_rollbacks,
+                    self.ramp_promotions,
+                ):
+                    self._child(family, service)
             if workload.core_rate > 0 and tick_s > 0:
-                self.core_hours.labels(namespace, name, workload.project or namespace).inc(
+                project = workload.project or _labels(service)[0]
+                self._child(self.core_hours, service, project).inc(
                     workload.core_rate * tick_s / 3600.0
                 )
             remaining = 0.0
             if decision.cooldown_until_s is not None:
                 remaining = max(0.0, decision.cooldown_until_s - report.now_s)
-            self.cooldown_until.labels(namespace, name).set(remaining)
+            self._child(self.cooldown_until, service).set(remaining)
             for signal, vote in decision.contributions.items():
                 label = signal.name.lower()
                 target = workload.policy.target(signal)
                 if math.isfinite(vote.estimate):
-                    self.signal.labels(namespace, name, label).set(vote.estimate)
+                    self._child(self.signal, service, label).set(vote.estimate)
                 if target is not None:
-                    self.target.labels(namespace, name, label).set(target * workload.serving)
+                    self._child(self.target, service, label).set(target * workload.serving)
         for reason, count in holds.items():
             self.holds.labels(reason).set(count)
         self.services.set(len(present))
-        self._drop(self._labelled - present)
-        self._labelled = present
+        self._ticked = present
+        self._drop(self._children.keys() - present)
 
-    def _drop(self, gone: set[model.ServiceId]) -> None:
-        """Remove the series of services no longer managed, so dashboards do not show ghosts."""
+    def forget_services(self) -> None:
+        """Remove every per-service series: this replica no longer decides for any service
+        (its term of leadership ended), so what it last exported would only be stale."""
+        self._ticked = set()
+        self._drop(set(self._children))
+        self.services.set(0)
+        for reason in model.Reason:
+            self.holds.labels(reason.value).set(0)
+
+    def _drop(self, gone: Iterable[model.ServiceId]) -> None:
+        """Remove the series of services no longer managed, so dashboards do not show ghosts
+        and the exposition does not grow with every service that ever came and went."""
         for service in gone:
-            namespace, _, name = service.partition("/")
             self._seen.pop(service, None)
-            for state in ("desired", "current", "serving", "min", "max"):
-                _remove(self.replicas, namespace, name, state)
-            for gauge in (self.cooldown_until, self.missing, self.ramp_step, self.ramp_weight):
-                _remove(gauge, namespace, name)
-            _remove(self.ramp_held, namespace, name)
-            for tier in self._tiers.pop(service, ()):
-                _remove(self.tier_replicas, namespace, name, tier)
-            for signal in model.Signal:
-                _remove(self.signal, namespace, name, signal.name.lower())
-                _remove(self.target, namespace, name, signal.name.lower())
+            self._tiers.pop(service, None)
+            for family, values in self._children.pop(service, ()):
+                with contextlib.suppress(KeyError):
+                    family.remove(*values)
 
     def ramp(
         self, service: model.ServiceId, *, step_pct: float, warming_pct: float, held: bool
     ) -> None:
         """Where a service's ramp is (called by the ramp driver whenever it acts)."""
-        namespace, _, name = service.partition("/")
-        self.ramp_step.labels(namespace, name).set(step_pct)
-        self.ramp_weight.labels(namespace, name).set(warming_pct)
-        self.ramp_held.labels(namespace, name).set(held)
+        self._child(self.ramp_step, service).set(step_pct)
+        self._child(self.ramp_weight, service).set(warming_pct)
+        self._child(self.ramp_held, service).set(held)
 
     def rolled_back(self, service: model.ServiceId) -> None:
-        namespace, _, name = service.partition("/")
-        self.ramp_rollbacks.labels(namespace, name).inc()
+        self._child(self.ramp_rollbacks, service).inc()
 
     def promoted(self, service: model.ServiceId) -> None:
-        namespace, _, name = service.partition("/")
-        self.ramp_promotions.labels(namespace, name).inc()
+        self._child(self.ramp_promotions, service).inc()
 
     def tiers(self, service: model.ServiceId, replicas: dict[str, int]) -> None:
         """Replicas asked for per placement tier; tiers absent from `replicas` are dropped."""
-        namespace, _, name = service.partition("/")
+        children = self._children.get(service, set())
         for tier in self._tiers.get(service, set()) - replicas.keys():
-            _remove(self.tier_replicas, namespace, name, tier)
+            values = (*_labels(service), tier)
+            children.discard((self.tier_replicas, values))
+            with contextlib.suppress(KeyError):
+                self.tier_replicas.remove(*values)
         for tier, count in replicas.items():
-            self.tier_replicas.labels(namespace, name, tier).set(count)
+            self._child(self.tier_replicas, service, tier).set(count)
         self._tiers[service] = set(replicas)
 
     def fell_back(self, service: model.ServiceId, tier: str, replicas: int) -> None:
         """`replicas` new replicas went to `tier` because better tiers had no room."""
-        namespace, _, name = service.partition("/")
-        self.fallbacks.labels(namespace, name, tier).inc(replicas)
+        self._child(self.fallbacks, service, tier).inc(replicas)
 
     def exposition(self) -> bytes:
         return prom.generate_latest(self.registry)
 
 
-def _remove(metric: prom.Gauge, *labels: str) -> None:
-    with contextlib.suppress(KeyError):
-        metric.remove(*labels)
+def _labels(service: model.ServiceId) -> tuple[str, str]:
+    namespace, _, name = service.partition("/")
+    return namespace, name
 
 
 def http_app(telemetry: Telemetry, *, ready: Callable[[], bool]) -> web.Application:

@@ -13,7 +13,6 @@ It only builds arrays: it runs no simulation and writes nothing.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler.sim import params as sim_params
+from autoscaler.sim import trace
 
 Arrivals = npt.NDArray[np.float64]
 HERE = Path(__file__).resolve().parent
@@ -94,9 +94,8 @@ class Scenario:
 
 
 def _load(path: Path) -> Arrivals:
-    with gzip.open(path, "rt") as f:
-        data = np.loadtxt(f, delimiter=",", skiprows=1, dtype=np.float64)
-    return np.asarray(data[:, 1], dtype=np.float64)
+    """The trace's counts, under the same rules as `simulate --trace` (`TraceError` else)."""
+    return trace.load(path)
 
 
 def _to_replicas(rate: Arrivals, peak_replicas: float, params: sim_params.SimParams) -> Arrivals:

@@ -5,6 +5,16 @@ and the summary table the CLI prints.
 one of them succeeded, so a failed run never leaves a partial or mismatched set behind. The plot
 is drawn on matplotlib's Agg canvas (no display, no pyplot global state).
 
+How the SLO misses are counted. `slo_misses` (and `slo_miss_pct`, over every request that
+arrived) adds up the requests served later than the SLO allows, those dropped after
+`queue_timeout_s`, those answered with an error or rejected, and the requests still waiting when
+the trace ends that can no longer meet the SLO (`queued_at_end` says how many were waiting). The
+last are found by serving the queue on, in order, at the capacity of the run's last second with
+nothing else arriving: a request misses when its wait would exceed the SLO's, which covers one
+that has already waited too long and one stuck behind too many others; with no capacity at the
+end, every waiting request misses. A waiting request that would still be served in time is not
+a miss. `timeseries.csv` has no row past the end, so its per-second misses do not include them.
+
 It does not simulate and does not log: it only formats a `SimResult`.
 """
 

@@ -30,6 +30,11 @@ HEADER = ("t_seconds", "requests")
 _T, _REQUESTS = HEADER
 _GZIP_MAGIC = b"\x1f\x8b"
 
+MAX_REQUESTS_PER_S = 1_000_000.0
+"""The largest count a row may hold: far above any one service's traffic, and low enough that
+the simulator's sums and replica counts stay exact. A larger count is a corrupt or mis-scaled
+file, never a load to replay."""
+
 DEFAULT_BUNDLED = "azure_llm_2023_conv"
 BUNDLED_ATTRIBUTION = {
     "azure_llm_2023_conv": "Azure LLM inference trace 2023 (conversation), Microsoft, CC-BY-4.0",
@@ -47,8 +52,9 @@ def load(path: str | Path) -> npt.NDArray[np.float64]:
 
     Raises `TraceError` for a missing or unreadable file, bad gzip or text encoding, an empty
     file, a missing or unknown header, a row with the wrong number of fields, a value that is
-    not a finite number, a negative count, a `t_seconds` that is not an integer, does not start
-    at 0 or does not increase by exactly 1 per row, and a file without data rows.
+    not a finite number (NaN, inf), a negative count or one above `MAX_REQUESTS_PER_S`, a
+    `t_seconds` that is not an integer, does not start at 0 or does not increase by exactly 1
+    per row, and a file without data rows.
     """
     name = str(path)
     text = _read_text(Path(path), name)
@@ -128,7 +134,8 @@ def _parse_fast(body: str) -> npt.NDArray[np.float64] | None:
     if table.shape != (rows, 2):
         return None
     t, counts = table[:, 0], table[:, 1]
-    if not (np.all(np.isfinite(counts)) and np.all(counts >= 0)):
+    # NaN fails both comparisons, and so is caught with the infinities.
+    if not np.all((counts >= 0) & (counts <= MAX_REQUESTS_PER_S)):
         return None
     if not np.array_equal(t, np.arange(rows, dtype=np.float64)):
         return None
@@ -159,6 +166,14 @@ def _parse_checked(name: str, body: str) -> npt.NDArray[np.float64]:
         count = _number(name, lineno, _REQUESTS, fields[1])
         if count < 0:
             raise errors.TraceError(name, lineno, _REQUESTS, f"negative count {fields[1].strip()}")
+        if count > MAX_REQUESTS_PER_S:
+            raise errors.TraceError(
+                name,
+                lineno,
+                _REQUESTS,
+                f"count {fields[1].strip()} is above the limit of "
+                f"{MAX_REQUESTS_PER_S:,.0f} requests per second",
+            )
         counts[i] = count
     return counts
 

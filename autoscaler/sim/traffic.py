@@ -29,6 +29,7 @@ servers are names with a speed.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -120,6 +121,8 @@ class Traffic:
         self._n = len(self._arrivals)
         self._t = 0
         self._head_s = 0.0
+        self._capacity_rps = 0.0
+        """What the servers could take in the last second simulated."""
         self.arrived = 0.0
         self.served = 0.0
         self.dropped = 0.0
@@ -145,6 +148,7 @@ class Traffic:
             raise ValueError("capacity_rps must be >= 0")
         t = self._t
         self._t = t + 1
+        self._capacity_rps = capacity_rps
         arrivals = self._arrivals[t] if t < self._n else 0.0
         self.arrived += arrivals
         config = self.config
@@ -175,6 +179,38 @@ class Traffic:
         p95 = config.service_time_s + wait_quantile(chunks, 0.95) if served > 0 else math.nan
         return Second(arrivals, served, dropped, late + dropped, self.queue, p95)
 
+    def unmet_at_end(self) -> float:
+        """Requests waiting now that cannot meet the SLO any more: a run that ends here counts
+        them as misses (the rule is `autoscaler.sim.report`'s).
+
+        The queue is served on, in order, at the last second's capacity and with nobody else
+        arriving: a request whose wait then exceeds the SLO's, or that would reach the timeout,
+        cannot meet the SLO. That covers a request whose wait
+        already exceeds it, and one stuck behind too many others. With no capacity at the end,
+        every waiting request is unmet. Nothing here changes the queue.
+        """
+        waiting = self.queue
+        if not waiting > _EPS:
+            return 0.0
+        capacity = self._capacity_rps if self._capacity_rps > _EPS else 0.0
+        if capacity <= 0:
+            return waiting
+        slo_wait = self.config.slo_wait_s
+        # A copy whose arrivals stop now: only `_head_s` moves, and only on the copy.
+        drain = copy.copy(self)
+        drain._n = min(self._n, self._t)
+        drain._arrivals = self._arrivals[: drain._n]
+        unmet = 0.0
+        tau = float(self._t)
+        # Past the timeout every request left has been served or dropped.
+        for _ in range(math.ceil(self.config.queue_timeout_s) + 1):
+            if drain._head_s >= tau - _EPS:
+                break
+            chunks, dropped = drain._walk(tau, tau + 1.0, capacity)
+            unmet += dropped + sum(c.mass * _fraction_above(c, slo_wait) for c in chunks)
+            tau += 1.0
+        return min(unmet, waiting)
+
     def latency_quantile(self, q: float) -> float:
         """The q-quantile latency over every request served so far; NaN when none was."""
         wait = self._histogram.quantile(q)
@@ -199,6 +235,7 @@ class Traffic:
         self._arrivals.append(arrivals)
         self._n = t + 1
         self._t = t + 1
+        self._capacity_rps = capacity_rps
         self.arrived += arrivals
         if self._head_s >= t - _EPS and capacity_rps >= arrivals:
             self._head_s = t + 1.0
@@ -378,6 +415,12 @@ class SplitTraffic:
 
     def arrivals_at(self, second: int) -> float:
         return self._arrivals[second] if 0 <= second < self._n else 0.0
+
+    def unmet_at_end(self) -> float:
+        """Requests waiting now, in front of either set, that cannot meet the SLO any more
+        (`Traffic.unmet_at_end` for each queue, at its servers' last capacity and the service's
+        own service time)."""
+        return self._sets[0].unmet_at_end() + self._sets[1].unmet_at_end()
 
     def latency_quantile(self, q: float) -> float:
         """The q-quantile latency over every request served so far; NaN when none was."""

@@ -196,9 +196,15 @@ H = "t_seconds,requests\n"
             gzip.compress(f"{H}0,1\n1,-3\n".encode()),
             "{path}:3: field 'requests': negative count -3",
         ),
+        (
+            "huge.csv",
+            H + "0,1\n1,1e308\n",
+            "{path}:3: field 'requests': count 1e308 is above the limit of 1,000,000 requests "
+            "per second",
+        ),
         ("zeros.csv", H + "0,0\n1,0\n", "{path}: the trace has no arrivals to scale"),
     ],
-    ids=["missing", "empty", "malformed", "non-monotonic", "negative", "all-zero"],
+    ids=["missing", "empty", "malformed", "non-monotonic", "negative", "huge", "all-zero"],
 )
 def test_bad_trace_is_one_line(
     run: Run, tmp_path: Path, name: str, content: str | bytes | None, expected: str

@@ -175,3 +175,16 @@ def test_bundled_trace_replays_through_both_policies() -> None:
         assert s["served"] + s["dropped"] + s["queued_at_end"] == pytest.approx(s["requests"])
         assert 0 <= s["slo_miss_pct"] < 50
         assert PARAMS.min_replicas <= s["mean_replicas"] <= PARAMS.max_replicas
+
+
+def test_a_burst_in_the_last_second_counts_its_misses() -> None:
+    """Requests still waiting at the end that cannot meet the SLO count as misses."""
+    arrivals = np.full(120, 1.0)
+    arrivals[-1] = 500.0
+
+    s = run.simulate(arrivals, PARAMS).summary
+
+    # Two replicas at 1 request/s each serve only a few of the burst within the SLO.
+    assert s["queued_at_end"] == pytest.approx(498.0)
+    assert 0.95 * s["queued_at_end"] < s["slo_misses"] <= s["queued_at_end"]
+    assert s["slo_miss_pct"] == pytest.approx(100 * s["slo_misses"] / s["requests"])

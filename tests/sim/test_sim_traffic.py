@@ -186,3 +186,47 @@ def test_config_rejects_a_zero_timeout() -> None:
     """A queue timeout must be positive."""
     with pytest.raises(ValueError, match="queue_timeout_s"):
         TrafficConfig(queue_timeout_s=0.0)
+
+
+HAND = TrafficConfig(service_time_s=1.0, slo_latency_s=2.0, queue_timeout_s=60.0)
+"""The hand-computed burst's model: a request may wait 1 s."""
+
+
+def test_requests_waiting_at_the_end_miss_as_if_the_run_went_on() -> None:
+    """A burst cut off after its first second has the misses the whole burst would have had."""
+    queue, _ = run([10.0], [4.0], HAND)
+
+    assert queue.slo_misses == 0
+    assert queue.unmet_at_end() == pytest.approx(10 - 10 / 1.5)
+    assert queue.queue == pytest.approx(6.0)
+
+
+def test_requests_that_already_waited_past_the_slo_are_unmet() -> None:
+    """Requests that waited longer than the SLO allows are unmet whatever the capacity left."""
+    queue, _ = run([10.0], [0.0, 0.0, 1.0], HAND)
+
+    assert queue.unmet_at_end() == pytest.approx(queue.queue)
+    assert queue.queue > 8
+
+
+def test_without_capacity_at_the_end_every_waiting_request_is_unmet() -> None:
+    """No capacity in the last second leaves every waiting request unmet."""
+    queue, _ = run([3.0], [0.0], HAND)
+
+    assert queue.unmet_at_end() == pytest.approx(3.0)
+
+
+def test_a_short_queue_at_the_end_that_is_served_in_time_is_not_unmet() -> None:
+    """One request over a 4 rps capacity, waiting a quarter second, still meets the SLO."""
+    queue, _ = run([5.0], [4.0], HAND)
+
+    assert queue.queue == pytest.approx(1.0)
+    assert queue.unmet_at_end() == 0
+
+
+def test_split_traffic_counts_its_waiting_requests_as_the_plain_queue_does() -> None:
+    """Alike servers on a split queue leave the same unmet requests as the plain queue."""
+    split = traffic.SplitTraffic([10.0], HAND)
+    split.step(traffic.ALL_STABLE, [traffic.Server("a", 4.0, 1.0)], [])
+
+    assert split.unmet_at_end() == pytest.approx(10 - 10 / 1.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -98,6 +99,76 @@ def test_series_of_a_service_that_is_gone_are_removed() -> None:
     ids = {"namespace": "ml", "service": "llama"}
     assert _value(t, "autoscaler_replicas", **ids, state="desired") is None
     assert _value(t, "autoscaler_managed_services") == 0
+
+
+OTHER = model.ServiceId("ml/mistral")
+
+
+def _series_of(t: telemetry.Telemetry, service: model.ServiceId) -> set[str]:
+    """The families with at least one series labelled with `service`."""
+    namespace, _, name = service.partition("/")
+    return {
+        family.name
+        for family in t.registry.collect()
+        for sample in family.samples
+        if sample.labels.get("namespace") == namespace and sample.labels.get("service") == name
+    }
+
+
+def _declared(t: telemetry.Telemetry) -> set[str]:
+    return {family.describe()[0].name for family in t.per_service}
+
+
+def _every_series(t: telemetry.Telemetry, *services: model.ServiceId) -> None:
+    """Drive every per-service family for `services`: a tick, a ramp, placement."""
+    workloads = [
+        dataclasses.replace(_workload(), id=s, core_rate=2.0, project="research") for s in services
+    ]
+    hold = _report(model.Kind.HOLD, model.Reason.COOLDOWN)
+    report = dataclasses.replace(hold, decisions=dict.fromkeys(services, hold.decisions[SVC]))
+    t.observe_tick(report, workloads, duration_s=0.01, wall_time_s=0.0, tick_s=15.0)
+    for service in services:
+        t.ramp(service, step_pct=25.0, warming_pct=25.0, held=True)
+        t.rolled_back(service)
+        t.promoted(service)
+        t.tiers(service, {"whole": 2, "mig-3g.40gb": 1})
+        t.fell_back(service, "mig-3g.40gb", 1)
+
+
+def test_every_per_service_family_is_dropped_with_its_service() -> None:
+    """Once a service goes no per-service family keeps a series of it; the others stay."""
+    t = telemetry.Telemetry()
+    _every_series(t, SVC, OTHER)
+    # The test covers every declared family, and no undeclared family carries a service label.
+    assert _series_of(t, SVC) == _declared(t)
+    stays = dataclasses.replace(_workload(), id=OTHER)
+    report = _report(model.Kind.STEADY, model.Reason.AT_DESIRED)
+    only_other = dataclasses.replace(report, decisions={OTHER: report.decisions[SVC]})
+    t.observe_tick(only_other, [stays], duration_s=0.01, wall_time_s=0.0)
+    assert _series_of(t, SVC) == set()
+    assert _series_of(t, OTHER) == _declared(t)
+
+
+def test_a_series_made_after_its_service_went_is_dropped_next_tick() -> None:
+    """A placement callback that lands after its service went leaves nothing after the next tick."""
+    t = telemetry.Telemetry()
+    _every_series(t, SVC)
+    empty = loop.TickReport(now_s=101.0, decisions={}, scaled=(), failed=())
+    t.observe_tick(empty, [], duration_s=0.01, wall_time_s=0.0)
+    t.fell_back(SVC, "shared", 1)
+    t.tiers(SVC, {"shared": 1})
+    t.observe_tick(empty, [], duration_s=0.01, wall_time_s=0.0)
+    assert _series_of(t, SVC) == set()
+
+
+def test_the_end_of_a_term_drops_every_per_service_series() -> None:
+    """A replica whose term of leadership ended exports no per-service series and no services."""
+    t = telemetry.Telemetry()
+    _every_series(t, SVC, OTHER)
+    t.forget_services()
+    assert _series_of(t, SVC) == _series_of(t, OTHER) == set()
+    assert _value(t, "autoscaler_managed_services") == 0
+    assert _value(t, "autoscaler_holding_services", reason="cooldown") == 0
 
 
 def test_missing_estimates_are_not_exported_as_zero() -> None:
