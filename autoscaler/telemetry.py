@@ -29,8 +29,26 @@ class Telemetry:
         r = self.registry
         self.decisions = prom.Counter(
             "autoscaler_decisions",
-            "Decisions that changed a service's outcome, by kind and reason.",
-            ["kind", "reason"],
+            "Decisions that changed a service's outcome, by service, kind and reason.",
+            ["namespace", "service", "kind", "reason"],
+            registry=r,
+        )
+        self.last_decision = prom.Gauge(
+            "autoscaler_service_decision",
+            "1 for each service, labelled with the kind and reason of its last decision.",
+            ["namespace", "service", "kind", "reason"],
+            registry=r,
+        )
+        self.service_holding = prom.Gauge(
+            "autoscaler_service_holding",
+            "1 while a service holds, 0 otherwise; `reason` is its last decision's reason.",
+            ["namespace", "service", "reason"],
+            registry=r,
+        )
+        self.gpu_target = prom.Gauge(
+            "autoscaler_target_gpu_utilization_percent",
+            "The service's target GPU utilisation (its target-gpu-utilization), in percent.",
+            ["namespace", "service"],
             registry=r,
         )
         self.holds = prom.Gauge(
@@ -148,6 +166,7 @@ class Telemetry:
             registry=r,
         )
         self._seen: dict[model.ServiceId, tuple[model.Kind, model.Reason]] = {}
+        self._decided: dict[model.ServiceId, set[tuple[model.Kind, model.Reason]]] = {}
         self._labelled: set[model.ServiceId] = set()
         self._tiers: dict[model.ServiceId, set[str]] = {}
 
@@ -177,9 +196,11 @@ class Telemetry:
             present.add(workload.id)
             namespace, _, name = workload.id.partition("/")
             outcome = (decision.kind, decision.reason)
-            if self._seen.get(workload.id) != outcome:
+            if (last := self._seen.get(workload.id)) != outcome:
                 self._seen[workload.id] = outcome
-                self.decisions.labels(decision.kind.value, decision.reason.value).inc()
+                self._decided.setdefault(workload.id, set()).add(outcome)
+                self.decisions.labels(namespace, name, *(o.value for o in outcome)).inc()
+                self._last_decision(namespace, name, last, outcome)
             if decision.kind is model.Kind.HOLD:
                 holds[decision.reason.value] += 1
             self.replicas.labels(namespace, name, "desired").set(decision.desired)
@@ -188,6 +209,11 @@ class Telemetry:
             self.replicas.labels(namespace, name, "min").set(workload.policy.min_replicas)
             self.replicas.labels(namespace, name, "max").set(workload.policy.max_replicas)
             self.missing.labels(namespace, name).set(decision.reason is model.Reason.MISSING_DATA)
+            gpu_target = workload.policy.target_gpu_utilization_pct
+            if gpu_target is None:
+                _remove(self.gpu_target, namespace, name)
+            else:
+                self.gpu_target.labels(namespace, name).set(gpu_target)
             if workload.id not in self._labelled:
                 # Every managed service has its ramp series from its first tick, so dashboards
                 # and alerts read 0 rather than nothing.
@@ -217,11 +243,32 @@ class Telemetry:
         self._drop(self._labelled - present)
         self._labelled = present
 
+    def _last_decision(
+        self,
+        namespace: str,
+        name: str,
+        last: tuple[model.Kind, model.Reason] | None,
+        outcome: tuple[model.Kind, model.Reason],
+    ) -> None:
+        """One `service_decision` and one `service_holding` series per service: the last one's."""
+        if last is not None:
+            _remove(self.last_decision, namespace, name, last[0].value, last[1].value)
+            _remove(self.service_holding, namespace, name, last[1].value)
+        kind, reason = outcome
+        self.last_decision.labels(namespace, name, kind.value, reason.value).set(1)
+        self.service_holding.labels(namespace, name, reason.value).set(kind is model.Kind.HOLD)
+
     def _drop(self, gone: set[model.ServiceId]) -> None:
         """Remove the series of services no longer managed, so dashboards do not show ghosts."""
         for service in gone:
             namespace, _, name = service.partition("/")
-            self._seen.pop(service, None)
+            last = self._seen.pop(service, None)
+            if last is not None:
+                _remove(self.last_decision, namespace, name, last[0].value, last[1].value)
+                _remove(self.service_holding, namespace, name, last[1].value)
+            for kind, reason in self._decided.pop(service, ()):
+                _remove(self.decisions, namespace, name, kind.value, reason.value)
+            _remove(self.gpu_target, namespace, name)
             for state in ("desired", "current", "serving", "min", "max"):
                 _remove(self.replicas, namespace, name, state)
             for gauge in (self.cooldown_until, self.missing, self.ramp_step, self.ramp_weight):
@@ -268,7 +315,7 @@ class Telemetry:
         return prom.generate_latest(self.registry)
 
 
-def _remove(metric: prom.Gauge, *labels: str) -> None:
+def _remove(metric: prom.Gauge | prom.Counter, *labels: str) -> None:
     with contextlib.suppress(KeyError):
         metric.remove(*labels)
 
