@@ -482,3 +482,16 @@ async def read_deployment(
         return await cluster.read_deployment(api, namespace, name)
     finally:
         await api.close()
+
+
+async def list_deployments(
+    config: settings.KubernetesSettings, namespace: str | None
+) -> list[dict[str, Any]]:
+    """The Deployments of `namespace` (None: every namespace), read once with the configured
+    credentials. Raises `ConfigError` without credentials and `ActuationError` when the API
+    fails."""
+    api = await connection.api_client(kubeconfig=config.kubeconfig, context=config.context)
+    try:
+        return await cluster.list_deployments(api, namespace)
+    finally:
+        await api.close()

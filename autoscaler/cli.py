@@ -1,4 +1,4 @@
-"""The command line: `run`, `explain`, `validate`, `simulate` and `demo` (DESIGN §5, §6).
+"""The command line: `run`, `list`, `explain`, `validate`, `simulate` and `demo` (DESIGN §5, §6).
 
 `main` parses the arguments, reads the settings once (a command's flags override the
 environment), configures logging and runs one command. Every input is validated before anything
@@ -24,6 +24,7 @@ import math
 import os
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -32,9 +33,10 @@ import numpy as np
 import numpy.typing as npt
 import pydantic
 import structlog
+import yaml
 
 import autoscaler
-from autoscaler import errors, explain, logs, settings, validate
+from autoscaler import errors, explain, fleet, logs, settings, validate
 from autoscaler.sim import params as sim_params
 from autoscaler.sim import run as sim_run
 from autoscaler.sim import trace
@@ -159,6 +161,11 @@ def _no_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _explain(args: argparse.Namespace, config: settings.Settings) -> int:
+    json_output = args.output == "json"
+    if args.filename is not None:
+        return _explain_file(args.filename, args.target, json_output=json_output)
+    if args.target is None:
+        return _fail("explain needs NAMESPACE/NAME, or -f FILE")
     from autoscaler import app
 
     namespace, name = args.target
@@ -166,7 +173,63 @@ def _explain(args: argparse.Namespace, config: settings.Settings) -> int:
         deployment = asyncio.run(app.read_deployment(config.kubernetes, namespace, name))
     except errors.ActuationError as e:
         return _fail(str(e))
-    return explain.main(namespace, name, deployment, sys.stdout, sys.stderr)
+    return explain.main(
+        namespace, name, deployment, sys.stdout, sys.stderr, json_output=json_output
+    )
+
+
+def _explain_file(path: str, target: tuple[str, str] | None, *, json_output: bool) -> int:
+    """`explain -f FILE`: the Deployment in a manifest (the one named by `target` if several)."""
+    source = "standard input" if path == validate.STDIN else path
+    try:
+        text = sys.stdin.read() if path == validate.STDIN else Path(path).read_text()
+        found = list(explain.deployments_in(text))
+    except (OSError, UnicodeDecodeError) as e:
+        return _fail(f"{source}: cannot be read: {e}")
+    except yaml.YAMLError as e:
+        return _fail(f"{source}: not YAML or JSON: {str(e).splitlines()[0]}")
+
+    def ref(deployment: Any) -> tuple[str, str]:
+        metadata = deployment.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        return str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
+
+    if target is not None:
+        found = [d for d in found if ref(d) == target]
+    if len(found) != 1:
+        which = "" if target is None else f" named {target[0]}/{target[1]}"
+        return _fail(
+            f"{source}: expected one Deployment{which}, found {len(found)} "
+            "(name one with NAMESPACE/NAME)"
+        )
+    namespace, name = ref(found[0])
+    return explain.main(namespace, name, found[0], sys.stdout, sys.stderr, json_output=json_output)
+
+
+def _list(args: argparse.Namespace, config: settings.Settings) -> int:
+    from autoscaler import app
+
+    namespace = None if args.all_namespaces else args.namespace
+    try:
+        deployments = asyncio.run(app.list_deployments(config.kubernetes, namespace))
+    except errors.ActuationError as e:
+        return _fail(str(e))
+    found = fleet.rows(deployments)
+    now_s = time.time()
+    if args.output == "json":
+        fleet.write_json(found, sys.stdout, now_s=now_s)
+    elif found:
+        fleet.write_table(
+            found,
+            sys.stdout,
+            now_s=now_s,
+            namespaces=args.all_namespaces,
+            wide=args.output == "wide",
+        )
+    else:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        print(f"No managed Deployments found in {where}.", file=sys.stderr)
+    return EXIT_OK
 
 
 def _explain_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -524,9 +587,53 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain_.set_defaults(command=_explain, log_level="warning", overrides=_explain_overrides)
     explain_.add_argument(
-        "target", type=_deployment_ref, metavar="NAMESPACE/NAME", help="the Deployment"
+        "target",
+        type=_deployment_ref,
+        nargs="?",
+        metavar="NAMESPACE/NAME",
+        help="the Deployment (optional with -f when the file holds one Deployment)",
+    )
+    explain_.add_argument(
+        "-f",
+        "--filename",
+        metavar="FILE",
+        help="explain the Deployment in a manifest file (`kubectl get deploy NAME -o yaml` "
+        "output too) instead of reading the cluster; - for standard input",
+    )
+    explain_.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text for people (default), or one JSON object",
     )
     _add_kubernetes_flags(explain_)
+
+    list_ = commands.add_parser(
+        "list",
+        help="list the managed Deployments and their last decision, like kubectl get hpa",
+        description="Read the Deployments once and print one line per managed Deployment: "
+        "desired, current and serving replicas, the last decision's kind/reason, the age of "
+        "the last scale, the traffic ramp and the placement tiers. An annotation the "
+        "controller cannot read shows as ?, with the reason in -o wide and -o json.",
+    )
+    list_.set_defaults(command=_list, log_level="warning", overrides=_explain_overrides)
+    where = list_.add_mutually_exclusive_group()
+    where.add_argument(
+        "-n",
+        "--namespace",
+        default="default",
+        metavar="NS",
+        help="list the Deployments of NS (default: %(default)s)",
+    )
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="list every namespace")
+    list_.add_argument(
+        "-o",
+        "--output",
+        choices=("wide", "json"),
+        help="wide: add targets, bounds, policy, mode and problems; json: a list of objects",
+    )
+    _add_kubernetes_flags(list_)
 
     validate_ = commands.add_parser(
         "validate",

@@ -10,7 +10,12 @@ Annotations are text anyone allowed to edit the Deployment can write: every valu
 them reaches the output through `contract.escape`, never raw, and the controller's own are read
 through `untrusted.loads`, so one that cannot be read is one line saying which rule it breaks
 (as in the controller's `CorruptState` Event), never a traceback. No cluster access here (the
-CLI reads the Deployment through `app`).
+CLI reads the Deployment through `app`, or from a manifest: `deployments_in`).
+
+`json_output` prints the same content as one JSON object (its keys are listed in
+docs/operations.md): `found`, `managed` and `problems` always; the settings and the last
+decision when managed. Values from the controller's annotations keep their JSON type when it is
+the one the controller writes, and are null otherwise.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
+
+import yaml
 
 from autoscaler import annotations as contract
 from autoscaler import untrusted
@@ -34,8 +41,15 @@ def main(
     deployment: Mapping[str, Any] | None,
     stdout: TextIO,
     stderr: TextIO,
+    *,
+    json_output: bool = False,
 ) -> int:
     """Print the explanation of `deployment` (None: not found); 0, or 1 when not managed."""
+    if json_output:
+        found = _document(namespace, name, deployment)
+        json.dump(found, stdout, indent=2, sort_keys=True)
+        stdout.write("\n")
+        return EXIT_OK if found["managed"] else EXIT_NOT_MANAGED
     title = f"Deployment {namespace}/{name}"
     if deployment is None:
         stderr.write(f"{title} not found\n")
@@ -137,6 +151,124 @@ def _cooldowns(config: contract.ServiceConfig, state_text: str | None) -> list[s
             ends = "scale-up" if key == "lastScaleUp" else "scale-down"
             lines.append(f"  {label} {_time(at)}; {ends} cooldown ends {_time(at + cooldown_s)}")
     return lines
+
+
+def _document(namespace: str, name: str, deployment: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The `-o json` object: what the text output says, with typed values."""
+    found: dict[str, Any] = {
+        "namespace": namespace,
+        "name": name,
+        "found": deployment is not None,
+        "managed": False,
+        "problems": [],
+    }
+    if deployment is None:
+        return found
+    notes = _annotations(deployment)
+    if not contract.opted_in(notes):
+        value = notes.get(contract.ENABLED_KEY)
+        why = "is not set" if value is None else f'is {contract.quote(value)}, not "true"'
+        found["problems"] = [f"{contract.ENABLED_KEY} {why}"]
+        return found
+    config = contract.parse(notes, namespace=namespace)
+    if isinstance(config, contract.Invalid):
+        found["problems"] = [problem.message for problem in config.problems]
+        return found
+    policy = config.policy
+    spec = deployment.get("spec")
+    replicas = spec.get("replicas") if isinstance(spec, dict) else None
+    targets = {
+        "loadPerReplica": policy.target_load_per_replica,
+        "queuePerReplica": policy.target_queue_per_replica,
+        "gpuUtilizationPercent": policy.target_gpu_utilization_pct,
+    }
+    found.update(
+        managed=True,
+        mode=config.mode.value,
+        policy=config.policy_name.value,
+        server=config.server.value,
+        minReplicas=policy.min_replicas,
+        maxReplicas=policy.max_replicas,
+        targets={k: v for k, v in targets.items() if v is not None},
+        specReplicas=replicas if _json_number(replicas) is not None else None,
+        decision=None,
+        lastScaleUp=None,
+        lastChange=None,
+    )
+    status_text = notes.get(contract.STATUS_KEY)
+    if status_text is not None:
+        status = _json_object(contract.STATUS_KEY, status_text, contract.STATUS_LIMIT_BYTES)
+        if isinstance(status, contract.Problem):
+            found["problems"].append(f"{status.message}; ignored")
+        else:
+            found["decision"] = _decision_document(status)
+    state_text = notes.get(contract.STATE_KEY)
+    if state_text is not None:
+        state = _json_object(contract.STATE_KEY, state_text, contract.STATE_LIMIT_BYTES)
+        if isinstance(state, contract.Problem):
+            found["problems"].append(f"{state.message}; ignored, the controller rebuilds it")
+        else:
+            for key, out, cooldown_s in (
+                ("lastScaleUp", "lastScaleUp", policy.scale_up_cooldown_s),
+                ("lastScaleChange", "lastChange", policy.scale_down_cooldown_s),
+            ):
+                at = _json_number(state.get(key))
+                if at is not None:
+                    found[out] = {"at": _rfc3339(at), "cooldownEnds": _rfc3339(at + cooldown_s)}
+    return found
+
+
+def _decision_document(status: Mapping[str, Any]) -> dict[str, Any]:
+    signals = {}
+    contributions = status.get("contributions")
+    if isinstance(contributions, dict):
+        for signal, vote in sorted(contributions.items(), key=lambda kv: str(kv[0])):
+            vote = vote if isinstance(vote, dict) else {}
+            signals[contract.escape(str(signal), limit=40)] = {
+                "ratio": _json_number(vote.get("ratio")),
+                "estimate": _json_number(vote.get("estimate")),
+                "desired": _json_number(vote.get("desired")),
+                "estimator": _json_text(vote.get("estimator")),
+            }
+    return {
+        "time": _json_text(status.get("time")),
+        "current": _json_number(status.get("current")),
+        "desired": _json_number(status.get("desired")),
+        "kind": _json_text(status.get("kind")),
+        "reason": _json_text(status.get("reason")),
+        "detail": _json_text(status.get("detail")),
+        "bound": _json_text(status.get("bound")),
+        "cooldownUntil": _json_text(status.get("cooldownUntil")),
+        "signals": signals,
+    }
+
+
+def _json_number(value: object) -> float | int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return value
+
+
+def _json_text(value: object) -> str | None:
+    """A string from an annotation, escaped and cut as in the text output; None otherwise."""
+    return contract.escape(value) if isinstance(value, str) else None
+
+
+def _rfc3339(unix_s: float) -> str | None:
+    shown = _time(unix_s)
+    return None if shown == "-" else shown
+
+
+def deployments_in(text: str) -> Iterator[Mapping[str, Any]]:
+    """The Deployments in manifest text: YAML documents (JSON is YAML), `kind: List` items
+    included, as `kubectl get deploy -o yaml` prints them. `yaml.YAMLError` if it is not YAML."""
+    for document in yaml.safe_load_all(text):
+        if not isinstance(document, dict):
+            continue
+        items = document.get("items") if document.get("kind") == "List" else [document]
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict) and item.get("kind") == "Deployment":
+                yield item
 
 
 def _annotations(deployment: Mapping[str, Any]) -> dict[str, str]:

@@ -44,11 +44,30 @@ class Telemetry:
         removes when a service goes."""
         self._children: dict[model.ServiceId, set[tuple[_Family, tuple[str, ...]]]] = {}
         """Per service, each series any write created (a family and its label values)."""
-        self.decisions = prom.Counter(
+        self.decisions = self._per_service(
+            prom.Counter,
             "autoscaler_decisions",
-            "Decisions that changed a service's outcome, by kind and reason.",
-            ["kind", "reason"],
-            registry=r,
+            "Decisions that changed a service's outcome, by service, kind and reason.",
+            "kind",
+            "reason",
+        )
+        self.last_decision = self._per_service(
+            prom.Gauge,
+            "autoscaler_service_decision",
+            "1 for each service, labelled with the kind and reason of its last decision.",
+            "kind",
+            "reason",
+        )
+        self.service_holding = self._per_service(
+            prom.Gauge,
+            "autoscaler_service_holding",
+            "1 while a service holds, 0 otherwise; `reason` is its last decision's reason.",
+            "reason",
+        )
+        self.gpu_target = self._per_service(
+            prom.Gauge,
+            "autoscaler_target_gpu_utilization_percent",
+            "The service's target GPU utilisation (its target-gpu-utilization), in percent.",
         )
         self.holds = prom.Gauge(
             "autoscaler_holding_services",
@@ -202,9 +221,10 @@ class Telemetry:
             service = workload.id
             present.add(service)
             outcome = (decision.kind, decision.reason)
-            if self._seen.get(service) != outcome:
+            if (last := self._seen.get(service)) != outcome:
                 self._seen[service] = outcome
-                self.decisions.labels(decision.kind.value, decision.reason.value).inc()
+                self._child(self.decisions, service, *(o.value for o in outcome)).inc()
+                self._last_decision(service, last, outcome)
             if decision.kind is model.Kind.HOLD:
                 holds[decision.reason.value] += 1
             replicas = {
@@ -218,6 +238,11 @@ class Telemetry:
                 self._child(self.replicas, service, state).set(count)
             missing = decision.reason is model.Reason.MISSING_DATA
             self._child(self.missing, service).set(missing)
+            gpu_target = workload.policy.target_gpu_utilization_pct
+            if gpu_target is None:
+                self._forget(self.gpu_target, service)
+            else:
+                self._child(self.gpu_target, service).set(gpu_target)
             if service not in self._ticked:
                 # Every managed service has its ramp series from its first tick, so dashboards
                 # and alerts read 0 rather than nothing.
@@ -260,6 +285,27 @@ class Telemetry:
         for reason in model.Reason:
             self.holds.labels(reason.value).set(0)
 
+    def _last_decision(
+        self,
+        service: model.ServiceId,
+        last: tuple[model.Kind, model.Reason] | None,
+        outcome: tuple[model.Kind, model.Reason],
+    ) -> None:
+        """One `service_decision` and one `service_holding` series per service: the last one's."""
+        if last is not None:
+            self._forget(self.last_decision, service, last[0].value, last[1].value)
+            self._forget(self.service_holding, service, last[1].value)
+        kind, reason = outcome
+        self._child(self.last_decision, service, kind.value, reason.value).set(1)
+        self._child(self.service_holding, service, reason.value).set(kind is model.Kind.HOLD)
+
+    def _forget(self, family: _Family, service: model.ServiceId, *labels: str) -> None:
+        """Remove one series of `service` (one `_child` made) while the service stays."""
+        values = (*_labels(service), *labels)
+        self._children.get(service, set()).discard((family, values))
+        with contextlib.suppress(KeyError):
+            family.remove(*values)
+
     def _drop(self, gone: Iterable[model.ServiceId]) -> None:
         """Remove the series of services no longer managed, so dashboards do not show ghosts
         and the exposition does not grow with every service that ever came and went."""
@@ -286,12 +332,8 @@ class Telemetry:
 
     def tiers(self, service: model.ServiceId, replicas: dict[str, int]) -> None:
         """Replicas asked for per placement tier; tiers absent from `replicas` are dropped."""
-        children = self._children.get(service, set())
         for tier in self._tiers.get(service, set()) - replicas.keys():
-            values = (*_labels(service), tier)
-            children.discard((self.tier_replicas, values))
-            with contextlib.suppress(KeyError):
-                self.tier_replicas.remove(*values)
+            self._forget(self.tier_replicas, service, tier)
         for tier, count in replicas.items():
             self._child(self.tier_replicas, service, tier).set(count)
         self._tiers[service] = set(replicas)

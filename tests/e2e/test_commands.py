@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import io
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -14,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
@@ -226,3 +229,186 @@ async def test_run_scales_serves_probes_and_stops_cleanly_on_sigterm(
     assert lease["spec"]["holderIdentity"] is None
     assert [r["level"] for r in seen if r["level"] in ("error", "critical")] == []
     api_calls.add(request.node.nodeid, kube.requests.counts)
+
+
+async def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`autoscaler ARGV...` in a thread (it runs its own event loop): code, out, err."""
+    capsys.readouterr()
+    code = await asyncio.to_thread(cli.main, list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def table(out: str) -> list[list[str]]:
+    """`list` output split into cells (three or more spaces apart; no cell holds that many)."""
+    return [re.split(r"\s{3,}", line.strip()) for line in out.splitlines()]
+
+
+async def test_list_shows_each_managed_deployment_and_marks_a_corrupt_annotation(
+    kube: Kube,
+    kubelet: FakeCluster,
+    stack: Stack,
+    cluster: Controllers,
+    clock: SteppedClock,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`list` prints one row per managed Deployment for -n and -A, wide and JSON, and a corrupt
+    status as `?` with its rule."""
+    kubelet.add_node("gpu-1", gpus=8)
+    first, second = f"{unique}-la", f"{unique}-lb"
+    chat = await Service.create(kube, kubelet, stack.upper, first, "chat")
+    chat.serve(rate_per_s=12.5)
+    await wait_for_load(stack.prometheus, chat, 25.0)
+    await Service.create(kube, kubelet, stack.upper, first, "plain", annotations={})
+    embed = await Service.create(kube, kubelet, stack.upper, second, "embed")
+    running = await cluster.start()
+    await advance_until(clock, lambda: chat.replicas == 3, limit_s=5, what="scale-up")
+    await advance_until(clock, lambda: embed.status() is not None, limit_s=5, what="status")
+    await running.stop()
+    embed.annotate(status='{"desired": 1e400}', ramp="[[[")
+    up_s = chat.state()["lastScaleUp"]
+    kubeconfig = ("--kubeconfig", str(kube.kubeconfig))
+
+    code, out, err = await run_cli(capsys, "list", "-n", first, *kubeconfig)
+    assert (code, err) == (0, "")
+    rows = table(out)
+    assert rows[0] == [
+        "NAME", "DESIRED", "CURRENT", "SERVING", "REASON", "LAST SCALE", "RAMP", "TIER"
+    ]  # fmt: skip
+    assert len(rows) == 2
+    assert rows[1][:5] == ["chat", "3", "2", "2", "scale-up/above-target"]
+    assert re.fullmatch(r"\d+(y\d*d?|d\d*h?|h\d*m?|m\d*s?|s)", rows[1][5])
+    assert rows[1][6:] == ["-", "-"]
+
+    code, out, err = await run_cli(capsys, "list", "-A", *kubeconfig)
+    assert (code, err) == (0, "")
+    with capsys.disabled():
+        print(f"\n$ autoscaler list -A\n{out}")
+    rows = table(out)
+    assert rows[0][:2] == ["NAMESPACE", "NAME"]
+    ours = [row for row in rows if row[0] in (first, second)]
+    assert [row[:2] for row in ours] == [[first, "chat"], [second, "embed"]]
+    assert ours[1][2:5] == ["?", "?", "2"]
+    assert ours[1][5] == "?"
+    assert ours[1][7] == "?"
+
+    code, out, err = await run_cli(capsys, "list", "-n", second, "-o", "wide", *kubeconfig)
+    assert (code, err) == (0, "")
+    rows = table(out)
+    assert rows[0][-6:] == ["TARGETS", "MIN", "MAX", "POLICY", "MODE", "PROBLEMS"]
+    assert rows[1][8:13] == [
+        "loadPerReplica=10,gpuUtilizationPercent=75", "2", "10", "seed", "active"
+    ]  # fmt: skip
+    problems = rows[1][13]
+    assert f'{PREFIX}status="{{\\"desired\\": 1e400}}": has a number too large' in problems
+    assert f'{PREFIX}ramp="[[[": ramp state not JSON' in problems
+
+    code, out, err = await run_cli(capsys, "list", "-A", "-o", "json", *kubeconfig)
+    assert (code, err) == (0, "")
+    listed = {row["name"]: row for row in json.loads(out) if row["namespace"] in (first, second)}
+    assert set(listed) == {"chat", "embed"}
+    assert listed["chat"] == {
+        "namespace": first,
+        "name": "chat",
+        "desired": 3,
+        "current": 2,
+        "serving": 2,
+        "kind": "scale-up",
+        "reason": "above-target",
+        "decidedAt": chat.status()["time"],
+        "lastScale": utc(up_s),
+        "lastScaleAgeSeconds": listed["chat"]["lastScaleAgeSeconds"],
+        "ramp": None,
+        "tiers": {},
+        "mode": "active",
+        "policy": "seed",
+        "minReplicas": 2,
+        "maxReplicas": 10,
+        "targets": {"loadPerReplica": 10.0, "gpuUtilizationPercent": 75.0},
+        "problems": [],
+    }
+    assert listed["embed"]["desired"] is None
+    assert listed["embed"]["reason"] is None
+    assert len(listed["embed"]["problems"]) == 2
+
+    code, out, err = await run_cli(capsys, "list", "-n", f"{unique}-none", *kubeconfig)
+    assert (code, out) == (0, "")
+    assert err == f"No managed Deployments found in namespace {unique}-none.\n"
+
+
+async def test_explain_prints_json_and_reads_a_manifest_without_a_cluster(
+    kube: Kube,
+    kubelet: FakeCluster,
+    stack: Stack,
+    cluster: Controllers,
+    clock: SteppedClock,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`explain -o json` says what the text says; `-f` explains the same object from a file
+    or stdin, and names the one Deployment it needs."""
+    kubelet.add_node("gpu-1", gpus=8)
+    namespace = f"{unique}-j"
+    chat = await Service.create(kube, kubelet, stack.upper, namespace, "chat")
+    chat.serve(rate_per_s=12.5)
+    await wait_for_load(stack.prometheus, chat, 25.0)
+    running = await cluster.start()
+    await advance_until(clock, lambda: chat.replicas == 3, limit_s=5, what="scale-up")
+    await running.stop()
+    up_s = chat.state()["lastScaleUp"]
+    kubeconfig = ("--kubeconfig", str(kube.kubeconfig))
+
+    code, out, err = await run_cli(
+        capsys, "explain", f"{namespace}/chat", "-o", "json", *kubeconfig
+    )
+    assert (code, err) == (0, "")
+    with capsys.disabled():
+        print(f"\n$ autoscaler explain {namespace}/chat -o json\n{out}")
+    found = json.loads(out)
+    status = chat.status()
+    assert status is not None
+    decision = found.pop("decision")
+    assert found == {
+        "namespace": namespace,
+        "name": "chat",
+        "found": True,
+        "managed": True,
+        "problems": [],
+        "mode": "active",
+        "policy": "seed",
+        "server": "vllm",
+        "minReplicas": 2,
+        "maxReplicas": 10,
+        "targets": {"loadPerReplica": 10.0, "gpuUtilizationPercent": 75.0},
+        "specReplicas": 3,
+        "lastScaleUp": {"at": utc(up_s), "cooldownEnds": utc(up_s + 60)},
+        "lastChange": {"at": utc(up_s), "cooldownEnds": utc(up_s + 300)},
+    }
+    assert decision["time"] == status["time"]
+    assert (decision["current"], decision["desired"]) == (2, 3)
+    assert (decision["kind"], decision["reason"]) == ("scale-up", "above-target")
+    assert 1.1 < decision["signals"]["load"]["ratio"] < 1.5
+    assert decision["signals"]["load"]["estimator"] == "mean"
+
+    code, text, err = await run_cli(capsys, "explain", f"{namespace}/chat", *kubeconfig)
+    manifest = tmp_path / "chat.yaml"
+    manifest.write_text(yaml.safe_dump(chat.object))
+    assert await run_cli(capsys, "explain", "-f", str(manifest)) == (0, text, "")
+    assert await run_cli(capsys, "explain", "-f", str(manifest), "-o", "json") == (0, out, "")
+
+    listed = {"apiVersion": "v1", "kind": "List", "items": [chat.object, chat.object]}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(listed)))
+    code, _, err = await run_cli(capsys, "explain", "-f", "-")
+    assert code == 2
+    assert err == (
+        "error: standard input: expected one Deployment, found 2 (name one with NAMESPACE/NAME)\n"
+    )
+    code, _, err = await run_cli(capsys, "explain", "-f", str(manifest), f"{namespace}/other")
+    assert (code, err) == (
+        2,
+        f"error: {manifest}: expected one Deployment named {namespace}/other, found 0 "
+        "(name one with NAMESPACE/NAME)\n",
+    )

@@ -60,7 +60,8 @@ async def test_rising_load_scales_up_then_falling_load_scales_down(
     assert (await get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
     assert await get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")
     metrics = (await get(f"http://127.0.0.1:{port}/metrics"))[1]
-    assert 'autoscaler_decisions_total{kind="scale-up",reason="above-target"} 1.0' in metrics
+    decided = f'kind="scale-up",namespace="{chat.namespace}",reason="above-target",service="chat"'
+    assert f"autoscaler_decisions_total{{{decided}}} 1.0" in metrics
     assert "autoscaler_leader 1.0" in metrics
 
     await chat.sync_pods()

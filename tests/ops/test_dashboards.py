@@ -148,6 +148,36 @@ def test_every_panel_and_variable_reads_the_datasource_variable(path: Path) -> N
             assert target["expr"].strip(), panel["title"]
 
 
+def annotation_queries(board: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's Prometheus annotations (Grafana's built-in one runs no query)."""
+    return [a for a in board["annotations"]["list"] if a["datasource"] == DATASOURCE]
+
+
+def test_the_controller_dashboard_lists_every_service_with_a_link_to_its_dashboard() -> None:
+    """The overview table reads the chosen namespaces (multi-select) and links each service."""
+    board = load(ROOT / "dashboards" / "controller.json")
+    namespace = variables(board)["namespace"]
+    assert (namespace["multi"], namespace["includeAll"]) == (True, True)
+    (table,) = [panel for panel in queried(board) if panel["type"] == "table"]
+    assert all('namespace=~"$namespace"' in target["expr"] for target in table["targets"])
+    (override,) = table["fieldConfig"]["overrides"]
+    (link,) = override["properties"][0]["value"]
+    service = load(ROOT / "dashboards" / "service.json")
+    assert link["url"].startswith(f"/d/{service['uid']}/?")
+    assert "var-service=${__data.fields.service}" in link["url"]
+
+
+def test_the_service_dashboard_marks_scale_events_and_its_gpu_target() -> None:
+    """Scale events are annotations from the decisions counter; the GPU panel draws the target."""
+    board = load(ROOT / "dashboards" / "service.json")
+    names = [annotation["name"] for annotation in annotation_queries(board)]
+    assert names == ["Scale events", "Holds"]
+    assert all("autoscaler_decisions_total" in a["expr"] for a in annotation_queries(board))
+    (gpu,) = [panel for panel in queried(board) if panel["title"] == "GPU utilisation"]
+    exprs = [target["expr"] for target in gpu["targets"]]
+    assert any("autoscaler_target_gpu_utilization_percent" in expr for expr in exprs)
+
+
 def test_the_service_dashboard_selects_a_namespace_then_a_service() -> None:
     """`namespace` lists the managed namespaces; `service` the services of the chosen one."""
     found = variables(load(ROOT / "dashboards" / "service.json"))
@@ -164,6 +194,7 @@ def test_every_query_reads_only_series_that_exist(path: Path) -> None:
     board = load(path)
     texts = [variable_query(v) for v in variables(board).values() if v["type"] == "query"]
     texts += [target["expr"] for panel in queried(board) for target in panel["targets"]]
+    texts += [annotation["expr"] for annotation in annotation_queries(board)]
     for text in texts:
         assert series.read_by(text) <= known, text
 
@@ -335,4 +366,10 @@ async def test_every_dashboard_query_returns_data_from_a_running_controller(
                     wrong = await asyncio.to_thread(run_panel_query, prometheus, promql, end_s)
                     if wrong is not None:
                         problems.append(f"{path.stem} {panel['title']!r} {query['refId']}: {wrong}")
+            # An annotation marks events: before the first scale event it has none to show.
+            for annotation in annotation_queries(board):
+                promql = substitute(annotation["expr"], chosen)
+                wrong = await asyncio.to_thread(run_panel_query, prometheus, promql, end_s)
+                if wrong is not None and wrong != "no series":
+                    problems.append(f"{path.stem} annotation {annotation['name']!r}: {wrong}")
     assert problems == []

@@ -80,9 +80,35 @@ def test_decisions_are_counted_once_per_change_of_outcome() -> None:
         duration_s=0.01,
         wall_time_s=0.0,
     )
-    labels = {"kind": "steady", "reason": "in-deadband"}
+    ids = {"namespace": "ml", "service": "llama"}
+    labels = {**ids, "kind": "steady", "reason": "in-deadband"}
     assert _value(t, "autoscaler_decisions_total", **labels) == 1
-    assert _value(t, "autoscaler_decisions_total", kind="scale-up", reason="above-target") == 1
+    up = {**ids, "kind": "scale-up", "reason": "above-target"}
+    assert _value(t, "autoscaler_decisions_total", **up) == 1
+
+
+def test_each_service_says_why_it_holds_in_one_series() -> None:
+    """`service_holding` and `service_decision` carry the last reason, one series a service."""
+    t = telemetry.Telemetry()
+    ids = {"namespace": "ml", "service": "llama"}
+    t.observe_tick(
+        _report(model.Kind.HOLD, model.Reason.COOLDOWN), [_workload()], duration_s=0, wall_time_s=0
+    )
+    assert _value(t, "autoscaler_service_holding", **ids, reason="cooldown") == 1
+    kind = {"kind": "hold", "reason": "cooldown"}
+    assert _value(t, "autoscaler_service_decision", **ids, **kind) == 1
+    t.observe_tick(
+        _report(model.Kind.SCALE_UP, model.Reason.ABOVE_TARGET),
+        [_workload()],
+        duration_s=0,
+        wall_time_s=0,
+    )
+    assert _value(t, "autoscaler_service_holding", **ids, reason="cooldown") is None
+    assert _value(t, "autoscaler_service_holding", **ids, reason="above-target") == 0
+    assert _value(t, "autoscaler_service_decision", **ids, **kind) is None
+    up = {"kind": "scale-up", "reason": "above-target"}
+    assert _value(t, "autoscaler_service_decision", **ids, **up) == 1
+    assert _value(t, "autoscaler_target_gpu_utilization_percent", **ids) == 75.0
 
 
 def test_series_of_a_service_that_is_gone_are_removed() -> None:
@@ -99,6 +125,20 @@ def test_series_of_a_service_that_is_gone_are_removed() -> None:
     ids = {"namespace": "ml", "service": "llama"}
     assert _value(t, "autoscaler_replicas", **ids, state="desired") is None
     assert _value(t, "autoscaler_managed_services") == 0
+    per_service = [
+        family.name
+        for family in t.registry.collect()
+        for sample in family.samples
+        if sample.labels.get("service") == "llama"
+        and family.name
+        in (
+            "autoscaler_decisions",
+            "autoscaler_service_decision",
+            "autoscaler_service_holding",
+            "autoscaler_target_gpu_utilization_percent",
+        )
+    ]
+    assert per_service == []
 
 
 OTHER = model.ServiceId("ml/mistral")

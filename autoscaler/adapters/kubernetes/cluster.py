@@ -38,7 +38,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 from kubernetes_asyncio import client
@@ -154,6 +154,50 @@ async def read_deployment(
         raise _api.failure(operation, f"{namespace}/{name}", e) from e
     except (*_api.TRANSPORT_ERRORS, ValueError) as e:
         raise _api.failure(operation, f"{namespace}/{name}", e) from e
+
+
+LIST_PAGE = 500
+"""Deployments asked for per list call by `list_deployments`."""
+
+
+async def list_deployments(
+    api: client.ApiClient,
+    namespace: str | None,
+    *,
+    request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
+) -> list[Obj]:
+    """The Deployments of `namespace` (None: all namespaces) as the API serialises them, read
+    once, page by page (for `autoscaler list`); a failure is a `KubeApiError`."""
+    apps = client.AppsV1Api(api)
+    operation = "deployments.list"
+    target = namespace or "all namespaces"
+    found: list[Obj] = []
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": LIST_PAGE}
+        if token:
+            kwargs["_continue"] = token
+        try:
+            if namespace is None:
+                page = await _api.call_json(
+                    apps.list_deployment_for_all_namespaces,
+                    request_timeout_s=request_timeout_s,
+                    **kwargs,
+                )
+            else:
+                page = await _api.call_json(
+                    apps.list_namespaced_deployment,
+                    namespace,
+                    request_timeout_s=request_timeout_s,
+                    **kwargs,
+                )
+        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
+            raise _api.failure(operation, target, e) from e
+        items = page.get("items")
+        found.extend(item for item in items or () if isinstance(item, dict))
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return found
 
 
 class KubeCluster:
