@@ -134,7 +134,7 @@ def test_validate_accepts_the_example_and_lists_each_problem_of_a_broken_one(
     broken.write_text(text)
 
     assert cli.main(["validate", "-f", str(broken)]) == 1
-    where = f"{broken}: Deployment ml-serving/llama-chat: "
+    where = f"{broken}: document 2: Deployment ml-serving/llama-chat: "  # after its Namespace
     assert capsys.readouterr().out.splitlines() == [
         f"{where}{PREFIX}target-gpu-utilization: YAML reads 80 as a number; annotations must "
         'be strings: write "80" in quotes',
