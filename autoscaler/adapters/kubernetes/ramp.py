@@ -139,6 +139,13 @@ def _owner(obj: Obj, kind: str, get: Callable[[str, str], Obj | None]) -> Obj | 
     return None
 
 
+def _controller_kind(obj: Obj) -> str | None:
+    for ref in _api.meta(obj).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return str(ref.get("kind"))
+    return None
+
+
 def _older(pod: Obj, version: str) -> bool:
     """Whether the cached pod predates the write that returned `version`."""
     try:
@@ -470,9 +477,10 @@ class KubeRamp:
         deployment = _owner(replicaset, "Deployment", self._caches.deployments.get)
         if deployment is None or _api.namespace(deployment) != namespace:
             return None
-        if placement.is_sibling(deployment):
-            return _owner(deployment, "Deployment", self._caches.deployments.get)
-        return deployment
+        if _controller_kind(deployment) != "Deployment":
+            return deployment
+        # A placement tier's pods are its owner's, as `_tiers` finds them.
+        return _owner(deployment, "Deployment", self._caches.deployments.get)
 
     def _custody(
         self, deployment: Obj, ramped: Collection[model.ServiceId]
