@@ -227,6 +227,7 @@ class Controller:
             routers=self.routers,
             health=self.health,
             prober=self.prober,
+            gates=self.ramp,
             observer=self.telemetry,
             probe_concurrency=self.settings.warmup.probe_concurrency,
             probe_deadline_s=self.settings.warmup.probe_deadline_s,

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from autoscaler import annotations as contract
 from autoscaler import metricnames
-from autoscaler.core import model, policy
+from autoscaler.core import gates, model, policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +253,24 @@ class RampCluster(Protocol):
 
     def record(self, service: model.ServiceId, type_: str, reason: str, message: str) -> None:
         """Queue a Kubernetes Event (`Normal` or `Warning`) on the service's Deployment."""
+        ...
+
+
+class Gates(Protocol):
+    """The warm-up gates no ramp answers for, and how to open them (`core.gates`)."""
+
+    def closed_gates(self) -> Sequence[gates.ClosedGate]:
+        """The gated pods whose containers are ready and whose `warm` condition is not True,
+        in every watched namespace, each with who answers for it."""
+        ...
+
+    async def open_gate(self, gate: gates.ClosedGate, message: str) -> None:
+        """Set the pod's `warm` condition True; written even in dry-run (the one write a
+        dry-run controller makes), refused by a follower."""
+        ...
+
+    def announce(self, opening: gates.Opening) -> None:
+        """Queue the Normal Event `GateOpened` on the Deployment (posted even in dry-run)."""
         ...
 
 

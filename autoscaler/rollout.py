@@ -29,6 +29,14 @@ A hold ends when a ramp setting changes (the core sees that) or when someone del
 `autoscaler.dsec.io/ramp` annotation: once the cache has shown the text last written, a
 missing annotation can only be a deletion.
 
+**Gates no ramp answers for** (`core.gates`). Each tick, before the ramps, the driver asks
+`ports.Gates` for the gated pods whose containers are ready and whose `warm` condition is not
+True, opens those of every Deployment that no active ramp drives (dry-run, opted out, no
+longer managed, invalid, or a template without the gate), and says so once per Deployment and
+tick: one `gate.opened` log line and one Normal Event `GateOpened` naming the pods and why. In
+dry-run too: that is the one write a dry-run controller makes. Nothing is written when no such
+pod waits.
+
 One error boundary per service: an `AutoscalerError` is logged and the service tries again next
 tick with the state it had (every action is safe to repeat); the others go on. A service in
 dry-run runs the same rules but only logs the writes it would make (reads still happen); its
@@ -43,13 +51,14 @@ import asyncio
 import functools
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import structlog
 
 from autoscaler import annotations as contract
 from autoscaler import errors, ports
+from autoscaler.core import gates as gates_
 from autoscaler.core import model
 from autoscaler.core import rollout as core
 
@@ -175,13 +184,15 @@ class RampDriver:
         routers: Mapping[str, ports.TrafficRouter],
         health: ports.HealthSource,
         prober: ports.WarmupProber,
+        gates: ports.Gates | None = None,
         observer: RampObserver | None = None,
         probe_timeout_s: float = 5.0,
         probe_concurrency: int = PROBE_CONCURRENCY,
         probe_deadline_s: float = PROBE_DEADLINE_S,
     ) -> None:
         """`probe_timeout_s` bounds one warm-up request, `probe_deadline_s` one pod's probe (all
-        its requests), `probe_concurrency` the probes in flight at once."""
+        its requests), `probe_concurrency` the probes in flight at once. `gates`, when given,
+        has the gates no ramp answers for opened each tick."""
         if probe_concurrency < 1:
             raise ValueError(f"probe_concurrency must be >= 1, not {probe_concurrency!r}")
         if not (probe_deadline_s > 0 and math.isfinite(probe_deadline_s)):
@@ -191,6 +202,7 @@ class RampDriver:
         self._routers = routers
         self._health = health
         self._prober = prober
+        self._gates = gates
         self._observer = observer
         self._probe_timeout_s = probe_timeout_s
         self._probe_deadline_s = probe_deadline_s
@@ -262,6 +274,8 @@ class RampDriver:
         `workloads()` call refreshed.
         """
         del workloads
+        if self._gates is not None:
+            await self._open_gates(self._gates)
         targets = self._pods.ramp_targets()
         self._index = {t.service: t for t in targets}
         for gone in self._services.keys() - self._index.keys():
@@ -301,6 +315,39 @@ class RampDriver:
         # The probes started this tick take their first step now: one that needs no I/O (the
         # simulator's) is over before the tick ends and answers at the next, as in one tick.
         await asyncio.sleep(0)
+
+    async def _open_gates(self, gates: ports.Gates) -> None:
+        """Open the gates no ramp answers for; one log line and one Event per Deployment."""
+        for opening in gates_.openings(gates.closed_gates()):
+            message = opening.condition_message()
+            opened = []
+            for pod in opening.pods:
+                gate = gates_.ClosedGate(
+                    opening.namespace, opening.deployment, pod, opening.custody
+                )
+                try:
+                    await gates.open_gate(gate, message)
+                except errors.AutoscalerError as e:
+                    # Still closed: the next tick tries again.
+                    log.warning(
+                        "gate.open_failed",
+                        namespace=opening.namespace,
+                        pod=pod,
+                        error=str(e),
+                    )
+                    continue
+                opened.append(pod)
+            if not opened:
+                continue
+            done = replace(opening, pods=tuple(opened))
+            log.info(
+                "gate.opened",
+                namespace=done.namespace,
+                deployment=done.deployment,
+                pods=list(done.pods),
+                why=done.custody.value,
+            )
+            gates.announce(done)
 
     # -- one service -----------------------------------------------------------------------------
 

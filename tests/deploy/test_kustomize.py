@@ -506,7 +506,7 @@ def without(objects: tuple[Obj, ...], *kinds: str) -> list[Obj]:
 def test_the_dry_run_overlay_runs_one_writeless_replica() -> None:
     """Dry-run sets the controller's dry-run setting, runs one replica (a dry-run instance takes
     no Lease, so two would both act) under a budget that lets a drain evict it, is granted only
-    the base's reads, and changes nothing else."""
+    the base's reads and the writes of the gates it opens, and changes nothing else."""
     base, dry = rendered("base"), rendered("overlays/dry-run")
     deployment = one(dry, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -522,7 +522,12 @@ def test_the_dry_run_overlay_runs_one_writeless_replica() -> None:
         {**rule, "verbs": [v for v in rule["verbs"] if v in READ_VERBS]}
         for rule in cluster_rules("base")
     ]
-    assert cluster_rules("overlays/dry-run") == [r for r in reads if r["verbs"]]
+    # The readiness gates no ramp answers for are opened in dry-run too, with an Event.
+    gate_writes = [
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    assert cluster_rules("overlays/dry-run") == [r for r in reads if r["verbs"]] + gate_writes
     changed = ("Deployment", "PodDisruptionBudget", "ClusterRole", "Role", "RoleBinding")
     assert without(dry, *changed) == without(base, *changed)
     assert by_kind(dry, "Role") == by_kind(dry, "RoleBinding") == []
@@ -599,7 +604,7 @@ def test_two_routers_in_one_install_are_granted_both() -> None:
 
 def test_dry_run_listed_after_a_router_grants_reads_only() -> None:
     """The dry-run component listed last replaces the rules, a router's writes included, by
-    the base's reads."""
+    the dry-run overlay's."""
     assert cluster_rules(WITH + "smi,dry-run") == cluster_rules("overlays/dry-run")
 
 

@@ -6,6 +6,8 @@ Deployment (ownerReferences, by uid), so `pods_of` groups pods by owner rather t
 selector: sibling Deployments whose labels overlap (DESIGN §3.5) never count each other's pods.
 Deployments are indexed by their controlling owner too (a placement tier's sibling by the
 service owner's Deployment, `siblings_of`), and ResourceQuotas by namespace (`quotas_in`).
+Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the condition not True and
+their containers ready are indexed too (`closed_gates`): each tick looks at those only.
 Namespaced kinds are watched in all namespaces, or in each namespace of an include list; an
 exclude list drops objects as they arrive. Stored objects are trimmed of what no reader needs
 (managed fields, pod templates of ReplicaSets, node image lists) to keep memory flat.
@@ -23,6 +25,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client
 
+from autoscaler import annotations as contract
 from autoscaler import clock as clock_
 from autoscaler.adapters.kubernetes import _api, informer
 from autoscaler.adapters.kubernetes._api import Obj
@@ -31,6 +34,9 @@ OWNER: Final = "owner"
 """Index of objects by the uid of their controlling owner."""
 NAMESPACE: Final = "namespace"
 """Index of objects by their namespace."""
+CLOSED_GATE: Final = "closed-gate"
+"""Index of the pods waiting on a closed `warm` readiness gate with their containers ready."""
+_CLOSED: Final = "closed"
 
 LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -65,6 +71,21 @@ def owner_values(obj: Obj) -> Iterable[str]:
 
 def namespace_values(obj: Obj) -> Iterable[str]:
     return (_api.namespace(obj),)
+
+
+def closed_gate_values(pod: Obj) -> Iterable[str]:
+    """`closed` for a live pod that carries the `warm` readiness gate, whose condition is not
+    True, and whose containers are ready (`ContainersReady`)."""
+    gates = _api.spec(pod).get("readinessGates")
+    if not gates or _api.meta(pod).get("deletionTimestamp"):
+        return ()
+    if not any(isinstance(g, dict) and g.get("conditionType") == contract.WARM_GATE for g in gates):
+        return ()
+    if (_api.condition(pod, contract.WARM_GATE) or {}).get("status") == "True":
+        return ()
+    if (_api.condition(pod, "ContainersReady") or {}).get("status") != "True":
+        return ()
+    return (_CLOSED,)
 
 
 def _trim_meta(obj: Obj) -> Obj:
@@ -146,7 +167,7 @@ class Caches:
             sources(core.list_pod_for_all_namespaces, core.list_namespaced_pod),
             keep=keep,
             transform=_trim_meta,
-            indexers={OWNER: owner_values},
+            indexers={OWNER: owner_values, CLOSED_GATE: closed_gate_values},
             **common,
         )
         self.nodes = informer.Informer(
@@ -193,6 +214,10 @@ class Caches:
 
     def replicasets_of(self, deployment: Obj) -> list[Obj]:
         return self.replicasets.by_index(OWNER, _api.uid(deployment))
+
+    def closed_gates(self) -> list[Obj]:
+        """The pods `closed_gate_values` indexes: gated, not warm, containers ready."""
+        return self.pods.by_index(CLOSED_GATE, _CLOSED)
 
     def pods_of(self, deployment: Obj) -> list[Obj]:
         """The pods a Deployment owns through its ReplicaSets, whatever their labels."""

@@ -256,7 +256,8 @@ class KubeCluster:
             api,
             instance=identity,
             wall_now=wall_now,
-            may_write=lambda: not dry_run and may_write(),
+            may_write=may_write,
+            dry_run=dry_run,
             on_api_error=on_api_error,
         )
         self.placement = placement.Ladder(

@@ -10,7 +10,8 @@ something changed, not on every tick.
 
 `record` never blocks and never raises: Events are posted in order by `run`, in the background,
 and a failure is logged and counted, never propagated (an Event is worth less than a tick). A
-recorder whose `may_write` says no (a follower) drops what it is given.
+recorder whose `may_write` says no (a follower) drops what it is given; so does one in dry-run,
+but for the Events recorded `despite_dry_run` (the warm-up gates it opens, `core.gates`).
 
 It must not decide when something is worth an Event: its callers do.
 """
@@ -46,6 +47,7 @@ class _Pending:
     type: str
     reason: str
     message: str
+    despite_dry_run: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -77,6 +79,7 @@ class EventRecorder:
         component: str = COMPONENT,
         wall_now: Callable[[], float] = time.time,
         may_write: Callable[[], bool] = lambda: True,
+        dry_run: bool = False,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         queue_size: int = 1000,
         remembered: int = 4096,
@@ -86,6 +89,7 @@ class EventRecorder:
         self.component = component
         self._wall_now = wall_now
         self._may_write = may_write
+        self._dry_run = dry_run
         self._on_api_error = on_api_error
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue(queue_size)
         self._posted: collections.OrderedDict[tuple[str, ...], _Posted] = collections.OrderedDict()
@@ -93,13 +97,23 @@ class EventRecorder:
         self.dropped = 0
         """Events not posted because the queue was full."""
 
-    def record(self, deployment: Obj, type_: str, reason: str, message: str) -> None:
-        """Queue an Event on `deployment`; dropped (and counted) when the queue is full."""
-        if not self._may_write():
+    def record(
+        self,
+        deployment: Obj,
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        despite_dry_run: bool = False,
+    ) -> None:
+        """Queue an Event on `deployment`; dropped (and counted) when the queue is full.
+
+        In dry-run only an Event recorded `despite_dry_run` is queued."""
+        if not self._allowed(despite_dry_run):
             return
         if len(message) > MESSAGE_LIMIT:
             message = message[: MESSAGE_LIMIT - 3] + "..."
-        pending = _Pending(involved_object(deployment), type_, reason, message)
+        pending = _Pending(involved_object(deployment), type_, reason, message, despite_dry_run)
         try:
             self._queue.put_nowait(pending)
         except asyncio.QueueFull:
@@ -115,10 +129,13 @@ class EventRecorder:
         while True:
             pending = await self._queue.get()
             try:
-                if self._may_write():
+                if self._allowed(pending.despite_dry_run):
                     await self._post(pending)
             finally:
                 self._queue.task_done()
+
+    def _allowed(self, despite_dry_run: bool) -> bool:
+        return (despite_dry_run or not self._dry_run) and self._may_write()
 
     async def _post(self, pending: _Pending) -> None:
         involved = pending.involved

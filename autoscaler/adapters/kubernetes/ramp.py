@@ -24,7 +24,18 @@ controller's, or the service's `mode: dry-run`), refused by a follower (`NotLead
 a library error leaves as `KubeApiError` with the HTTP status, counted through the cluster's
 `on_api_error`.
 
-It decides nothing: which pod is warm, which weight and which victim are the ramp driver's.
+Gates no ramp answers for (`core.gates`, `ports.Gates`): `closed_gates` reads the pods the
+caches index as gated, not warm and with their containers ready, in every watched namespace,
+and finds each one's service by owner (pod, ReplicaSet, Deployment, and a placement tier's
+owner); a pod whose owners are not all in the caches yet is left for a later tick, so a new
+ReplicaSet of a ramping service is never taken for an unmanaged one. `open_gate` sets the
+condition True on `pods/status` as `set_warm` does, but also in dry-run: a gate nobody opens
+stalls the Deployment's rollouts, so opening it is the one write a dry-run controller makes
+(a follower still refuses it). A pod opened is not reported again while the cache lags behind
+that write. `announce` posts the `GateOpened` Event, in dry-run too.
+
+It decides nothing: which pod is warm, which weight and which victim are the ramp driver's,
+and which gates open is `core.gates`'s.
 """
 
 from __future__ import annotations
@@ -44,7 +55,7 @@ from autoscaler import clock as clock_
 from autoscaler import ports
 from autoscaler.adapters.kubernetes import _api, cluster, events, informer, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
-from autoscaler.core import model
+from autoscaler.core import gates, model
 
 __all__ = [
     "DELETION_COST",
@@ -65,6 +76,8 @@ WARM_CONDITION: Final = contract.WARM_GATE
 """The pod condition behind the readiness gate of the same name."""
 WARM_REASON: Final = "WarmupPassed"
 COLD_REASON: Final = "NotWarm"
+OPENED_REASON: Final = "GateOpened"
+"""The warm condition's reason when the gate was opened without a ramp (`core.gates`)."""
 TIER_LABEL: Final = placement.TIER_LABEL
 WHOLE_TIER: Final = "whole"
 RAMP_LABELS: Final = frozenset({cluster.WARMING_LABEL, cluster.STABLE_LABEL})
@@ -117,6 +130,32 @@ def first_port(pod: Obj) -> int | None:
     return None
 
 
+def _owner(obj: Obj, kind: str, get: Callable[[str, str], Obj | None]) -> Obj | None:
+    """The cached controlling owner of `kind`, when its uid matches the reference."""
+    for ref in _api.meta(obj).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == kind:
+            owner = get(_api.namespace(obj), str(ref.get("name")))
+            return owner if owner is not None and _api.uid(owner) == ref.get("uid") else None
+    return None
+
+
+def _controller_kind(obj: Obj) -> str | None:
+    for ref in _api.meta(obj).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return str(ref.get("kind"))
+    return None
+
+
+def _older(pod: Obj, version: str) -> bool:
+    """Whether the cached pod predates the write that returned `version`."""
+    try:
+        # resourceVersions are opaque by contract but etcd's are increasing integers; when they
+        # are not, trust the cache.
+        return int(_api.resource_version(pod)) < int(version)
+    except ValueError:
+        return False
+
+
 def _is_true(pod: Obj, kind: str) -> bool:
     return (_api.condition(pod, kind) or {}).get("status") == "True"
 
@@ -154,6 +193,8 @@ class KubeRamp:
         self._conflict_backoff = informer.Backoff(initial_s=0.05, max_s=1.0)
         self._saved: dict[model.ServiceId, tuple[str, str]] = {}
         """The ramp text last written per service, with the resourceVersion of that write."""
+        self._opened: dict[tuple[str, str], str] = {}
+        """Pods whose gate `open_gate` opened, with the resourceVersion of that write."""
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -403,6 +444,98 @@ class KubeRamp:
             return
         self._kube.events.record(found[1], type_, reason, message)
 
+    # -- gates no ramp answers for (ports.Gates) ------------------------------------------------
+
+    def closed_gates(self) -> list[gates.ClosedGate]:
+        """The gated pods with their containers ready and `warm` not True, each with who
+        answers for it; see the module docstring."""
+        found = []
+        waiting: dict[tuple[str, str], str] = {}
+        ramped = {t.service for t in self.ramp_targets() if not t.dry_run}
+        for pod in self._caches.closed_gates():
+            namespace, name = _api.namespace(pod), _api.name(pod)
+            opened = self._opened.get((namespace, name))
+            if opened is not None and _older(pod, opened):
+                waiting[namespace, name] = opened
+                continue
+            owner = self._service_of(pod)
+            if owner is None:
+                continue
+            custody = self._custody(owner, ramped)
+            if custody is not None:
+                found.append(gates.ClosedGate(namespace, _api.name(owner), name, custody))
+        self._opened = waiting
+        return found
+
+    def _service_of(self, pod: Obj) -> Obj | None:
+        """The Deployment whose service the pod serves, from the caches; None when an owner on
+        the way is not cached (or the pod is not a Deployment's)."""
+        namespace = _api.namespace(pod)
+        replicaset = _owner(pod, "ReplicaSet", self._caches.replicasets.get)
+        if replicaset is None:
+            return None
+        deployment = _owner(replicaset, "Deployment", self._caches.deployments.get)
+        if deployment is None or _api.namespace(deployment) != namespace:
+            return None
+        if _controller_kind(deployment) != "Deployment":
+            return deployment
+        # A placement tier's pods are its owner's, as `_tiers` finds them.
+        return _owner(deployment, "Deployment", self._caches.deployments.get)
+
+    def _custody(
+        self, deployment: Obj, ramped: Collection[model.ServiceId]
+    ) -> gates.Custody | None:
+        """Who answers for the gates of this Deployment's pods; None when it is not known yet
+        (opted in and valid, but not seen by the last `workloads()`)."""
+        namespace, name = _api.namespace(deployment), _api.name(deployment)
+        service = model.ServiceId(f"{namespace}/{name}")
+        managed = self._kube.managed(service)
+        if self._kube.dry_run:
+            return gates.Custody.DRY_RUN
+        if managed is not None:
+            if managed.config.mode is contract.Mode.DRY_RUN:
+                return gates.Custody.SERVICE_DRY_RUN
+            return gates.Custody.RAMP if service in ramped else gates.Custody.NOT_GATED
+        notes = _api.annotations_of(deployment)
+        if not contract.opted_in(notes):
+            return gates.Custody.NOT_MANAGED
+        if isinstance(contract.parse(notes, namespace=namespace), contract.Invalid):
+            return gates.Custody.INVALID
+        return None
+
+    async def open_gate(self, gate: gates.ClosedGate, message: str) -> None:
+        """Set the pod's `warm` condition True, in dry-run too; `NotLeaderError` on a follower."""
+        operation = "pods/status.patch"
+        if not self._kube.may_write():
+            raise NotLeaderError(f"{gate.namespace}/{gate.pod}: this instance is not the leader")
+        condition = {
+            "type": WARM_CONDITION,
+            "status": "True",
+            "reason": OPENED_REASON,
+            "message": message,
+            "lastTransitionTime": _api.format_time(self._wall_now()),
+        }
+        answer = await self._call(
+            operation,
+            f"{gate.namespace}/{gate.pod}",
+            self._core.patch_namespaced_pod_status,
+            gate.pod,
+            gate.namespace,
+            {"status": {"conditions": [condition]}},
+            _content_type=STRATEGIC_MERGE_PATCH,
+        )
+        self._opened[gate.namespace, gate.pod] = _api.resource_version(answer)
+
+    def announce(self, opening: gates.Opening) -> None:
+        """Queue the `GateOpened` Event on the Deployment, in dry-run too."""
+        deployment = self._caches.deployment(opening.namespace, opening.deployment)
+        if deployment is None:
+            log.warning("gate.event_dropped", namespace=opening.namespace, name=opening.deployment)
+            return
+        self._kube.events.record(
+            deployment, events.NORMAL, gates.REASON, opening.message, despite_dry_run=True
+        )
+
     # -- write plumbing ----------------------------------------------------------------------------
 
     def _pod(self, service: model.ServiceId, pod: str, operation: str) -> tuple[_Managed, Obj]:
@@ -462,5 +595,5 @@ class KubeRamp:
 
 if TYPE_CHECKING:
 
-    def _implements_the_port(ramp: KubeRamp) -> ports.RampCluster:
-        return ramp  # mypy checks the structural type here
+    def _implements_the_ports(ramp: KubeRamp) -> tuple[ports.RampCluster, ports.Gates]:
+        return ramp, ramp  # mypy checks both structural types here

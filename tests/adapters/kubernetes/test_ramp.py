@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
@@ -18,7 +19,7 @@ import autoscaler.annotations as contract
 from autoscaler import errors, metricnames
 from autoscaler.adapters.kubernetes import _api, cluster, ramp
 from autoscaler.clock import ManualClock
-from autoscaler.core import model
+from autoscaler.core import gates, model
 
 from .support import NS, WALL_S, deployment, eventually, running, settings
 
@@ -537,3 +538,103 @@ async def test_api_errors_become_actuation_errors_with_the_status(
     assert failed.value.status == 500
     assert forbidden.value.status == 403
     assert counted == ["pods/status.patch", "pods.delete"]
+
+
+# -- gates no ramp answers for -------------------------------------------------------------------
+
+
+def custodies(built: ramp.KubeRamp) -> dict[str, gates.Custody]:
+    return {gate.pod: gate.custody for gate in built.closed_gates()}
+
+
+async def test_closed_gates_name_who_answers_for_each_ready_pod(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_ramp: MakeRamp
+) -> None:
+    """The pods of an active gated service and of its tiers are the ramp's; an unannotated
+    Deployment's pods are not managed; a pod whose containers are not ready is not listed."""
+    await cluster_with_tiers(kube, kubelet, apps)
+    made, built = await make_ramp()
+    await all_pods_cached(made, kube)
+
+    found = custodies(built)
+    impostor = [p["metadata"]["name"] for p in pods_named(kube, "impostor-")]
+    tier = [p["metadata"]["name"] for p in pods_named(kube, "web-mig-")]
+    assert found == {
+        **dict.fromkeys(whole_tier(kube) + tier, gates.Custody.RAMP),
+        **dict.fromkeys(impostor, gates.Custody.NOT_MANAGED),
+    }
+    assert {gate.deployment for gate in built.closed_gates()} == {"web", "impostor"}
+
+    kubelet.set_ready_after(NS, impostor[0], math.inf)
+    await kubelet.reconcile()
+    await all_pods_cached(made, kube)
+    assert impostor[0] not in custodies(built)
+
+
+@pytest.mark.parametrize(
+    ("notes", "dry_run", "custody"),
+    [
+        ({"mode": "dry-run"}, False, gates.Custody.SERVICE_DRY_RUN),
+        ({}, True, gates.Custody.DRY_RUN),
+        ({"max-replicas": "lots"}, False, gates.Custody.INVALID),
+    ],
+    ids=["service-dry-run", "dry-run", "invalid"],
+)
+async def test_closed_gates_of_a_service_no_ramp_drives(
+    kube: Kube,
+    kubelet: FakeCluster,
+    apps: client.AppsV1Api,
+    make_ramp: MakeRamp,
+    notes: dict[str, str],
+    dry_run: bool,
+    custody: gates.Custody,
+) -> None:
+    """A service in dry-run (its own or the controller's) or with invalid annotations has its
+    pods' gates, its tiers' included, listed as no ramp's."""
+    await cluster_with_tiers(kube, kubelet, apps, **notes)
+    made, built = await make_ramp(dry_run=dry_run)
+    await all_pods_cached(made, kube)
+
+    owned = whole_tier(kube) + [p["metadata"]["name"] for p in pods_named(kube, "web-mig-")]
+    found = custodies(built)
+    assert {name: found[name] for name in owned} == dict.fromkeys(owned, custody)
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["active", "dry-run"])
+async def test_open_gate_writes_even_in_dry_run_and_the_pod_is_not_listed_again(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_ramp: MakeRamp, dry_run: bool
+) -> None:
+    """Opening a gate sets the warm condition True (in dry-run too), the pod turns Ready, and it
+    is not listed again even before the cache has seen the write; the Event is posted."""
+    await cluster_with_tiers(kube, kubelet, apps, mode="dry-run")
+    made, built = await make_ramp(dry_run=dry_run)
+    await all_pods_cached(made, kube)
+    name = owner_pod(kube)
+    (gate,) = [g for g in built.closed_gates() if g.pod == name]
+
+    await built.open_gate(gate, "opened without a warm-up")
+    assert name not in custodies(built)
+    built.announce(gates.Opening(NS, "web", (name,), gate.custody))
+    await made.events.wait_idle()
+
+    await kubelet.reconcile()
+    pod = kube.store.get(PODS, NS, name)
+    conditions = {c["type"]: c for c in pod["status"]["conditions"]}
+    assert conditions[ramp.WARM_CONDITION]["status"] == "True"
+    assert conditions[ramp.WARM_CONDITION]["reason"] == "GateOpened"
+    assert conditions["Ready"]["status"] == "True"
+    assert [e["reason"] for e in kube.store.list_objects("v1/events", NS)] == ["GateOpened"]
+
+
+async def test_a_follower_opens_no_gate(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_ramp: MakeRamp
+) -> None:
+    """Without the Lease, opening a gate raises NotLeaderError and nothing reaches the API."""
+    await cluster_with_tiers(kube, kubelet, apps, mode="dry-run")
+    made, built = await make_ramp(may_write=lambda: False)
+    await all_pods_cached(made, kube)
+    gate = built.closed_gates()[0]
+
+    with pytest.raises(ramp.NotLeaderError):
+        await built.open_gate(gate, "opened without a warm-up")
+    assert kube.requests.count("patch") == 0
