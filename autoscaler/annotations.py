@@ -538,13 +538,15 @@ class Annotations(BaseModel):
 
     enabled: Annotated[bool, _v(_FLAG)] = Field(
         alias="enabled",
-        description='Opt in: `"true"` manages this Deployment, `"false"` leaves it alone.',
+        description='Opt in: `"true"` manages this Deployment, `"false"` leaves it alone (and '
+        "opens the warm-up readiness gate of its ready pods).",
     )
     mode: Annotated[Mode, _v(_MODE)] = Field(
         Mode.ACTIVE,
         alias="mode",
         description="`active` scales and shifts traffic; `dry-run` decides and explains "
-        "(status annotation, Events, logs) but never writes replicas or weights.",
+        "(status annotation, Events, logs) but never writes replicas or weights; it opens the "
+        "warm-up readiness gate of pods whose containers are ready.",
     )
     policy: Annotated[PolicyName, _v(_POLICY)] = Field(
         PolicyName.DEFAULT,
