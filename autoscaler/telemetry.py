@@ -97,6 +97,12 @@ class Telemetry:
             ["namespace", "service"],
             registry=r,
         )
+        self.paused = prom.Gauge(
+            "autoscaler_paused",
+            "1 while the service owner pauses autoscaling (annotation paused or paused-replicas).",
+            ["namespace", "service"],
+            registry=r,
+        )
         self.core_hours = prom.Counter(
             "autoscaler_gpu_core_hours",
             "GPU core-hours used per service, weighted by card product (DESIGN §3.6).",
@@ -188,6 +194,7 @@ class Telemetry:
             self.replicas.labels(namespace, name, "min").set(workload.policy.min_replicas)
             self.replicas.labels(namespace, name, "max").set(workload.policy.max_replicas)
             self.missing.labels(namespace, name).set(decision.reason is model.Reason.MISSING_DATA)
+            self.paused.labels(namespace, name).set(workload.policy.pause is not None)
             if workload.id not in self._labelled:
                 # Every managed service has its ramp series from its first tick, so dashboards
                 # and alerts read 0 rather than nothing.
@@ -224,7 +231,13 @@ class Telemetry:
             self._seen.pop(service, None)
             for state in ("desired", "current", "serving", "min", "max"):
                 _remove(self.replicas, namespace, name, state)
-            for gauge in (self.cooldown_until, self.missing, self.ramp_step, self.ramp_weight):
+            for gauge in (
+                self.cooldown_until,
+                self.missing,
+                self.paused,
+                self.ramp_step,
+                self.ramp_weight,
+            ):
                 _remove(gauge, namespace, name)
             _remove(self.ramp_held, namespace, name)
             for tier in self._tiers.pop(service, ()):
