@@ -1075,7 +1075,7 @@ def reference_markdown() -> str:
         "its annotations; the controller writes nothing to it and posts a Warning Event "
         "`InvalidConfig` naming the other autoscaler.",
         "",
-        f"While `{PREFIX}paused` is `\"true\"` or `{PREFIX}paused-replicas` is set, each decision "
+        f'While `{PREFIX}paused` is `"true"` or `{PREFIX}paused-replicas` is set, each decision '
         "is a hold with the reason `paused` (in the status annotation, `autoscaler explain`, a "
         "`ScaleHeld` Event and the logs), and the gauge `autoscaler_paused` is 1; the one "
         "exception is the change to `paused-replicas`, made once. The warm-up gate, the traffic "

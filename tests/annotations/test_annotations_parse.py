@@ -90,7 +90,8 @@ def test_every_design_key_is_a_setting() -> None:
     """Every key of the DESIGN §4 table (and `policy`, `paused`, `paused-replicas`) is a
     setting, and no other."""
     expected = {
-        "enabled", "mode", "paused", "paused-replicas", "policy", "min-replicas", "max-replicas", "server",
+        "enabled", "mode", "paused", "paused-replicas", "policy", "min-replicas",
+        "max-replicas", "server",
         "target-qps-per-replica", "target-queue-per-replica", "target-gpu-utilization",
         "metric-requests", "metric-queue", "metric-errors", "metric-latency",
         "window", "half-life", "deadband", "scale-up-cooldown", "scale-down-cooldown",
