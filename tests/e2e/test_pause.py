@@ -14,6 +14,7 @@ from autoscaler.annotations import PREFIX
 
 from .support import (
     DEPLOYMENTS,
+    SCALE_UP_COOLDOWN_S,
     Controllers,
     Service,
     SteppedClock,
@@ -118,7 +119,7 @@ async def test_paused_replicas_scale_once_then_hold(
     unique: str,
 ) -> None:
     """`paused-replicas: "5"` (with `paused: "false"`) scales 2 to 5 once, above max-replicas
-    (4); a manual 3 afterwards stays."""
+    (4); a manual 3 afterwards stays, and is no override once the service resumes."""
     kubelet.add_node("gpu-1", gpus=8)
     notes = managed(paused="false", **{"paused-replicas": "5", "max-replicas": "4"})
     chat = await Service.create(kube, kubelet, stack.upper, unique, "chat", annotations=notes)
@@ -141,6 +142,17 @@ async def test_paused_replicas_scale_once_then_hold(
     await running.controller.cluster.events.wait_idle()
     (rescaled,) = chat.events("SuccessfulRescale")
     assert rescaled["message"].startswith("New size: 5; reason: paused")
+
+    await chat.sync_pods()
+    chat.serve(rate_per_s=20.0)  # 60 req/s on 3 replicas: 6 wanted, max-replicas 4
+    await wait_for_load(stack.prometheus, chat, 60.0)
+    remove_annotation(kube, chat, "paused-replicas")
+    # The scale to paused-replicas was a scale-up: the next one waits for its cooldown.
+    await advance_until(
+        clock, lambda: chat.replicas == 4, limit_s=SCALE_UP_COOLDOWN_S, what="resumed scale-up"
+    )
+    await running.controller.cluster.events.wait_idle()
+    assert chat.events("ReplicasOverridden") == []
 
 
 def hpa(name: str, target: str) -> dict[str, Any]:

@@ -315,8 +315,8 @@ class KubeCluster:
             if config.policy.pause is not None:
                 # Paused: a count set by hand is the one to keep (no re-plan, no override).
                 asked = None
-                if tiers.need is None and not self._lags(service):
-                    self._last_set[service] = spec_replicas(deployment)
+                if not self._lags(service):
+                    self._last_set[service] = tiers.replicas
             self.placement.observe(service, deployment, tiers, asked=asked, active=active)
         self._parsed, self._states, self._invalid, self._managed = parsed, states, invalid, managed
         self._forget(managed.keys())
