@@ -495,6 +495,9 @@ _MIN_REPLICAS = _whole(
     "on missing data forever",
 )
 _MAX_REPLICAS_P = _whole(1, _MAX_REPLICAS)
+# Any count, as KEDA's `paused-replicas`: an incident may need 0 (free the GPUs) or more than
+# max-replicas; the service is paused there, so the bounds that the policy keeps do not apply.
+_PAUSED_REPLICAS = _whole(0, _MAX_REPLICAS)
 _TARGET = _number(0, None, lo_open=True)
 _GPU_PCT = _number(0, 100, lo_open=True, percent=True)
 _METRIC = _metric_name()
@@ -547,6 +550,21 @@ class Annotations(BaseModel):
         description="`active` scales and shifts traffic; `dry-run` decides and explains "
         "(status annotation, Events, logs) but never writes replicas or weights; it opens the "
         "warm-up readiness gate of pods whose containers are ready.",
+    )
+    paused: Annotated[bool, _v(_FLAG)] = Field(
+        False,
+        alias="paused",
+        description='`"true"` stops scaling at the current count (as KEDA\'s '
+        "`autoscaling.keda.sh/paused`): the controller writes no replicas, so a `kubectl scale` "
+        "stays, and a traffic ramp of pods already created goes on. Removing it resumes from "
+        "the current count, as after a manual change (no scale-down for `scale-down-cooldown`).",
+    )
+    paused_replicas: Annotated[int | None, _v(_PAUSED_REPLICAS)] = Field(
+        None,
+        alias="paused-replicas",
+        description="Scale to this count once, then stay paused there (as KEDA's "
+        "`autoscaling.keda.sh/paused-replicas`; it wins over `paused`). Any count, 0 and "
+        "outside `min-replicas`..`max-replicas` included; a new value scales once again.",
     )
     policy: Annotated[PolicyName, _v(_POLICY)] = Field(
         PolicyName.DEFAULT,
@@ -940,7 +958,9 @@ def _problems(error: ValidationError, settings: Mapping[str, str]) -> list[Probl
 
 def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
     build = policy.default if a.policy is PolicyName.DEFAULT else policy.seed
+    paused = a.paused or a.paused_replicas is not None
     config = build(
+        pause=model.Pause(replicas=a.paused_replicas) if paused else None,
         max_replicas=a.max_replicas,
         min_replicas=a.min_replicas,
         target_load_per_replica=a.target_qps_per_replica,
@@ -1051,6 +1071,18 @@ def reference_markdown() -> str:
         "limit, nested deeper than 8, or a number no float holds), a Warning Event "
         f"`{CORRUPT_STATE}` names the key, the value and the rule, and the state is rebuilt as "
         "for a new service.",
+        "",
+        "A Deployment has one owner of `spec.replicas`: one that a HorizontalPodAutoscaler or a "
+        "KEDA ScaledObject also scales (its `scaleTargetRef` names it) is not managed, whatever "
+        "its annotations; the controller writes nothing to it and posts a Warning Event "
+        "`InvalidConfig` naming the other autoscaler.",
+        "",
+        f'While `{PREFIX}paused` is `"true"` or `{PREFIX}paused-replicas` is set, each decision '
+        "is a hold with the reason `paused` (in the status annotation, `autoscaler explain`, a "
+        "`ScaleHeld` Event and the logs), and the gauge `autoscaler_paused` is 1; the one "
+        "exception is the change to `paused-replicas`, made once. The warm-up gate, the traffic "
+        "ramp and a scale-down already draining its victims go on: pods already created finish "
+        "their ramp rather than stay at 0 % of the traffic.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -92,6 +92,9 @@ def _describe(
         f"replica {' and '.join(targets)}",
         f"  spec.replicas  {replicas if isinstance(replicas, int) else '(unset)'}",
     ]
+    if policy.pause is not None:
+        at = "" if policy.pause.replicas is None else f" at {policy.pause.replicas} replicas"
+        lines.append(f"  paused         yes{at}: the controller writes no replicas until resumed")
     status_text = notes.get(contract.STATUS_KEY)
     if status_text is None:
         lines.append("  no decision recorded yet (is the controller running, and leading?)")

@@ -131,6 +131,11 @@ class Telemetry:
             "autoscaler_metrics_missing",
             "1 while a service holds because its metrics are missing or stale.",
         )
+        self.paused = self._per_service(
+            prom.Gauge,
+            "autoscaler_paused",
+            "1 while the service owner pauses autoscaling (annotation paused or paused-replicas).",
+        )
         self.core_hours = self._per_service(
             prom.Counter,
             "autoscaler_gpu_core_hours",
@@ -238,6 +243,7 @@ class Telemetry:
                 self._child(self.replicas, service, state).set(count)
             missing = decision.reason is model.Reason.MISSING_DATA
             self._child(self.missing, service).set(missing)
+            self._child(self.paused, service).set(workload.policy.pause is not None)
             gpu_target = workload.policy.target_gpu_utilization_pct
             if gpu_target is None:
                 self._forget(self.gpu_target, service)

@@ -63,6 +63,9 @@ class Reason(enum.Enum):
     NO_PLACEMENT = "no-placement"
     """No node can place another replica: the model is larger than every card, or its
     `placement` asks for a kind of GPU the cluster does not have."""
+    PAUSED = "paused"
+    """The service owner paused autoscaling (`PolicyConfig.pause`): no replica is written,
+    except the one change to `Pause.replicas`."""
 
 
 class Bound(enum.Enum):
@@ -146,6 +149,21 @@ class QueueDrainConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """Autoscaling paused by the service owner, with KEDA's semantics.
+
+    Without `replicas` the service stays at whatever count it has, a manual one included. With
+    `replicas` it is brought to that count once (any count: the bounds do not apply while
+    paused), and then stays paused: a later manual change stays too.
+    """
+
+    replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.replicas is None or self.replicas >= 0, "paused replicas must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """Per-service policy parameters (DESIGN §3.3). Targets are per serving replica."""
 
@@ -161,6 +179,8 @@ class PolicyConfig:
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
+    pause: Pause | None = None
+    """Set while the service owner pauses autoscaling; see `Pause`."""
 
     def __post_init__(self) -> None:
         _require(self.min_replicas >= 0, "min_replicas must be >= 0")
@@ -259,6 +279,10 @@ class PolicyState:
     last_scale_up_s: float | None = None
     last_scale_change_s: float | None = None
     burst_until_s: float | None = None
+    paused_s: float | None = None
+    """When the current pause began; None when not paused (a resume is seen by its end)."""
+    paused_replicas: int | None = None
+    """The `Pause.replicas` already carried out in this pause: it is not carried out again."""
 
 
 class Contribution(NamedTuple):

@@ -29,6 +29,12 @@ returns the decision and the next state. The steps, in order:
    the cap comes from a model no node can place (`admissible_reason` is `NO_PLACEMENT`), the
    decision says so instead of blaming the quota.
 
+Before all of these, a pause (`config.pause`, the service owner's) holds the service where it
+is with the reason `paused`; with `Pause.replicas` it first sets that count, once, whatever the
+bounds. The end of a pause counts as a manual change of the count: the scale-down cooldown
+restarts from it (a scale-up may follow at once, its own cooldown permitting), and a burst hold
+from before the pause is dropped.
+
 Pure: no I/O, no clock (time is `observation.now_s`).
 """
 
@@ -139,6 +145,16 @@ def decide(
     keeps the previous state.
     """
     votes = _vote(config, observation)
+    if config.pause is not None:
+        return _paused(_Tick(config, observation, state, votes), config.pause)
+    if state.paused_s is not None:  # resumed: as after a manual change of the count
+        state = dataclasses.replace(
+            state,
+            paused_s=None,
+            paused_replicas=None,
+            last_scale_change_s=observation.now_s,
+            burst_until_s=None,
+        )
     if votes.burst and config.burst is not None:
         state = dataclasses.replace(state, burst_until_s=observation.now_s + config.burst.hold_s)
     tick = _Tick(config, observation, state, votes)
@@ -165,6 +181,26 @@ def decide(
     if desired < current:
         return _scale_down(tick, desired, bound)
     return tick.verdict(current, Kind.STEADY, Reason.AT_DESIRED, f"{current} replicas", bound=bound)
+
+
+def _paused(tick: _Tick, pause: model.Pause) -> tuple[Decision, model.PolicyState]:
+    """Hold where the service is; first set `pause.replicas`, once per pause and value."""
+    state = tick.state
+    if state.paused_s is None:
+        state = dataclasses.replace(state, paused_s=tick.now)
+    wanted = pause.replicas
+    if wanted != state.paused_replicas:
+        state = dataclasses.replace(state, paused_replicas=wanted)
+        if wanted is not None and wanted != tick.current:
+            kind = Kind.SCALE_UP if wanted > tick.current else Kind.SCALE_DOWN
+            detail = f"paused-replicas {wanted}: set once, then paused"
+            return dataclasses.replace(tick, state=state).verdict(
+                wanted, kind, Reason.PAUSED, detail
+            )
+    at = f"paused at {tick.current} replicas"
+    if wanted is not None:
+        at += f" (paused-replicas {wanted})"
+    return dataclasses.replace(tick, state=state).hold(Reason.PAUSED, at)
 
 
 def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision, model.PolicyState]:

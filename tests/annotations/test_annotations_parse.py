@@ -87,9 +87,11 @@ def test_defaults_follow_the_design() -> None:
 
 
 def test_every_design_key_is_a_setting() -> None:
-    """Every key of the DESIGN §4 table (and `policy`) is a setting, and no other."""
+    """Every key of the DESIGN §4 table (and `policy`, `paused`, `paused-replicas`) is a
+    setting, and no other."""
     expected = {
-        "enabled", "mode", "policy", "min-replicas", "max-replicas", "server",
+        "enabled", "mode", "paused", "paused-replicas", "policy", "min-replicas",
+        "max-replicas", "server",
         "target-qps-per-replica", "target-queue-per-replica", "target-gpu-utilization",
         "metric-requests", "metric-queue", "metric-errors", "metric-latency",
         "window", "half-life", "deadband", "scale-up-cooldown", "scale-down-cooldown",
@@ -507,3 +509,42 @@ def test_every_preset_server_has_the_adapters_names() -> None:
     assert presets == set(metricnames.PRESETS)
     for server in presets:
         assert ok({"server": server}).metrics is metricnames.PRESETS[server]
+
+
+def test_paused_is_a_pause_at_the_current_count() -> None:
+    """`paused: "true"` pauses with no count; `"false"` (or no key) does not pause."""
+    assert parse({"paused": "true"}).policy.pause == model.Pause(replicas=None)
+    assert parse({"paused": "false"}).policy.pause is None
+    assert parse().policy.pause is None
+
+
+@pytest.mark.parametrize("count", ["0", "1", "11", "10000"])
+def test_paused_replicas_take_any_count_outside_the_bounds_too(count: str) -> None:
+    """`paused-replicas` accepts 0 and counts above max-replicas (10): the pause sets them."""
+    assert parse({"paused-replicas": count}).policy.pause == model.Pause(replicas=int(count))
+
+
+def test_paused_replicas_win_over_paused() -> None:
+    """With both keys, the count of `paused-replicas` applies, as in KEDA."""
+    config = parse({"paused": "true", "paused-replicas": "3"})
+    assert config.policy.pause == model.Pause(replicas=3)
+    assert parse({"paused": "false", "paused-replicas": "3"}).policy.pause == model.Pause(3)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "rule"),
+    [
+        ("paused", "yes", 'must be "true" or "false"'),
+        ("paused", "True", 'must be "true" or "false"'),
+        ("paused-replicas", "-1", "must be a whole number from 0 to 10000"),
+        ("paused-replicas", "1.5", "must be a whole number from 0 to 10000"),
+        ("paused-replicas", "10001", "must be a whole number from 0 to 10000"),
+        ("paused-replicas", "", "must be a whole number from 0 to 10000"),
+    ],
+)
+def test_bad_pause_values_name_the_key_value_and_rule(key: str, value: str, rule: str) -> None:
+    """A bad pause value is an `InvalidConfig` problem naming the key, the value and the rule."""
+    result = parse({key: value})
+    assert isinstance(result, Invalid)
+    (problem,) = result.problems
+    assert problem.message == f'{PREFIX}{key}="{value}": {rule}'

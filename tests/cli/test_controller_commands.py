@@ -223,3 +223,19 @@ def test_explain_names_the_switch_when_switched_off() -> None:
         "Deployment ml/chat is not managed by the autoscaler: autoscaler.dsec.io/enabled is "
         '"false", not "true"\n'
     )
+
+
+def test_explain_says_a_service_is_paused_and_why_it_holds() -> None:
+    """A paused service's explanation says so, with its paused-replicas, and the `paused` hold."""
+    status = {"current": 0, "desired": 0, "kind": "hold", "reason": "paused", "detail": "x"}
+    notes = {
+        **MANAGED,
+        PREFIX + "paused-replicas": "0",
+        STATUS_KEY: json.dumps(status),
+    }
+    code, out, _ = explained(notes)
+    assert code == 0
+    lines = out.splitlines()
+    paused = "  paused         yes at 0 replicas: the controller writes no replicas until resumed"
+    assert paused in lines
+    assert "  reason         paused" in lines

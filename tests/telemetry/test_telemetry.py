@@ -244,3 +244,23 @@ async def test_http_endpoints_answer_health_readiness_and_metrics() -> None:
         response = await client.get("/metrics")
         assert response.status == 200
         assert "autoscaler_leader 1.0" in await response.text()
+
+
+def test_a_paused_service_is_one_and_its_series_goes_with_it() -> None:
+    """`autoscaler_paused` is 1 for a paused service, 0 for one that is not, and removed when
+    the service is no longer managed."""
+    t = telemetry.Telemetry()
+    ids = {"namespace": "ml", "service": "llama"}
+    paused = _workload()
+    paused = dataclasses.replace(
+        paused, policy=dataclasses.replace(paused.policy, pause=model.Pause())
+    )
+    report = _report(model.Kind.HOLD, model.Reason.PAUSED, desired=4)
+    t.observe_tick(report, [paused], duration_s=0.01, wall_time_s=0.0)
+    assert _value(t, "autoscaler_paused", **ids) == 1
+    assert _value(t, "autoscaler_holding_services", reason="paused") == 1
+    t.observe_tick(report, [_workload()], duration_s=0.01, wall_time_s=0.0)
+    assert _value(t, "autoscaler_paused", **ids) == 0
+    empty = loop.TickReport(now_s=101.0, decisions={}, scaled=(), failed=())
+    t.observe_tick(empty, [], duration_s=0.01, wall_time_s=0.0)
+    assert _value(t, "autoscaler_paused", **ids) is None

@@ -1,11 +1,14 @@
 """The caches the controller reads: Deployments, ReplicaSets, Pods, Nodes and ResourceQuotas,
-by list+watch.
+and the other autoscalers' objects (HorizontalPodAutoscalers, KEDA ScaledObjects), by
+list+watch.
 
 Pods are indexed by their controlling ReplicaSet and ReplicaSets by their controlling
 Deployment (ownerReferences, by uid), so `pods_of` groups pods by owner rather than by label
 selector: sibling Deployments whose labels overlap (DESIGN §3.5) never count each other's pods.
 Deployments are indexed by their controlling owner too (a placement tier's sibling by the
-service owner's Deployment, `siblings_of`), and ResourceQuotas by namespace (`quotas_in`).
+service owner's Deployment, `siblings_of`), ResourceQuotas by namespace (`quotas_in`), and
+HPAs and ScaledObjects by the Deployment they scale (`other_scalers`). ScaledObjects are a CRD
+that may not be installed: that cache is optional (a 404 reads as none, tried again later).
 Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the condition not True and
 their containers ready are indexed too (`closed_gates`): each tick looks at those only.
 Namespaced kinds are watched in all namespaces, or in each namespace of an include list; an
@@ -38,7 +41,16 @@ CLOSED_GATE: Final = "closed-gate"
 """Index of the pods waiting on a closed `warm` readiness gate with their containers ready."""
 _CLOSED: Final = "closed"
 
+TARGET: Final = "target"
+"""Index of autoscaler objects by the `namespace/name` of the Deployment they scale."""
+
 LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+
+KEDA_GROUP: Final = "keda.sh"
+KEDA_VERSION: Final = "v1alpha1"
+SCALED_OBJECTS: Final = "scaledobjects"
+CRD_RETRY_S: Final = 300.0
+"""How often the ScaledObjects cache lists again while their CRD is not installed."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,6 +100,19 @@ def closed_gate_values(pod: Obj) -> Iterable[str]:
     return (_CLOSED,)
 
 
+def target_values(obj: Obj) -> Iterable[str]:
+    """`namespace/name` of the Deployment an HPA or a ScaledObject scales (`scaleTargetRef`;
+    KEDA's kind defaults to Deployment), nothing for any other target."""
+    ref = _api.spec(obj).get("scaleTargetRef")
+    if not isinstance(ref, dict):
+        return ()
+    name, kind = ref.get("name"), ref.get("kind", "Deployment")
+    group = str(ref.get("apiVersion", "apps/v1")).partition("/")[0]
+    if not isinstance(name, str) or kind != "Deployment" or group != "apps":
+        return ()
+    return (f"{_api.namespace(obj)}/{name}",)
+
+
 def _trim_meta(obj: Obj) -> Obj:
     metadata = dict(_api.meta(obj))
     metadata.pop("managedFields", None)
@@ -112,7 +137,7 @@ def trim_node(obj: Obj) -> Obj:
 
 
 class Caches:
-    """The five informers, built on one API client; see the module docstring."""
+    """The informers, built on one API client; see the module docstring."""
 
     def __init__(
         self,
@@ -127,6 +152,7 @@ class Caches:
     ) -> None:
         self.namespaces = namespaces or NamespaceFilter()
         apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+        scaling, custom = client.AutoscalingV2Api(api), client.CustomObjectsApi(api)
         watched = self.namespaces.watched()
 
         def sources(
@@ -184,9 +210,49 @@ class Caches:
             **common,
         )
 
+        self.hpas = informer.Informer(
+            "horizontalpodautoscalers",
+            sources(
+                scaling.list_horizontal_pod_autoscaler_for_all_namespaces,
+                scaling.list_namespaced_horizontal_pod_autoscaler,
+            ),
+            keep=keep,
+            transform=_trim_meta,
+            indexers={TARGET: target_values},
+            **common,
+        )
+        keda = (KEDA_GROUP, KEDA_VERSION)
+        self.scaled_objects = informer.Informer(
+            SCALED_OBJECTS,
+            [informer.Source(custom.list_cluster_custom_object, (*keda, SCALED_OBJECTS))]
+            if watched is None
+            else [
+                informer.Source(
+                    custom.list_namespaced_custom_object,
+                    (*keda, ns, SCALED_OBJECTS),
+                    namespace=ns,
+                )
+                for ns in watched
+            ],
+            keep=keep,
+            transform=_trim_meta,
+            indexers={TARGET: target_values},
+            optional=True,
+            absent_retry_s=CRD_RETRY_S,
+            **common,
+        )
+
     @property
     def informers(self) -> tuple[informer.Informer, ...]:
-        return (self.deployments, self.replicasets, self.pods, self.nodes, self.quotas)
+        return (
+            self.deployments,
+            self.replicasets,
+            self.pods,
+            self.nodes,
+            self.quotas,
+            self.hpas,
+            self.scaled_objects,
+        )
 
     @property
     def synced(self) -> bool:
@@ -208,6 +274,18 @@ class Caches:
     def siblings_of(self, deployment: Obj) -> list[Obj]:
         """The Deployments whose controlling owner is `deployment` (its placement tiers)."""
         return self.deployments.by_index(OWNER, _api.uid(deployment))
+
+    def other_scalers(self, namespace: str, name: str) -> list[str]:
+        """The HPAs and ScaledObjects that scale the Deployment, as `Kind namespace/name`."""
+        target = f"{namespace}/{name}"
+        return sorted(
+            f"{kind} {_api.namespace(obj)}/{_api.name(obj)}"
+            for kind, cache in (
+                ("HorizontalPodAutoscaler", self.hpas),
+                ("ScaledObject", self.scaled_objects),
+            )
+            for obj in cache.by_index(TARGET, target)
+        )
 
     def quotas_in(self, namespace: str) -> list[Obj]:
         return self.quotas.by_index(NAMESPACE, namespace)

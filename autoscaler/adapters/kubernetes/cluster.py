@@ -3,7 +3,9 @@
 `workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
 "true"`, its annotations parsed by the contract (once per distinct content), its serving pods
 found by owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
-log line and one Warning Event `InvalidConfig` per distinct set of problems. A `state`
+log line and one Warning Event `InvalidConfig` per distinct set of problems; so is one that a
+HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of replicas: the Event
+names the other). A `state`
 annotation that cannot be read (`codec.parse_state`) is treated as absent, with one
 `state.invalid` log line and one Warning Event `CorruptState` when first seen.
 
@@ -323,6 +325,10 @@ class KubeCluster:
             if isinstance(config, contract.Invalid):
                 self._report_invalid(service, deployment, config, invalid)
                 continue
+            others = self.caches.other_scalers(namespace, name)
+            if others:
+                self._report_invalid(service, deployment, _contested(others), invalid)
+                continue
             tiers = self.placement.view(service, deployment, config)
             serving = tiers.serving
             state = self._state(service, deployment, notes.get(contract.STATE_KEY), states)
@@ -351,6 +357,11 @@ class KubeCluster:
                 )
             )
             active = not self.dry_run and config.mode is not contract.Mode.DRY_RUN
+            if config.policy.pause is not None:
+                # Paused: a count set by hand is the one to keep (no re-plan, no override).
+                asked = None
+                if not self._lags(service):
+                    self._last_set[service] = tiers.replicas
             self.placement.observe(service, deployment, tiers, asked=asked, active=active)
         self._parsed, self._states, self._invalid, self._managed = parsed, states, invalid, managed
         self._forget(managed.keys())
@@ -715,6 +726,15 @@ class KubeCluster:
             self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)
+
+
+def _contested(others: list[str]) -> contract.Invalid:
+    """The problem of a Deployment that another autoscaler scales too."""
+    rule = (
+        f"another autoscaler scales this Deployment ({', '.join(others)}); two owners of "
+        "spec.replicas fight, so this one writes nothing: remove the other or opt out"
+    )
+    return contract.Invalid((contract.Problem(contract.ENABLED_KEY, "true", rule),))
 
 
 def _held_already(deployment: Obj, decision: model.Decision) -> bool:

@@ -31,7 +31,10 @@ _STATE_FIELDS: Final = {
     "lastScaleUp": "last_scale_up_s",
     "lastScaleChange": "last_scale_change_s",
     "burstUntil": "burst_until_s",
+    "pausedSince": "paused_s",
 }
+_PAUSED_REPLICAS: Final = "pausedReplicas"
+"""The `paused-replicas` count already set in the current pause (a whole number)."""
 
 
 def _number(value: float, digits: int = 4) -> float | None:
@@ -98,6 +101,8 @@ def state_text(state: model.PolicyState, *, replicas: int | None) -> str:
         value = getattr(state, field)
         if value is not None and math.isfinite(value):
             document[key] = value
+    if state.paused_replicas is not None:
+        document[_PAUSED_REPLICAS] = state.paused_replicas
     if replicas is not None:
         document["replicas"] = replicas
     return dumps(document)
@@ -119,9 +124,13 @@ def parse_state(text: str) -> tuple[model.PolicyState, int | None]:
         if not math.isfinite(value):
             raise ValueError(f"{key} must be finite")
         fields[field] = float(value)
-    replicas = document.get("replicas")
-    if replicas is not None and (
-        isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0
-    ):
-        raise ValueError("replicas must be a whole number >= 0")
-    return model.PolicyState(**fields), replicas
+    counts: dict[str, int | None] = {}
+    for key in ("replicas", _PAUSED_REPLICAS):
+        count = document.get(key)
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, int) or count < 0
+        ):
+            raise ValueError(f"{key} must be a whole number >= 0")
+        counts[key] = count
+    state = model.PolicyState(**fields, paused_replicas=counts[_PAUSED_REPLICAS])
+    return state, counts["replicas"]

@@ -4,7 +4,10 @@ Each `Source` (all namespaces, one namespace, or a cluster-scoped kind) is liste
 pages, and then watched from the list's resourceVersion with bookmarks. A watch that ends or
 breaks resumes from the last resourceVersion it saw, after a jittered exponential backoff when
 it failed; a `410 Gone` (an HTTP status or an ERROR event) relists and replaces that source's
-part of the cache, telling the handlers what changed meanwhile. Reads (`get`, `items`,
+part of the cache, telling the handlers what changed meanwhile. An `optional` kind (a custom
+resource whose CRD may not be installed) whose list answers 404 counts as listed and empty: it
+is logged once, and listed again every `absent_retry_s` until the kind appears (and again if it
+goes). Reads (`get`, `items`,
 `by_index`) are plain methods on memory: nothing here lists per tick.
 
 It must not interpret the objects: what to keep and how to index them are the caller's.
@@ -129,8 +132,14 @@ class Informer:
         page_size: int = 500,
         request_timeout_s: float = 30.0,
         rng: random.Random | None = None,
+        optional: bool = False,
+        absent_retry_s: float = 300.0,
     ) -> None:
         """Cache `kind` (a plural, for logs and error counts) from `sources`.
+
+        With `optional`, a 404 on a source's list or watch (the kind is not served: its CRD is
+        not installed) empties that source's part and counts as synced; the list is tried
+        again after `absent_retry_s`.
 
         `keep` drops objects the caller does not want (an excluded namespace); `transform`
         trims what is stored. A watch asks the server to end it after `watch_timeout_s` to
@@ -150,6 +159,9 @@ class Informer:
         self._page_size = page_size
         self._request_timeout_s = request_timeout_s
         self._rng = rng or random.Random()
+        self._optional = optional
+        self._absent_retry_s = absent_retry_s
+        self._absent = False
         self._items: dict[Key, Obj] = {}
         self._indexes: dict[str, dict[str, set[Key]]] = {name: {} for name in self._indexers}
         self._indexed: dict[str, dict[Key, tuple[str, ...]]] = {name: {} for name in self._indexers}
@@ -213,6 +225,10 @@ class Informer:
                 operation = f"{self.kind}.watch"
                 healthy = await self._watch(index)
             except ApiException as e:
+                if e.status == 404 and self._optional:
+                    self._not_served(index)
+                    await self.clock.sleep(self._absent_retry_s)
+                    continue
                 if e.status == 410:
                     # The history the watch needed is gone: relist now, back off if it repeats.
                     progress.resource_version = None
@@ -230,6 +246,28 @@ class Informer:
                     progress.failures = 0
                 else:  # ended at once with nothing to say: do not hammer the server
                     await self._sleep_after_failure(progress, operation, None)
+
+    def _not_served(self, index: int) -> None:
+        """The kind is not served (404): nothing of it exists; said once, until it appears."""
+        source, progress = self.sources[index], self._progress[index]
+        progress.resource_version = None  # relist when it is tried again
+        progress.failures = 0
+        self._replace(source, ())
+        if not self._absent:
+            self._absent = True
+            log.info(
+                "cache.kind_absent",
+                kind=self.kind,
+                namespace=source.namespace,
+                retry_in_s=self._absent_retry_s,
+            )
+        self._mark_synced(progress)
+
+    def _mark_synced(self, progress: _Progress) -> None:
+        if not progress.synced:
+            progress.synced = True
+            if all(p.synced for p in self._progress):
+                self._synced.set()
 
     async def _fail(self, progress: _Progress, operation: str, error: BaseException) -> None:
         self._on_api_error(operation)
@@ -272,6 +310,9 @@ class Informer:
                 break
         changed = self._replace(source, items)
         self.relists += 1
+        if self._absent:
+            self._absent = False
+            log.info("cache.kind_present", kind=self.kind, namespace=source.namespace)
         progress.resource_version = version or ""  # "": watch from the newest state
         log.debug(
             "cache.listed",
@@ -280,10 +321,7 @@ class Informer:
             objects=len(items),
             changed=changed,
         )
-        if not progress.synced:
-            progress.synced = True
-            if all(p.synced for p in self._progress):
-                self._synced.set()
+        self._mark_synced(progress)
 
     async def _watch(self, index: int) -> bool:
         """Follow one watch to its end; whether it was worth its connection."""

@@ -127,3 +127,18 @@ def test_status_is_compact_json_and_its_time_is_not_a_change() -> None:
     assert not codec.same_status(text, {**later, "desired": 4})
     assert not codec.same_status(None, later)
     assert not codec.same_status("{", later)
+
+
+def test_a_pause_round_trips_in_the_state() -> None:
+    """When a pause began and the paused-replicas count it set read back as written."""
+    state = model.PolicyState(paused_s=WALL_S, paused_replicas=0)
+    text = codec.state_text(state, replicas=0)
+    assert json.loads(text) == {"pausedSince": WALL_S, "pausedReplicas": 0, "replicas": 0}
+    assert codec.parse_state(text) == (state, 0)
+
+
+@pytest.mark.parametrize("count", ["-1", "1.5", "true", '"3"'])
+def test_a_bad_paused_replicas_in_the_state_is_refused(count: str) -> None:
+    """A `pausedReplicas` that is not a whole number >= 0 makes the state unreadable."""
+    with pytest.raises(ValueError, match="pausedReplicas must be a whole number"):
+        codec.parse_state(f'{{"pausedReplicas": {count}}}')

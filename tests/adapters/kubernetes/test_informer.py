@@ -245,3 +245,74 @@ async def test_cancelled_informer_stops_promptly_and_keeps_its_cache(
         with pytest.raises(asyncio.CancelledError):
             await task
     assert names(cache) == {"a"}
+
+
+def scaled_objects_informer(kube: Kube, clock: Any) -> informer.Informer:
+    custom = client.CustomObjectsApi(kube.api_client())
+    return informer.Informer(
+        caches.SCALED_OBJECTS,
+        [
+            informer.Source(
+                custom.list_cluster_custom_object,
+                (caches.KEDA_GROUP, caches.KEDA_VERSION, caches.SCALED_OBJECTS),
+            )
+        ],
+        clock=clock,
+        optional=True,
+        absent_retry_s=300.0,
+        rng=random.Random(1),
+    )
+
+
+async def test_an_optional_kind_that_is_not_served_reads_as_none_and_is_tried_again(
+    kube: Kube,
+) -> None:
+    """A 404 on an optional kind's list (no CRD) syncs an empty cache, and a later list finds
+    the kind once it is installed."""
+    clock = StepClock()
+    kube.fail("list", caches.SCALED_OBJECTS, status=404, times=2)
+    cache = scaled_objects_informer(kube, clock)
+    async with running(cache.run()):
+        await clock.wait_sleeping(1)
+        assert cache.synced
+        assert len(cache) == 0
+        clock.advance(300)  # still absent: a second 404, nothing failed
+        await clock.wait_sleeping(1)
+        assert kube.requests.count("list", caches.SCALED_OBJECTS) == 2
+        kube.store.create(
+            f"{caches.KEDA_GROUP}/{caches.KEDA_VERSION}/{caches.SCALED_OBJECTS}",
+            {"metadata": {"name": "chat"}, "spec": {"scaleTargetRef": {"name": "chat"}}},
+            namespace=NS,
+        )
+        clock.advance(300)
+        await eventually(lambda: names(cache) == {"chat"}, cache)
+
+    assert kube.requests.count("list", caches.SCALED_OBJECTS) == 3
+
+
+async def test_other_scalers_are_found_by_the_deployment_they_target(kube: Kube) -> None:
+    """HPAs and ScaledObjects are indexed by their target Deployment; other kinds are not."""
+    hpa = "autoscaling/v2/horizontalpodautoscalers"
+    scaled = f"{caches.KEDA_GROUP}/{caches.KEDA_VERSION}/{caches.SCALED_OBJECTS}"
+
+    def ref(name: str, kind: str | None = "Deployment") -> dict[str, Any]:
+        target = {"apiVersion": "apps/v1", "name": name}
+        return {"scaleTargetRef": target if kind is None else {**target, "kind": kind}}
+
+    kube.store.create(hpa, {"metadata": {"name": "chat-hpa"}, "spec": ref("chat")}, namespace=NS)
+    kube.store.create(
+        hpa, {"metadata": {"name": "rs"}, "spec": ref("chat", "ReplicaSet")}, namespace=NS
+    )
+    kube.store.create(scaled, {"metadata": {"name": "so"}, "spec": ref("chat", None)}, namespace=NS)
+    kube.store.create(scaled, {"metadata": {"name": "other"}, "spec": ref("embed")}, namespace=NS)
+
+    cached = caches.Caches(kube.api_client(), clock=ManualClock())
+    async with running(cached.run()):
+        async with asyncio.timeout(5):
+            await cached.wait_synced()
+        assert cached.other_scalers(NS, "chat") == [
+            f"HorizontalPodAutoscaler {NS}/chat-hpa",
+            f"ScaledObject {NS}/so",
+        ]
+        assert cached.other_scalers(NS, "embed") == [f"ScaledObject {NS}/other"]
+        assert cached.other_scalers(NS, "none") == []
