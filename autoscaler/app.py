@@ -26,8 +26,9 @@ Kubernetes to restart. Setting `stop` (SIGTERM or SIGINT under `run`) stops tick
 queued Events out, releases the Lease, stops the rest, and returns.
 
 Production time is wall time for the loop (the persisted cooldowns are Unix seconds and must
-survive a change of leader) and the event loop's monotonic clock for the Lease, readiness and
-the adapters' retries. Tests replace the first two and leave the retries on the event loop.
+survive a change of leader), the event loop's monotonic clock for the Lease, readiness and
+the adapters' retries, and a high-resolution timer for the warm-up probes' latencies. Tests
+replace the loop's, the Lease's and the probes' clocks and leave the retries on the event loop.
 
 It decides nothing: the loop and the core do.
 """
@@ -105,6 +106,7 @@ class Controller:
         clock: clock_.Clock,
         lease_clock: clock_.Clock,
         wall_now: Callable[[], float],
+        probe_timer: Callable[[], float] = time.perf_counter,
         identity: str | None = None,
         on_tick: OnTick | None = None,
         access: prometheus.Access | None = None,
@@ -115,8 +117,9 @@ class Controller:
 
         `clock` is the loop's (policy time, persisted in Unix seconds in production);
         `lease_clock` (monotonic) paces the Lease and judges its expiry and readiness;
-        `wall_now` stamps the status annotation, Events and the Lease. The adapters' retries
-        and backoffs run on the event loop's clock.
+        `wall_now` stamps the status annotation, Events and the Lease; `probe_timer` times the
+        warm-up probes, whose latencies a new pod's must match the serving pods'. The adapters'
+        retries and backoffs run on the event loop's clock.
         """
         k8s, prom = config.kubernetes, config.prometheus
         self.settings = config
@@ -181,7 +184,7 @@ class Controller:
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
         )
-        self.prober = warmup.HttpProber()
+        self.prober = warmup.HttpProber(timer=probe_timer)
         self._observed = _Observed(self.cluster)
         self.loop: loop_.Loop | None = None
         """The loop of the current term of leadership; None while following."""
@@ -417,14 +420,15 @@ async def wire(
     clock: clock_.Clock | None = None,
     lease_clock: clock_.Clock | None = None,
     wall_now: Callable[[], float] = time.time,
+    probe_timer: Callable[[], float] = time.perf_counter,
     identity: str | None = None,
     on_tick: OnTick | None = None,
 ) -> AsyncIterator[Controller]:
     """A `Controller` on a client for the configured cluster; the clients close on exit.
 
-    Production clocks by default: `WallClock` for the loop, the event loop's for the Lease.
-    Raises `ConfigError` when a Prometheus credential file or CA bundle cannot be read, or
-    no Kubernetes configuration can be loaded.
+    Production clocks by default: `WallClock` for the loop, the event loop's for the Lease,
+    `time.perf_counter` for the probes. Raises `ConfigError` when a Prometheus credential file
+    or CA bundle cannot be read, or no Kubernetes configuration can be loaded.
     """
     k8s = config.kubernetes
     access = prometheus_access(config.prometheus)
@@ -437,6 +441,7 @@ async def wire(
             clock=clock or clock_.WallClock(),
             lease_clock=lease_clock or clock_.LoopClock(),
             wall_now=wall_now,
+            probe_timer=probe_timer,
             identity=identity,
             on_tick=on_tick,
         )

@@ -27,6 +27,18 @@ from .support import PODS, Controllers
 __all__ = ["endpoint"]
 
 
+async def test_the_controllers_time_warm_up_probes_on_the_stepped_clock(
+    cluster: Controllers, endpoint: WarmupEndpoint
+) -> None:
+    """A probe's latency is controller time, none within a tick, so new pods probed in one tick
+    are judged alike against the serving pods however long the machine took to answer."""
+    running = await cluster.start()
+
+    result = await running.controller.prober.probe("127.0.0.1", endpoint.port, "/warm", 3, 5.0)
+
+    assert (result.ok, result.failed, result.latencies_s) == (3, 0, (0.0, 0.0, 0.0))
+
+
 # -- the walk --------------------------------------------------------------------------------------
 
 
