@@ -15,8 +15,9 @@ HPA's. A scale-down that the ramp driver drains first is published before its re
 `SuccessfulRescale` is posted by the later `scale` that sets them. With the global dry-run
 nothing is written at all; a service in `mode: dry-run` gets its status, state and Events but
 never a replica change. An instance that is not the leader refuses every write
-(`NotLeaderError`), checked again immediately before each request (`_api.write_json`). Library errors leave as `KubeApiError`, an `errors.ActuationError` carrying
-the HTTP status, and each failed call is counted through `on_api_error`.
+(`NotLeaderError`), asked again immediately before each request (`_api.write_json`). Library
+errors leave as `KubeApiError`, an `errors.ActuationError` carrying the HTTP status, and each
+failed call is counted through `on_api_error`.
 
 Placement (DESIGN §3.5, §3.6, `placement`): a service whose owner requests `nvidia.com/gpu` spans
 tier Deployments (the owner is `whole`; `<name>-mig-<profile>` and `<name>-shared` are the

@@ -11,8 +11,10 @@ holder's wall-clock `renewTime` with ours, so clock skew between nodes cannot el
 leaders. `renewTime` and `acquireTime` are still written in wall time, for people reading
 the Lease. A follower that sees the Lease held tries again at the next retry or at the moment
 that record expires, whichever is sooner: after a holder dies, its successor takes over
-within `leaseDurationSeconds` plus one (jittered) retry of the holder's last renewal. On cancellation the leader releases the Lease (clears the holder) so that a
-successor takes over at its next retry instead of after the lease expires.
+within `leaseDurationSeconds` plus one (jittered) retry of the holder's last renewal.
+
+On cancellation the leader releases the Lease (clears the holder) so that a successor takes
+over at its next retry instead of after the lease expires.
 
 It must not do anything with leadership but report it: `is_leader`, the `leading` and `lost`
 events, and the callbacks.
