@@ -22,12 +22,13 @@ Built on kmock 0.8 (pinned), by the author of kopf. What is reused and what is r
 
 Watches stream JSON lines, resume from a resourceVersion, end at `timeoutSeconds` of event-loop
 time (virtual under looptime), and answer 410 Gone when compacted or on demand
-(`expire_next_watch`). `fail()` injects an error status for the next matching calls; `hold()`
+(`expire_next_watch`). `fail()` injects an error status for the next matching calls. `hold()`
 keeps the next matching request waiting, unserved, until the test releases it (a write delayed
-in flight); `chaos()` makes a seeded fraction of all calls fail in one way until `calm()`:
-`5xx` (500 or 503), `409` (writes), `410` (watches expire), `drop` (the connection closes
-without an answer) or `hang` (no answer until `calm()`, then a 504 with nothing applied: the
-client's own timeout ends its wait). The request log keeps every write with its answer's
+in flight), and carries it out even when its client has gone away, as an API server does.
+`chaos()` makes a seeded fraction of all calls fail in one way until `calm()`: `5xx` (500 or
+503), `409` (writes), `410` (watches expire), `drop` (the connection closes without an answer)
+or `hang` (no answer until `calm()`, then a 504 with nothing applied: the client's own timeout
+ends its wait). The request log keeps every write with its answer's
 status and the client's User-Agent, which names the controller replica.
 
 It must not sleep, and runs nothing in the background except the watches clients hold open;
@@ -232,6 +233,10 @@ class Hold:
     arrived: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     """Set when the held request has come in."""
     released: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    answered: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set once the released request has been served (even if its client went away)."""
+    status: int | None = None
+    """The HTTP status it was answered with."""
 
     def release(self) -> None:
         """Serve the held request now, against the store as it is now."""
@@ -293,10 +298,16 @@ class Emulator(kmock.KubernetesScaffold):
     store: Store = attrs.field(factory=Store)
     calls: RequestLog = attrs.field(factory=RequestLog)
     request_window: int = 8  # how many requests kmock's own log keeps (its DSL scans it)
+    watch_limit_s: float | None = None
+    """Ends every watch after this many seconds at most, as an API server's own request
+    timeout does; None leaves it to the client's `timeoutSeconds`."""
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _holds: list[Hold] = attrs.field(factory=list, init=False)
     _chaos: Chaos | None = attrs.field(default=None, init=False)
     _calm: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
+    _held_answers: set[asyncio.Future[aiohttp.web.StreamResponse]] = attrs.field(
+        factory=set, init=False
+    )
     _native: Any = attrs.field(default=None, init=False)
     _own_reactions: int = attrs.field(default=0, init=False)
     _served: int = attrs.field(default=0, init=False)
@@ -383,22 +394,10 @@ class Emulator(kmock.KubernetesScaffold):
             self._requests.append(request)
             del self._requests[: -self.request_window]
             try:
-                response = await self._handle(request)
+                return await self._handle(request)
             except rendering.StreamingError as e:
                 raw_response = e.args[0]
                 raise e.__cause__ or e from None
-            if isinstance(request, ApiRequest) and request.verb in _WRITES and request.route:
-                route = request.route
-                resource = route.plural or ""
-                if route.subresource:
-                    resource = f"{resource}/{route.subresource}"
-                agent = request.headers.get("User-Agent", "")
-                self.calls.writes.append(
-                    Write(
-                        request.verb, resource, route.namespace, route.name, agent, response.status
-                    )
-                )
-            return response
         except _DropError:
             if raw_request.transport is not None:
                 raw_request.transport.close()
@@ -467,18 +466,43 @@ class Emulator(kmock.KubernetesScaffold):
                 del self._native._requests[:]  # kmock keeps every request a reaction served
         assert isinstance(request, ApiRequest)
         assert request.route is not None
+        held = self._take_hold(request, request.route)
+        if held is None:
+            return await self._answer(request, request.route)
+        held.arrived.set()
+        # As an API server does, finish the request even when its client has gone away.
+        answer = asyncio.ensure_future(self._answer_when_released(held, request, request.route))
+        self._held_answers.add(answer)
+        answer.add_done_callback(self._held_answers.discard)
+        return await asyncio.shield(answer)
+
+    async def _answer_when_released(
+        self, held: Hold, request: ApiRequest, route: Route
+    ) -> aiohttp.web.StreamResponse:
+        await held.released.wait()
+        response = await self._answer(request, route)
+        held.status = response.status
+        held.answered.set()
+        return response
+
+    async def _answer(self, request: ApiRequest, route: Route) -> aiohttp.web.StreamResponse:
         try:
-            return await self._serve(request, request.route)
+            response = await self._serve(request, route)
         except ApiError as e:
-            return aiohttp.web.json_response(e.to_status(), status=e.status)
+            response = aiohttp.web.json_response(e.to_status(), status=e.status)
+        if request.verb in _WRITES:
+            resource = route.plural or ""
+            if route.subresource:
+                resource = f"{resource}/{route.subresource}"
+            agent = request.headers.get("User-Agent", "")
+            self.calls.writes.append(
+                Write(request.verb, resource, route.namespace, route.name, agent, response.status)
+            )
+        return response
 
     # -- the API -------------------------------------------------------------------------------
 
     async def _serve(self, request: ApiRequest, route: Route) -> aiohttp.web.StreamResponse:
-        held = self._take_hold(request, route)
-        if held is not None:
-            held.arrived.set()
-            await held.released.wait()
         chaos = self._chaos
         if chaos is not None and chaos.strikes(request.verb):
             await self._strike(chaos)
@@ -617,6 +641,9 @@ class Emulator(kmock.KubernetesScaffold):
             by_name = f"metadata.name={request.name}"
             field_selector = f"{field_selector},{by_name}" if field_selector else by_name
         timeout = params.get("timeoutSeconds", "")
+        timeout_s = float(timeout) if timeout.isdigit() else None
+        if self.watch_limit_s is not None:
+            timeout_s = min(timeout_s or self.watch_limit_s, self.watch_limit_s)
         events: AsyncGenerator[dict[str, Any]]
         if fault is not None:  # an injected expiry: the server's way is an ERROR event
             events = _one({"type": "ERROR", "object": fault.error().to_status()})
@@ -627,7 +654,7 @@ class Emulator(kmock.KubernetesScaffold):
                 resource_version=params.get("resourceVersion"),
                 label_selector=params.get("labelSelector"),
                 field_selector=field_selector,
-                timeout_s=float(timeout) if timeout.isdigit() else None,
+                timeout_s=timeout_s,
                 bookmarks=params.get("allowWatchBookmarks", "").lower() in _WATCH_TRUE,
             )
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
