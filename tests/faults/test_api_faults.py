@@ -173,6 +173,10 @@ def sized(service: Service, replicas: int) -> bool:
     return service.replicas == replicas
 
 
+def ticked(running: Running) -> bool:
+    return running.controller.ticks > 0
+
+
 def seen(running: Running, service: Service, min_replicas: str) -> bool:
     """Whether the controller's cache holds the Deployment with this `min-replicas`."""
     cached = running.controller.cluster.caches.deployment(service.namespace, service.name)
@@ -257,6 +261,9 @@ async def test_killed_leaders_are_replaced_in_time_and_never_write_after_their_s
             clock, lambda: any(r.controller.leading for r in alive), limit_s=30, what="takeover"
         )
         takeovers.append(clock.now() - killed_s)
+        (successor,) = [r for r in alive if r.controller.leading]
+        # Its first tick starts when it wins the Lease, not when the clock wakes it.
+        await wait_for(functools.partial(ticked, successor), what="the successor's first tick")
         await advance_until(
             clock,
             functools.partial(sized, chat, wanted),
