@@ -688,6 +688,27 @@ async def test_a_held_write_is_served_against_the_store_as_it_is_at_release(
     ]
 
 
+async def test_a_held_write_lands_even_when_its_client_has_gone(
+    apps: client.AppsV1Api, kube: Kube
+) -> None:
+    """A held write whose client gave up is still carried out once released, as a real API
+    server finishes a write already under way."""
+    await apps.create_namespaced_deployment(NS, deployment(replicas=2))
+    held = kube.hold("patch", "deployments/scale")
+    write = asyncio.create_task(
+        apps.patch_namespaced_deployment_scale("web", NS, {"spec": {"replicas": 3}})
+    )
+    await asyncio.wait_for(held.arrived.wait(), 5)
+    write.cancel()
+    await asyncio.wait([write])
+
+    held.release()
+    await asyncio.wait_for(held.answered.wait(), 5)
+
+    assert held.status == 200
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 3
+
+
 @pytest.mark.parametrize(
     ("kind", "verb", "expected"),
     [("5xx", "list", {500, 503}), ("409", "create", {409}), ("drop", "list", {"dropped"})],
