@@ -126,6 +126,8 @@ class Controller:
         self.clock = clock
         self.lease_clock = lease_clock
         self.identity = identity or k8s.identity or leader.default_identity()
+        # Names this replica in the API server's audit log, next to its Lease and Events.
+        api.user_agent = f"inference-autoscaler/{self.identity}"
         self.telemetry = telemetry.Telemetry()
         self._on_tick = on_tick
         self.elector: leader.LeaderElector | None = None
@@ -144,6 +146,7 @@ class Controller:
                 on_started_leading=self._started_leading,
                 on_stopped_leading=self._stopped_leading,
                 on_api_error=self._api_error,
+                request_timeout_s=min(k8s.request_timeout_s, k8s.renew_deadline_s / 2),
             )
         self.cluster = cluster.KubeCluster(
             api,
@@ -154,6 +157,7 @@ class Controller:
             dry_run=k8s.dry_run,
             may_write=self.is_leader,
             on_api_error=self._api_error,
+            request_timeout_s=k8s.request_timeout_s,
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
         )
@@ -167,7 +171,13 @@ class Controller:
             max_age_s=prom.max_age_s,
             rate_window_s=prom.rate_window_s,
         )
-        self.ramp = ramp.KubeRamp(api, self.cluster, clock=clock, wall_now=wall_now)
+        self.ramp = ramp.KubeRamp(
+            api,
+            self.cluster,
+            clock=clock,
+            wall_now=wall_now,
+            request_timeout_s=k8s.request_timeout_s,
+        )
         # The annotation names a router by its value; the driver looks them up that way.
         self.routers: dict[str, ports.TrafficRouter] = {
             kind.value: router
@@ -175,6 +185,7 @@ class Controller:
                 api,
                 on_api_error=self._api_error,
                 may_write=lambda: not k8s.dry_run and self.is_leader(),
+                request_timeout_s=k8s.request_timeout_s,
             ).items()
         }
         self.health = prometheus.HealthQueries(

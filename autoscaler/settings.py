@@ -124,6 +124,10 @@ class KubernetesSettings(BaseModel):
     retry_interval_s: float = Field(2.0, gt=0, allow_inf_nan=False)
     """Seconds between a follower's attempts to take the Lease (plus up to 20 % jitter).
     Default 2."""
+    request_timeout_s: float = Field(10.0, gt=0, allow_inf_nan=False)
+    """Seconds an API request (a list, a read, a write; not a watch's stream) may take before
+    it counts as failed; the Lease's own requests take at most half of `renew_deadline_s`.
+    Default 10."""
 
     @field_validator("namespaces", "exclude_namespaces", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import inspect
 import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -37,6 +38,8 @@ EVENTS = "v1/events"
 NAMESPACES = "v1/namespaces"
 LEASES = "coordination.k8s.io/v1/leases"
 SETTLE_TIMEOUT_S = 10.0
+PARKED_CHECK_S = 0.01
+"""How often a step looks again at woken tasks that may have parked on an Event."""
 SCALE_UP_COOLDOWN_S = 60.0
 """The annotation contract's default scale-up cooldown, which the e2e services keep."""
 SCALE_DOWN_COOLDOWN_S = 300.0
@@ -75,28 +78,49 @@ class SteppedClock:
         """Move time by `seconds` in steps, letting every woken task finish its work each step."""
         steps = max(1, round(seconds / step_s))
         for _ in range(steps):
-            async with asyncio.timeout(SETTLE_TIMEOUT_S):
-                for wait in self.before_step:
-                    await wait()
-            self._now += seconds / steps
-            woken: list[asyncio.Task[Any]] = []
-            for deadline, future, task in list(self._sleepers):
-                if deadline <= self._now and not future.done():
-                    future.set_result(None)
-                    if task is not None:
-                        woken.append(task)
-                        task.add_done_callback(lambda _: self._changed.set())
-            await asyncio.sleep(0)
-            await self._settle(woken)
+            await self._move_to(self._now + seconds / steps)
+
+    async def advance_to_next(self, limit_s: float) -> None:
+        """Move to the next sleeper's deadline (at most `limit_s` ahead) and let what it woke
+        finish: time then moves exactly as far as each sleep asked, not on a grid."""
+        deadlines = [deadline for deadline, future, _ in self._sleepers if not future.done()]
+        await self._move_to(min([*deadlines, self._now + limit_s]))
+
+    async def _move_to(self, when_s: float) -> None:
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            for wait in self.before_step:
+                await wait()
+        self._now = max(self._now, when_s)
+        woken: list[asyncio.Task[Any]] = []
+        for deadline, future, task in list(self._sleepers):
+            if deadline <= self._now and not future.done():
+                future.set_result(None)
+                if task is not None:
+                    woken.append(task)
+                    task.add_done_callback(lambda _: self._changed.set())
+        await asyncio.sleep(0)
+        await self._settle(woken)
 
     async def _settle(self, woken: list[asyncio.Task[Any]]) -> None:
         async with asyncio.timeout(SETTLE_TIMEOUT_S):
             while True:
                 asleep = {task for _, future, task in self._sleepers if not future.done()}
-                if all(task.done() or task in asleep for task in woken):
+                if all(task.done() or task in asleep or _parked(task) for task in woken):
                     return
                 self._changed.clear()
-                await self._changed.wait()
+                # Parking on an Event (a ticker whose replica lost the Lease) tells nobody.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(PARKED_CHECK_S):
+                        await self._changed.wait()
+
+
+def _parked(task: asyncio.Task[Any]) -> bool:
+    """Whether the task waits for an `asyncio.Event`: it has nothing to finish until someone
+    sets it (a follower's ticker waiting to lead)."""
+    awaiting: Any = task.get_coro()
+    while inspect.iscoroutine(getattr(awaiting, "cr_await", None)):
+        awaiting = awaiting.cr_await
+    return inspect.iscoroutine(awaiting) and awaiting.cr_code is asyncio.Event.wait.__code__
 
 
 @dataclasses.dataclass

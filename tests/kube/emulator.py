@@ -22,16 +22,26 @@ Built on kmock 0.8 (pinned), by the author of kopf. What is reused and what is r
 
 Watches stream JSON lines, resume from a resourceVersion, end at `timeoutSeconds` of event-loop
 time (virtual under looptime), and answer 410 Gone when compacted or on demand
-(`expire_next_watch`). `fail()` injects an error status for the next matching calls.
+(`expire_next_watch`). `fail()` injects an error status for the next matching calls. `hold()`
+keeps the next matching request waiting, unserved, until the test releases it (a write delayed
+in flight), and carries it out even when its client has gone away, as an API server does.
+`chaos()` makes a seeded fraction of all calls fail in one way until `calm()`: `5xx` (500 or
+503), `409` (writes), `410` (watches expire), `drop` (the connection closes without an answer)
+or `hang` (no answer until `calm()`, then a 504 with nothing applied: the client's own timeout
+ends its wait). The request log keeps every write with its answer's
+status and the client's User-Agent, which names the controller replica.
 
-It must not sleep, and runs nothing in the background except the watches clients hold open.
+It must not sleep, and runs nothing in the background except the watches clients hold open;
+held and hung requests wait on events the test sets.
 """
 
+import asyncio
 import collections
 import contextlib
 import dataclasses
 import json
 import pathlib
+import random
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, NamedTuple
 
@@ -44,6 +54,8 @@ from kubernetes_asyncio import client
 from .store import ApiError, ResourceType, Store, bundled_resources
 
 _WATCH_TRUE = {"true", "1"}
+_WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+CHAOS_KINDS = ("5xx", "409", "410", "drop", "hang")
 _VERBS = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 _ACTIONS = {
     "list": kmock.action.LIST,
@@ -116,6 +128,17 @@ class ApiCall(NamedTuple):
     namespace: str | None
 
 
+class Write(NamedTuple):
+    """One write request as the server answered it."""
+
+    verb: str
+    resource: str  # plural, or plural/subresource
+    namespace: str | None
+    name: str | None
+    agent: str  # the client's User-Agent
+    status: int
+
+
 @dataclasses.dataclass
 class RequestLog:
     """What clients asked the API for: aggregated, so it stays cheap however long a test runs."""
@@ -126,6 +149,8 @@ class RequestLog:
         default_factory=collections.Counter
     )  # (verb, path) of /version, /api, /healthz, ...
     recent: collections.deque[ApiCall] = dataclasses.field(init=False)
+    writes: list[Write] = dataclasses.field(default_factory=list)
+    """Every write, in the order the server answered them."""
 
     def __post_init__(self) -> None:
         self.recent = collections.deque(maxlen=self.recent_limit)
@@ -155,6 +180,7 @@ class RequestLog:
         self.counts.clear()
         self.non_resource.clear()
         self.recent.clear()
+        self.writes.clear()
 
 
 def _call_matches(
@@ -197,6 +223,50 @@ class Fault:
         return ApiError(self.status, reasons.get(self.status, "InternalError"), self.message)
 
 
+@dataclasses.dataclass(eq=False)
+class Hold:
+    """The next request matching `verb` and `resource` waits, unserved, until `release()`."""
+
+    verb: str | None
+    resource: str | None
+    name: str | None = None
+    arrived: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set when the held request has come in."""
+    released: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    answered: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set once the released request has been served (even if its client went away)."""
+    status: int | None = None
+    """The HTTP status it was answered with."""
+
+    def release(self) -> None:
+        """Serve the held request now, against the store as it is now."""
+        self.released.set()
+
+
+@dataclasses.dataclass
+class Chaos:
+    """A seeded fraction `rate` of the calls fail as `kind` says (see the module docstring)."""
+
+    kind: str
+    rate: float
+    rng: random.Random
+    hits: int = 0
+
+    def strikes(self, verb: str) -> bool:
+        if self.kind == "409" and verb not in _WRITES:
+            return False
+        if self.kind == "410" and verb != "watch":
+            return False
+        if self.rng.random() >= self.rate:
+            return False
+        self.hits += 1
+        return True
+
+
+class _DropError(Exception):
+    """The connection is closed without an answer."""
+
+
 @attrs.frozen(kw_only=True, eq=False)
 class ApiRequest(kmock.Request):
     """kmock's request with our own parse of the path (kmock 0.8 misparses namespaces)."""
@@ -228,7 +298,16 @@ class Emulator(kmock.KubernetesScaffold):
     store: Store = attrs.field(factory=Store)
     calls: RequestLog = attrs.field(factory=RequestLog)
     request_window: int = 8  # how many requests kmock's own log keeps (its DSL scans it)
+    watch_limit_s: float | None = None
+    """Ends every watch after this many seconds at most, as an API server's own request
+    timeout does; None leaves it to the client's `timeoutSeconds`."""
     _faults: list[Fault] = attrs.field(factory=list, init=False)
+    _holds: list[Hold] = attrs.field(factory=list, init=False)
+    _chaos: Chaos | None = attrs.field(default=None, init=False)
+    _calm: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
+    _held_answers: set[asyncio.Future[aiohttp.web.StreamResponse]] = attrs.field(
+        factory=set, init=False
+    )
     _native: Any = attrs.field(default=None, init=False)
     _own_reactions: int = attrs.field(default=0, init=False)
     _served: int = attrs.field(default=0, init=False)
@@ -262,6 +341,27 @@ class Emulator(kmock.KubernetesScaffold):
         """Answer the next watch with 410 Gone: an ERROR event (as a real server) or HTTP 410."""
         fault = Fault(410, "watch", resource, streamed=not http, message="too old resource version")
         self._faults.append(fault)
+
+    def hold(
+        self, verb: str | None = None, resource: str | None = None, *, name: str | None = None
+    ) -> Hold:
+        """Keep the next matching request waiting until the returned `Hold` is released."""
+        held = Hold(verb, resource, name)
+        self._holds.append(held)
+        return held
+
+    def chaos(self, kind: str, rate: float, *, seed: int) -> Chaos:
+        """Fail a seeded fraction `rate` of the calls as `kind` until `calm()`."""
+        if kind not in CHAOS_KINDS:
+            raise ValueError(f"chaos is one of {CHAOS_KINDS}, not {kind!r}")
+        self._calm.clear()
+        self._chaos = Chaos(kind, rate, random.Random(seed))
+        return self._chaos
+
+    def calm(self) -> None:
+        """End the chaos; hung requests are answered (504, nothing applied)."""
+        self._chaos = None
+        self._calm.set()
 
     # -- kmock plumbing ------------------------------------------------------------------------
 
@@ -298,6 +398,10 @@ class Emulator(kmock.KubernetesScaffold):
             except rendering.StreamingError as e:
                 raw_response = e.args[0]
                 raise e.__cause__ or e from None
+        except _DropError:
+            if raw_request.transport is not None:
+                raw_request.transport.close()
+            return aiohttp.web.Response(status=500)  # never sent: the connection is closed
         except Exception as e:
             if not self._errors:
                 raise
@@ -362,14 +466,48 @@ class Emulator(kmock.KubernetesScaffold):
                 del self._native._requests[:]  # kmock keeps every request a reaction served
         assert isinstance(request, ApiRequest)
         assert request.route is not None
+        held = self._take_hold(request, request.route)
+        if held is None:
+            return await self._answer(request, request.route)
+        held.arrived.set()
+        # As an API server does, finish the request even when its client has gone away.
+        answer = asyncio.ensure_future(self._answer_when_released(held, request, request.route))
+        self._held_answers.add(answer)
+        answer.add_done_callback(self._held_answers.discard)
+        return await asyncio.shield(answer)
+
+    async def _answer_when_released(
+        self, held: Hold, request: ApiRequest, route: Route
+    ) -> aiohttp.web.StreamResponse:
+        await held.released.wait()
+        response = await self._answer(request, route)
+        held.status = response.status
+        held.answered.set()
+        return response
+
+    async def _answer(self, request: ApiRequest, route: Route) -> aiohttp.web.StreamResponse:
         try:
-            return await self._serve(request, request.route)
+            response = await self._serve(request, route)
         except ApiError as e:
-            return aiohttp.web.json_response(e.to_status(), status=e.status)
+            response = aiohttp.web.json_response(e.to_status(), status=e.status)
+        if request.verb in _WRITES:
+            resource = route.plural or ""
+            if route.subresource:
+                resource = f"{resource}/{route.subresource}"
+            agent = request.headers.get("User-Agent", "")
+            self.calls.writes.append(
+                Write(request.verb, resource, route.namespace, route.name, agent, response.status)
+            )
+        return response
 
     # -- the API -------------------------------------------------------------------------------
 
     async def _serve(self, request: ApiRequest, route: Route) -> aiohttp.web.StreamResponse:
+        chaos = self._chaos
+        if chaos is not None and chaos.strikes(request.verb):
+            await self._strike(chaos)
+            if chaos.kind == "410":
+                return await self._stream_watch(request, rtype_of(self.store, route), None, _GONE)
         fault = self._take_fault(request, route)
         if fault is not None and not fault.streamed:
             raise fault.error()
@@ -454,6 +592,34 @@ class Emulator(kmock.KubernetesScaffold):
             )
         return route.namespace
 
+    def _take_hold(self, request: ApiRequest, route: Route) -> Hold | None:
+        call = ApiCall(
+            request.verb, route.group, route.plural or "", route.subresource or "", route.namespace
+        )
+        for held in self._holds:
+            if _call_matches(call, held.verb, held.resource, {}) and held.name in (
+                None,
+                route.name,
+            ):
+                self._holds.remove(held)
+                return held
+        return None
+
+    async def _strike(self, chaos: Chaos) -> None:
+        """Fail this call as the chaos says; a 410 is the watch's to stream."""
+        match chaos.kind:
+            case "5xx":
+                status = chaos.rng.choice((500, 503))
+                reason = "InternalError" if status == 500 else "ServiceUnavailable"
+                raise ApiError(status, reason, "injected by the chaos")
+            case "409":
+                raise ApiError(409, "Conflict", "injected by the chaos")
+            case "drop":
+                raise _DropError
+            case "hang":
+                await self._calm.wait()
+                raise ApiError(504, "Timeout", "the request hung until the chaos ended")
+
     def _take_fault(self, request: ApiRequest, route: Route) -> Fault | None:
         call = ApiCall(
             request.verb, route.group, route.plural or "", route.subresource or "", route.namespace
@@ -475,6 +641,9 @@ class Emulator(kmock.KubernetesScaffold):
             by_name = f"metadata.name={request.name}"
             field_selector = f"{field_selector},{by_name}" if field_selector else by_name
         timeout = params.get("timeoutSeconds", "")
+        timeout_s = float(timeout) if timeout.isdigit() else None
+        if self.watch_limit_s is not None:
+            timeout_s = min(timeout_s or self.watch_limit_s, self.watch_limit_s)
         events: AsyncGenerator[dict[str, Any]]
         if fault is not None:  # an injected expiry: the server's way is an ERROR event
             events = _one({"type": "ERROR", "object": fault.error().to_status()})
@@ -485,7 +654,7 @@ class Emulator(kmock.KubernetesScaffold):
                 resource_version=params.get("resourceVersion"),
                 label_selector=params.get("labelSelector"),
                 field_selector=field_selector,
-                timeout_s=float(timeout) if timeout.isdigit() else None,
+                timeout_s=timeout_s,
                 bookmarks=params.get("allowWatchBookmarks", "").lower() in _WATCH_TRUE,
             )
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -498,6 +667,15 @@ class Emulator(kmock.KubernetesScaffold):
                     await response.write(json.dumps(event).encode() + b"\n")
                 await response.write_eof()
         return response
+
+
+_GONE = Fault(410, "watch", streamed=True, message="too old resource version (chaos)")
+
+
+def rtype_of(store: Store, route: Route) -> ResourceType:
+    assert route.plural is not None
+    ref = kmock.resource(group=route.group, version=route.version, plural=route.plural)
+    return store.resource_type(ref)
 
 
 async def _one(event: dict[str, Any]) -> AsyncGenerator[dict[str, Any]]:
@@ -537,6 +715,16 @@ class Kube:
     def expire_next_watch(self, resource: str | None = None, *, http: bool = False) -> None:
         self.emulator.expire_next_watch(resource, http=http)
 
+    def hold(self, verb: str | None = None, resource: str | None = None, **kwargs: Any) -> Hold:
+        """See `Emulator.hold`: e.g. `kube.hold("patch", "deployments/scale")`."""
+        return self.emulator.hold(verb, resource, **kwargs)
+
+    def chaos(self, kind: str, rate: float, *, seed: int) -> Chaos:
+        return self.emulator.chaos(kind, rate, seed=seed)
+
+    def calm(self) -> None:
+        self.emulator.calm()
+
     def compact(self) -> None:
         self.store.compact()
 
@@ -572,5 +760,6 @@ async def serve(
         try:
             yield kube
         finally:
+            emulator.calm()  # hung requests end
             await kube.close_clients()
             emulator.store.close()  # open watches end, so the server stops without waiting

@@ -4,6 +4,7 @@ import asyncio
 import re
 from typing import Any
 
+import aiohttp
 import kmock
 import looptime
 import pytest
@@ -13,6 +14,7 @@ from .emulator import Kube, serve
 from .fixtures import wait_next
 
 NS = "default"
+MERGE = "application/merge-patch+json"
 
 
 def deployment(name: str = "web", replicas: int = 2) -> dict[str, Any]:
@@ -655,3 +657,97 @@ async def test_kmock_reactions_take_precedence(kube: Kube, core: client.CoreV1Ap
         await core.list_namespaced_pod(NS)
     assert error.value.status == 503
     assert (await core.list_namespace()).items
+
+
+# -- held requests and chaos ---------------------------------------------------------------------
+
+
+async def test_a_held_write_is_served_against_the_store_as_it_is_at_release(
+    apps: client.AppsV1Api, kube: Kube
+) -> None:
+    """A held write waits until released and is then judged by the store's state at that time."""
+    created = await apps.create_namespaced_deployment(NS, deployment(replicas=2))
+    stale = {"metadata": {"resourceVersion": created.metadata.resource_version}}
+    held = kube.hold("patch", "deployments/scale")
+    write = asyncio.create_task(
+        apps.patch_namespaced_deployment_scale(
+            "web", NS, {**stale, "spec": {"replicas": 3}}, _content_type=MERGE
+        )
+    )
+    await asyncio.wait_for(held.arrived.wait(), 5)
+    await apps.patch_namespaced_deployment_scale("web", NS, {"spec": {"replicas": 5}})
+    held.release()
+    with pytest.raises(client.ApiException) as error:
+        await write
+    assert error.value.status == 409
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 5
+    assert [(w.resource, w.status) for w in kube.requests.writes] == [
+        ("deployments", 201),
+        ("deployments/scale", 200),
+        ("deployments/scale", 409),
+    ]
+
+
+async def test_a_held_write_lands_even_when_its_client_has_gone(
+    apps: client.AppsV1Api, kube: Kube
+) -> None:
+    """A held write whose client gave up is still carried out once released, as a real API
+    server finishes a write already under way."""
+    await apps.create_namespaced_deployment(NS, deployment(replicas=2))
+    held = kube.hold("patch", "deployments/scale")
+    write = asyncio.create_task(
+        apps.patch_namespaced_deployment_scale("web", NS, {"spec": {"replicas": 3}})
+    )
+    await asyncio.wait_for(held.arrived.wait(), 5)
+    write.cancel()
+    await asyncio.wait([write])
+
+    held.release()
+    await asyncio.wait_for(held.answered.wait(), 5)
+
+    assert held.status == 200
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 3
+
+
+@pytest.mark.parametrize(
+    ("kind", "verb", "expected"),
+    [("5xx", "list", {500, 503}), ("409", "create", {409}), ("drop", "list", {"dropped"})],
+)
+async def test_chaos_fails_a_seeded_share_of_the_calls(
+    core: client.CoreV1Api, kube: Kube, kind: str, verb: str, expected: set[object]
+) -> None:
+    """Under chaos about the given share of the calls fails in the given way; the rest succeed."""
+    chaos = kube.chaos(kind, 0.5, seed=1)
+    outcomes: list[object] = []
+    for n in range(40):
+        try:
+            if verb == "list":
+                await core.list_namespaced_pod(NS)
+            else:
+                await core.create_namespaced_pod(NS, pod(f"p{n}"))
+            outcomes.append("ok")
+        except client.ApiException as e:
+            outcomes.append(e.status)
+        except aiohttp.ClientError:
+            outcomes.append("dropped")
+    kube.calm()
+    assert set(outcomes) == {"ok", *expected}
+    failed = 40 - outcomes.count("ok")
+    # The client sends a request again after a dropped connection: more hits than failures.
+    assert failed == chaos.hits if kind != "drop" else failed <= chaos.hits
+    assert 10 <= failed <= 30
+
+
+async def test_a_hung_call_answers_only_once_the_chaos_ends(
+    core: client.CoreV1Api, kube: Kube
+) -> None:
+    """A hung call gets no answer until `calm()`, and then a 504 that changed nothing."""
+    kube.chaos("hang", 1.0, seed=1)
+    call = asyncio.create_task(core.create_namespaced_pod(NS, pod("p")))
+    done, _ = await asyncio.wait([call], timeout=0.2)
+    assert not done
+    kube.calm()
+    with pytest.raises(client.ApiException) as error:
+        await call
+    assert error.value.status == 504
+    assert kube.store.list_objects("v1/pods", NS) == []

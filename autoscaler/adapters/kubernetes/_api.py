@@ -5,6 +5,13 @@ list of thousands of pods deserialises several times faster, and the caches keep
 sent. Every call goes through `call_json`, which turns a failure into `ApiException` (HTTP
 statuses) or a transport error, and `failure` maps either to `KubeApiError`.
 
+Every write goes through `write_json`, fenced by the leader Lease: it asks its `Fence` (the
+elector's `is_leader`, false once the renew deadline has passed by this replica's own clock)
+immediately before the request is sent, after every await of the caller, and raises
+`NotLeaderError` instead of sending. The deadline comes a safety margin before any other
+replica may judge the Lease expired; a write already on its way when the deadline passes is
+fenced by its precondition (the resourceVersion it was based on), not here.
+
 It must not cache, retry or decide anything.
 """
 
@@ -23,6 +30,9 @@ from autoscaler import errors
 
 Obj = dict[str, Any]
 """A Kubernetes object as the API serialises it."""
+
+Fence = Callable[[], bool]
+"""Whether this replica may write now; asked immediately before each write is sent."""
 
 ErrorCallback = Callable[[str], None]
 """Told the operation (`deployments.list`, `leases.update`, ...) of every failed API call."""
@@ -73,6 +83,19 @@ async def call_json(
     if not isinstance(document, dict):
         raise ValueError(f"the API answered {type(document).__name__}, not an object")
     return document
+
+
+async def write_json(
+    fence: Fence,
+    fn: Callable[..., Awaitable[Any]],
+    *args: Any,
+    request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
+    **kwargs: Any,
+) -> Obj:
+    """`call_json` for a write: `NotLeaderError`, and nothing sent, when `fence()` says no."""
+    if not fence():
+        raise NotLeaderError("this instance is not the leader (or its renew deadline passed)")
+    return await call_json(fn, *args, request_timeout_s=request_timeout_s, **kwargs)
 
 
 def status_of(error: BaseException) -> int | None:

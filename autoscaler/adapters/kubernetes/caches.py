@@ -148,6 +148,7 @@ class Caches:
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         backoff: informer.Backoff | None = None,
         watch_timeout_s: float = 300.0,
+        request_timeout_s: float = 30.0,
         rng: random.Random | None = None,
     ) -> None:
         self.namespaces = namespaces or NamespaceFilter()
@@ -170,6 +171,7 @@ class Caches:
             "on_api_error": on_api_error,
             "backoff": backoff,
             "watch_timeout_s": watch_timeout_s,
+            "request_timeout_s": request_timeout_s,
             "rng": rng,
         }
         self.deployments = informer.Informer(

@@ -9,7 +9,9 @@ names the other). A `state`
 annotation that cannot be read (`codec.parse_state`) is treated as absent, with one
 `state.invalid` log line and one Warning Event `CorruptState` when first seen.
 
-Writes: `scale` patches the Deployment's `scale` subresource; `publish` writes the `status` and
+Writes: `scale` patches the Deployment's `scale` subresource with the resourceVersion its
+replicas were read at (a 409 on a moved status is sent again at the new version; on changed
+replicas it is raised, to be decided again); `publish` writes the `status` and
 `state` annotations in one merge patch that carries the cached resourceVersion (or that of the
 controller's own scale write when the cache has not seen it yet; a 409 re-reads
 the Deployment and retries), only when their content changed, and posts Events modelled on the
@@ -17,8 +19,9 @@ HPA's. A scale-down that the ramp driver drains first is published before its re
 `SuccessfulRescale` is posted by the later `scale` that sets them. With the global dry-run
 nothing is written at all; a service in `mode: dry-run` gets its status, state and Events but
 never a replica change. An instance that is not the leader refuses every write
-(`NotLeaderError`). Library errors leave as `KubeApiError`, an `errors.ActuationError` carrying
-the HTTP status, and each failed call is counted through `on_api_error`.
+(`NotLeaderError`), asked again immediately before each request (`_api.write_json`). Library
+errors leave as `KubeApiError`, an `errors.ActuationError` carrying the HTTP status, and each
+failed call is counted through `on_api_error`.
 
 Placement (DESIGN §3.5, §3.6, `placement`): a service whose owner requests `nvidia.com/gpu` spans
 tier Deployments (the owner is `whole`; `<name>-mig-<profile>` and `<name>-shared` are the
@@ -252,6 +255,8 @@ class KubeCluster:
             namespaces=namespaces,
             on_api_error=on_api_error,
             watch_timeout_s=watch_timeout_s,
+            # A page of a list of pods takes the API server longer than one object.
+            request_timeout_s=3 * request_timeout_s,
             rng=self._rng,
         )
         self.events = events.EventRecorder(
@@ -261,6 +266,7 @@ class KubeCluster:
             may_write=may_write,
             dry_run=dry_run,
             on_api_error=on_api_error,
+            request_timeout_s=request_timeout_s,
         )
         self.placement = placement.Ladder(
             api,
@@ -282,6 +288,7 @@ class KubeCluster:
         self._managed: dict[model.ServiceId, _Managed] = {}
         self._last_set: dict[model.ServiceId, int] = {}
         self._written_version: dict[model.ServiceId, str] = {}
+        self._written_replicas: dict[model.ServiceId, int] = {}
         self._scaled: dict[model.ServiceId, int] = {}
         self._holding: dict[model.ServiceId, model.Reason] = {}
         self._announced: set[model.ServiceId] = set()
@@ -372,6 +379,7 @@ class KubeCluster:
         """Drop what is remembered about services no longer managed."""
         self._last_set = {k: v for k, v in self._last_set.items() if k in present}
         self._written_version = {k: v for k, v in self._written_version.items() if k in present}
+        self._written_replicas = {k: v for k, v in self._written_replicas.items() if k in present}
         self._holding = {k: v for k, v in self._holding.items() if k in present}
         self._announced &= set(present)
         self._unannounced = {k: v for k, v in self._unannounced.items() if k in present}
@@ -540,20 +548,53 @@ class KubeCluster:
     async def _scale_owner(
         self, service: model.ServiceId, managed: _Managed, replicas: int
     ) -> None:
+        """Patch the owner's `scale` with the resourceVersion its replicas were read at.
+
+        A 409 re-reads the Deployment: when only its status moved, the patch is sent again at
+        the new version; when its replicas changed (another writer, a successor leader), the
+        conflict is raised for the loop to decide again from what is there now.
+        """
         operation = "deployments/scale.patch"
-        try:
-            answer = await _api.call_json(
-                self._apps.patch_namespaced_deployment_scale,
-                managed.name,
-                managed.namespace,
-                {"spec": {"replicas": replicas}},
-                _content_type=_api.MERGE_PATCH,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, service, e) from e
-        self._written_version[service] = _api.resource_version(answer)
+        cached = self.caches.deployment(managed.namespace, managed.name)
+        if cached is None:
+            raise KubeApiError(operation, f"{service} is not a managed Deployment")
+        if self._lags(service):  # the cache has not seen our own last write yet
+            version, based_on = self._written_version[service], self._written_replicas[service]
+        else:
+            version, based_on = _api.resource_version(cached), spec_replicas(cached)
+        for attempt in range(1, self._conflict_attempts + 1):
+            body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
+            try:
+                answer = await _api.write_json(
+                    self._may_write,
+                    self._apps.patch_namespaced_deployment_scale,
+                    managed.name,
+                    managed.namespace,
+                    body,
+                    _content_type=_api.MERGE_PATCH,
+                    request_timeout_s=self._request_timeout_s,
+                )
+            except ApiException as e:
+                self._on_api_error(operation)
+                if e.status != 409 or attempt == self._conflict_attempts:
+                    raise _api.failure(operation, service, e) from e
+            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
+                self._on_api_error(operation)
+                raise _api.failure(operation, service, e) from e
+            else:
+                self._written_version[service] = _api.resource_version(answer)
+                self._written_replicas[service] = replicas
+                return
+            current = await self._read(service, managed)
+            if spec_replicas(current) != based_on:
+                log.info("scale.conflicted", service=service, found=spec_replicas(current))
+                raise KubeApiError(
+                    operation,
+                    f"{operation} {service} failed: replicas changed to "
+                    f"{spec_replicas(current)} since they were read as {based_on}",
+                    status=409,
+                )
+            version = _api.resource_version(current)
 
     async def _replan(self, service: model.ServiceId, desired: int) -> None:
         """Distribute the policy's last total again (the ladder's upkeep, under its lock)."""
@@ -652,7 +693,8 @@ class KubeCluster:
                 }
             }
             try:
-                await _api.call_json(
+                await _api.write_json(
+                    self._may_write,
                     self._apps.patch_namespaced_deployment,
                     managed.name,
                     managed.namespace,

@@ -83,8 +83,10 @@ class EventRecorder:
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         queue_size: int = 1000,
         remembered: int = 4096,
+        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
         self._core = client.CoreV1Api(api)
+        self._request_timeout_s = request_timeout_s
         self.instance = instance
         self.component = component
         self._wall_now = wall_now
@@ -131,6 +133,8 @@ class EventRecorder:
             try:
                 if self._allowed(pending.despite_dry_run):
                     await self._post(pending)
+            except _api.NotLeaderError:
+                pass  # leadership ended while it waited: a follower posts nothing
             finally:
                 self._queue.task_done()
 
@@ -152,12 +156,14 @@ class EventRecorder:
         if posted is not None:
             patch = {"count": posted.count + 1, "lastTimestamp": now}
             try:
-                await _api.call_json(
+                await _api.write_json(
+                    self._may_write,
                     self._core.patch_namespaced_event,
                     posted.name,
                     namespace,
                     patch,
                     _content_type=_api.MERGE_PATCH,
+                    request_timeout_s=self._request_timeout_s,
                 )
             except ApiException as e:
                 if e.status != 404:  # 404: the Event expired (its TTL); post a fresh one
@@ -184,7 +190,13 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            created = await _api.call_json(self._core.create_namespaced_event, namespace, body)
+            created = await _api.write_json(
+                self._may_write,
+                self._core.create_namespaced_event,
+                namespace,
+                body,
+                request_timeout_s=self._request_timeout_s,
+            )
         except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
             self._failed("events.create", pending, e)
             return

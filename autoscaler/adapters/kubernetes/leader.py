@@ -9,8 +9,12 @@ Expiry is judged as client-go judges it: by this process's own clock, from the m
 first saw the Lease's current record, plus `leaseDurationSeconds`, never by comparing the
 holder's wall-clock `renewTime` with ours, so clock skew between nodes cannot elect two
 leaders. `renewTime` and `acquireTime` are still written in wall time, for people reading
-the Lease. On cancellation the leader releases the Lease (clears the holder) so that a
-successor takes over at its next retry instead of after the lease expires.
+the Lease. A follower that sees the Lease held tries again at the next retry or at the moment
+that record expires, whichever is sooner: after a holder dies, its successor takes over
+within `leaseDurationSeconds` plus one (jittered) retry of the holder's last renewal.
+
+On cancellation the leader releases the Lease (clears the holder) so that a successor takes
+over at its next retry instead of after the lease expires.
 
 It must not do anything with leadership but report it: `is_leader`, the `leading` and `lost`
 events, and the callbacks.
@@ -40,6 +44,9 @@ log = structlog.get_logger(__name__)
 
 JITTER_RATIO: Final = 0.2
 """Retries wait up to this much longer than `retry_interval_s` (client-go's JitterFactor)."""
+
+
+_EXPIRY_SLACK_S: Final = 1e-6
 
 
 def default_identity(env: Mapping[str, str] | None = None) -> str:
@@ -115,8 +122,9 @@ class LeaderElector:
         self.holder: str | None = None
         """The holder seen at the last read of the Lease."""
         self._renewed_s = -float("inf")
-        self._observed: tuple[str, str] | None = None  # (resourceVersion, holder) last seen
+        self._observed: tuple[str, str, str] | None = None  # (version, holder, renewTime)
         self._observed_s = 0.0
+        self._expires_s = 0.0  # when the record last seen expires, by our clock
 
     @property
     def is_leader(self) -> bool:
@@ -171,14 +179,21 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         while True:
-            if await self._attempt() is _Outcome.HELD:
+            outcome = await self._attempt()
+            if outcome is _Outcome.HELD:
                 self.leading.set()
                 self.lost.clear()
                 log.info("leader.elected", lease=self._lease_name, identity=self.identity)
                 if self._on_started is not None:
                     self._on_started()
                 return
-            await self.clock.sleep(self.retry_interval_s * (1 + JITTER_RATIO * self._rng.random()))
+            delay_s = self.retry_interval_s * (1 + JITTER_RATIO * self._rng.random())
+            if outcome is _Outcome.TAKEN:
+                # Try again the moment the holder's lease runs out rather than up to a retry
+                # later: a takeover then comes within the lease and one retry of the holder's
+                # last renewal.
+                delay_s = min(delay_s, max(0.0, self._expires_s - self.clock.now()))
+            await self.clock.sleep(delay_s)
 
     async def _renew(self) -> None:
         while True:
@@ -215,9 +230,11 @@ class LeaderElector:
             return _Outcome.FAILED
         if lease is None:
             return await self._create(now_s)
-        self._observe(lease, now_s)
+        # Seen now, after the read came back: never earlier than the record was written.
+        seen_s = self.clock.now()
+        self._observe(lease, seen_s)
         holder = _holder(lease)
-        if holder and holder != self.identity and not self._expired(lease, now_s):
+        if holder and holder != self.identity and not self._expired(lease, seen_s):
             return _Outcome.TAKEN
         wall = _api.format_micro_time(self._wall_now())
         spec = dict(_spec(lease))
@@ -271,7 +288,8 @@ class LeaderElector:
         return _Outcome.HELD
 
     def _observe(self, lease: Obj, now_s: float) -> None:
-        record = (_api.resource_version(lease), _holder(lease))
+        renewed = _spec(lease).get("renewTime")
+        record = (_api.resource_version(lease), _holder(lease), str(renewed))
         self.holder = record[1] or None
         if record != self._observed:
             self._observed, self._observed_s = record, now_s
@@ -279,7 +297,9 @@ class LeaderElector:
     def _expired(self, lease: Obj, now_s: float) -> bool:
         duration = _spec(lease).get("leaseDurationSeconds")
         duration_s = float(duration) if isinstance(duration, int | float) else self.lease_duration_s
-        return now_s >= self._observed_s + duration_s
+        self._expires_s = self._observed_s + duration_s
+        # The slack absorbs the rounding of a sleep timed to end exactly at the expiry.
+        return now_s >= self._expires_s - _EXPIRY_SLACK_S
 
     @property
     def _lease_name(self) -> str:

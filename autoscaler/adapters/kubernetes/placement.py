@@ -983,7 +983,8 @@ class Ladder:
     async def _scale(self, service: model.ServiceId, deployment: Obj, replicas: int) -> None:
         operation = "deployments/scale.patch"
         try:
-            await _api.call_json(
+            await _api.write_json(
+                self._may_write,
                 self._apps.patch_namespaced_deployment_scale,
                 _api.name(deployment),
                 _api.namespace(deployment),
@@ -1007,7 +1008,8 @@ class Ladder:
             raise KubeApiError("deployments.create", f"{service}: {message}", status=409)
         operation = "deployments.create"
         try:
-            await _api.call_json(
+            await _api.write_json(
+                self._may_write,
                 self._apps.create_namespaced_deployment,
                 namespace,
                 sibling(owner, tier, replicas=replicas),
@@ -1068,7 +1070,8 @@ class Ladder:
         ]
         operation = "deployments.patch"
         try:
-            await _api.call_json(
+            await _api.write_json(
+                self._may_write,
                 self._apps.patch_namespaced_deployment,
                 job.target,
                 job.namespace,
@@ -1095,7 +1098,8 @@ class Ladder:
             }
         }
         try:
-            await _api.call_json(
+            await _api.write_json(
+                self._may_write,
                 self._apps.delete_namespaced_deployment,
                 job.target,
                 job.namespace,

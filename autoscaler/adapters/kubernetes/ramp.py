@@ -391,7 +391,8 @@ class KubeRamp:
                 "metadata": {"resourceVersion": version, "annotations": {contract.RAMP_KEY: text}}
             }
             try:
-                answer = await _api.call_json(
+                answer = await _api.write_json(
+                    self._kube.may_write,
                     self._apps.patch_namespaced_deployment,
                     managed.name,
                     managed.namespace,
@@ -417,6 +418,7 @@ class KubeRamp:
                 self._apps.read_namespaced_deployment,
                 managed.name,
                 managed.namespace,
+                write=False,
             )
             version = _api.resource_version(current)
 
@@ -583,8 +585,19 @@ class KubeRamp:
             raise NotLeaderError(f"{service}: this instance is not the leader; nothing written")
         return True
 
-    async def _call(self, operation: str, target: str, fn: Any, *args: Any, **kwargs: Any) -> Obj:
+    async def _call(
+        self, operation: str, target: str, fn: Any, *args: Any, write: bool = True, **kwargs: Any
+    ) -> Obj:
+        """The answer's JSON; a write is fenced by the Lease (`_api.write_json`)."""
         try:
+            if write:
+                return await _api.write_json(
+                    self._kube.may_write,
+                    fn,
+                    *args,
+                    request_timeout_s=self._request_timeout_s,
+                    **kwargs,
+                )
             return await _api.call_json(
                 fn, *args, request_timeout_s=self._request_timeout_s, **kwargs
             )

@@ -334,6 +334,7 @@ class MeshClient:
             target.service,
             call,
             *args,
+            write=True,
             _content_type=_api.MERGE_PATCH,
         )
         log.info("route.patched", service=target.service, kind=resource.kind, name=name)
@@ -359,7 +360,13 @@ class MeshClient:
             args = (resource.group, resource.version, target.namespace, resource.plural, name)
         # 404: gone already; 409: the uid changed, so what has that name now is not what we read.
         await self._call_allowing(
-            {404, 409}, f"{resource.plural}.delete", target.service, call, *args, body=body
+            {404, 409},
+            f"{resource.plural}.delete",
+            target.service,
+            call,
+            *args,
+            write=True,
+            body=body,
         )
         log.info("route.deleted", service=target.service, kind=resource.kind, name=name)
 
@@ -434,7 +441,7 @@ class MeshClient:
             call = self._custom.create_namespaced_custom_object
             args = (resource.group, resource.version, target.namespace, resource.plural, body)
         created = await self._call_allowing(
-            {409}, f"{resource.plural}.create", target.service, call, *args
+            {409}, f"{resource.plural}.create", target.service, call, *args, write=True
         )
         if created is not None:
             log.info("route.created", service=target.service, kind=resource.kind, name=name)
@@ -489,13 +496,13 @@ class MeshClient:
         what: str,
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
+        write: bool = False,
         **kwargs: Any,
     ) -> Obj:
-        """The answer's JSON; any failure raises `KubeApiError`."""
+        """The answer's JSON; any failure raises `KubeApiError`. A `write` is fenced by the
+        Lease (`_api.write_json`)."""
         try:
-            return await _api.call_json(
-                fn, *args, request_timeout_s=self._request_timeout_s, **kwargs
-            )
+            return await self._send(fn, *args, write=write, **kwargs)
         except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
             self._on_api_error(operation)
             raise _api.failure(operation, what, e) from e
@@ -507,13 +514,12 @@ class MeshClient:
         what: str,
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
+        write: bool = False,
         **kwargs: Any,
     ) -> Obj | None:
         """As `_call`, but None (and nothing counted) when the HTTP status is one of `allow`."""
         try:
-            return await _api.call_json(
-                fn, *args, request_timeout_s=self._request_timeout_s, **kwargs
-            )
+            return await self._send(fn, *args, write=write, **kwargs)
         except ApiException as e:
             if e.status in allow:
                 return None
@@ -522,3 +528,12 @@ class MeshClient:
         except (*_api.TRANSPORT_ERRORS, ValueError) as e:
             self._on_api_error(operation)
             raise _api.failure(operation, what, e) from e
+
+    async def _send(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, write: bool, **kwargs: Any
+    ) -> Obj:
+        if write:
+            return await _api.write_json(
+                self._may_write, fn, *args, request_timeout_s=self._request_timeout_s, **kwargs
+            )
+        return await _api.call_json(fn, *args, request_timeout_s=self._request_timeout_s, **kwargs)

@@ -71,6 +71,22 @@ class StepClock:
             if deadline <= self._now and not future.done():
                 future.set_result(None)
 
+    def advance_to(self, when_s: float) -> None:
+        """Move to `when_s` exactly (a deadline read from `next_wake_s` wakes its sleeper)."""
+        self.advance(max(0.0, when_s - self._now))
+        self._now = max(self._now, when_s)
+        for deadline, future in self._sleepers:
+            if deadline <= self._now and not future.done():
+                future.set_result(None)
+
+    @property
+    def next_wake_s(self) -> float:
+        """When the next sleeper wakes; infinity when nobody sleeps."""
+        return min(
+            (deadline for deadline, future in self._sleepers if not future.done()),
+            default=float("inf"),
+        )
+
     @property
     def sleeping(self) -> int:
         return sum(1 for _, future in self._sleepers if not future.done())

@@ -454,6 +454,70 @@ async def test_publish_right_after_a_scale_carries_the_version_of_that_write(
     assert contract.STATUS_KEY in stored["metadata"]["annotations"]
 
 
+async def test_a_scale_that_conflicts_on_a_status_change_is_sent_again(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A 409 on the scale patch re-reads the Deployment and, its replicas unchanged, sends the
+    patch again at the new resourceVersion."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+    await managed(made, "web")
+    kube.fail("patch", "deployments/scale", status=409)
+
+    await made.scale(WEB, 3)
+
+    assert kube.requests.count("patch", "deployments/scale") == 2
+    assert kube.requests.count("get", "deployments") == 1
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 3
+
+
+async def test_a_deposed_leaders_delayed_scale_does_not_overwrite_its_successors(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A scale write held in flight until the successor has scaled gets 409 and leaves the
+    successor's replicas."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    deposed = await make_cluster(identity="autoscaler-0")
+    successor = await make_cluster(identity="autoscaler-1")
+    await managed(deposed, "web")
+    await managed(successor, "web")
+    held = kube.hold("patch", "deployments/scale")
+    delayed = asyncio.create_task(deposed.scale(WEB, 3))
+    async with asyncio.timeout(5):
+        await held.arrived.wait()
+
+    await successor.scale(WEB, 5)
+    held.release()
+    with pytest.raises(cluster.KubeApiError) as raised:
+        await delayed
+
+    assert raised.value.status == 409
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 5
+    answered = [w.status for w in kube.requests.writes if w.resource == "deployments/scale"]
+    assert answered == [200, 409]
+
+
+async def test_a_leader_past_its_renew_deadline_writes_nothing_more(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A renew deadline that passes while a conflicting publish backs off stops its retry
+    before it is sent."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    clock = ManualClock()
+    renew_deadline_s = 0.001  # passes during the conflict's backoff (about 50 ms)
+    made = await make_cluster(clock=clock, may_write=lambda: clock.now() < renew_deadline_s)
+    await managed(made, "web")
+    kube.fail("patch", "deployments", status=409)
+
+    with pytest.raises(cluster.NotLeaderError):
+        await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), model.PolicyState())
+
+    assert kube.requests.count("patch", "deployments") == 1
+    assert contract.STATUS_KEY not in _api.annotations_of(
+        kube.store.get("apps/v1/deployments", NS, "web")
+    )
+
+
 async def test_publish_gives_up_after_repeated_conflicts(
     kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:

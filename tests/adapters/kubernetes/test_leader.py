@@ -105,6 +105,46 @@ async def test_a_dead_leader_is_replaced_once_its_lease_expires(
     assert spec["leaseTransitions"] == 1
 
 
+async def test_a_killed_leader_is_replaced_within_a_lease_and_a_retry_of_its_death(
+    kube: Kube, api: client.ApiClient, clock: StepClock
+) -> None:
+    """Killed at seeded random moments, a leader is replaced within `lease_duration_s` plus one
+    jittered retry of its last renewal (so of its death), wherever the follower's polls fall."""
+    rng = random.Random(11)
+    bound_s = 15.0 + (1 + leader.JITTER_RATIO) * 2.0
+    takeovers: list[float] = []
+    for kill in range(12):
+        a = candidate(api, clock, f"a{kill}", release_on_cancel=False)
+        b = candidate(api, clock, f"b{kill}")
+        async with contextlib.AsyncExitStack() as alive:
+            await alive.enter_async_context(running(a.run()))
+            async with asyncio.timeout(5):
+                await a.wait_leading()
+            async with running(b.run()):
+                await clock.wait_sleeping(2)
+                await wake_in_turn(clock, until_s=clock.now() + rng.uniform(0.0, 10.0), tasks=2)
+                await alive.aclose()  # `a` dies: it neither renews nor releases
+                renewed = _api.parse_time(lease_spec(kube)["renewTime"])
+                assert renewed is not None
+                renewed_s = renewed - WALL_S  # the last renewal, on the test's clock
+                while not b.is_leader:
+                    assert clock.now() - renewed_s < 30.0
+                    await wake_in_turn(clock, until_s=clock.next_wake_s, tasks=1)
+                takeovers.append(clock.now() - renewed_s)
+                await b.release()
+        await alive.aclose()
+
+    assert max(takeovers) <= bound_s, takeovers
+
+
+async def wake_in_turn(clock: StepClock, *, until_s: float, tasks: int) -> None:
+    """Move the clock from one sleeper's deadline to the next up to `until_s`, letting each
+    woken task finish its turn: time moves exactly as far as each sleep asked."""
+    while clock.now() < until_s:
+        clock.advance_to(min(clock.next_wake_s, until_s))
+        await clock.wait_sleeping(tasks)
+
+
 async def test_a_released_lease_is_taken_at_once(
     kube: Kube, api: client.ApiClient, clock: StepClock
 ) -> None:
