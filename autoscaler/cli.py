@@ -611,7 +611,7 @@ def _parser() -> argparse.ArgumentParser:
 
     list_ = commands.add_parser(
         "list",
-        help="list the managed Deployments and their last decision, like kubectl get hpa",
+        help="list the managed Deployments and their last decision",
         description="Read the Deployments once and print one line per managed Deployment: "
         "desired, current and serving replicas, the last decision's kind/reason, the age of "
         "the last scale, the traffic ramp and the placement tiers. An annotation the "

@@ -25,8 +25,9 @@ MANAGED = {
 }
 
 
-def test_help_lists_all_five_commands(run: Run) -> None:
-    """`--help` lists run, explain, validate, simulate and demo, each with a description."""
+def test_help_lists_every_command(run: Run) -> None:
+    """`--help` lists run, list, explain, validate, simulate and demo, each with a
+    description."""
     result = run("--help")
     assert result.code == 0
     listed = {
@@ -34,7 +35,7 @@ def test_help_lists_all_five_commands(run: Run) -> None:
         for line in result.out.splitlines()
         if line.startswith("    ") and len(line.split()) > 2
     }
-    assert listed == {"run", "explain", "validate", "simulate", "demo"}
+    assert listed == {"run", "list", "explain", "validate", "simulate", "demo"}
 
 
 def test_run_without_a_kubeconfig_is_one_line(run: Run, tmp_path: Path) -> None:
