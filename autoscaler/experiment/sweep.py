@@ -1,18 +1,15 @@
-"""Policy quality (DESIGN §8): ours against HPA, KEDA, Knative KPA and a perfect-foresight oracle.
+"""Every policy on a set of scenarios: default targets, and the equal-SLO search (DESIGN §8).
 
-    python -m bench.run [--quick] [--scenarios a,b] [--policies p,q] [--regimes warm,cold]
-                        [--jobs N] [--out DIR] [--duration-s S] [--quiet]
-
-Every scenario (`bench.scenarios`) runs under two start-up regimes (`warm`: ~8 s, weights in the
-node's cache; `cold`: ~120 s, pulled from storage) with every policy, through the real loop on the
-simulator, on the same capacity model, trace and seed. Two views:
+Every scenario runs under a start-up regime (`warm`: ~8 s, weights in the node's cache; `cold`:
+~120 s, pulled from storage) with every policy, through the real loop on the simulator, on the
+same capacity model, trace and seed. Two views:
 
 - **Default targets**: each policy as a user would run it. Ours, HPA, KEDA and the oracle aim at
   75 % of mu per replica (`SimParams.target_utilisation`). KPA gets mu as its `target` and applies
   its own default `target-utilization` of 0.7 on top: Knative's default way of keeping headroom,
   five points leaner than the others rather than 0.75 x 0.7.
 - **Equal SLO** (the headline): each policy's utilisation target is searched on a grid
-  (`bench.equal_slo`), starting from its default, and the cheapest setting with at most 1 % of
+  (`equal_slo`), starting from its default, and the cheapest setting with at most 1 % of
   requests over the SLO or dropped is kept. For KPA the swept knob is its `target-utilization`
   (target mu); for the others the per-replica load target. The oracle is swept too: its result
   is the floor every "x oracle" divides by. It sizes for the highest 30 s mean rate within its
@@ -24,14 +21,10 @@ target, all serving, as for a service that was running before the trace begins: 
 cannot meet an opening burst, and the misses it would cause say nothing about any policy. Bounds
 are the same for everyone: at least 2 replicas (HPA's own default floor would be 1), at most 100.
 
-Runs go to a pool of `--jobs` processes (default: the CPUs available); each sweep is sequential,
-the sweeps run side by side, the longest traces first. Results do not depend on the number of
-jobs or the order in which runs finish. Output (`--out`, default `bench-out`): `results.md` (the
-table, also printed), `results.json` (every run) and `<scenario>.png` per scenario.
-
-`--quick` runs in about a minute on two cores: four scenarios (Azure, step, spike, on/off; no
-ServeGen, diurnal or hover), each cut to its first 30 minutes, the cold regime only, and a grid
-of 0.1 steps instead of 0.05.
+`run` sends the runs to a pool of `jobs` processes; each sweep is sequential, the sweeps run side
+by side, the longest traces first. Results do not depend on the number of jobs or the order in
+which runs finish. Every run keeps its serving replicas and SLO misses over time, binned for the
+plots (`scenario.bin_s`).
 
 It must not change the simulator or the policies: it only chooses their inputs and reads their
 results.
@@ -39,28 +32,26 @@ results.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import dataclasses
 import heapq
 import math
 import os
-import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from autoscaler import baselines, logs, ports
 from autoscaler.baselines import kpa
+from autoscaler.experiment import equal_slo
+from autoscaler.experiment import scenario as scenario_
+from autoscaler.experiment.scenario import Scenario
 from autoscaler.sim import run as sim_run
 from autoscaler.sim.params import SimParams
-from bench import common, equal_slo, scenarios
 
-IntArray = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,42 +74,25 @@ DEFAULT_UTILISATION: dict[str, float] = {
 GRID = tuple(round(0.45 + 0.05 * i, 2) for i in range(12))
 """Utilisation targets the equal-SLO search may try: 0.45 to 1.00."""
 QUICK_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-QUICK_SCENARIOS = ("azure-conv", "step-5x", "spike-60s", "on-off")
-QUICK_REGIMES = ("cold",)
-QUICK_DURATION_S = 1800
+"""A coarser grid, for quick runs."""
 
 BASE = SimParams(min_replicas=2, max_replicas=100)
 """The capacity model, bounds and seed of every run; start-up and target vary per run."""
-
-DEFAULT_OUT = Path("bench-out")
-QUICK_OUT = DEFAULT_OUT / "quick"
 
 _CEIL_SLACK = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    scenarios: tuple[str, ...] = scenarios.NAMES
+    scenarios: tuple[str, ...]
     regimes: tuple[str, ...] = tuple(REGIMES)
     policies: tuple[str, ...] = POLICIES
     grid: tuple[float, ...] = GRID
     duration_s: int | None = None
     """Cut every trace to its first `duration_s` seconds; None: whole traces."""
     quick: bool = False
+    """Reported only: the runs were cut short or coarse, not a full comparison."""
     base: SimParams = BASE
-
-
-def quick_config(**overrides: object) -> Config:
-    """The `--quick` settings (see the module docstring), with `overrides`."""
-    fields: dict[str, object] = {
-        "scenarios": QUICK_SCENARIOS,
-        "regimes": QUICK_REGIMES,
-        "grid": QUICK_GRID,
-        "duration_s": QUICK_DURATION_S,
-        "quick": True,
-    }
-    fields.update(overrides)
-    return Config(**fields)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +107,6 @@ class Task:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.scenario, self.regime, self.policy)
-
-    @property
-    def is_default(self) -> bool:
-        return math.isclose(self.utilisation, DEFAULT_UTILISATION[self.policy])
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +128,10 @@ class Run:
     None without a step, or when it never did while the raised load lasted."""
     p95_latency_s: float | None
     mean_replicas: float
-    serving: IntArray | None = field(default=None, compare=False, repr=False)
-    """Serving replicas per second; kept for default-target runs only (the plots)."""
+    serving: FloatArray | None = field(default=None, compare=False, repr=False)
+    """Serving replicas over time, the mean per `scenario.bin_s` seconds (the plots)."""
+    misses: FloatArray | None = field(default=None, compare=False, repr=False)
+    """Requests per second over the SLO or dropped, the mean per `scenario.bin_s` seconds."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -191,7 +163,7 @@ class Outcome:
 @dataclass(frozen=True, slots=True)
 class Results:
     config: Config
-    scenarios: dict[str, scenarios.Scenario]
+    scenarios: dict[str, Scenario]
     outcomes: tuple[Outcome, ...]
 
     @property
@@ -208,7 +180,7 @@ class Results:
 # --- one run -----------------------------------------------------------------------------------
 
 
-def params_for(task: Task, scenario: scenarios.Scenario, base: SimParams) -> SimParams:
+def params_for(task: Task, scenario: Scenario, base: SimParams) -> SimParams:
     """The run's `SimParams`: the base with the task's start-up, target and policy, starting
     with the replicas the opening needs at that target."""
     target = task.utilisation * base.replica_capacity_rps
@@ -231,7 +203,7 @@ def decider_for(task: Task, params: SimParams) -> ports.Policy | None:
     return None
 
 
-def evaluate(task: Task, scenario: scenarios.Scenario, base: SimParams) -> Run:
+def evaluate(task: Task, scenario: Scenario, base: SimParams) -> Run:
     """Simulate one task and measure it."""
     params = params_for(task, scenario, base)
     result = sim_run.simulate(scenario.arrivals, params, policy=decider_for(task, params))
@@ -239,7 +211,7 @@ def evaluate(task: Task, scenario: scenarios.Scenario, base: SimParams) -> Run:
     series = result.timeseries
     requests = float(summary["requests"])
     p95 = summary["p95_latency_s"]
-    serving = series["replicas_serving"].astype(np.int32) if task.is_default else None
+    size = scenario_.bin_s(scenario.duration_s)
     return Run(
         scenario=task.scenario,
         regime=task.regime,
@@ -253,13 +225,12 @@ def evaluate(task: Task, scenario: scenarios.Scenario, base: SimParams) -> Run:
         time_to_capacity_s=time_to_capacity(scenario, series["capacity_rps"]),
         p95_latency_s=None if p95 is None else float(p95),
         mean_replicas=float(summary["mean_replicas"]),
-        serving=serving,
+        serving=scenario_.binned(series["replicas_serving"], size),
+        misses=scenario_.binned(series["slo_misses"], size),
     )
 
 
-def time_to_capacity(
-    scenario: scenarios.Scenario, capacity_rps: npt.NDArray[np.float64]
-) -> float | None:
+def time_to_capacity(scenario: Scenario, capacity_rps: npt.NDArray[np.float64]) -> float | None:
     """Seconds from the step until serving capacity first covers the raised load's mean rate;
     None without a step, or when capacity never gets there while the raised load lasts."""
     window = scenario.step_window()
@@ -273,22 +244,22 @@ def time_to_capacity(
 
 # --- the pool ----------------------------------------------------------------------------------
 
-_worker_scenarios: dict[str, scenarios.Scenario] = {}
+_worker_scenarios: dict[str, Scenario] = {}
 _worker_base = BASE
 
 
-def _start_worker(scenario_map: dict[str, scenarios.Scenario], base: SimParams) -> None:
+def _start_worker(scenario_map: dict[str, Scenario], base: SimParams) -> None:
     global _worker_base
     _worker_scenarios.update(scenario_map)
     _worker_base = base
-    _quiet_logs()
+    quiet_logs()
 
 
 def _work(task: Task) -> Run:
     return evaluate(task, _worker_scenarios[task.scenario], _worker_base)
 
 
-def _quiet_logs() -> None:
+def quiet_logs() -> None:
     """The simulated controller logs every decision at info: keep warnings and worse only."""
     logs.configure(json=True, level="warning")
 
@@ -299,7 +270,7 @@ Progress = Callable[[Outcome, int, int], None]
 
 def run(
     config: Config,
-    scenario_map: Mapping[str, scenarios.Scenario],
+    scenario_map: Mapping[str, Scenario],
     *,
     jobs: int = 1,
     progress: Progress | None = None,
@@ -394,135 +365,9 @@ def _against_oracle(outcomes: Sequence[Outcome]) -> list[Outcome]:
     return compared
 
 
-def build_scenarios(config: Config) -> dict[str, scenarios.Scenario]:
-    """The configured scenarios, each cut to `config.duration_s` when set."""
-    built = {name: scenarios.build(name, config.base) for name in config.scenarios}
-    if config.duration_s is None:
-        return built
-    return {name: s.truncated(config.duration_s) for name, s in built.items()}
-
-
-# --- the command -------------------------------------------------------------------------------
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    overrides: dict[str, object] = {}
-    if args.scenarios is not None:
-        overrides["scenarios"] = args.scenarios
-    if args.policies is not None:
-        overrides["policies"] = args.policies
-    if args.regimes is not None:
-        overrides["regimes"] = args.regimes
-    if args.duration_s is not None:
-        overrides["duration_s"] = args.duration_s
-    config = quick_config(**overrides) if args.quick else Config(**overrides)  # type: ignore[arg-type]
-    out: Path = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
-    jobs: int = args.jobs or available_cpus()
-
-    _quiet_logs()
-    started = time.perf_counter()
-    built = build_scenarios(config)
-    show = None if args.quiet else _show_progress
-    results = run(config, built, jobs=jobs, progress=show)
-
-    from bench import report  # matplotlib: only once the runs are done
-
-    table = report.markdown(results)
-    report.write(results, out, markdown=table)
-    elapsed = time.perf_counter() - started
-    print(table)
-    if not args.quiet:
-        runs = len(results.runs)
-        print(
-            f"{runs} runs in {elapsed:.0f} s with {jobs} jobs; wrote {out}/results.md, "
-            f"results.json and {len(results.scenarios)} plots",
-            file=sys.stderr,
-        )
-    return 0
-
-
 def available_cpus() -> int:
+    """The CPUs this process may run on: the default number of jobs."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-def _show_progress(outcome: Outcome, finished: int, total: int) -> None:
-    best = outcome.equal_slo
-    chosen = "none" if best is None else f"{best.gpu_hours:.1f} GPU-h at {best.utilisation:.2f}"
-    print(
-        f"[{finished}/{total}] {outcome.scenario} {outcome.regime} {outcome.policy}: "
-        f"default {outcome.default.slo_miss_pct:.2f} % misses, "
-        f"{outcome.default.gpu_hours:.1f} GPU-h; equal SLO {chosen} ({len(outcome.runs)} runs)",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def _names(known: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(n.strip() for n in text.split(",") if n.strip())
-        unknown = [n for n in names if n not in known]
-        if unknown or not names:
-            raise argparse.ArgumentTypeError(
-                f"unknown {what} {', '.join(unknown) or text!r}; known: {', '.join(known)}"
-            )
-        return tuple(dict.fromkeys(names))
-
-    return parse
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.run",
-        description="Compare the autoscaling policies on the simulator: a Markdown table on "
-        "stdout, results.md, results.json and one plot per scenario in --out.",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="about a minute on two cores: 4 scenarios cut to 30 min, cold start-up only, "
-        "a coarser sweep",
-    )
-    parser.add_argument(
-        "--scenarios",
-        type=_names(scenarios.NAMES, "scenario"),
-        metavar="A,B",
-        help=f"comma-separated (default: all; {', '.join(scenarios.NAMES)})",
-    )
-    parser.add_argument(
-        "--policies",
-        type=_names(POLICIES, "policy"),
-        metavar="P,Q",
-        help=f"comma-separated (default: {','.join(POLICIES)})",
-    )
-    parser.add_argument(
-        "--regimes",
-        type=_names(tuple(REGIMES), "regime"),
-        metavar="R,S",
-        help="start-up regimes: "
-        + ", ".join(f"{r.name} (~{r.startup_s:g} s, {r.about})" for r in REGIMES.values()),
-    )
-    parser.add_argument(
-        "--duration-s",
-        type=common.positive_int,
-        metavar="S",
-        help="cut every trace to its first S seconds",
-    )
-    parser.add_argument(
-        "--jobs", type=common.positive_int, metavar="N", help="worker processes (default: the CPUs)"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help=f"output directory (default: {DEFAULT_OUT}, or {QUICK_OUT} with --quick)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="print the table only")
-    return parser
-
-
-if __name__ == "__main__":
-    sys.exit(main())

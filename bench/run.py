@@ -1,0 +1,178 @@
+"""Policy quality (DESIGN §8): ours against HPA, KEDA, Knative KPA and a perfect-foresight oracle.
+
+    python -m bench.run [--quick] [--scenarios a,b] [--policies p,q] [--regimes warm,cold]
+                        [--jobs N] [--out DIR] [--duration-s S] [--quiet]
+
+Every scenario (`bench.scenarios`) runs under two start-up regimes with every policy; the rules
+(default targets, the equal-SLO search, the opening size, the bounds) are those of
+`autoscaler.experiment.sweep`, which `autoscaler bench --trace` applies to a user's own trace.
+
+Runs go to a pool of `--jobs` processes (default: the CPUs available). Results do not depend on
+the number of jobs or the order in which runs finish. Output (`--out`, default `bench-out`):
+`results.md` (the table, also printed), `results.json` (every run) and `<scenario>.png` per
+scenario.
+
+`--quick` runs in about a minute on two cores: four scenarios (Azure, step, spike, on/off; no
+ServeGen, diurnal or hover), each cut to its first 30 minutes, the cold regime only, and a grid
+of 0.1 steps instead of 0.05.
+
+It must not change the simulator or the policies: it only chooses their inputs and reads their
+results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from autoscaler.experiment import sweep
+from autoscaler.experiment.sweep import Config
+from bench import common, scenarios
+
+QUICK_SCENARIOS = ("azure-conv", "step-5x", "spike-60s", "on-off")
+QUICK_REGIMES = ("cold",)
+QUICK_DURATION_S = 1800
+
+DEFAULT_OUT = Path("bench-out")
+QUICK_OUT = DEFAULT_OUT / "quick"
+
+
+def full_config(**overrides: object) -> Config:
+    """Every scenario, regime and policy, with `overrides`."""
+    fields: dict[str, object] = {"scenarios": scenarios.NAMES}
+    fields.update(overrides)
+    return Config(**fields)  # type: ignore[arg-type]
+
+
+def quick_config(**overrides: object) -> Config:
+    """The `--quick` settings (see the module docstring), with `overrides`."""
+    fields: dict[str, object] = {
+        "scenarios": QUICK_SCENARIOS,
+        "regimes": QUICK_REGIMES,
+        "grid": sweep.QUICK_GRID,
+        "duration_s": QUICK_DURATION_S,
+        "quick": True,
+    }
+    fields.update(overrides)
+    return Config(**fields)  # type: ignore[arg-type]
+
+
+def build_scenarios(config: Config) -> dict[str, scenarios.Scenario]:
+    """The configured scenarios, each cut to `config.duration_s` when set."""
+    built = {name: scenarios.build(name, config.base) for name in config.scenarios}
+    if config.duration_s is None:
+        return built
+    return {name: s.truncated(config.duration_s) for name, s in built.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    overrides: dict[str, object] = {}
+    if args.scenarios is not None:
+        overrides["scenarios"] = args.scenarios
+    if args.policies is not None:
+        overrides["policies"] = args.policies
+    if args.regimes is not None:
+        overrides["regimes"] = args.regimes
+    if args.duration_s is not None:
+        overrides["duration_s"] = args.duration_s
+    config = quick_config(**overrides) if args.quick else full_config(**overrides)
+    out: Path = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    jobs: int = args.jobs or sweep.available_cpus()
+
+    sweep.quiet_logs()
+    started = time.perf_counter()
+    built = build_scenarios(config)
+    show = None if args.quiet else _show_progress
+    results = sweep.run(config, built, jobs=jobs, progress=show)
+
+    from autoscaler.experiment import report  # matplotlib: only once the runs are done
+
+    table = report.markdown(results)
+    report.write(results, out, markdown=table)
+    elapsed = time.perf_counter() - started
+    print(table)
+    if not args.quiet:
+        runs = len(results.runs)
+        print(
+            f"{runs} runs in {elapsed:.0f} s with {jobs} jobs; wrote {out}/results.md, "
+            f"results.json and {len(results.scenarios)} plots",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _show_progress(outcome: sweep.Outcome, finished: int, total: int) -> None:
+    from autoscaler.experiment import report
+
+    print(report.progress_line(outcome, finished, total), file=sys.stderr, flush=True)
+
+
+def _names(known: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(unknown) or text!r}; known: {', '.join(known)}"
+            )
+        return tuple(dict.fromkeys(names))
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description="Compare the autoscaling policies on the simulator: a Markdown table on "
+        "stdout, results.md, results.json and one plot per scenario in --out.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="about a minute on two cores: 4 scenarios cut to 30 min, cold start-up only, "
+        "a coarser sweep",
+    )
+    parser.add_argument(
+        "--scenarios",
+        type=_names(scenarios.NAMES, "scenario"),
+        metavar="A,B",
+        help=f"comma-separated (default: all; {', '.join(scenarios.NAMES)})",
+    )
+    parser.add_argument(
+        "--policies",
+        type=_names(sweep.POLICIES, "policy"),
+        metavar="P,Q",
+        help=f"comma-separated (default: {','.join(sweep.POLICIES)})",
+    )
+    parser.add_argument(
+        "--regimes",
+        type=_names(tuple(sweep.REGIMES), "regime"),
+        metavar="R,S",
+        help="start-up regimes: "
+        + ", ".join(f"{r.name} (~{r.startup_s:g} s, {r.about})" for r in sweep.REGIMES.values()),
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=common.positive_int,
+        metavar="S",
+        help="cut every trace to its first S seconds",
+    )
+    parser.add_argument(
+        "--jobs", type=common.positive_int, metavar="N", help="worker processes (default: the CPUs)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help=f"output directory (default: {DEFAULT_OUT}, or {QUICK_OUT} with --quick)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print the table only")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())
