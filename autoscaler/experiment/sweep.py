@@ -1,4 +1,4 @@
-"""Every policy on a set of scenarios: default targets, and the equal-SLO search (DESIGN §8).
+"""Every policy on a set of scenarios: default targets, and the equal-SLO search.
 
 Every scenario runs under a start-up regime (`warm`: ~8 s, weights in the node's cache; `cold`:
 ~120 s, pulled from storage) with every policy, through the real loop on the simulator, on the
