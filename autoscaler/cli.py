@@ -1,4 +1,4 @@
-"""The command line: `run`, `list`, `explain`, `validate`, `simulate` and `demo` (DESIGN §5, §6).
+"""The command line: `run`, `list`, `explain`, `validate`, `simulate`, `demo` and `bench`.
 
 `main` parses the arguments, reads the settings once (a command's flags override the
 environment), configures logging and runs one command. Every input is validated before anything
@@ -10,8 +10,8 @@ Exit codes: 0 done; 1 `explain` found nothing managed, `validate` found problems
 with `--strict`), or `run` stopped on an unexpected error; 2 bad arguments, settings, input or
 credentials (for `validate`, an input that cannot be read or is not YAML or JSON).
 
-It must not decide anything itself: the controller (`app`), the simulator and the report do the
-work.
+It must not decide anything itself: the controller (`app`), the simulator, the comparison
+(`experiment`) and the reports do the work.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import yaml
 
 import autoscaler
 from autoscaler import errors, explain, fleet, logs, settings, validate
+from autoscaler.experiment import sweep, whatif
 from autoscaler.sim import params as sim_params
 from autoscaler.sim import run as sim_run
 from autoscaler.sim import trace
@@ -63,6 +64,7 @@ DEMO_OUT = DEFAULT_OUT / "demo"
 DEMO_MEAN_REPLICAS = 20.0
 DEMO_POLICIES = ("default", "seed")
 """Ours first, then the plain policy of DESIGN §3.3 for comparison."""
+BENCH_OUT = Path("bench-out") / "trace"
 
 _SIMULATION_LOG_LEVEL = "warning"
 """Log level of simulate and demo unless AUTOSCALER_LOG__LEVEL is set (info shows every
@@ -388,6 +390,57 @@ def _demo_explanation(
     return f"Trace: {trace.BUNDLED_ATTRIBUTION[name]}\n" + textwrap.fill(
         what, width=88, break_on_hyphens=False
     )
+
+
+# --- bench -------------------------------------------------------------------------------------
+
+
+def _bench(args: argparse.Namespace, config: settings.Settings) -> int:
+    from autoscaler.experiment import report
+
+    out_dir: Path = args.out
+    _check_writable(out_dir)
+    _warn_unused_settings(config)
+    arrivals = trace.load(args.trace)
+    name = Path(args.trace).name
+    if args.target_mean_replicas is None:
+        rate_scale = 1.0 if args.rate_scale is None else args.rate_scale
+    else:
+        mean = args.target_mean_replicas
+        if mean > sweep.BASE.max_replicas:
+            raise errors.ConfigError(
+                f"--target-mean-replicas {mean:g} is above the {sweep.BASE.max_replicas} "
+                "replicas every policy may use"
+            )
+        try:
+            rate_scale = whatif.rate_scale_for_mean_replicas(arrivals, mean)
+        except ValueError as e:
+            raise errors.TraceError(str(args.trace), None, None, str(e)) from e
+    log.debug(logs.TRACE_LOADED, path=str(args.trace), seconds=len(arrivals))
+
+    show = not args.quiet and sys.stderr.isatty()
+    results = whatif.compare(
+        arrivals,
+        name=name,
+        rate_scale=rate_scale,
+        regime=args.regime,
+        policies=args.policies,
+        jobs=args.jobs or sweep.available_cpus(),
+        progress=_show_bench_progress if show else None,
+    )
+    paths = whatif.write(results, out_dir, rate_scale=rate_scale)
+    print(report.table(results))
+    if not args.quiet:
+        print()
+        print(f"wrote {paths.results}")
+        print(f"      {paths.plot}")
+    return EXIT_OK
+
+
+def _show_bench_progress(outcome: sweep.Outcome, finished: int, total: int) -> None:
+    from autoscaler.experiment import report
+
+    print(report.progress_line(outcome, finished, total), file=sys.stderr, flush=True)
 
 
 # --- shared steps ------------------------------------------------------------------------------
@@ -772,7 +825,64 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="one subdirectory per policy in DIR (default: %(default)s)",
     )
+    _add_bench(commands)
     return parser
+
+
+def _add_bench(commands: Any) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="compare every policy on your own request trace, at equal SLO",
+        description="Replay a request trace (the simulate --trace CSV) through every policy on "
+        "the same virtual cluster, search each one's utilisation target for the cheapest "
+        "setting with at most 1 %% of requests over the SLO or dropped, print the table and "
+        "write results.json and plot.png.",
+        epilog=_LOG_EPILOG,
+    )
+    bench.set_defaults(command=_bench, log_level=_SIMULATION_LOG_LEVEL)
+    bench.add_argument("--trace", required=True, metavar="FILE", help="the request trace")
+    bench.add_argument(
+        "--regime",
+        choices=tuple(sweep.REGIMES),
+        default=whatif.DEFAULT_REGIME,
+        help="pod start-up: "
+        + ", ".join(f"{r.name} ~{r.startup_s:g} s ({r.about})" for r in sweep.REGIMES.values())
+        + " (default: %(default)s)",
+    )
+    bench.add_argument(
+        "--policies",
+        type=_names(sweep.POLICIES, "policy"),
+        default=sweep.POLICIES,
+        metavar="P,Q",
+        help=f"comma-separated (default: {','.join(sweep.POLICIES)})",
+    )
+    scale = bench.add_mutually_exclusive_group()
+    scale.add_argument(
+        "--rate-scale",
+        type=_number(minimum=0, inclusive=False),
+        metavar="X",
+        help="multiply every request count by X (default: 1)",
+    )
+    scale.add_argument(
+        "--target-mean-replicas",
+        type=_number(minimum=0, inclusive=False),
+        metavar="N",
+        help="scale the trace so its mean load needs N replicas at the default load target",
+    )
+    bench.add_argument(
+        "--jobs",
+        type=_integer(minimum=1),
+        metavar="N",
+        help="worker processes (default: the CPUs available); the results do not depend on it",
+    )
+    bench.add_argument(
+        "--out",
+        type=Path,
+        default=BENCH_OUT,
+        metavar="DIR",
+        help="output directory (default: %(default)s)",
+    )
+    bench.add_argument("--quiet", action="store_true", help="print the table only")
 
 
 def _add_kubernetes_flags(parser: argparse.ArgumentParser) -> None:
@@ -793,6 +903,21 @@ def _deployment_ref(text: str) -> tuple[str, str]:
 
 def _policy_names() -> list[str]:
     return list(sim_run.POLICIES)
+
+
+def _names(known: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
+    """A comma-separated list of `known` names, each once, in the order given."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(unknown) or text!r}; known: {', '.join(known)}"
+            )
+        return tuple(dict.fromkeys(names))
+
+    return parse
 
 
 def _integer(*, minimum: int) -> Callable[[str], int]:

@@ -4,23 +4,22 @@ Every scenario is a per-second arrivals array expressed in "replicas' worth" of 
 target (`SimParams.target_load_per_replica`, 75 % of mu), so that the same capacity model serves
 every policy and the peak needs tens of replicas. Synthetic shapes are drawn as Poisson counts
 around a rate curve, from a fixed seed, so second-scale noise is realistic and runs are
-repeatable. `build(name, params)` makes one by name; `NAMES` lists them in the order the
-benchmark reports them.
+repeatable. Each is an `autoscaler.experiment.scenario.Scenario`. `build(name, params)` makes one
+by name; `NAMES` lists them in the order the benchmark reports them.
 
 It only builds arrays: it runs no simulation and writes nothing.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler.experiment.scenario import Scenario
 from autoscaler.sim import params as sim_params
 from autoscaler.sim import trace
 
@@ -37,60 +36,6 @@ SERVEGEN_SLICE_S = 6 * 3600
 would take the full benchmark past its 10-minute budget on two cores."""
 _SERVEGEN_BLOCK_S = 600
 """The ServeGen source gives one rate per 10 minutes."""
-_OPENING_S = 300
-_OPENING_WINDOW_S = 60
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    name: str
-    description: str
-    arrivals: Arrivals
-    step_at_s: float | None = None
-    """When the load steps up, for the time-to-capacity metric."""
-    step_s: float | None = None
-    """How long the raised load lasts after `step_at_s`; None: until the end."""
-
-    @property
-    def duration_s(self) -> int:
-        return len(self.arrivals)
-
-    @property
-    def opening_rps(self) -> float:
-        """The busiest minute of the first five: what a service running before the trace
-        started would already be sized for."""
-        opening = self.arrivals[:_OPENING_S]
-        window = min(_OPENING_WINDOW_S, len(opening))
-        if window == 0:
-            return 0.0
-        return float(np.max(np.convolve(opening, np.ones(window) / window, mode="valid")))
-
-    def step_need_rps(self) -> float | None:
-        """The mean arrival rate while the raised load lasts; None without a step."""
-        window = self.step_window()
-        if window is None:
-            return None
-        start, end = window
-        return float(np.mean(self.arrivals[start:end]))
-
-    def step_window(self) -> tuple[int, int] | None:
-        """The seconds [start, end) of the raised load; None without a step in the trace."""
-        if self.step_at_s is None or self.step_at_s >= len(self.arrivals):
-            return None
-        start = int(self.step_at_s)
-        end = len(self.arrivals) if self.step_s is None else start + int(self.step_s)
-        return start, min(end, len(self.arrivals))
-
-    def truncated(self, duration_s: int) -> Scenario:
-        """The first `duration_s` seconds (the quick benchmark's shorter traces)."""
-        if duration_s >= len(self.arrivals):
-            return self
-        minutes = f"{duration_s / 60:g} min"
-        return dataclasses.replace(
-            self,
-            description=f"{self.description}; first {minutes} only",
-            arrivals=self.arrivals[:duration_s].copy(),
-        )
 
 
 def _load(path: Path) -> Arrivals:

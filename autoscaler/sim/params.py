@@ -29,9 +29,11 @@ TIMESERIES_COLUMNS = (
     "capacity_rps",
     "p95_latency_s",
     "gpu_cost",
+    "slo_misses",
 )
 """Columns of `timeseries.csv`, one row per simulated second (DESIGN §6). `gpu_cost` is the
-GPU-hours spent in that second by pods holding a GPU (starting, warming or serving)."""
+GPU-hours spent in that second by pods holding a GPU (starting, warming or serving);
+`slo_misses` the requests of that second served too late, dropped, failed or rejected."""
 
 SUMMARY_KEYS = frozenset(
     {

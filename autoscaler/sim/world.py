@@ -23,7 +23,8 @@ the pods holding a GPU (starting, warming, serving: pending pods are the gap to 
 count); `replicas_serving` and `capacity_rps` (the serving pods' speeds x mu, a whole card
 counting 1 and a MIG slice or a share its tier's speed; or the serving pods' own speeds when
 modelled per pod); the p95 latency of the requests served in that second (NaN when none
-was); and `gpu_cost`, `replicas_total` GPU-seconds in hours. A service modelled per pod also has
+was); `gpu_cost`, `replicas_total` GPU-seconds in hours; and `slo_misses`, the requests of
+that second served too late, dropped, failed or rejected. A service modelled per pod also has
 `ramp_series` (`RAMP_COLUMNS`).
 
 It must not decide anything (the loop does), read a real clock, or import the real adapters.
@@ -296,6 +297,7 @@ class World:
                     capacity,
                     second.p95_latency_s,
                     holding / _SECONDS_PER_HOUR,
+                    second.slo_misses,
                 )
             )
         self.cluster.advance(1.0)
@@ -350,6 +352,7 @@ class World:
                 capacity,
                 second.p95_latency_s,
                 holding / _SECONDS_PER_HOUR,
+                second.slo_misses,
             )
         )
         feed.ramp_rows.extend((second.failed, second.rejected, warming_pct, ramping))

@@ -26,7 +26,7 @@ MANAGED = {
 
 
 def test_help_lists_every_command(run: Run) -> None:
-    """`--help` lists run, list, explain, validate, simulate and demo, each with a
+    """`--help` lists run, list, explain, validate, simulate, demo and bench, each with a
     description."""
     result = run("--help")
     assert result.code == 0
@@ -35,7 +35,7 @@ def test_help_lists_every_command(run: Run) -> None:
         for line in result.out.splitlines()
         if line.startswith("    ") and len(line.split()) > 2
     }
-    assert listed == {"run", "list", "explain", "validate", "simulate", "demo"}
+    assert listed == {"run", "list", "explain", "validate", "simulate", "demo", "bench"}
 
 
 def test_run_without_a_kubeconfig_is_one_line(run: Run, tmp_path: Path) -> None:

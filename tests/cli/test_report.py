@@ -59,7 +59,7 @@ def test_csv_is_compact_and_keeps_unknown_latency(tmp_path: Path) -> None:
     lines = paths.timeseries.read_text().splitlines()
     assert lines[0] == ",".join(TIMESERIES_COLUMNS)
     assert len(lines) == 121
-    assert lines[1] == "0,2,3,3,3,3,3,3,nan,0.000833333"
+    assert lines[1] == "0,2,3,3,3,3,3,3,nan,0.000833333,3"
     assert lines[-1].split(",")[8] == "2.25"
 
 

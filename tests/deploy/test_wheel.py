@@ -106,7 +106,7 @@ def test_autoscaler_help_runs_from_the_installed_wheel(venv: Path, tmp_path: Pat
     """`autoscaler --help` from the fresh virtualenv lists every command, and the package it
     imports is the installed one."""
     done = run(venv / "bin" / "autoscaler", "--help", cwd=tmp_path)
-    for command in ("run", "simulate", "demo", "explain", "validate"):
+    for command in ("run", "simulate", "demo", "explain", "validate", "bench"):
         assert f"    {command} " in done.stdout
     where = run(
         venv / "bin" / "python", "-c", "import autoscaler; print(autoscaler.__file__)", cwd=tmp_path
@@ -124,3 +124,24 @@ def test_autoscaler_validate_runs_from_the_installed_wheel(venv: Path, tmp_path:
         cwd=tmp_path,
     )
     assert done.stdout.startswith(f"OK: {len(examples)} autoscaled Deployments")
+
+
+def test_autoscaler_bench_runs_from_the_installed_wheel(venv: Path, tmp_path: Path) -> None:
+    """The installed command compares policies on a trace without the repository's `bench/`."""
+    trace = tmp_path / "mine.csv"
+    trace.write_text("t_seconds,requests\n" + "".join(f"{t},3\n" for t in range(300)))
+    done = run(
+        venv / "bin" / "autoscaler",
+        "bench",
+        f"--trace={trace}",
+        "--policies=oracle,hpa",
+        "--jobs=1",
+        "--quiet",
+        cwd=tmp_path,
+    )
+    rows = [line.split("|")[3].strip() for line in done.stdout.splitlines()[2:]]
+    assert rows == ["oracle", "hpa"]
+    assert sorted(p.name for p in (tmp_path / "bench-out" / "trace").iterdir()) == [
+        "plot.png",
+        "results.json",
+    ]

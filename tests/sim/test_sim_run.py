@@ -92,6 +92,20 @@ async def test_only_serving_pods_add_capacity() -> None:
     assert series["p95_latency_s"][34] > series["p95_latency_s"][0]
 
 
+async def test_misses_per_second_add_up_to_the_queue_s_misses() -> None:
+    """The `slo_misses` column counts each second's late and dropped requests, all of them."""
+    params = dataclasses.replace(PARAMS, startup_s=30.0, warmup_s=5.0)
+    sim = world.World(params)
+    sid = sim.add_service("ns/model", np.full(120, 6.0), params, replicas=2)
+    await sim.cluster.scale(sid, 8)
+    sim.advance(120)
+
+    misses = sim.timeseries(sid)["slo_misses"]
+    assert misses[0] == 0
+    assert misses.sum() > 0
+    assert misses.sum() == pytest.approx(sim.traffic(sid).slo_misses)
+
+
 def test_initial_replicas_cover_the_opening_minute_at_the_target() -> None:
     """Without an explicit count, the service starts with the opening minute's need."""
     arrivals = np.concatenate([np.full(60, 6.0), np.full(60, 100.0)])

@@ -7,8 +7,8 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import equal_slo
-from bench.equal_slo import Trial
+from autoscaler.experiment import equal_slo
+from autoscaler.experiment.equal_slo import Trial
 
 GRID = tuple(round(0.45 + 0.05 * i, 2) for i in range(12))
 

@@ -1,30 +1,31 @@
-"""The benchmark's outputs: the Markdown table, `results.json` and one plot per scenario.
+"""The comparison's outputs: the Markdown table, the JSON of every run and the plots.
 
-`markdown` renders the results as a short preamble, one table (a row per scenario, start-up
-regime and policy) and the scenarios' descriptions. `write` puts that in `results.md`, every run
-in `results.json`, and draws `<scenario>.png`: each policy's serving replicas over time against
-the load, at default targets, one panel per regime (matplotlib's Agg canvas, no pyplot).
+`table` renders one table (a row per scenario, start-up regime and policy, both views);
+`markdown` puts a short preamble and the scenarios' descriptions around it. `write` puts that in
+`results.md`, every run in `results.json` (`as_json`), and draws `<scenario>.png` (`plot`): each
+policy's serving replicas over time against the load, at default targets, one panel per regime.
+`plot_together` is the one plot of `autoscaler bench --trace`: every policy at the setting the
+table recommends, on shared axes, replicas above and SLO misses below. Plots are drawn on
+matplotlib's Agg canvas (no pyplot).
 
-It does not simulate: it only formats `bench.run.Results`.
+It does not simulate: it only formats `sweep.Results`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bench import equal_slo
-from bench.run import DEFAULT_UTILISATION, REGIMES, Results, Run
-
-FloatArray = npt.NDArray[np.float64]
+from autoscaler.experiment import equal_slo
+from autoscaler.experiment import scenario as scenario_
+from autoscaler.experiment.sweep import DEFAULT_UTILISATION, REGIMES, Outcome, Results, Run
 
 TIMES = "\N{MULTIPLICATION SIGN}"
 COLUMNS = (
@@ -51,8 +52,6 @@ _COLOURS = {
     "kpa": "tab:purple",
     "oracle": "black",
 }
-_PLOT_POINTS = 720
-_MIN_BIN_S = 10
 
 
 def markdown(results: Results) -> str:
@@ -242,10 +241,10 @@ def plot(results: Results, scenario_name: str, path: Path) -> None:
     base = results.config.base
     regimes = results.config.regimes
     n = scenario.duration_s
-    unit_s, unit = (60.0, "min") if n <= 2 * 3600 else (3600.0, "h")
-    size = max(_MIN_BIN_S, math.ceil(n / _PLOT_POINTS))
-    t = _binned(np.arange(n, dtype=np.float64), size) / unit_s
-    busy = _binned(scenario.arrivals / base.replica_capacity_rps, size)
+    unit_s, unit = _time_unit(n)
+    size = scenario_.bin_s(n)
+    t = scenario_.binned(np.arange(n, dtype=np.float64), size) / unit_s
+    busy = scenario_.binned(scenario.arrivals / base.replica_capacity_rps, size)
     at_target = busy / base.target_utilisation
 
     fig = Figure(figsize=(14.0, 4.2 * len(regimes) + 0.8), dpi=100, layout="constrained")
@@ -270,7 +269,7 @@ def plot(results: Results, scenario_name: str, path: Path) -> None:
                 continue
             ax.plot(
                 t,
-                _binned(serving.astype(np.float64), size),
+                serving,
                 color=_COLOURS.get(outcome.policy),
                 linewidth=1.6 if outcome.policy == "default" else 1.0,
                 label=f"{outcome.policy} (target {outcome.default.utilisation:.2f})",
@@ -287,11 +286,87 @@ def plot(results: Results, scenario_name: str, path: Path) -> None:
     fig.savefig(path, format="png", dpi=100)
 
 
-def _binned(values: FloatArray, size: int) -> FloatArray:
-    """The mean of each `size` values (the last bin may be shorter)."""
-    if size <= 1:
-        return values
-    pad = -len(values) % size
-    padded = np.concatenate([values, np.full(pad, np.nan)]).reshape(-1, size)
-    means: FloatArray = np.nanmean(padded, axis=1)
-    return means
+def plot_together(results: Results, path: Path, *, title: str) -> None:
+    """Every policy of the first scenario and regime on shared axes: serving replicas against the
+    load above, SLO misses below, each at its equal-SLO setting (its default target where no
+    setting met the SLO, said in the legend)."""
+    scenario_name = results.config.scenarios[0]
+    regime_name = results.config.regimes[0]
+    scenario = results.scenarios[scenario_name]
+    base = results.config.base
+    n = scenario.duration_s
+    unit_s, unit = _time_unit(n)
+    size = scenario_.bin_s(n)
+    t = scenario_.binned(np.arange(n, dtype=np.float64), size) / unit_s
+    busy = scenario_.binned(scenario.arrivals / base.replica_capacity_rps, size)
+
+    fig = Figure(figsize=(14.0, 9.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    replicas, misses = fig.subplots(2, 1, sharex=True, height_ratios=(2.0, 1.0))
+    replicas.fill_between(t, busy, color="0.85", linewidth=0, label="load (replicas fully busy)")
+    for outcome in results.outcomes:
+        if (outcome.scenario, outcome.regime) != (scenario_name, regime_name):
+            continue
+        run = recommended(outcome)
+        if run.serving is None or run.misses is None:
+            continue
+        style = {
+            "color": _COLOURS.get(outcome.policy),
+            "linewidth": 1.6 if outcome.policy == "default" else 1.0,
+            "linestyle": "-" if outcome.equal_slo is not None else ":",
+        }
+        replicas.plot(t, run.serving, label=_legend_label(outcome, run), **style)
+        misses.plot(t, run.misses, **style)
+    regime = REGIMES[regime_name]
+    replicas.set_title(
+        f"serving replicas; {regime.name} start-up (~{regime.startup_s:g} s, {regime.about})",
+        loc="left",
+    )
+    replicas.set_ylabel("replicas" + (f" (mean per {size} s)" if size > 1 else ""))
+    misses.set_title("requests over the SLO or dropped", loc="left")
+    misses.set_ylabel("per second" + (f" (mean per {size} s)" if size > 1 else ""))
+    misses.set_xlabel(f"simulated time ({unit})")
+    for ax in (replicas, misses):
+        _tidy(ax)
+    replicas.legend(loc="upper left", ncols=2, fontsize="small", frameon=False)
+    limit = equal_slo.SLO_MISS_LIMIT_PCT
+    fig.suptitle(
+        f"{title}: each policy at its cheapest target with at most {limit:g} % SLO misses "
+        "(dotted: none qualified, its default target)"
+    )
+    fig.savefig(path, format="png", dpi=100)
+
+
+def recommended(outcome: Outcome) -> Run:
+    """The run the comparison recommends: the equal-SLO setting, else the default target."""
+    return outcome.default if outcome.equal_slo is None else outcome.equal_slo
+
+
+def _legend_label(outcome: Outcome, run: Run) -> str:
+    chosen = "" if outcome.equal_slo is not None else ", none met the SLO"
+    return (
+        f"{outcome.policy} (target {run.utilisation:.2f}{chosen}): {run.gpu_hours:.1f} GPU-h, "
+        f"{run.slo_miss_pct:.2f} % misses"
+    )
+
+
+def _tidy(ax: Axes) -> None:
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.margins(x=0)
+
+
+def _time_unit(duration_s: int) -> tuple[float, str]:
+    """Minutes up to two hours, hours beyond."""
+    return (60.0, "min") if duration_s <= 2 * 3600 else (3600.0, "h")
+
+
+def progress_line(outcome: Outcome, finished: int, total: int) -> str:
+    """One finished outcome, for the progress shown while the others run."""
+    best = outcome.equal_slo
+    chosen = "none" if best is None else f"{best.gpu_hours:.1f} GPU-h at {best.utilisation:.2f}"
+    return (
+        f"[{finished}/{total}] {outcome.scenario} {outcome.regime} {outcome.policy}: "
+        f"default {outcome.default.slo_miss_pct:.2f} % misses, "
+        f"{outcome.default.gpu_hours:.1f} GPU-h; equal SLO {chosen} ({len(outcome.runs)} runs)"
+    )
