@@ -734,19 +734,7 @@ def _parser() -> argparse.ArgumentParser:
         default="default",
         help="scaling policy (default: %(default)s)",
     )
-    scale = simulate.add_mutually_exclusive_group()
-    scale.add_argument(
-        "--rate-scale",
-        type=_number(minimum=0, inclusive=False),
-        metavar="X",
-        help="multiply every request count by X (default: 1)",
-    )
-    scale.add_argument(
-        "--target-mean-replicas",
-        type=_number(minimum=0, inclusive=False),
-        metavar="N",
-        help="scale the trace so its mean load needs N replicas at the load target",
-    )
+    _add_trace_scale(simulate, target="the load target")
     simulate.add_argument(
         "--min-replicas",
         type=_integer(minimum=0),
@@ -856,19 +844,7 @@ def _add_bench(commands: Any) -> None:
         metavar="P,Q",
         help=f"comma-separated (default: {','.join(sweep.POLICIES)})",
     )
-    scale = bench.add_mutually_exclusive_group()
-    scale.add_argument(
-        "--rate-scale",
-        type=_number(minimum=0, inclusive=False),
-        metavar="X",
-        help="multiply every request count by X (default: 1)",
-    )
-    scale.add_argument(
-        "--target-mean-replicas",
-        type=_number(minimum=0, inclusive=False),
-        metavar="N",
-        help="scale the trace so its mean load needs N replicas at the default load target",
-    )
+    _add_trace_scale(bench, target="the default load target")
     bench.add_argument(
         "--jobs",
         type=_integer(minimum=1),
@@ -883,6 +859,23 @@ def _add_bench(commands: Any) -> None:
         help="output directory (default: %(default)s)",
     )
     bench.add_argument("--quiet", action="store_true", help="print the table only")
+
+
+def _add_trace_scale(parser: argparse.ArgumentParser, *, target: str) -> None:
+    """`--rate-scale` or `--target-mean-replicas`: how a trace's counts are scaled."""
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument(
+        "--rate-scale",
+        type=_number(minimum=0, inclusive=False),
+        metavar="X",
+        help="multiply every request count by X (default: 1)",
+    )
+    scale.add_argument(
+        "--target-mean-replicas",
+        type=_number(minimum=0, inclusive=False),
+        metavar="N",
+        help=f"scale the trace so its mean load needs N replicas at {target}",
+    )
 
 
 def _add_kubernetes_flags(parser: argparse.ArgumentParser) -> None:

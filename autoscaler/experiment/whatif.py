@@ -12,9 +12,6 @@ It must not parse arguments or print: the command line (`autoscaler.cli`) does.
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import errors
+from autoscaler import outputs
 from autoscaler.experiment import sweep
 from autoscaler.experiment.scenario import Scenario
 from autoscaler.sim import params as sim_params
@@ -80,26 +77,16 @@ def write(results: sweep.Results, out_dir: Path, *, rate_scale: float) -> Paths:
     """
     from autoscaler.experiment import report  # matplotlib: only once the runs are done
 
-    if out_dir.exists() and not out_dir.is_dir():
-        raise errors.ConfigError(f"{out_dir}: exists and is not a directory")
-    existed = out_dir.is_dir()
-    # Inside out_dir when it exists, beside it otherwise, so the final moves are renames.
-    staging_parent = out_dir if existed else out_dir.absolute().parent
-    staging_parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_parent / f".{out_dir.absolute().name}.{secrets.token_hex(4)}.tmp"
-    staging.mkdir()
-    try:
+    def write_results(path: Path) -> None:
         text = json.dumps(as_json(results, rate_scale=rate_scale), indent=1, allow_nan=False)
-        (staging / RESULTS_NAME).write_text(text + "\n", encoding="utf-8")
-        title = results.config.scenarios[0]
-        report.plot_together(results, staging / PLOT_NAME, title=title)
-        if existed:
-            for name in (RESULTS_NAME, PLOT_NAME):
-                os.replace(staging / name, out_dir / name)
-            staging.rmdir()
-        else:
-            os.rename(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        path.write_text(text + "\n", encoding="utf-8")
+
+    title = results.config.scenarios[0]
+    outputs.write_all(
+        out_dir,
+        {
+            RESULTS_NAME: write_results,
+            PLOT_NAME: lambda path: report.plot_together(results, path, title=title),
+        },
+    )
     return Paths(out_dir, out_dir / RESULTS_NAME, out_dir / PLOT_NAME)

@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import secrets
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +33,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from autoscaler import errors
+from autoscaler import outputs
 from autoscaler.sim.params import TIMESERIES_COLUMNS, SimResult
 
 FloatArray = npt.NDArray[np.float64]
@@ -70,28 +67,14 @@ def write(result: SimResult, out_dir: Path, *, trace: str | None = None) -> Path
     `out_dir` as it was.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise errors.ConfigError(f"{out_dir}: exists and is not a directory")
-    existed = out_dir.is_dir()
-    # Beside out_dir, so the final rename is atomic; inside it when it already exists, so the
-    # moves never cross a mount point.
-    staging_parent = out_dir if existed else out_dir.absolute().parent
-    staging_parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_parent / f".{out_dir.absolute().name}.{secrets.token_hex(4)}.tmp"
-    staging.mkdir()
-    try:
-        _write_timeseries(result, staging / TIMESERIES_NAME)
-        _write_summary(result, staging / SUMMARY_NAME, trace=trace)
-        _write_plot(result, staging / PLOT_NAME, trace=trace)
-        if existed:
-            for name in (TIMESERIES_NAME, SUMMARY_NAME, PLOT_NAME):
-                os.replace(staging / name, out_dir / name)
-            staging.rmdir()
-        else:
-            os.rename(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    outputs.write_all(
+        out_dir,
+        {
+            TIMESERIES_NAME: lambda path: _write_timeseries(result, path),
+            SUMMARY_NAME: lambda path: _write_summary(result, path, trace=trace),
+            PLOT_NAME: lambda path: _write_plot(result, path, trace=trace),
+        },
+    )
     return Paths(
         directory=out_dir,
         timeseries=out_dir / TIMESERIES_NAME,
