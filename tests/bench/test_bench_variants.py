@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench import report, scenarios, variants
+from bench import run as bench_run
 from bench.run import Config, Outcome, Results, Run
 
 
@@ -89,3 +90,17 @@ def test_the_table_and_the_json_name_the_winning_signal() -> None:
     assert [o["policy"] for o in saved["set_aside"]] == ["keda"]
     assert variants.label("kpa") == "kpa"
     assert variants.signal("kpa") == "concurrency"
+
+
+def test_a_bench_run_keeps_one_hpa_row_and_sets_the_other_signal_aside() -> None:
+    """Run on a small 3x step, HPA's two variants become one row plus one set aside."""
+    rate = np.where(np.arange(600) < 300, 4.5, 13.5)
+    arrivals = np.random.default_rng(3).poisson(rate).astype(np.float64)
+    step = scenarios.Scenario("tiny", "a 3x step", arrivals, step_at_s=300.0)
+    config = Config(scenarios=("tiny",), regimes=("warm",), policies=("hpa", "hpa-conc", "oracle"))
+
+    results = bench_run.run(config, {"tiny": step}, jobs=1)
+
+    assert [variants.family(o.policy) for o in results.outcomes] == ["hpa", "oracle"]
+    assert {results.outcomes[0].policy, results.set_aside[0].policy} == {"hpa", "hpa-conc"}
+    assert len(results.set_aside) == 1
