@@ -391,7 +391,7 @@ class World:
             elif serving > 0:
                 speed = feed.state.serving_speed
                 utilisation = 100.0 * feed.last_served / (speed * feed.capacity_rps)
-            running = in_service(feed.rows, now_s, feed.service_time_s)
+            running = in_service(feed.rows, now_s, service_time_s=feed.service_time_s)
             readings[feed.id] = metrics_.Reading(
                 traffic.served, traffic.queue, utilisation, running
             )
@@ -516,7 +516,7 @@ def placement_need(params: SimParams) -> placement.Need:
 _SERVED = TIMESERIES_COLUMNS.index("served")
 
 
-def in_service(rows: Sequence[float], now_s: float, service_time_s: float) -> float:
+def in_service(rows: Sequence[float], now_s: float, *, service_time_s: float) -> float:
     """Requests running at `now_s`: taken by a replica less than `service_time_s` ago.
 
     Second k's served requests were taken uniformly over [k, k+1) and each runs for the

@@ -43,10 +43,10 @@ def test_in_service_counts_what_was_taken_within_one_service_time() -> None:
     """At 10 s with a 2 s service time, seconds 8 and 9 are running: 3 + 4 = 7."""
     rows = rows_served([1.0] * 8 + [3.0, 4.0])
 
-    assert world.in_service(rows, 10.0, 2.0) == pytest.approx(7.0)
+    assert world.in_service(rows, 10.0, service_time_s=2.0) == pytest.approx(7.0)
     # 1.5 s: all of second 9, half of second 8 (taken over [8, 9), done after 9.5 s).
-    assert world.in_service(rows, 10.0, 1.5) == pytest.approx(4.0 + 0.5 * 3.0)
-    assert world.in_service(rows, 10.0, 0.0) == 0.0
+    assert world.in_service(rows, 10.0, service_time_s=1.5) == pytest.approx(4.0 + 0.5 * 3.0)
+    assert world.in_service(rows, 10.0, service_time_s=0.0) == 0.0
 
 
 async def test_concurrency_exceeds_capacity_under_overload_while_the_rate_cannot() -> None:
