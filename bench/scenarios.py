@@ -161,6 +161,117 @@ def hover(params: sim_params.SimParams) -> Scenario:
     )
 
 
+DIURNAL_NOISE_S = 5400
+"""The compressed day: 90 minutes from night to peak and back."""
+NOISE_SIGMA = 0.15
+"""Log-normal sigma of the day's per-minute multiplicative noise."""
+BURSTS_BASE = 8.0
+"""Replicas' worth under the heavy-tailed bursts."""
+BURST_MEAN_GAP_S = 300.0
+BURST_ALPHA = 1.5
+"""Pareto shape of a burst's size: finite mean, infinite variance."""
+BURST_MIN_EXTRA = 4.0
+"""The smallest burst, in replicas' worth on top of the base (the Pareto scale)."""
+BURST_MAX_EXTRA = 40.0
+"""Bursts are capped here, so the peak stays within the 100-replica bound at any target."""
+CODE_QUIET, CODE_BUSY = 4.0, 20.0
+"""Replicas' worth in a quiet and a busy minute of the code-assistant mix."""
+CODE_SWITCH = 0.3
+"""Chance that the next minute is in the other state (quiet or busy)."""
+CODE_SPIKES_PER_HOUR = 20
+CODE_SPIKE_S = (5, 20)
+"""A spike lasts 5 to 20 s..."""
+CODE_SPIKE_FACTOR = (2.0, 3.0)
+"""...at 2 to 3 times the minute's level."""
+
+
+def diurnal_noise(params: sim_params.SimParams) -> Scenario:
+    """A compressed day, night to peak to night, times per-minute log-normal noise (smoothly
+    joined between minutes): it stresses tracking a slow swing without chasing the noise."""
+    n = DIURNAL_NOISE_S
+    t = np.arange(n, dtype=np.float64)
+    day = 18.0 - 12.0 * np.cos(2 * np.pi * t / n)
+    rng = np.random.default_rng(11)
+    knots = np.exp(rng.normal(0.0, NOISE_SIGMA, n // 60 + 2))
+    noise = np.interp(t / 60.0, np.arange(len(knots), dtype=np.float64), knots)
+    rate = day * noise * params.target_load_per_replica
+    return Scenario(
+        "diurnal-noise",
+        f"a compressed day: 6 to 30 replicas' worth and back over {n // 60} min, times "
+        f"per-minute log-normal noise (sigma {NOISE_SIGMA:g})",
+        _poisson(rate, 12),
+    )
+
+
+def burst_schedule(duration_s: int, seed: int) -> list[tuple[int, int, float]]:
+    """The heavy-tailed bursts: (start s, length s, extra replicas' worth) each. Starts are a
+    Poisson process (mean gap `BURST_MEAN_GAP_S`), lengths 30 to 180 s, sizes Pareto
+    (`BURST_ALPHA`, from `BURST_MIN_EXTRA`) capped at `BURST_MAX_EXTRA`."""
+    rng = np.random.default_rng(seed)
+    bursts: list[tuple[int, int, float]] = []
+    at = float(rng.exponential(BURST_MEAN_GAP_S))
+    while at < duration_s:
+        length = int(rng.integers(30, 181))
+        extra = min(BURST_MAX_EXTRA, BURST_MIN_EXTRA * (1.0 + float(rng.pareto(BURST_ALPHA))))
+        bursts.append((int(at), length, extra))
+        at += length + float(rng.exponential(BURST_MEAN_GAP_S))
+    return bursts
+
+
+def pareto_bursts(params: sim_params.SimParams) -> Scenario:
+    """Bursts of Pareto-distributed size at random times over a steady base: most are small,
+    a few are several times the base, and none is announced."""
+    n = 3600
+    curve = np.full(n, BURSTS_BASE)
+    for start, length, extra in burst_schedule(n, seed=48):
+        curve[start : start + length] += extra
+    return Scenario(
+        "pareto-bursts",
+        f"{BURSTS_BASE:g} replicas' worth plus bursts at random times (every "
+        f"{BURST_MEAN_GAP_S / 60:g} min on average, 30-180 s long) of Pareto size "
+        f"(alpha {BURST_ALPHA:g}, from {BURST_MIN_EXTRA:g} to {BURST_MAX_EXTRA:g} more), for 1 h",
+        _poisson(curve * params.target_load_per_replica, 22),
+    )
+
+
+def code_assist_curve(duration_s: int, seed: int) -> tuple[Arrivals, list[tuple[int, int]]]:
+    """The code-assistant mix in replicas' worth, and its spikes as (start s, length s).
+
+    Each minute is quiet or busy (a two-state chain that switches with `CODE_SWITCH`); on top,
+    short spikes (`CODE_SPIKE_S`) at random seconds multiply the minute's level."""
+    rng = np.random.default_rng(seed)
+    minutes = math.ceil(duration_s / 60)
+    busy = np.zeros(minutes, dtype=bool)
+    for m in range(1, minutes):
+        switch = rng.random() < CODE_SWITCH
+        busy[m] = not busy[m - 1] if switch else busy[m - 1]
+    level = np.where(busy, CODE_BUSY, CODE_QUIET)
+    curve = np.repeat(level, 60)[:duration_s].astype(np.float64)
+    spikes: list[tuple[int, int]] = []
+    count = round(CODE_SPIKES_PER_HOUR * duration_s / 3600)
+    for start in np.sort(rng.choice(duration_s, size=count, replace=False)):
+        length = int(rng.integers(CODE_SPIKE_S[0], CODE_SPIKE_S[1] + 1))
+        factor = float(rng.uniform(*CODE_SPIKE_FACTOR))
+        end = min(duration_s, int(start) + length)
+        curve[int(start) : end] *= factor
+        spikes.append((int(start), end - int(start)))
+    return curve, spikes
+
+
+def code_assist(params: sim_params.SimParams) -> Scenario:
+    """Developers' editors: quiet and busy minutes at random, with short spikes (a team's
+    completions arriving together)."""
+    curve, _ = code_assist_curve(3600, seed=31)
+    return Scenario(
+        "code-assist",
+        f"a code-assistant mix: minutes at {CODE_QUIET:g} or {CODE_BUSY:g} replicas' worth "
+        f"switching at random (p {CODE_SWITCH:g} a minute), with {CODE_SPIKES_PER_HOUR} spikes "
+        f"an hour of {CODE_SPIKE_S[0]}-{CODE_SPIKE_S[1]} s at "
+        f"{CODE_SPIKE_FACTOR[0]:g}-{CODE_SPIKE_FACTOR[1]:g}x, for 1 h",
+        _poisson(curve * params.target_load_per_replica, 32),
+    )
+
+
 FACTORIES: dict[str, Callable[[sim_params.SimParams], Scenario]] = {
     "azure-conv": azure_conv,
     "servegen": servegen,
@@ -169,6 +280,9 @@ FACTORIES: dict[str, Callable[[sim_params.SimParams], Scenario]] = {
     "diurnal": diurnal,
     "on-off": on_off,
     "hover": hover,
+    "diurnal-noise": diurnal_noise,
+    "pareto-bursts": pareto_bursts,
+    "code-assist": code_assist,
 }
 NAMES = tuple(FACTORIES)
 

@@ -1,9 +1,11 @@
 """The Kubernetes HorizontalPodAutoscaler (autoscaling/v2) on a per-pod custom metric.
 
-What a service owner gets with `kubectl autoscale` plus prometheus-adapter: a `Pods` metric (the
-per-pod rate of the server's request counter) with an `AverageValue` target of `target` requests
-per second per pod, default controller flags and no `spec.behavior`. Reproduced from
-kubernetes/kubernetes:
+What a service owner gets with `kubectl autoscale` plus prometheus-adapter: a `Pods` metric with an
+`AverageValue` target of `target` per pod, default controller flags and no `spec.behavior`. The
+metric (`metric.Metric`) is the per-pod rate of the server's request counter (`RATE`, requests
+per second) or its running plus waiting requests (`CONCURRENCY`, the usual vLLM setup:
+`vllm:num_requests_running + vllm:num_requests_waiting`); the controller treats both alike.
+Reproduced from kubernetes/kubernetes:
 
 - `pkg/controller/podautoscaler/horizontal.go`: `reconcileAutoscaler` (bounds first, then the
   metric proposal), `recordInitialRecommendation`, `normalizeDesiredReplicas` with
@@ -34,8 +36,8 @@ Defaults and modelling choices:
   allows 4 at the next sync, the behaviour path 6.
 - **Bounds**: min and max replicas are the service's own (`workload.policy`), so every policy in a
   comparison runs with the same floor; HPA's own default minimum would be 1.
-- **The metric**: `observation.signal(LOAD).last`, the raw sample of this tick (a `rate()` of the
-  request counter, as prometheus-adapter would serve it), never our smoothed mean. It is the sum
+- **The metric**: `observation.signal(LOAD).last`, the raw sample of this tick (the rate or the
+  concurrency, as prometheus-adapter would serve it), never our smoothed mean. It is the sum
   over the serving pods and is split evenly among them; values are milli-quantities truncated as
   `int64(v * 1000)`, and the per-pod average is an integer division, as in `GetMetricUsageRatio`.
 - **Pods not serving** (`replicas - serving`: starting, warming, behind our readiness gate) are
@@ -62,6 +64,7 @@ from dataclasses import dataclass, field
 
 from autoscaler import ports
 from autoscaler.baselines import _verdict
+from autoscaler.baselines.metric import Metric
 from autoscaler.core import model
 from autoscaler.core.model import Bound, Decision, Reason, Signal
 
@@ -208,18 +211,21 @@ class _Normalized:
 
 
 class Hpa:
-    """HPA with a `Pods` metric on the load signal, `AverageValue` target `target` rps per pod."""
+    """HPA with a `Pods` metric on the load signal (`metric`), `AverageValue` target `target`
+    per pod."""
 
     def __init__(
         self,
         *,
         target: float,
+        metric: Metric = Metric.RATE,
         not_serving: NotServingPods = NotServingPods.REPORT_ZERO,
         config: HpaConfig | None = None,
     ) -> None:
         if not (math.isfinite(target) and target > 0):
             raise ValueError("target must be > 0")
         self.target = target
+        self.metric = metric
         self.not_serving = not_serving
         self.config = config or HpaConfig()
         # A target is a quantity such as "750m": an exact milli-value.
@@ -282,7 +288,7 @@ class Hpa:
             return "did not receive metrics for targeted pods (pods might be unready)"
         replicas, ratio = result
         detail = (
-            f"pods metric {total:.3g} rps over {n_ready} pods with a sample"
+            f"pods metric {total:.3g} {self.metric.unit} over {n_ready} pods with a sample"
             f" ({n_missing} missing, {n_unready} pending): ratio {ratio:.2f} asks for {replicas}"
         )
         return Proposal(replicas, ratio, within_tolerance(ratio, self.config.tolerance), detail)

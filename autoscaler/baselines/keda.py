@@ -1,7 +1,9 @@
 """KEDA with the Prometheus scaler: the HPA controller fed an External metric.
 
 A `ScaledObject` with one `prometheus` trigger whose query is the service's request rate
-(`sum(rate(<requests counter>[...]))`) and `threshold: <target>`. KEDA creates an HPA with an
+(`sum(rate(<requests counter>[...]))`, `metric.Metric.RATE`) or its concurrency
+(`sum(vllm:num_requests_running + vllm:num_requests_waiting)`, `CONCURRENCY`) and
+`threshold: <target>`. KEDA creates an HPA with an
 `External` metric of target type `AverageValue` (its default `metricType`) and serves the value
 through its metrics server. Reproduced from kedacore/keda:
 
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 
 from autoscaler import ports
 from autoscaler.baselines import hpa
+from autoscaler.baselines.metric import Metric
 from autoscaler.core import model
 from autoscaler.core.model import Signal
 
@@ -57,18 +60,19 @@ class _Poll:
 
 
 class Keda(hpa.Hpa):
-    """KEDA's HPA on the Prometheus scaler's value, `AverageValue` target `target` rps per pod."""
+    """KEDA's HPA on the Prometheus scaler's value, `AverageValue` target `target` per pod."""
 
     def __init__(
         self,
         *,
         target: float,
+        metric: Metric = Metric.RATE,
         use_cached_metrics: bool = False,
         polling_interval_s: float = DEFAULT_POLLING_INTERVAL_S,
         ignore_null_values: bool = True,
         config: hpa.HpaConfig | None = None,
     ) -> None:
-        super().__init__(target=target, config=config)
+        super().__init__(target=target, metric=metric, config=config)
         if not polling_interval_s > 0:
             raise ValueError("polling_interval_s must be > 0")
         self.use_cached_metrics = use_cached_metrics
@@ -111,7 +115,8 @@ class Keda(hpa.Hpa):
             replicas = math.ceil(usage_milli / target_milli)
         source = "cached" if cached is not None else "fresh"
         detail = (
-            f"external metric {value:.3g} rps ({source}) over {status_replicas} pods:"
+            f"external metric {value:.3g} {self.metric.unit} ({source})"
+            f" over {status_replicas} pods:"
             f" ratio {ratio:.2f} asks for {replicas}"
         )
         return hpa.Proposal(replicas, ratio, within, detail)

@@ -1,8 +1,10 @@
-"""The Knative Pod Autoscaler (KPA) on requests per second, scale to zero off.
+"""The Knative Pod Autoscaler (KPA) on concurrency (its default metric) or requests per second.
 
-A Knative revision annotated `autoscaling.knative.dev/metric: rps`,
-`autoscaling.knative.dev/target: <target>`, `min-scale`/`max-scale` from the service's bounds and
-the cluster's `config-autoscaler` left at its defaults. Reproduced from knative/serving:
+A Knative revision annotated `autoscaling.knative.dev/metric: concurrency` (Knative's default,
+`metric.Metric.CONCURRENCY`) or `rps` (`Metric.RATE`), `autoscaling.knative.dev/target:
+<target>`, no `containerConcurrency` limit (0, the default), `min-scale`/`max-scale` from the
+service's bounds and the cluster's `config-autoscaler` left at its defaults. Reproduced from
+knative/serving:
 
 - `pkg/autoscaler/scaling/autoscaler.go` `Scale`: ready pods counted as `max(1, ready)`;
   `maxScaleUp = ceil(max-scale-up-rate x ready)`, `maxScaleDown = floor(ready /
@@ -25,16 +27,21 @@ the cluster's `config-autoscaler` left at its defaults. Reproduced from knative/
   panic threshold 200 %, max scale-up rate 1000,
   max scale-down rate 2, target utilisation 0.7, scale-down delay 0; the panic window rounded
   to the second as `MakeMetric` does (`pkg/reconciler/autoscaling/resources/metric.go`).
-- `pkg/reconciler/autoscaling/resources/target.go` `ResolveMetricTarget`: for rps,
-  `TargetValue = max(0.01, target x target utilisation)`.
+- `pkg/reconciler/autoscaling/resources/target.go` `ResolveMetricTarget`: with the target
+  annotation, `TargetValue = max(0.01, target x target utilisation)` for both metrics (for
+  concurrency the utilisation is `container-concurrency-target-percentage`, 0.7 by default like
+  rps's `target-utilization`).
 - `pkg/reconciler/autoscaling/kpa/scaler.go`: `applyBounds` clamps the desired count to
   [min-scale, max-scale]; then `handleScaleToZero` with `enable-scale-to-zero: false` turns a
   desired 0 into 1 (scale to zero off; with a min scale of at least 1 it never sees a 0).
 
 Modelling choices: the scraped value each second is `observation.signal(LOAD).last` (a NaN sample
-is a failed scrape: nothing is recorded). Knative's queue-proxy reports requests *received* per
-second; the simulator's load sample is the served-request rate over its Prometheus window, so
-this KPA sees load later and never above capacity. Ready pods are `observation.serving`, as KPA
+is a failed scrape: nothing is recorded): the metric the caller feeds it. For concurrency that is
+the requests running plus waiting, as Knative's queue-proxy counts the requests it holds (it
+averages them over each second; the simulator's gauge is read at each scrape). For rps,
+queue-proxy reports requests *received* per second, while the simulator's load sample is the
+served-request rate over its Prometheus window, so on rps this KPA sees load later and never
+above capacity. Ready pods are `observation.serving`, as KPA
 counts ready endpoints. Between decider ticks the decision is `STEADY` with `desired = current`.
 
 Pure: no I/O, no clock (time is `observation.now_s`), no asyncio, no logging.
@@ -47,6 +54,7 @@ from dataclasses import dataclass
 
 from autoscaler import ports
 from autoscaler.baselines import _verdict
+from autoscaler.baselines.metric import Metric
 from autoscaler.core import model
 from autoscaler.core.model import Bound, Decision, Reason, Signal
 
@@ -72,7 +80,8 @@ class KpaConfig:
     max_scale_down_rate: float = 2.0
     """`max-scale-down-rate`."""
     target_utilization: float = 0.7
-    """`target-utilization-percentage` as a fraction (rps uses `TargetUtilization`)."""
+    """`target-utilization-percentage` as a fraction (`container-concurrency-target-percentage`
+    for concurrency; both 0.7 by default)."""
     tick_s: float = 2.0
     """The decider's `tickInterval` (not configurable upstream)."""
 
@@ -168,12 +177,19 @@ class _Decider:
 
 
 class Kpa:
-    """KPA on the load signal (rps), target `target` rps per pod before the 0.7 utilisation."""
+    """KPA on the load signal (`metric`), target `target` per pod before the 0.7 utilisation."""
 
-    def __init__(self, *, target: float, config: KpaConfig | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        target: float,
+        metric: Metric = Metric.CONCURRENCY,
+        config: KpaConfig | None = None,
+    ) -> None:
         if not (math.isfinite(target) and target > 0):
             raise ValueError("target must be > 0")
         self.target = target
+        self.metric = metric
         self.config = config or KpaConfig()
         self.target_value = max(TARGET_MIN, target * self.config.target_utilization)
         """`DeciderSpec.TargetValue`: what one pod is meant to carry."""
@@ -254,7 +270,8 @@ class Kpa:
             held = desired < decider.max_panic_pods
             desired = decider.max_panic_pods
         detail = (
-            f"stable {observed_stable:.3g} rps asks for {dspc}, panic {observed_panic:.3g} asks"
+            f"stable {observed_stable:.3g} {self.metric.unit} asks for {dspc},"
+            f" panic {observed_panic:.3g} asks"
             f" for {dppc} at {self.target_value:.3g} per pod over {int(ready)} ready"
             f"; {'panic' if panicking else 'stable'} mode"
         )

@@ -3,9 +3,9 @@
 `make("hpa", target=0.75)` returns a fresh `ports.Policy`; options past the common ones go to the
 baseline's constructor (`hpa.Hpa`, `keda.Keda`, `kpa.Kpa`, `oracle.Oracle`):
 
-- `hpa`: `not_serving`, `config`.
-- `keda`: `use_cached_metrics`, `polling_interval_s`, `ignore_null_values`, `config`.
-- `kpa`: `config`.
+- `hpa`: `metric`, `not_serving`, `config`.
+- `keda`: `metric`, `use_cached_metrics`, `polling_interval_s`, `ignore_null_values`, `config`.
+- `kpa`: `metric`, `config`.
 - `oracle`: needs `arrivals` (per-second arrival rates, already rate-scaled), `mu` and
   `startup_s` (start-up plus warm-up); `target / mu` is its target utilisation; takes `hold_s`,
   `margin_ratio`, `start_s`.
@@ -36,7 +36,8 @@ def make(
     startup_s: float | None = None,
     **options: Any,
 ) -> ports.Policy:
-    """A fresh baseline `name` whose load target is `target` requests per second per replica."""
+    """A fresh baseline `name` whose target is `target` per replica, in its metric's unit
+    (requests per second, or requests in flight with `metric=Metric.CONCURRENCY`)."""
     builder = REGISTRY.get(name)
     if builder is None:
         raise ValueError(f"unknown baseline {name!r}; known: {', '.join(REGISTRY)}")

@@ -23,7 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from autoscaler.experiment import equal_slo
+from autoscaler.experiment import equal_slo, variants
 from autoscaler.experiment import scenario as scenario_
 from autoscaler.experiment.sweep import DEFAULT_UTILISATION, REGIMES, Outcome, Results, Run
 
@@ -48,7 +48,9 @@ _COLOURS = {
     "seed": "tab:orange",
     "default": "tab:red",
     "hpa": "tab:blue",
+    "hpa-conc": "tab:blue",
     "keda": "tab:cyan",
+    "keda-conc": "tab:cyan",
     "kpa": "tab:purple",
     "oracle": "black",
 }
@@ -86,10 +88,16 @@ def markdown(results: Results) -> str:
         f'at most {limit:g} % of requests over the SLO or dropped, "none" when no setting '
         f"qualifies; {TIMES}oracle divides by the oracle's equal-SLO GPU-hours.",
         "",
-        f"**Default target**: each policy as shipped ({defaults}; KPA gets the capacity as its "
-        f"target and applies its own 0.7 target-utilization); {TIMES}oracle divides by the "
+        f"**Default target**: each policy as shipped ({defaults}; KPA runs on concurrency, gets "
+        f"a fully busy replica's concurrency as its target and applies its own 0.7 "
+        f"target-utilization); {TIMES}oracle divides by the "
         "oracle's GPU-hours at its default. Time to capacity: from the step until serving "
         'capacity covers the raised load ("never": not while it lasts).',
+        "",
+        "**Signals**: HPA and KEDA ran on the request rate and on the concurrency (running plus "
+        "waiting requests per pod); each row keeps the better of the two (the one meeting the "
+        "SLO limit for fewer GPU-hours, else fewer misses at the default target) and names it: "
+        "`hpa (rate)`, `hpa (conc)`. KPA runs on concurrency, Knative's default metric.",
         "",
         table(results),
         "",
@@ -115,7 +123,7 @@ def table(results: Results) -> str:
             [
                 outcome.scenario if first else "",
                 f"{regime.name} {regime.startup_s:g} s" if first else "",
-                outcome.policy,
+                variants.label(outcome.policy),
                 _equal_slo_cell(outcome.equal_slo),
                 _ratio(outcome.equal_slo_vs_oracle),
                 f"{outcome.default.utilisation:.2f}",
@@ -204,19 +212,24 @@ def as_json(results: Results) -> dict[str, Any]:
             }
             for name, s in results.scenarios.items()
         },
-        "outcomes": [
-            {
-                "scenario": o.scenario,
-                "regime": o.regime,
-                "policy": o.policy,
-                "default": _run_json(o.default),
-                "equal_slo": None if o.equal_slo is None else _run_json(o.equal_slo),
-                "default_vs_oracle": o.default_vs_oracle,
-                "equal_slo_vs_oracle": o.equal_slo_vs_oracle,
-                "runs": [_run_json(r) for r in o.runs],
-            }
-            for o in results.outcomes
-        ],
+        "outcomes": [_outcome_json(o) for o in results.outcomes],
+        "set_aside": [_outcome_json(o) for o in results.set_aside],
+    }
+
+
+def _outcome_json(o: Outcome) -> dict[str, Any]:
+    """One outcome; `family` and `signal` say which peer it is and what it scaled on."""
+    return {
+        "scenario": o.scenario,
+        "regime": o.regime,
+        "policy": o.policy,
+        "family": variants.family(o.policy),
+        "signal": variants.signal(o.policy),
+        "default": _run_json(o.default),
+        "equal_slo": None if o.equal_slo is None else _run_json(o.equal_slo),
+        "default_vs_oracle": o.default_vs_oracle,
+        "equal_slo_vs_oracle": o.equal_slo_vs_oracle,
+        "runs": [_run_json(r) for r in o.runs],
     }
 
 
@@ -272,7 +285,8 @@ def plot(results: Results, scenario_name: str, path: Path) -> None:
                 serving,
                 color=_COLOURS.get(outcome.policy),
                 linewidth=1.6 if outcome.policy == "default" else 1.0,
-                label=f"{outcome.policy} (target {outcome.default.utilisation:.2f})",
+                label=f"{variants.label(outcome.policy)}"
+                f" (target {outcome.default.utilisation:.2f})",
             )
         title = f"{regime.name} start-up (~{regime.startup_s:g} s, {regime.about})"
         ax.set_title(title, loc="left")

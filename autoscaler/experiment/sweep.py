@@ -5,9 +5,11 @@ Every scenario runs under a start-up regime (`warm`: ~8 s, weights in the node's
 same capacity model, trace and seed. Two views:
 
 - **Default targets**: each policy as a user would run it. Ours, HPA, KEDA and the oracle aim at
-  75 % of mu per replica (`SimParams.target_utilisation`). KPA gets mu as its `target` and applies
-  its own default `target-utilization` of 0.7 on top: Knative's default way of keeping headroom,
-  five points leaner than the others rather than 0.75 x 0.7.
+  75 % of mu per replica (`SimParams.target_utilisation`). KPA runs on concurrency and gets a
+  fully busy replica's concurrency (mu x service time) as its `target` and applies its own
+  default `target-utilization` of 0.7 on top: Knative's default way of keeping headroom, five
+  points leaner than the others rather than 0.75 x 0.7. HPA and KEDA run twice, on the request
+  rate and on the concurrency (`variants`); the better of the two is kept.
 - **Equal SLO** (the headline): each policy's utilisation target is searched on a grid
   (`equal_slo`), starting from its default, and the cheapest setting with at most 1 % of
   requests over the SLO or dropped is kept. For KPA the swept knob is its `target-utilization`
@@ -45,9 +47,10 @@ import numpy.typing as npt
 
 from autoscaler import baselines, logs, ports
 from autoscaler.baselines import kpa
-from autoscaler.experiment import equal_slo
+from autoscaler.experiment import equal_slo, variants
 from autoscaler.experiment import scenario as scenario_
 from autoscaler.experiment.scenario import Scenario
+from autoscaler.sim import policies as sim_policies
 from autoscaler.sim import run as sim_run
 from autoscaler.sim.params import SimParams
 
@@ -65,7 +68,7 @@ REGIMES: dict[str, Regime] = {
     "warm": Regime("warm", 8.0, "weights in the node's cache"),
     "cold": Regime("cold", 120.0, "weights pulled from storage"),
 }
-POLICIES = ("seed", "default", "hpa", "keda", "kpa", "oracle")
+POLICIES = ("seed", "default", "hpa", "hpa-conc", "keda", "keda-conc", "kpa", "oracle")
 DEFAULT_UTILISATION: dict[str, float] = {
     name: SimParams().target_utilisation for name in POLICIES if name != "kpa"
 } | {"kpa": kpa.KpaConfig().target_utilization}
@@ -165,6 +168,8 @@ class Results:
     config: Config
     scenarios: dict[str, Scenario]
     outcomes: tuple[Outcome, ...]
+    set_aside: tuple[Outcome, ...] = ()
+    """The variants of HPA and KEDA that lost to their other signal (`variants`)."""
 
     @property
     def runs(self) -> tuple[Run, ...]:
@@ -195,11 +200,12 @@ def params_for(task: Task, scenario: Scenario, base: SimParams) -> SimParams:
 
 
 def decider_for(task: Task, params: SimParams) -> ports.Policy | None:
-    """KPA takes mu as its target and the swept utilisation as its own `target-utilization`;
-    every other policy is the simulator's registered one (None)."""
+    """KPA takes a fully busy replica's concurrency as its target and the swept utilisation as
+    its own `target-utilization`; every other policy is the simulator's registered one (None)."""
     if task.policy == "kpa":
         config = kpa.KpaConfig(target_utilization=task.utilisation)
-        return baselines.make("kpa", target=params.replica_capacity_rps, config=config)
+        target = sim_policies.concurrency_target(params, 1.0)
+        return baselines.make("kpa", target=target, metric=baselines.CONCURRENCY, config=config)
     return None
 
 
@@ -328,7 +334,8 @@ def run(
                     record(future.result())
 
     outcomes = _against_oracle([finished[key] for key in keys])
-    return Results(config=config, scenarios=chosen, outcomes=tuple(outcomes))
+    kept, aside = variants.best_of(outcomes)
+    return Results(config=config, scenarios=chosen, outcomes=tuple(kept), set_aside=tuple(aside))
 
 
 def _outcome(key: tuple[str, str, str], runs: Sequence[Run]) -> Outcome:

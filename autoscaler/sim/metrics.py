@@ -3,11 +3,17 @@
 The world calls `scrape` every `scrape_interval_s` with each service's raw readings; `sample`
 answers the loop's query from the last scrape, as a Prometheus instant query would:
 
-- LOAD: `rate()` of the served-requests counter over `rate_window_s`, evaluated at the last
-  scrape with Prometheus' own extrapolation (`extrapolated_rate`). It lags by up to a window,
-  reads low while a fresh counter's window fills, and cannot exceed what the replicas served,
-  exactly like `rate(vllm:request_success_total[30s])`. The counter is one series per service
-  (the sum of its pods' counters, as a recording rule would give).
+- LOAD: what the service's load query reads (`LoadQuery`, chosen per service):
+  - `SERVED_RATE` (ours, and HPA or KEDA on the request rate): `rate()` of the served-requests
+    counter over `rate_window_s`, evaluated at the last scrape with Prometheus' own
+    extrapolation (`extrapolated_rate`). It lags by up to a window, reads low while a fresh
+    counter's window fills, and cannot exceed what the replicas served, exactly like
+    `rate(vllm:request_success_total[30s])`. The counter is one series per service (the sum of
+    its pods' counters, as a recording rule would give).
+  - `CONCURRENCY` (Knative's default metric, and HPA or KEDA on the servers' gauges): requests in
+    service plus requests waiting at the last scrape, `sum(vllm:num_requests_running +
+    vllm:num_requests_waiting)`. Unlike the rate it keeps growing past capacity while the queue
+    does.
 - SATURATION: the waiting-requests gauge (queue length) at the last scrape.
 - CAPACITY: GPU utilisation in percent at the last scrape, `100 x served / (serving x mu)` over
   the last second, clipped to [0, 100]; NaN when nothing is serving. Load and queue of a service
@@ -21,6 +27,7 @@ It must not move time or touch the cluster: it only sees what the world hands it
 
 from __future__ import annotations
 
+import enum
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -38,15 +45,31 @@ _NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # one per
 _EPS = 1e-9
 
 
+class LoadQuery(enum.Enum):
+    """What a service's LOAD signal reads (see the module docstring)."""
+
+    SERVED_RATE = "served-rate"
+    """`rate(vllm:request_success_total[30s])`: requests served per second."""
+    CONCURRENCY = "concurrency"
+    """`vllm:num_requests_running + vllm:num_requests_waiting`: requests in the servers."""
+
+
 class Reading(NamedTuple):
     """What a scrape finds for one service."""
 
     served_total: float
     """The served-requests counter (monotonic)."""
     queue: float
-    """The waiting-requests gauge."""
+    """The waiting-requests gauge (`vllm:num_requests_waiting`)."""
     gpu_util_pct: float
     """GPU utilisation over the last second; NaN when nothing is serving."""
+    in_service: float = 0.0
+    """The running-requests gauge (`vllm:num_requests_running`): taken, not yet completed."""
+
+    @property
+    def concurrency(self) -> float:
+        """Requests in the servers: running plus waiting."""
+        return self.in_service + self.queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +90,16 @@ class Outage:
 
 
 class _Series:
-    __slots__ = ("latest", "offset", "samples")
+    __slots__ = ("concurrency", "latest", "load", "offset", "samples")
 
-    def __init__(self, max_samples: int) -> None:
+    def __init__(self, max_samples: int, load: LoadQuery) -> None:
         self.samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
         self.latest: tuple[float, float, float] = _NAN_ROW
         self.offset = 0.0
         """Counter value before the simulation (the seeded history)."""
+        self.load = load
+        self.concurrency = math.nan
+        """Running plus waiting at the last scrape."""
 
 
 class SimMetrics:
@@ -98,12 +124,19 @@ class SimMetrics:
         return self._queries
 
     def add_service(
-        self, service: model.ServiceId, *, now_s: float, history_rps: float | None = None
+        self,
+        service: model.ServiceId,
+        *,
+        now_s: float,
+        history_rps: float | None = None,
+        load: LoadQuery = LoadQuery.SERVED_RATE,
+        service_time_s: float = 0.0,
     ) -> None:
-        """Start scraping a service. With `history_rps`, its counter already has a window of
-        history at that steady rate (a service that was running before the simulation began);
+        """Start scraping a service whose LOAD signal reads `load`. With `history_rps`, its
+        counter already has a window of history at that steady rate (a service that was running
+        before the simulation began), and `history_rps x service_time_s` requests are running;
         without, the counter is fresh and its rate reads low until the window has filled."""
-        series = _Series(self._max_samples)
+        series = _Series(self._max_samples, load)
         if history_rps is not None:
             if not (math.isfinite(history_rps) and history_rps >= 0):
                 raise ValueError("history_rps must be finite and >= 0")
@@ -114,7 +147,8 @@ class SimMetrics:
                 series.samples.append((at_s, base - history_rps * k * self.scrape_interval_s))
             series.samples.append((now_s, base))
             series.offset = base
-            series.latest = (self._rate(series, now_s), math.nan, math.nan)
+            series.concurrency = history_rps * service_time_s
+            series.latest = (self._load(series, now_s), math.nan, math.nan)
         self._series[service] = series
         if self.next_scrape_s is None:
             self.next_scrape_s = now_s
@@ -136,7 +170,8 @@ class SimMetrics:
             gpu = reading.gpu_util_pct
             if not math.isnan(gpu):
                 gpu = min(100.0, max(0.0, gpu))
-            series.latest = (self._rate(series, now_s), reading.queue, gpu)
+            series.concurrency = reading.concurrency
+            series.latest = (self._load(series, now_s), reading.queue, gpu)
         if self.next_scrape_s is not None:
             while self.next_scrape_s <= now_s + _EPS:
                 self.next_scrape_s += self.scrape_interval_s
@@ -181,7 +216,14 @@ class SimMetrics:
                 if outage.service is None or outage.service == workload.id:
                     values[i, outage.signal] = math.nan
 
-    def _rate(self, series: _Series, now_s: float) -> float:
+    def concurrency(self, service: model.ServiceId) -> float:
+        """Running plus waiting requests of `service` at the last scrape, whatever its LOAD
+        signal reads; NaN before its first scrape."""
+        return self._series[service].concurrency
+
+    def _load(self, series: _Series, now_s: float) -> float:
+        if series.load is LoadQuery.CONCURRENCY:
+            return series.concurrency
         return extrapolated_rate(series.samples, at_s=now_s, window_s=self.rate_window_s)
 
 

@@ -7,16 +7,23 @@ perfect-foresight oracle fits the same shape. Add a policy with `register`; noth
 the simulator changes.
 
 Besides ours (`seed`, `default`), the baselines of `autoscaler.baselines` are registered, each as
-upstream ships it, on the same per-replica load target (`params.target_load_per_replica`) and the
-same bounds as ours:
+upstream ships it, with the same bounds as ours, and each on the signal its users give it
+(`PolicyEntry.load`: the query the service's LOAD signal reads, `metrics.LoadQuery`):
 
-- `hpa`: the HorizontalPodAutoscaler on the per-pod request rate. Its floor is our
-  `min_replicas`, not HPA's own default of 1, so both pay for the same idle floor.
-- `keda`: KEDA's Prometheus scaler with upstream's default `useCachedMetrics: false`: the HPA
-  queries Prometheus afresh at every 15 s sync (the 30 s `pollingInterval` only drives
-  activation, which is off with a floor of at least 1).
-- `kpa`: the Knative Pod Autoscaler, with the load target as its `target` annotation; Knative's
-  own `target-utilization` (0.7) applies on top, so it aims at 70 % of that target per pod.
+- `hpa`: the HorizontalPodAutoscaler on the per-pod request rate, `AverageValue` target
+  `params.target_load_per_replica`. Its floor is our `min_replicas`, not HPA's own default of 1,
+  so both pay for the same idle floor.
+- `hpa-conc`: the same HPA on the per-pod concurrency (`vllm:num_requests_running +
+  vllm:num_requests_waiting` through prometheus-adapter), `AverageValue` target the concurrency
+  one replica carries at the load target (`concurrency_target`: target load x service time,
+  Little's law).
+- `keda`: KEDA's Prometheus scaler on the request rate, with upstream's default
+  `useCachedMetrics: false`: the HPA queries Prometheus afresh at every 15 s sync (the 30 s
+  `pollingInterval` only drives activation, which is off with a floor of at least 1).
+- `keda-conc`: the same scaler whose query is the concurrency, threshold `concurrency_target`.
+- `kpa`: the Knative Pod Autoscaler on concurrency, Knative's default metric, with the
+  concurrency at the load target as its `target` annotation; Knative's own `target-utilization`
+  (0.7) applies on top, so it aims at 70 % of that target per pod.
 - `oracle`: perfect foresight of the rate-scaled trace, with mu = `replica_capacity_rps` and the
   start-up delay `startup_s + warmup_s`. Two allowances make it the floor rather than a
   caricature. It reads the arrival rate as a centred `ORACLE_RATE_WINDOW_S` mean, not
@@ -26,8 +33,9 @@ same bounds as ours:
   `startup_hold_s` further ahead, because the simulator draws each start-up log-normally around
   `startup_s`: with the median alone, half the pods it asks for just in time come late.
 
-Baselines scale on the load signal only; their `PolicyConfig` is the seed policy's, of which they
-read the bounds.
+The served rate cannot exceed what the serving replicas complete, so a policy on it alone sees an
+overload only as "at capacity"; the concurrency keeps growing with the queue. Baselines scale on
+their one signal; their `PolicyConfig` is the seed policy's, of which they read the bounds.
 
 It must not run anything: it only builds values.
 """
@@ -44,6 +52,7 @@ import numpy.typing as npt
 
 from autoscaler import baselines, ports
 from autoscaler.core import model, policy
+from autoscaler.sim.metrics import LoadQuery
 from autoscaler.sim.params import SimParams
 
 FloatArray = npt.NDArray[np.float64]
@@ -61,6 +70,8 @@ class PolicyEntry:
     config: ConfigFactory
     decider: DeciderFactory = core_decider
     about: str = ""
+    load: LoadQuery = LoadQuery.SERVED_RATE
+    """What the service's LOAD signal reads for this policy."""
 
 
 def _targets(params: SimParams) -> dict[str, object]:
@@ -87,8 +98,29 @@ def keda_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:
     return baselines.make("keda", target=params.target_load_per_replica, use_cached_metrics=False)
 
 
+def hpa_concurrency_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:
+    return baselines.make("hpa", target=concurrency_target(params), metric=baselines.CONCURRENCY)
+
+
+def keda_concurrency_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:
+    return baselines.make(
+        "keda",
+        target=concurrency_target(params),
+        use_cached_metrics=False,
+        metric=baselines.CONCURRENCY,
+    )
+
+
 def kpa_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:
-    return baselines.make("kpa", target=params.target_load_per_replica)
+    return baselines.make("kpa", target=concurrency_target(params), metric=baselines.CONCURRENCY)
+
+
+def concurrency_target(params: SimParams, utilisation: float | None = None) -> float:
+    """Requests in service on one replica loaded to `utilisation` of mu (default: the load
+    target): the rate it takes times the time each stays (Little's law), `u x mu x service
+    time`. With no queue this is what `vllm:num_requests_running` reads per pod."""
+    u = params.target_utilisation if utilisation is None else utilisation
+    return u * params.replica_capacity_rps * params.service_time_s
 
 
 ORACLE_RATE_WINDOW_S = 30
@@ -133,11 +165,26 @@ _REGISTRY: dict[str, PolicyEntry] = {
     "hpa": PolicyEntry(
         seed_config, hpa_decider, about="Kubernetes HPA, shipped defaults, our min replicas"
     ),
+    "hpa-conc": PolicyEntry(
+        seed_config,
+        hpa_concurrency_decider,
+        about="Kubernetes HPA on running + waiting requests per pod",
+        load=LoadQuery.CONCURRENCY,
+    ),
     "keda": PolicyEntry(
         seed_config, keda_decider, about="KEDA Prometheus scaler, fresh query every HPA sync"
     ),
+    "keda-conc": PolicyEntry(
+        seed_config,
+        keda_concurrency_decider,
+        about="KEDA Prometheus scaler on running + waiting requests",
+        load=LoadQuery.CONCURRENCY,
+    ),
     "kpa": PolicyEntry(
-        seed_config, kpa_decider, about="Knative KPA on rps, its 0.7 utilisation on top"
+        seed_config,
+        kpa_decider,
+        about="Knative KPA on concurrency, its 0.7 utilisation on top",
+        load=LoadQuery.CONCURRENCY,
     ),
     "oracle": PolicyEntry(
         seed_config, oracle_decider, about="perfect foresight of the trace and start-up delay"

@@ -2,7 +2,10 @@
 
 The world owns simulated time, in whole seconds. Each second, for every service, it serves the
 traffic with the capacity of the pods serving at the start of that second, records one
-time-series row, then advances the pods and scrapes the metrics when a scrape is due.
+time-series row, then advances the pods and scrapes the metrics when a scrape is due: the
+served counter, the waiting requests, the running ones (`in_service`: taken less than a service
+time ago) and the GPU utilisation; the policy's registry entry says whether its LOAD signal reads
+the served rate or the concurrency (`metrics.LoadQuery`).
 `SimClock` turns the loop's `sleep` into `World.advance`, so `Loop.run` drives the whole
 simulation, one tick per simulated second, as fast as the CPU allows.
 
@@ -81,6 +84,7 @@ class _Feed:
         "router",
         "rows",
         "servers",
+        "service_time_s",
         "split",
         "state",
         "traffic",
@@ -93,12 +97,15 @@ class _Feed:
         traffic: traffic_.Traffic,
         state: cluster_.ServiceState,
         capacity_rps: float,
+        service_time_s: float = 0.0,
     ) -> None:
         self.id = service
         self.traffic = traffic
         self.state = state
         self.capacity_rps = capacity_rps
         """mu: what one serving replica completes per second."""
+        self.service_time_s = service_time_s
+        """How long a request stays running once taken (the service's nominal time)."""
         self.rows = array("d")
         """The time series, `TIMESERIES_COLUMNS` per second, flat."""
         self.last_served = 0.0
@@ -200,7 +207,7 @@ class World:
             queue_timeout_s=p.queue_timeout_s,
         )
         traffic = traffic_.Traffic(values, traffic_config)
-        feed = _Feed(sid, traffic, state, p.replica_capacity_rps)
+        feed = _Feed(sid, traffic, state, p.replica_capacity_rps, p.service_time_s)
         if p.detailed:
             self._model_per_pod(feed, values, traffic_config, p, initial=len(state.pods))
         self._feeds.append(feed)
@@ -208,11 +215,21 @@ class World:
         history: float | None = None
         if warm_start:
             history = min(_opening_rps(values), state.serving_speed * feed.capacity_rps)
-        self.metrics.add_service(sid, now_s=float(self._t), history_rps=history)
+        load = load_query(p.policy)
+        self.metrics.add_service(
+            sid,
+            now_s=float(self._t),
+            history_rps=history,
+            load=load,
+            service_time_s=p.service_time_s,
+        )
         utilisation = math.nan
-        if history is not None and state.serving > 0:
-            utilisation = 100.0 * history / (state.serving_speed * feed.capacity_rps)
-        self.metrics.scrape(float(self._t), {sid: metrics_.Reading(0.0, 0.0, utilisation)})
+        running = 0.0
+        if history is not None:
+            running = history * p.service_time_s
+            if state.serving > 0:
+                utilisation = 100.0 * history / (state.serving_speed * feed.capacity_rps)
+        self.metrics.scrape(float(self._t), {sid: metrics_.Reading(0.0, 0.0, utilisation, running)})
         return sid
 
     def traffic(self, service: model.ServiceId) -> traffic_.Traffic | traffic_.SplitTraffic:
@@ -377,7 +394,10 @@ class World:
             elif serving > 0:
                 speed = feed.state.serving_speed
                 utilisation = 100.0 * feed.last_served / (speed * feed.capacity_rps)
-            readings[feed.id] = metrics_.Reading(traffic.served, traffic.queue, utilisation)
+            running = in_service(feed.rows, now_s, service_time_s=feed.service_time_s)
+            readings[feed.id] = metrics_.Reading(
+                traffic.served, traffic.queue, utilisation, running
+            )
         self.metrics.scrape(now_s, readings)
 
 
@@ -494,3 +514,33 @@ def placement_need(params: SimParams) -> placement.Need:
     its `placement` and `model-memory` annotations would say: `auto` under the ladder."""
     mode = "auto" if params.placement == "ladder" else "whole"
     return placement.Need(params.model_memory_mib, mode=mode)
+
+
+_SERVED = TIMESERIES_COLUMNS.index("served")
+
+
+def in_service(rows: Sequence[float], now_s: float, *, service_time_s: float) -> float:
+    """Requests running at `now_s`: taken by a replica less than `service_time_s` ago.
+
+    Second k's served requests were taken uniformly over [k, k+1) and each runs for the
+    service time, so the share of them still running at `now_s` is
+    `clip(k + 1 - (now_s - service_time_s), 0, 1)`. `rows` is the service's flat time series
+    up to `now_s`.
+    """
+    width = len(TIMESERIES_COLUMNS)
+    seconds = len(rows) // width
+    since_s = now_s - service_time_s
+    running = 0.0
+    for k in range(seconds - 1, -1, -1):
+        share = min(1.0, k + 1.0 - since_s)
+        if share <= 0:
+            break
+        running += share * rows[k * width + _SERVED]
+    return running
+
+
+def load_query(policy: str) -> metrics_.LoadQuery:
+    """What the LOAD signal of a service run by `policy` reads: the registry entry's query, the
+    served rate for a name the registry does not know."""
+    entry = policies.REGISTRY.get(policy)
+    return metrics_.LoadQuery.SERVED_RATE if entry is None else entry.load

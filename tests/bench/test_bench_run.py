@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import structlog
 
-from autoscaler import logs
+from autoscaler import baselines, logs
 from autoscaler.baselines import kpa
 from autoscaler.experiment import report, sweep
 from autoscaler.experiment.scenario import Scenario
@@ -59,7 +59,7 @@ def test_quick_bench_writes_the_table_the_json_and_a_plot(
     assert tuple(header) == report.COLUMNS
     assert all(set(cell) <= {"-", ":"} for cell in rule)
     assert [(row[0], row[1], row[2]) for row in rows] == [
-        ("step-5x", "cold 120 s", "hpa"),
+        ("step-5x", "cold 120 s", "hpa (rate)"),
         ("", "", "oracle"),
     ]
     assert rows[1][4] == "1.00"  # the oracle over itself
@@ -105,15 +105,17 @@ def test_every_run_starts_sized_for_the_opening_at_its_target() -> None:
 
 
 def test_kpa_is_swept_through_its_own_target_utilisation() -> None:
-    """KPA gets mu as its target and the run's utilisation as its `target-utilization`."""
+    """KPA runs on concurrency with a busy replica's concurrency (mu x service time) as its
+    target and the run's utilisation as its `target-utilization`."""
     task = Task("flat", "warm", "kpa", 0.6)
     params = dataclasses.replace(sweep.BASE, target_utilisation=0.6)
 
     decider = sweep.decider_for(task, params)
 
     assert isinstance(decider, kpa.Kpa)
-    assert decider.target == params.replica_capacity_rps
-    assert decider.target_value == pytest.approx(0.6)
+    assert decider.metric is baselines.CONCURRENCY
+    assert decider.target == pytest.approx(params.replica_capacity_rps * params.service_time_s)
+    assert decider.target_value == pytest.approx(0.6 * 2.0)
     assert sweep.decider_for(Task("flat", "warm", "hpa", 0.6), params) is None
 
 

@@ -19,7 +19,7 @@ from autoscaler.sim import policies, run
 from autoscaler.sim.params import SimParams
 
 PARAMS = SimParams(min_replicas=3, max_replicas=40, startup_s=100.0, warmup_s=5.0)
-BASELINES = ("hpa", "keda", "kpa", "oracle")
+BASELINES = ("hpa", "hpa-conc", "keda", "keda-conc", "kpa", "oracle")
 
 
 @pytest.fixture(autouse=True)
@@ -33,19 +33,29 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_every_baseline_is_registered_after_ours() -> None:
-    """The registry offers ours first, then HPA, KEDA, KPA and the oracle."""
+    """The registry offers ours first, then HPA and KEDA on two signals, KPA and the oracle."""
     assert policies.names() == ("seed", "default", *BASELINES)
     assert tuple(run.POLICIES) == policies.names()
 
 
-@pytest.mark.parametrize(
-    ("name", "kind"), [("hpa", hpa.Hpa), ("keda", keda.Keda), ("kpa", kpa.Kpa)]
-)
-def test_reactive_baselines_aim_at_the_simulation_load_target(name: str, kind: type) -> None:
-    """HPA, KEDA and KPA get the per-replica load target of the run."""
+@pytest.mark.parametrize(("name", "kind"), [("hpa", hpa.Hpa), ("keda", keda.Keda)])
+def test_rate_baselines_aim_at_the_simulation_load_target(name: str, kind: type) -> None:
+    """HPA and KEDA on the rate get the per-replica load target of the run."""
     decider = policies.lookup(name).decider(PARAMS, np.ones(10))
     assert isinstance(decider, kind)
     assert decider.target == pytest.approx(PARAMS.target_load_per_replica)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("hpa-conc", hpa.Hpa), ("keda-conc", keda.Keda), ("kpa", kpa.Kpa)]
+)
+def test_concurrency_baselines_aim_at_the_concurrency_of_the_load_target(
+    name: str, kind: type
+) -> None:
+    """On concurrency the target is the load target times the service time: 0.75 x 1 x 2 s."""
+    decider = policies.lookup(name).decider(PARAMS, np.ones(10))
+    assert isinstance(decider, kind)
+    assert decider.target == pytest.approx(1.5)
 
 
 def test_keda_queries_prometheus_at_every_sync() -> None:
@@ -59,7 +69,7 @@ def test_kpa_applies_its_own_utilisation_on_top() -> None:
     """KPA keeps Knative's default 0.7 target utilisation of the target it is given."""
     decider = policies.lookup("kpa").decider(PARAMS, np.ones(10))
     assert isinstance(decider, kpa.Kpa)
-    assert decider.target_value == pytest.approx(0.7 * PARAMS.target_load_per_replica)
+    assert decider.target_value == pytest.approx(0.7 * 1.5)
 
 
 def test_baselines_share_our_bounds() -> None:

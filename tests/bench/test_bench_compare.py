@@ -1,0 +1,50 @@
+"""Two runs' equal-SLO views side by side, matched by policy family."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import compare
+
+
+def outcome(policy: str, gpu_hours: float | None, ratio: float | None) -> dict[str, Any]:
+    best = None if gpu_hours is None else {"gpu_hours": gpu_hours, "utilisation": 0.8}
+    return {
+        "scenario": "s",
+        "regime": "warm",
+        "policy": policy,
+        "equal_slo": best,
+        "equal_slo_vs_oracle": ratio,
+    }
+
+
+def results(*outcomes: dict[str, Any]) -> dict[str, Any]:
+    return {"config": {"scenarios": ["s"], "regimes": {"warm": 8.0}}, "outcomes": list(outcomes)}
+
+
+def test_variants_line_up_with_the_peer_they_replace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hpa-conc` after sits beside `hpa` before; a missing policy reads a dash, none reads none."""
+    before = results(outcome("hpa", None, None), outcome("oracle", 10.0, 1.0))
+    after = results(
+        outcome("hpa-conc", 30.0, 3.0), outcome("kpa", 12.0, 1.2), outcome("oracle", 10.0, 1.0)
+    )
+    (tmp_path / "b.json").write_text(json.dumps(before))
+    (tmp_path / "a.json").write_text(json.dumps(after))
+
+    assert compare.main([str(tmp_path / "b.json"), str(tmp_path / "a.json")]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    rows = {
+        cells[2]: cells[3:]
+        for cells in ([c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:])
+    }
+    assert rows["hpa"] == ["none", "n/a", "30.0 (0.80)", "3.00", "concurrency"]
+    assert rows["kpa"] == ["—", "—", "12.0 (0.80)", "1.20", "concurrency"]
+    assert rows["seed"] == ["—", "—", "—", "—", ""]
+    assert rows["oracle"][:4] == ["10.0 (0.80)", "1.00", "10.0 (0.80)", "1.00"]
