@@ -1,7 +1,7 @@
-# The controller's image (DESIGN §7): non-root, runs on a read-only root filesystem, no compilers.
-# `make image` builds it. The builder installs the locked runtime dependencies (every version and
-# hash pinned in requirements.lock) and the project's wheel into a virtualenv; the final stage is
-# the same slim Python base with only that virtualenv copied in.
+# The controller's image (docs/architecture.md, "Safety"): non-root, runs on a read-only root
+# filesystem, no compilers. `make image` builds it. The builder installs the locked runtime
+# dependencies (every version and hash pinned in requirements.lock) and the project's wheel into a
+# virtualenv; the final stage is the same slim Python base with only that virtualenv copied in.
 ARG PYTHON_IMAGE=python:3.11.17-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder

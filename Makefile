@@ -25,8 +25,8 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
-# Policy quality (DESIGN §8): ours against HPA, KEDA, Knative KPA and a perfect-foresight oracle
-# on every scenario, warm and cold start-up. Prints one Markdown table and writes results.md,
+# Policy quality (docs/benchmark.md): ours against HPA, KEDA, Knative KPA and a perfect-foresight
+# oracle on every scenario, warm and cold start-up. Prints one Markdown table and writes results.md,
 # results.json and a plot per scenario into bench-out/ (under 10 minutes on 2 cores).
 bench: venv
 	$(BIN)/python -m bench.run --out bench-out

@@ -1,4 +1,5 @@
-"""The per-Deployment annotation contract (DESIGN §4): one pydantic model, one source of truth.
+"""The per-Deployment annotation contract (docs/annotations.md): one pydantic model, one source of
+truth.
 
 A service owner opts in by annotating their inference Deployment under `autoscaler.dsec.io/`.
 `parse` turns those annotations into a `ServiceConfig` (the core's `PolicyConfig` plus what the
@@ -40,7 +41,7 @@ STATE_KEY = PREFIX + "state"
 """Written by the controller: cooldown timestamps and ramp step. Not a setting; ignored."""
 RAMP_KEY = PREFIX + "ramp"
 """Written by the controller: the traffic ramp's step and deadlines, for resuming after a
-restart (DESIGN §3.4). Not a setting; ignored."""
+restart (docs/architecture.md, "The warm-up gate and the traffic ramp"). Not a setting; ignored."""
 CONTROLLER_KEYS = frozenset({STATUS_KEY, STATE_KEY, RAMP_KEY})
 WARM_GATE = PREFIX + "warm"
 """The readiness gate (`spec.template.spec.readinessGates[].conditionType`) behind which a
@@ -88,7 +89,7 @@ class Server(enum.Enum):
 
 class PolicyName(enum.Enum):
     SEED = "seed"
-    """DESIGN §3.3 as written: no burst path, no look-ahead."""
+    """The plain rule (docs/architecture.md, "The replica count"): no burst path, no look-ahead."""
     DEFAULT = "default"
     """The seed policy plus the burst fast path and the trend look-ahead."""
 
@@ -833,7 +834,8 @@ ENABLED_KEY = PREFIX + "enabled"
 
 
 # ---------------------------------------------------------------------------------------------
-# Metric names (DESIGN §3.1): presets from `metricnames`, the one table the adapter queries.
+# Metric names (docs/architecture.md, "Signals"): presets from `metricnames`, the one table the
+# adapter queries.
 
 
 def _metric_names(a: Annotations) -> metricnames.MetricNames:
@@ -854,7 +856,7 @@ def _metric_names(a: Annotations) -> metricnames.MetricNames:
 
 @dataclass(frozen=True, slots=True)
 class TrafficConfig:
-    """The traffic ramp of DESIGN §3.4."""
+    """The traffic ramp (docs/architecture.md, "The warm-up gate and the traffic ramp")."""
 
     router: TrafficRouter
     steps_pct: tuple[int, ...]
@@ -866,7 +868,7 @@ class TrafficConfig:
 
 @dataclass(frozen=True, slots=True)
 class WarmupConfig:
-    """The warm-up gate of DESIGN §3.4."""
+    """The warm-up gate (docs/architecture.md, "The warm-up gate and the traffic ramp")."""
 
     path: str | None
     port: int | None

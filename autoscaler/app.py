@@ -15,11 +15,12 @@ in one `asyncio.TaskGroup`:
 - the HTTP server: `/metrics`, `/healthz`, and `/readyz` (caches synced and, for the leader,
   a tick within the last few `tick_s`).
 
-The warm-up gate and the traffic ramp (DESIGN §3.4) ride on the same parts: `KubeRamp` on the
-same client and caches, one traffic router per `traffic-router` value, the health gate on the
-same Prometheus settings as the signals, and one HTTP prober. Each term's loop sends its scale
-writes through a fresh `RampDriver` (which resumes every ramp from the Deployments'
-`autoscaler.dsec.io/ramp` annotations) and lets it act once per tick.
+The warm-up gate and the traffic ramp (docs/architecture.md,
+"The warm-up gate and the traffic ramp") ride on the same parts: `KubeRamp` on the same client and
+caches, one traffic router per `traffic-router` value, the health gate on the same Prometheus
+settings as the signals, and one HTTP prober. Each term's loop sends its scale writes through a
+fresh `RampDriver` (which resumes every ramp from the Deployments' `autoscaler.dsec.io/ramp`
+annotations) and lets it act once per tick.
 
 An unexpected exception in any of them ends the group, and with it the process, for
 Kubernetes to restart. Setting `stop` (SIGTERM or SIGINT under `run`) stops ticking, lets

@@ -63,7 +63,7 @@ DEFAULT_MODEL_MEMORY_GIB = 6.0
 DEMO_OUT = DEFAULT_OUT / "demo"
 DEMO_MEAN_REPLICAS = 20.0
 DEMO_POLICIES = ("default", "seed")
-"""Ours first, then the plain policy of DESIGN §3.3 for comparison."""
+"""Ours first, then the plain policy (docs/architecture.md, "The replica count") for comparison."""
 BENCH_OUT = Path("bench-out") / "trace"
 
 _SIMULATION_LOG_LEVEL = "warning"
@@ -302,8 +302,9 @@ def _sim_params(
 
 
 def _placement_options(args: argparse.Namespace) -> dict[str, object]:
-    """`--placement` and `--cluster`: a cluster described by GPU tier (DESIGN §3.5); either
-    option alone takes the other's default (`fragmented`, `whole`)."""
+    """`--placement` and `--cluster`: a cluster described by GPU tier (docs/architecture.md,
+    "The placement ladder"); either option alone takes the other's default (`fragmented`,
+    `whole`)."""
     if args.placement is None and args.cluster is None:
         return {}
     return {

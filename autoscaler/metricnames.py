@@ -1,4 +1,5 @@
-"""What each model server exports to Prometheus (DESIGN §3.1): the one table of metric presets.
+"""What each model server exports to Prometheus (docs/architecture.md, "Signals"): the one table of
+metric presets.
 
 The annotation contract maps a Deployment's `server` (or its `custom` `metric-*` names) to a
 `MetricNames`, and the Prometheus adapter queries exactly those names; both read `PRESETS` from

@@ -37,12 +37,14 @@ class Workload:
     """Policy state persisted on the object, for resuming after a restart."""
     admissible: int | None = None
     """The most replicas the cluster would admit (the namespace's GPU ResourceQuota, over every
-    placement tier); None when nothing caps it. The policy never asks for more (DESIGN §3.5)."""
+    placement tier); None when nothing caps it. The policy never asks for more
+    (docs/architecture.md, "The placement ladder")."""
     admissible_reason: model.Reason = model.Reason.QUOTA
     """What sets `admissible`: `QUOTA`, or `NO_PLACEMENT` when no node can place the model and
     the service is held at its size."""
     core_rate: float = 0.0
-    """GPU core-hours per hour the service's pods hold now (DESIGN §3.6), for accounting."""
+    """GPU core-hours per hour the service's pods hold now, for accounting (docs/architecture.md,
+    "Accounting")."""
     project: str = ""
     """The accounting label (`autoscaler.dsec.io/project`, the namespace by default)."""
 
@@ -94,7 +96,7 @@ class CorePolicy:
         return policy.decide(workload.policy, observation, state)
 
 
-# -- The warm-up gate and the traffic ramp (DESIGN §3.4) -------------------------------------------
+# -- The warm-up gate and the traffic ramp (docs/architecture.md) ----------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,8 @@ class PodInfo:
     """Labelled `autoscaler.dsec.io/stable: "true"` (added on promotion)."""
     terminating: bool
     tier: str = "whole"
-    """Placement tier: `whole`, `mig-<profile>` or `shared` (DESIGN §3.5)."""
+    """Placement tier: `whole`, `mig-<profile>` or `shared` (docs/architecture.md,
+    "The placement ladder")."""
     in_flight: float = float("nan")
     """Queued plus running requests, when the metrics say (NaN when unknown)."""
     port: int | None = None

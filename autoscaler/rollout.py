@@ -1,4 +1,5 @@
-"""The ramp driver (DESIGN §3.4): runs `core.rollout` for every gated service, once per tick.
+"""The ramp driver (docs/architecture.md, "The warm-up gate and the traffic ramp"): runs
+`core.rollout` for every gated service, once per tick.
 
 `RampDriver` implements `ports.Rollouts`. For each service of `RampCluster.ramp_targets()` it
 restores the state persisted on the Deployment on first sight (a restarted controller resumes

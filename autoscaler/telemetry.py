@@ -139,10 +139,10 @@ class Telemetry:
         self.core_hours = self._per_service(
             prom.Counter,
             "autoscaler_gpu_core_hours",
-            "GPU core-hours used per service, weighted by card product (DESIGN §3.6).",
+            "GPU core-hours used per service, weighted by card product (see docs/architecture.md).",
             "project",
         )
-        # The traffic ramp (DESIGN §3.4).
+        # The traffic ramp (docs/architecture.md, "The warm-up gate and the traffic ramp").
         self.ramp_step = self._per_service(
             prom.Gauge,
             "autoscaler_ramp_step_percent",
@@ -168,7 +168,7 @@ class Telemetry:
             "autoscaler_ramp_promotions",
             "Ramps that reached 100 % and promoted their pods to the stable set.",
         )
-        # The placement ladder (DESIGN §3.5).
+        # The placement ladder (docs/architecture.md, "The placement ladder").
         self.tier_replicas = self._per_service(
             prom.Gauge,
             "autoscaler_tier_replicas",

@@ -1,4 +1,4 @@
-"""The benchmarks of DESIGN §8, run from the repository root (`python -m bench.run`).
+"""The benchmarks of docs/benchmark.md, run from the repository root (`python -m bench.run`).
 
 `scenarios` builds the request traces, `run` simulates every policy on them and searches each
 policy's utilisation target for GPU-hours at equal SLO, `equal_slo` holds that search, and

@@ -1,5 +1,6 @@
-"""The bad-pod scenario (DESIGN §3.4, §8): what the warm-up gate and the traffic ramp save when a
-new pod is bad, and what they cost.
+"""The bad-pod scenario (docs/architecture.md, "The warm-up gate and the traffic ramp";
+docs/benchmark.md): what the warm-up gate and the traffic ramp save when a new pod is bad, and what
+they cost.
 
     python -m bench.bad_pod [--traces rise,step] [--router ROUTER] [--duration-s S]
                             [--out DIR] [--quiet]

@@ -15,7 +15,7 @@ of `Loop.step()` per tick (the first tick, which publishes every service's statu
 process CPU per tick, the controller process's RSS, Prometheus queries per tick (the adapter's
 counter) and API writes per tick (the emulator's request log).
 
-Timings are printed, never asserted (DESIGN §8).
+Timings are printed, never asserted (docs/benchmark.md).
 """
 
 from __future__ import annotations

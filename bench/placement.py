@@ -1,5 +1,5 @@
-"""The placement ladder on a fragmented cluster (DESIGN §3.5, §3.6, §8): what it saves against
-whole cards alone, and what it costs.
+"""The placement ladder on a fragmented cluster (docs/architecture.md, "The placement ladder" and
+"Accounting"; docs/benchmark.md): what it saves against whole cards alone, and what it costs.
 
     python -m bench.placement [--duration-s S] [--model-memory-gib G] [--out DIR] [--quiet]
 
@@ -13,10 +13,10 @@ what does not fit waits). At the busiest minute the ladder runs out of whole car
 slices, and puts the rest on shares.
 
 Per run: SLO misses (late or dropped requests), pending replica-seconds (pods created but
-waiting for a GPU), core-hours (GPU time weighted by card product and the part of a card held,
-DESIGN §3.6), GPU-hours (pod-hours holding any GPU resource) and pod-hours per tier. A MIG
-slice or a share serves in proportion to the part of the card it holds (`SimParams.tier_speeds`
-changes that). Prints a Markdown table; writes `results.json` to `--out`.
+waiting for a GPU), core-hours (GPU time weighted by card product and the part of a card held:
+docs/architecture.md, "Accounting"), GPU-hours (pod-hours holding any GPU resource) and pod-hours
+per tier. A MIG slice or a share serves in proportion to the part of the card it holds
+(`SimParams.tier_speeds` changes that). Prints a Markdown table; writes `results.json` to `--out`.
 
 It must not change the simulator or the policies: it only chooses their inputs and reads their
 results.

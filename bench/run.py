@@ -1,4 +1,5 @@
-"""Policy quality (DESIGN §8): ours against HPA, KEDA, Knative KPA and a perfect-foresight oracle.
+"""Policy quality (docs/benchmark.md): ours against HPA, KEDA, Knative KPA and a perfect-foresight
+oracle.
 
     python -m bench.run [--quick] [--scenarios a,b] [--policies p,q] [--regimes warm,cold]
                         [--jobs N] [--out DIR] [--duration-s S] [--quiet]

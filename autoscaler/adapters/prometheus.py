@@ -15,9 +15,10 @@ Only validated names reach PromQL: metric names must match Prometheus's grammar,
 must be DNS-1123 names, and every value is regex-quoted and string-escaped on top of that. Service
 owners choose metric names (a preset or `custom`), never PromQL.
 
-`HealthQueries` serves the traffic ramp (DESIGN §3.4) from the same names and quoting: the health
-of the warming and stable pods of one service over a window, and the requests still in flight
-on pods being drained.
+`HealthQueries` serves the traffic ramp (docs/architecture.md,
+"The warm-up gate and the traffic ramp") from the same names and quoting: the health of the warming
+and stable pods of one service over a window, and the requests still in flight on pods being
+drained.
 
 Every query goes out through one `Access`: the credentials (a bearer token or basic auth, each
 from a file read again when it changes), the TLS trust (a CA bundle, or none checked) and the
@@ -764,7 +765,7 @@ def _brief(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e)[:300]}"
 
 
-# -- The traffic ramp's health gate and the drain (DESIGN §3.4) ---------------------------------
+# -- The traffic ramp's health gate and the drain (docs/architecture.md) ------------------------
 
 RUNNING_GAUGES: Final[Mapping[str, str]] = types.MappingProxyType(
     {
@@ -865,7 +866,8 @@ class HealthQueries:
 
     `health` reads each group (warming, stable) through `health_queries`, every query of a call
     at once, each under its deadline; `in_flight` through one `in_flight_query`. The namespace label
-    is fixed in every query and pods are matched by escaped regex literals (DESIGN §7).
+    is fixed in every query and pods are matched by escaped regex literals (docs/architecture.md,
+    "Safety").
 
     No data is NaN, never zero: an empty group, no requests series, no errors series, no
     histogram or no observation in the window. The error rate is NaN without requests. For

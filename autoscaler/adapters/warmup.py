@@ -1,4 +1,5 @@
-"""The warm-up probe of DESIGN §3.4: HTTP requests to a new pod's warm-up endpoint, in sequence.
+"""The warm-up probe (docs/architecture.md, "The warm-up gate and the traffic ramp"): HTTP requests
+to a new pod's warm-up endpoint, in sequence.
 
 `HttpProber` implements `ports.WarmupProber` with one aiohttp `ClientSession` shared by every
 probe (opened by the first, on the running loop; `close()` ends it, and a later probe opens a

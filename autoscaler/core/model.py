@@ -165,7 +165,8 @@ class Pause:
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """Per-service policy parameters (DESIGN §3.3). Targets are per serving replica."""
+    """Per-service policy parameters (docs/architecture.md, "The replica count"). Targets are per
+    serving replica."""
 
     max_replicas: int
     min_replicas: int = 2
@@ -262,8 +263,9 @@ class Observation:
     startup_s: float | None = None
     """Observed time from pod creation to serving, for the look-ahead horizon."""
     admissible: int | None = None
-    """The most replicas the namespace's GPU quota admits over every placement tier (DESIGN
-    §3.5); None when nothing caps it. A scale-up never asks for more."""
+    """The most replicas the namespace's GPU quota admits over every placement tier
+    (docs/architecture.md, "The placement ladder"); None when nothing caps it. A scale-up never
+    asks for more."""
     admissible_reason: Reason = Reason.QUOTA
     """What sets `admissible`: the quota, or `NO_PLACEMENT` when no node can place the model
     (the service is then held at its size)."""

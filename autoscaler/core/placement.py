@@ -1,4 +1,5 @@
-"""The placement ladder (DESIGN §3.5): which GPU tier each replica of a service runs on.
+"""The placement ladder (docs/architecture.md, "The placement ladder"): which GPU tier each replica
+of a service runs on.
 
 A service's replicas run on one of three kinds of GPU resource, best first:
 
@@ -25,9 +26,11 @@ cluster has free (a `Snapshot`), what each tier runs now and the namespace's GPU
   the caller keeps asking for the same `desired` (the policy's total, not the sum over tiers)
   and the next plans retire the lower tiers as `TierCount.serving` rises.
 - **Quota**: never ask for replicas the namespace's ResourceQuota would refuse; `admissible`
-  says how many the quota admits in all, for the policy to cap its scale-up (DESIGN §3.5).
+  says how many the quota admits in all, for the policy to cap its scale-up (docs/architecture.md,
+  "The placement ladder").
 
-`core_weight` and `tier_fraction` weigh GPU time for accounting (DESIGN §3.6).
+`core_weight` and `tier_fraction` weigh GPU time for accounting (docs/architecture.md,
+"Accounting").
 
 Pure and deterministic: no I/O, no clock, no Kubernetes types. The Kubernetes adapter builds the
 `Snapshot` from its caches; the simulator builds it from its virtual nodes.
@@ -114,7 +117,8 @@ def resource_of(tier: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class NodeCapacity:
-    """What one node has free for new GPU pods, per tier (DESIGN §3.5)."""
+    """What one node has free for new GPU pods, per tier (docs/architecture.md,
+    "The placement ladder")."""
 
     name: str
     product: str
@@ -582,7 +586,7 @@ def admissible(
     return total + int(extra)
 
 
-# -- Accounting (DESIGN §3.6) -----------------------------------------------------------------
+# -- Accounting (docs/architecture.md) --------------------------------------------------------
 
 DEFAULT_CORE_WEIGHTS: Mapping[str, float] = {"RTX 4090": 12.0, "A100-40GB": 30.0, "A800-80GB": 54.0}
 """Core-hours per card-hour by card product (the seeds' example table)."""

@@ -1,4 +1,5 @@
-"""The replica policy (DESIGN §3.3): one service's observation in, a `Decision` out.
+"""The replica policy (docs/architecture.md, "The replica count"): one service's observation in, a
+`Decision` out.
 
 `decide` is a function of the configuration, the observation and the previous `PolicyState`; it
 returns the decision and the next state. The steps, in order:
@@ -24,10 +25,10 @@ returns the decision and the next state. The steps, in order:
    no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
 7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
 8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
-   (`observation.admissible`, DESIGN §3.5): it is clamped to `max(current, admissible)`, and a
-   scale-up the quota refuses entirely is a hold. The quota never scales anything down. When
-   the cap comes from a model no node can place (`admissible_reason` is `NO_PLACEMENT`), the
-   decision says so instead of blaming the quota.
+   (`observation.admissible`; docs/architecture.md, "The placement ladder"): it is clamped to
+   `max(current, admissible)`, and a scale-up the quota refuses entirely is a hold. The quota never
+   scales anything down. When the cap comes from a model no node can place (`admissible_reason` is
+   `NO_PLACEMENT`), the decision says so instead of blaming the quota.
 
 Before all of these, a pause (`config.pause`, the service owner's) holds the service where it
 is with the reason `paused`; with `Pause.replicas` it first sets that count, once, whatever the
@@ -52,7 +53,8 @@ _CEIL_SLACK = 1e-9
 
 
 def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
-    """The plain policy of DESIGN §3.3: no burst path, no look-ahead."""
+    """The plain policy (docs/architecture.md, "The replica count"): no burst path, no
+    look-ahead."""
     return model.PolicyConfig(max_replicas=max_replicas, **overrides)  # type: ignore[arg-type]
 
 

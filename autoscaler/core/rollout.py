@@ -1,4 +1,5 @@
-"""The warm-up gate, the traffic ramp and the drain (DESIGN §3.4), as a pure state machine.
+"""The warm-up gate, the traffic ramp and the drain (docs/architecture.md,
+"The warm-up gate and the traffic ramp"), as a pure state machine.
 
 One service at a time. `advance(config, state, tick)` takes what the driver saw this tick and
 returns a `Plan`: the next `RampState`, the `Action`s to carry out in order, and the `Outcome`s

@@ -1,4 +1,5 @@
-"""Sliding windows of samples per service and signal, and their smoothed estimates (DESIGN §3.2).
+"""Sliding windows of samples per service and signal, and their smoothed estimates
+(docs/architecture.md, "Smoothing").
 
 One `Windows` holds, for every service row and every signal, the last `window_s` seconds of
 samples in a ring buffer (one slot per tick; NaN where a sample is missing). `estimate` reduces
@@ -6,7 +7,8 @@ each window to an exponentially weighted mean, the weighted linear trend through
 plain mean for the burst path, for all rows at once: the work is a handful of matrix products over
 the buffer, never a Python loop per sample, so a tick over 10,000 services stays cheap.
 
-The deadband (§3.2) is applied by the policy, which knows the targets.
+The deadband (docs/architecture.md, "The replica count") is applied by the policy, which knows the
+targets.
 
 It does no I/O and reads no clock: the caller passes the tick's `now_s`.
 """

@@ -1,4 +1,5 @@
-"""The equal-SLO search (DESIGN §8): which utilisation targets to try, and which one to keep.
+"""The equal-SLO search (docs/benchmark.md): which utilisation targets to try, and which one to
+keep.
 
 A policy's SLO misses grow with its utilisation target (less headroom per replica) while its
 GPU-hours fall. `next_target` bisects a grid of targets for the boundary between the settings

@@ -5,17 +5,19 @@ model (starting, for a delay drawn from a log-normal at creation), warms up (war
 serves. Scale-down removes pods in a fixed victim order (`victim_order`). Pods that hold a GPU
 (starting, warming, serving) are what the cluster pays for: `gpu_seconds` integrates them.
 
-A service whose lifecycle is `gated` has the warm-up gate and the traffic ramp (DESIGN §3.4): a
-started pod stays warming (running, not warm, labelled `warming`) until the ramp driver marks it
-warm and promotes it (`set_pod`); it serves once warm, labelled `stable` and no longer
-`warming`. `delete_pod` reclaims a pod, and the service's replica controller makes a fresh one.
+A service whose lifecycle is `gated` has the warm-up gate and the traffic ramp
+(docs/architecture.md, "The warm-up gate and the traffic ramp"): a started pod stays warming
+(running, not warm, labelled `warming`) until the ramp driver marks it warm and promotes it
+(`set_pod`); it serves once warm, labelled `stable` and no longer `warming`. `delete_pod` reclaims a
+pod, and the service's replica controller makes a fresh one.
 
 On a cluster described by GPU tier (`nodes`), a service with a placement `need` has its pods
-placed by the placement ladder (`core.placement.plan`, DESIGN §3.5): each pod belongs to a tier
-(`whole`, `mig-<profile>`, `shared`), waits for a free slot of that tier and serves at that
-tier's speed, a part of a whole card's. The plan is made again at every `scale` and every
-`advance`, so replicas move up the ladder and pods stuck pending move down as capacity frees.
-`core_seconds` weighs GPU time by card product and the part of a card held (DESIGN §3.6).
+placed by the placement ladder (`core.placement.plan`; docs/architecture.md,
+"The placement ladder"): each pod belongs to a tier (`whole`, `mig-<profile>`, `shared`), waits for
+a free slot of that tier and serves at that tier's speed, a part of a whole card's. The plan is made
+again at every `scale` and every `advance`, so replicas move up the ladder and pods stuck pending
+move down as capacity frees. `core_seconds` weighs GPU time by card product and the part of a card
+held (docs/architecture.md, "Accounting").
 
 Time moves only through `advance`; the cluster never reads a clock and never sleeps. It must
 not model traffic or metrics (`traffic` and `metrics` do, driven by `world`).
@@ -124,7 +126,8 @@ class Pod:
     deletion_cost: int = 0
     """`controller.kubernetes.io/pod-deletion-cost`: the lowest goes first within a phase."""
     tier: str = placement.WHOLE
-    """Placement tier (DESIGN §3.5): the kind of GPU slot it waits for or holds."""
+    """Placement tier (docs/architecture.md, "The placement ladder"): the kind of GPU slot it waits
+    for or holds."""
     slot: int | None = None
     """Which time-sliced card of its node it shares (shared tier only)."""
     speed: float = 1.0
@@ -393,8 +396,9 @@ class SimCluster:
         return sum(s.gpu_s + s.holding_gpu * (self._now_s - s.gpu_since_s) for s in chosen)
 
     def core_seconds(self, service: model.ServiceId | None = None) -> float:
-        """GPU time weighted by card product and card fraction (DESIGN §3.6), in core-seconds:
-        the sum over pods holding a slot of `core_weight x tier_fraction x time`."""
+        """GPU time weighted by card product and card fraction (docs/architecture.md,
+        "Accounting"), in core-seconds: the sum over pods holding a slot of
+        `core_weight x tier_fraction x time`."""
         chosen = self._services.values() if service is None else [self._service(service)]
         return sum(s.core_s + s.core_rate * (self._now_s - s.gpu_since_s) for s in chosen)
 
@@ -504,7 +508,7 @@ class SimCluster:
     ) -> None:
         """Change a pod's readiness-gate condition, ramp labels or deletion cost (None keeps
         one). A gated pod that is running serves exactly while warm, `stable` and not
-        `warming` (DESIGN §3.1)."""
+        `warming` (docs/architecture.md, "Signals")."""
         pod = self.pod(service, name)
         svc = self._services[service]
         if warm is not None:
@@ -677,7 +681,7 @@ class SimCluster:
                 svc.tier_s[tier] = svc.tier_s.get(tier, 0.0) + holding * elapsed
         svc.gpu_since_s = self._now_s
 
-    # -- placement (DESIGN §3.5) ------------------------------------------------------------
+    # -- placement (docs/architecture.md, "The placement ladder") ---------------------------
 
     def _replan(self, svc: ServiceState) -> None:
         """Bring the service's pods per tier to what the placement plan says now."""

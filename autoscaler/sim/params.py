@@ -3,9 +3,10 @@
 Every policy in a comparison runs on the same `SimParams` (capacity model, trace, seed); all of
 it is written into `summary.json` so a result can be reproduced.
 
-With `ramp` set, new pods pass the warm-up gate and the traffic ramp (DESIGN §3.4) run by the
-ramp driver; `faults` make chosen pods slow or failing (the bad-pod scenario). Without either, a
-run is exactly the plain model: pods serve once warm, every replica alike.
+With `ramp` set, new pods pass the warm-up gate and the traffic ramp (docs/architecture.md,
+"The warm-up gate and the traffic ramp") run by the ramp driver; `faults` make chosen pods slow or
+failing (the bad-pod scenario). Without either, a run is exactly the plain model: pods serve once
+warm, every replica alike.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ TIMESERIES_COLUMNS = (
     "gpu_cost",
     "slo_misses",
 )
-"""Columns of `timeseries.csv`, one row per simulated second (DESIGN §6). `gpu_cost` is the
+"""Columns of `timeseries.csv`, one row per simulated second (docs/simulator.md). `gpu_cost` is the
 GPU-hours spent in that second by pods holding a GPU (starting, warming or serving);
 `slo_misses` the requests of that second served too late, dropped, failed or rejected."""
 
@@ -56,8 +57,9 @@ SUMMARY_KEYS = frozenset(
 )
 """Keys of `summary.json`: the run's totals, and `params`, everything it was run with.
 `core_hours` weighs the GPU time by card product and the part of a card each pod holds
-(DESIGN §3.6; 1 per card-hour for a card the weight table does not name, so it equals
-`gpu_hours` on the plain model); `pending_replica_s` adds up the seconds pods spent pending."""
+(docs/architecture.md, "Accounting"; 1 per card-hour for a card the weight table does not name, so
+it equals `gpu_hours` on the plain model); `pending_replica_s` adds up the seconds pods spent
+pending."""
 
 RAMP_SUMMARY_KEYS = frozenset({"failed", "rejected", "ramp"})
 """Keys `summary.json` adds when pods differ (`SimParams.ramp` or `faults` set): `failed`,
@@ -96,7 +98,8 @@ class PodFault:
 
 
 PLACEMENTS = ("whole", "ladder")
-"""`SimParams.placement`: every pod on a whole card, or the placement ladder (DESIGN §3.5)."""
+"""`SimParams.placement`: every pod on a whole card, or the placement ladder (docs/architecture.md,
+"The placement ladder")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +110,8 @@ class NodeSpec:
 
     name: str
     product: str = ""
-    """GFD `nvidia.com/gpu.product`; it picks the core-hour weight (DESIGN §3.6)."""
+    """GFD `nvidia.com/gpu.product`; it picks the core-hour weight (docs/architecture.md,
+    "Accounting")."""
     card_memory_mib: int = 0
     """GFD `nvidia.com/gpu.memory`; 0 when unknown (no MIG or shared placement then)."""
     whole: int = 0
@@ -166,7 +170,8 @@ class SimParams:
     """A simulation run. Times in seconds, rates in requests per second."""
 
     policy: str = "default"
-    """Policy name: `seed` (DESIGN §3.3 as written) or `default` (ours)."""
+    """Policy name: `seed` (the plain rule of docs/architecture.md, "The replica count") or
+    `default` (ours)."""
     rate_scale: float = 1.0
     """Multiplies every trace count (fluid arrivals: fractions are kept)."""
     min_replicas: int = 2
@@ -175,7 +180,7 @@ class SimParams:
     """Replicas (already serving) at t=0; None means enough for the trace's first minute."""
     seed: int = 0
 
-    # Capacity model (DESIGN §6).
+    # Capacity model (docs/simulator.md).
     replica_capacity_rps: float = 1.0
     """mu: requests per second one serving replica completes at most."""
     target_utilisation: float = 0.75
@@ -204,10 +209,11 @@ class SimParams:
     scrape_interval_s: float = 5.0
     rate_window_s: float = 30.0
 
-    # Smoothing (DESIGN §3.2).
+    # Smoothing (docs/architecture.md, "Smoothing").
     half_life_s: float = 30.0
 
-    # The warm-up gate and the traffic ramp (DESIGN §3.4), as the annotations would set them.
+    # The warm-up gate and the traffic ramp (docs/architecture.md,
+    # "The warm-up gate and the traffic ramp"), as the annotations would set them.
     ramp: str | None = None
     """Traffic router of the ramp (one of `RAMP_ROUTERS`); None: no gate and no ramp, a pod
     serves its full share `warmup_s` after its model is loaded."""
@@ -225,7 +231,7 @@ class SimParams:
     faults: tuple[PodFault, ...] = ()
     """Pods that are slow or failing; see `PodFault`."""
 
-    # GPU placement (DESIGN §3.5, §3.6).
+    # GPU placement (docs/architecture.md, "The placement ladder" and "Accounting").
     nodes: tuple[NodeSpec, ...] = ()
     """The cluster's GPU nodes, by tier (instead of `gpus`); empty: the plain model, `gpus`
     whole cards and nothing else, where `placement` changes nothing."""

@@ -160,7 +160,9 @@ def centred_mean(values: FloatArray, window_s: int) -> FloatArray:
 
 
 _REGISTRY: dict[str, PolicyEntry] = {
-    "seed": PolicyEntry(seed_config, about="DESIGN §3.3 as written: smoothed mean, deadband"),
+    "seed": PolicyEntry(
+        seed_config, about="the plain rule (docs/architecture.md): smoothed mean, deadband"
+    ),
     "default": PolicyEntry(default_config, about="seed plus the burst path and look-ahead"),
     "hpa": PolicyEntry(
         seed_config, hpa_decider, about="Kubernetes HPA, shipped defaults, our min replicas"

@@ -1,5 +1,6 @@
-"""The warm-up gate and the traffic ramp on the virtual cluster (DESIGN §3.4): the ports the ramp
-driver needs, implemented on the simulator.
+"""The warm-up gate and the traffic ramp on the virtual cluster (docs/architecture.md,
+"The warm-up gate and the traffic ramp"): the ports the ramp driver needs, implemented on the
+simulator.
 
 - `SimRampCluster` (`ports.RampCluster`): the gated services' pods (every placement tier) as
   `ports.PodInfo`; the readiness-gate condition, the ramp labels and the deletion cost written

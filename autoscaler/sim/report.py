@@ -1,5 +1,5 @@
-"""What a simulation leaves behind: `timeseries.csv`, `summary.json` and `plot.png` (DESIGN §6),
-and the summary table the CLI prints.
+"""What a simulation leaves behind: `timeseries.csv`, `summary.json` and `plot.png`
+(docs/simulator.md), and the summary table the CLI prints.
 
 `write` renders all three into a temporary directory and moves them into place only when every
 one of them succeeded, so a failed run never leaves a partial or mismatched set behind. The plot

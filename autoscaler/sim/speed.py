@@ -3,7 +3,7 @@
 `python -m autoscaler.sim.speed [--days 7]` replays the bundled trace with each policy, a
 synthetic multi-day trace with the default policy, and the same synthetic trace through the
 world alone (no loop), and prints one line per run. Timings are printed, never asserted
-(DESIGN §8). Like the CLI, it sets logging to warnings so the loop's per-decision lines are
+(docs/benchmark.md). Like the CLI, it sets logging to warnings so the loop's per-decision lines are
 not what gets measured.
 
 It must not write files or change what it measures: it only times `run.simulate`.

@@ -16,12 +16,13 @@ piece is a "chunk" whose waits are uniform between two values: SLO misses and qu
 analytically, never from a loop over requests. A quiet second with no queue is one chunk of
 zero wait, which is the common case and the fast path.
 
-`SplitTraffic` is the same fluid model when replicas differ or traffic is split (DESIGN §3.4,
-§6): two such queues, one in front of the stable set and one in front of the warming set, each
-fed its share of the arrivals and served by its own servers. A server has its own speed,
-service time and error ratio, and takes the requests of its queue in proportion to its speed,
-so a slow server adds its extra service time to the latency of its share. Requests routed to a
-set with no server at all are rejected (an empty mesh subset answers 503).
+`SplitTraffic` is the same fluid model when replicas differ or traffic is split
+(docs/architecture.md, "The warm-up gate and the traffic ramp"; docs/simulator.md): two such queues,
+one in front of the stable set and one in front of the warming set, each fed its share of the
+arrivals and served by its own servers. A server has its own speed, service time and error ratio,
+and takes the requests of its queue in proportion to its speed, so a slow server adds its extra
+service time to the latency of its share. Requests routed to a set with no server at all are
+rejected (an empty mesh subset answers 503).
 
 It must not know about pods, metrics or the control loop: capacity comes in per second, and
 servers are names with a speed.
@@ -46,7 +47,7 @@ _EPS = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class TrafficConfig:
-    """The latency model of one service (DESIGN §6). Times in seconds."""
+    """The latency model of one service (docs/simulator.md). Times in seconds."""
 
     service_time_s: float = 2.0
     """Latency of a request that does not wait."""

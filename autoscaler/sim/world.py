@@ -10,9 +10,10 @@ the served rate or the concurrency (`metrics.LoadQuery`).
 simulation, one tick per simulated second, as fast as the CPU allows.
 
 Ports for the loop: `world.cluster` (`ports.Cluster`), `world.metrics` (`ports.MetricsSource`),
-`world.clock` (`clock.Clock`). Ports for the ramp driver (DESIGN §3.4): `world.ramp_cluster`
-(`ports.RampCluster`), `world.routers` (`ports.TrafficRouter` by name), `world.health`
-(`ports.HealthSource`) and `world.prober` (`ports.WarmupProber`).
+`world.clock` (`clock.Clock`). Ports for the ramp driver (docs/architecture.md,
+"The warm-up gate and the traffic ramp"): `world.ramp_cluster` (`ports.RampCluster`),
+`world.routers` (`ports.TrafficRouter` by name), `world.health` (`ports.HealthSource`) and
+`world.prober` (`ports.WarmupProber`).
 
 A service whose params set `ramp` or `faults` is modelled per pod (`traffic.SplitTraffic`): each
 second, the arrivals are split between the stable and the warming set by the router's weight
@@ -510,8 +511,9 @@ def initial_replicas(arrivals: FloatArray, params: SimParams) -> int:
 
 
 def placement_need(params: SimParams) -> placement.Need:
-    """What a simulated service's replicas need from the placement ladder (DESIGN §3.5), as
-    its `placement` and `model-memory` annotations would say: `auto` under the ladder."""
+    """What a simulated service's replicas need from the placement ladder (docs/architecture.md,
+    "The placement ladder"), as its `placement` and `model-memory` annotations would say: `auto`
+    under the ladder."""
     mode = "auto" if params.placement == "ladder" else "whole"
     return placement.Need(params.model_memory_mib, mode=mode)
 

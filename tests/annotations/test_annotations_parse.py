@@ -50,7 +50,7 @@ def messages(overrides: Mapping[str, str | None]) -> list[str]:
 
 
 def test_defaults_follow_the_design() -> None:
-    """A minimal opt-in gets every default of DESIGN §4."""
+    """A minimal opt-in gets every default of docs/annotations.md."""
     config = ok()
     assert config.enabled is True
     assert config.mode is Mode.ACTIVE
@@ -87,7 +87,7 @@ def test_defaults_follow_the_design() -> None:
 
 
 def test_every_design_key_is_a_setting() -> None:
-    """Every key of the DESIGN §4 table (and `policy`, `paused`, `paused-replicas`) is a
+    """Every key of the docs/annotations.md table (and `policy`, `paused`, `paused-replicas`) is a
     setting, and no other."""
     expected = {
         "enabled", "mode", "paused", "paused-replicas", "policy", "min-replicas",

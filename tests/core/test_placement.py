@@ -1,4 +1,5 @@
-"""The placement ladder (DESIGN §3.5) and GPU accounting (§3.6): examples, then properties."""
+"""The placement ladder and GPU accounting (docs/architecture.md, "The placement ladder" and
+"Accounting"): examples, then properties."""
 
 from __future__ import annotations
 

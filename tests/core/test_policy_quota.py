@@ -1,4 +1,5 @@
-"""The policy under a GPU ResourceQuota (DESIGN §3.5): a scale-up never asks past `admissible`."""
+"""The policy under a GPU ResourceQuota (docs/architecture.md, "The placement ladder"): a scale-up
+never asks past `admissible`."""
 
 from __future__ import annotations
 

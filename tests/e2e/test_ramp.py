@@ -1,4 +1,5 @@
-"""The warm-up gate and the traffic ramp end to end (DESIGN §3.4), on the harness of `ramped`."""
+"""The warm-up gate and the traffic ramp end to end (docs/architecture.md,
+"The warm-up gate and the traffic ramp"), on the harness of `ramped`."""
 
 from __future__ import annotations
 

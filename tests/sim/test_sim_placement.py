@@ -1,5 +1,6 @@
 """The virtual cluster described by GPU tier: the placement ladder, tier speeds, core-hours,
-pending time and the GPU quota (DESIGN §3.5, §3.6, §6)."""
+pending time and the GPU quota (docs/architecture.md, "The placement ladder" and "Accounting";
+docs/simulator.md)."""
 
 from __future__ import annotations
 

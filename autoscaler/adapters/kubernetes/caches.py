@@ -4,16 +4,16 @@ list+watch.
 
 Pods are indexed by their controlling ReplicaSet and ReplicaSets by their controlling
 Deployment (ownerReferences, by uid), so `pods_of` groups pods by owner rather than by label
-selector: sibling Deployments whose labels overlap (DESIGN §3.5) never count each other's pods.
-Deployments are indexed by their controlling owner too (a placement tier's sibling by the
-service owner's Deployment, `siblings_of`), ResourceQuotas by namespace (`quotas_in`), and
-HPAs and ScaledObjects by the Deployment they scale (`other_scalers`). ScaledObjects are a CRD
-that may not be installed: that cache is optional (a 404 reads as none, tried again later).
-Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the condition not True and
-their containers ready are indexed too (`closed_gates`): each tick looks at those only.
-Namespaced kinds are watched in all namespaces, or in each namespace of an include list; an
-exclude list drops objects as they arrive. Stored objects are trimmed of what no reader needs
-(managed fields, pod templates of ReplicaSets, node image lists) to keep memory flat.
+selector: sibling Deployments whose labels overlap (docs/architecture.md, "The placement ladder")
+never count each other's pods. Deployments are indexed by their controlling owner too (a placement
+tier's sibling by the service owner's Deployment, `siblings_of`), ResourceQuotas by namespace
+(`quotas_in`), and HPAs and ScaledObjects by the Deployment they scale (`other_scalers`).
+ScaledObjects are a CRD that may not be installed: that cache is optional (a 404 reads as none,
+tried again later). Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the condition
+not True and their containers ready are indexed too (`closed_gates`): each tick looks at those only.
+Namespaced kinds are watched in all namespaces, or in each namespace of an include list; an exclude
+list drops objects as they arrive. Stored objects are trimmed of what no reader needs (managed
+fields, pod templates of ReplicaSets, node image lists) to keep memory flat.
 
 It must not write to the API, nor decide which Deployments are managed.
 """

@@ -23,14 +23,14 @@ never a replica change. An instance that is not the leader refuses every write
 errors leave as `KubeApiError`, an `errors.ActuationError` carrying the HTTP status, and each
 failed call is counted through `on_api_error`.
 
-Placement (DESIGN §3.5, §3.6, `placement`): a service whose owner requests `nvidia.com/gpu` spans
-tier Deployments (the owner is `whole`; `<name>-mig-<profile>` and `<name>-shared` are the
-controller's). `workloads()` reports replicas and serving pods summed over the tiers (pods
-grouped by owner), what the namespace's GPU quota admits (or, for a model no node can place,
-its current size, with the reason `no-placement`), and the core-hour rate of the pods;
-`scale` distributes the count over the tiers with `core.placement.plan` and writes each tier's
-`scale` subresource; `publish` adds the last plan to the status annotation. The siblings are
-never managed services themselves.
+Placement (docs/architecture.md, "The placement ladder" and "Accounting"; `placement`): a service
+whose owner requests `nvidia.com/gpu` spans tier Deployments (the owner is `whole`;
+`<name>-mig-<profile>` and `<name>-shared` are the controller's). `workloads()` reports replicas and
+serving pods summed over the tiers (pods grouped by owner), what the namespace's GPU quota admits
+(or, for a model no node can place, its current size, with the reason `no-placement`), and the
+core-hour rate of the pods; `scale` distributes the count over the tiers with `core.placement.plan`
+and writes each tier's `scale` subresource; `publish` adds the last plan to the status annotation.
+The siblings are never managed services themselves.
 
 It decides nothing: replica counts come from the loop, and a failed write is the loop's to retry.
 """
@@ -99,7 +99,7 @@ STABLE_LABEL: Final = contract.STABLE_LABEL
 
 def is_serving(pod: Obj) -> bool:
     """Running, Ready, out of the ramp's warming set and not terminating: the pods that count
-    as capacity (DESIGN §3.1)."""
+    as capacity (docs/architecture.md, "Signals")."""
     metadata = _api.meta(pod)
     if metadata.get("deletionTimestamp"):
         return False

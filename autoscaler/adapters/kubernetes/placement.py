@@ -1,5 +1,6 @@
-"""The placement ladder on Kubernetes (DESIGN §3.5, §3.6): free GPU capacity from the caches, the
-tier Deployments, the namespace's GPU quota, and the GPU time a service's pods hold.
+"""The placement ladder on Kubernetes (docs/architecture.md, "The placement ladder" and
+"Accounting"): free GPU capacity from the caches, the tier Deployments, the namespace's GPU quota,
+and the GPU time a service's pods hold.
 
 Capacity. Per node, `status.allocatable` of `nvidia.com/gpu`, `nvidia.com/mig-<profile>` and
 `nvidia.com/gpu.shared` minus the requests of the non-terminated pods bound to it (`spec.nodeName`,
@@ -393,8 +394,8 @@ class Capacity:
 
     def core_rate(self, pods: Iterable[Obj]) -> float:
         """Core-hours per hour the GPU pods among `pods` that are bound to a node and not
-        terminated hold now (DESIGN §3.6): per unit of GPU resource, the card's weight by
-        product times the part of a card the unit is."""
+        terminated hold now (docs/architecture.md, "Accounting"): per unit of GPU resource, the
+        card's weight by product times the part of a card the unit is."""
         rate = 0.0
         for pod in pods:
             held = self._held.get(f"{_api.namespace(pod)}/{_api.name(pod)}")

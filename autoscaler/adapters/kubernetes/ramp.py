@@ -1,14 +1,15 @@
-"""The Kubernetes side of the warm-up gate and the traffic ramp (DESIGN §3.4): `ports.RampCluster`.
+"""The Kubernetes side of the warm-up gate and the traffic ramp (docs/architecture.md,
+"The warm-up gate and the traffic ramp"): `ports.RampCluster`.
 
 Built on a `KubeCluster`: its caches, Event recorder, leader and dry-run checks and error count,
 and the services its last `workloads()` found. The ramp targets are the gated ones among them:
 those whose pod template carries the `autoscaler.dsec.io/warm` readiness gate or the `warming`
-label (DESIGN §3.4). Any other service has nothing to gate, ramp or drain (no pod of it ever
-leaves the Service's endpoints before it is deleted), so its scale writes go straight through.
-Reads come from the caches. A service's pods are
-those of its Deployment and of its placement-tier siblings (Deployments in its namespace whose
-controlling owner it is, DESIGN §3.5), found by owner, never by label selector; a pod's tier is
-its `autoscaler.dsec.io/tier` label (`whole` without one).
+label (docs/architecture.md, "The warm-up gate and the traffic ramp"). Any other service has nothing
+to gate, ramp or drain (no pod of it ever leaves the Service's endpoints before it is deleted), so
+its scale writes go straight through. Reads come from the caches. A service's pods are those of its
+Deployment and of its placement-tier siblings (Deployments in its namespace whose controlling owner
+it is; docs/architecture.md, "The placement ladder"), found by owner, never by label selector; a
+pod's tier is its `autoscaler.dsec.io/tier` label (`whole` without one).
 
 Writes, each only when the cache shows it would change something:
 - `set_warm`: the readiness-gate condition `autoscaler.dsec.io/warm`, a strategic-merge patch

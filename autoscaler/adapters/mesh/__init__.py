@@ -1,5 +1,6 @@
-"""The traffic routers behind `ports.TrafficRouter` (DESIGN §3.4): Istio (`istio`), the Gateway
-API (`gateway`), SMI (`smi`) and none (`none`); `registry` builds one of each for `app`.
+"""The traffic routers behind `ports.TrafficRouter` (docs/architecture.md,
+"The warm-up gate and the traffic ramp"): Istio (`istio`), the Gateway API (`gateway`), SMI (`smi`)
+and none (`none`); `registry` builds one of each for `app`.
 
 A router splits one service's traffic between its stable and warming pods (selected by the
 `autoscaler.dsec.io/stable` and `/warming` labels) by writing the mesh's own objects through the

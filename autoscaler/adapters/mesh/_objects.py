@@ -63,7 +63,8 @@ MANAGED_BY: Final = "inference-autoscaler"
 STABLE: Final = "stable"
 WARMING: Final = "warming"
 SET_LABELS: Final = {STABLE: STABLE_LABEL, WARMING: WARMING_LABEL}
-"""The pod label that marks each traffic set (DESIGN §3.4)."""
+"""The pod label that marks each traffic set (docs/architecture.md,
+"The warm-up gate and the traffic ramp")."""
 
 OBJECT_NAME_LIMIT: Final = 253
 SERVICE_NAME_LIMIT: Final = 63

@@ -1,4 +1,5 @@
-"""Istio: subsets on a DestinationRule and weights on a VirtualService (DESIGN §3.4).
+"""Istio: subsets on a DestinationRule and weights on a VirtualService (docs/architecture.md,
+"The warm-up gate and the traffic ramp").
 
 For a target whose owner's Service is `<svc>`, both named `<deployment>-autoscaler` in the
 Deployment's namespace, on host `<svc>.<namespace>.svc.<cluster domain>`:

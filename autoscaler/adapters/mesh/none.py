@@ -1,4 +1,5 @@
-"""No mesh: the readiness gate alone keeps cold pods out of traffic (DESIGN §3.4).
+"""No mesh: the readiness gate alone keeps cold pods out of traffic (docs/architecture.md,
+"The warm-up gate and the traffic ramp").
 
 Every call is a no-op and `settled` is always True: a pod gets its share of the Service's
 traffic as soon as it is Ready, which the warm-up gate decides. It touches nothing.

@@ -1,4 +1,5 @@
-"""SMI: two Services over the traffic sets and a TrafficSplit weighting them (DESIGN §3.4).
+"""SMI: two Services over the traffic sets and a TrafficSplit weighting them (docs/architecture.md,
+"The warm-up gate and the traffic ramp").
 
 For a target whose owner's Service is `<svc>`, in the Deployment's namespace:
 
