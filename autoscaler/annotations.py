@@ -3,14 +3,14 @@ truth.
 
 A service owner opts in by annotating their inference Deployment under `autoscaler.dsec.io/`.
 `parse` turns those annotations into a `ServiceConfig` (the core's `PolicyConfig` plus what the
-adapters need) or an `Invalid` listing every `Problem`; the README's reference table is
-generated from the same model (`reference_markdown`, `python -m autoscaler.annotations`).
+adapters need) or an `Invalid` listing every `Problem`; the reference table in
+docs/annotations.md is generated from the same model (`reference_markdown`, `python -m autoscaler.annotations`).
 
 Annotation values are untrusted text. Every value is parsed strictly (no float for a count, no
 `yes` for `true`), metric names are checked against the Prometheus name grammar before they can
 reach a query, and a value only ever appears in a message through `quote`, which escapes control
 characters and truncates. This module never logs, never performs I/O (except `main`, the
-README helper) and never raises on bad input: bad input is data.
+reference's generator) and never raises on bad input: bad input is data.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class Invalid:
 
 # ---------------------------------------------------------------------------------------------
 # Value parsers. Each has the rule in plain words; the same text goes into error messages and
-# into the README table, so the two cannot drift apart.
+# into the reference table, so the two cannot drift apart.
 
 _NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,12})?"
 # [0-9], never \d: \d matches other scripts' digits, which int() and Decimal() accept.
@@ -323,7 +323,7 @@ class _Parser(Generic[T]):
     convert: Callable[[str], T | None]
     """Returns None for text that breaks the rule."""
     show: Callable[[T], str]
-    """The canonical annotation text of a value, for defaults in the README."""
+    """The canonical annotation text of a value, for defaults in the reference."""
     limit: int = _MAX_TEXT
 
     def __call__(self, raw: object) -> T:
@@ -730,7 +730,7 @@ class Annotations(BaseModel):
 @dataclass(frozen=True, slots=True)
 class _CrossRule:
     summary: str
-    """The rule for the README."""
+    """The rule for the reference."""
     check: Callable[[Annotations], list[Problem]]
 
 
@@ -825,7 +825,7 @@ def _alias_of(field_name: str) -> str:
 _PARSERS: dict[str, _Parser[Any]] = {name: _parser_of(name) for name in Annotations.model_fields}
 _FIELD_BY_KEY: dict[str, str] = {_alias_of(name): name for name in Annotations.model_fields}
 SETTING_KEYS: tuple[str, ...] = tuple(PREFIX + key for key in _FIELD_BY_KEY)
-"""Every key a service owner may set, in the order of the README table."""
+"""Every key a service owner may set, in the order of the reference table."""
 RULES: Mapping[str, str] = {
     PREFIX + key: _PARSERS[name].rule for key, name in _FIELD_BY_KEY.items()
 }
