@@ -4,7 +4,8 @@ truth.
 A service owner opts in by annotating their inference Deployment under `autoscaler.dsec.io/`.
 `parse` turns those annotations into a `ServiceConfig` (the core's `PolicyConfig` plus what the
 adapters need) or an `Invalid` listing every `Problem`; the reference table in
-docs/annotations.md is generated from the same model (`reference_markdown`, `python -m autoscaler.annotations`).
+docs/annotations.md is generated from the same model (`reference_markdown`,
+`python -m autoscaler.annotations`).
 
 Annotation values are untrusted text. Every value is parsed strictly (no float for a count, no
 `yes` for `true`), metric names are checked against the Prometheus name grammar before they can
