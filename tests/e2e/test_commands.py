@@ -283,8 +283,6 @@ async def test_list_shows_each_managed_deployment_and_marks_a_corrupt_annotation
 
     code, out, err = await run_cli(capsys, "list", "-A", *kubeconfig)
     assert (code, err) == (0, "")
-    with capsys.disabled():
-        print(f"\n$ autoscaler list -A\n{out}")
     rows = table(out)
     assert rows[0][:2] == ["NAMESPACE", "NAME"]
     ours = [row for row in rows if row[0] in (first, second)]
@@ -365,8 +363,6 @@ async def test_explain_prints_json_and_reads_a_manifest_without_a_cluster(
         capsys, "explain", f"{namespace}/chat", "-o", "json", *kubeconfig
     )
     assert (code, err) == (0, "")
-    with capsys.disabled():
-        print(f"\n$ autoscaler explain {namespace}/chat -o json\n{out}")
     found = json.loads(out)
     status = chat.status()
     assert status is not None
