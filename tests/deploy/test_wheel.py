@@ -140,7 +140,7 @@ def test_autoscaler_bench_runs_from_the_installed_wheel(venv: Path, tmp_path: Pa
         cwd=tmp_path,
     )
     rows = [line.split("|")[3].strip() for line in done.stdout.splitlines()[2:]]
-    assert rows == ["oracle", "hpa"]
+    assert rows == ["oracle", "hpa (rate)"]  # HPA labelled with the signal it ran on
     assert sorted(p.name for p in (tmp_path / "bench-out" / "trace").iterdir()) == [
         "plot.png",
         "results.json",
