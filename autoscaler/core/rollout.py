@@ -37,7 +37,10 @@ latency at most `max_p95_ratio` times theirs and under `max_p95_latency_s` when 
   has served `min_requests` requests (at least one). A busy service walks its steps in a
   fraction of the intervals, which under a sudden rise is capacity arriving sooner; a quiet
   one, still short of requests, waits for the full interval as before. Only the first interval
-  of a step is watched so: a step still thin after it is judged once per extension.
+  of a step is watched so: a step still thin after it is judged once per extension. The early
+  gate judges only a complete measurement: while the serving pods show a P95 (or an error
+  rate) that the cohort's does not yet (its latency histogram not yet scraped twice in the
+  window), it waits rather than pass on the half it has.
 - Fewer than `min_requests` requests at the end of the interval: the step is extended by another
   interval, up to `max_step_extensions` times; then it is judged on what there is. No request at
   all passes (traffic is too thin to judge and the warm-up probe already vouched for the pods); a
@@ -623,6 +626,15 @@ def judge(
     )
 
 
+def _complete(warming: Health, stable: Health) -> bool:
+    """Whether the cohort's measurement has every kind the serving pods' has: the early gate
+    judges nothing less (a kind neither group shows is one the server does not export)."""
+    return not any(
+        math.isnan(getattr(warming, kind)) and not math.isnan(getattr(stable, kind))
+        for kind in ("error_rate", "p95_s")
+    )
+
+
 def blame(
     config: RampConfig, cohort: Sequence[str], alone: Mapping[str, tuple[Health, Health]]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -931,7 +943,7 @@ class _Advance:
                 verdict, why = judge(self.config, health[0], health[1], final=False)
                 # A measured zero passes `judge` only without a minimum; early, it is no reason
                 # to cut the step short.
-                if verdict is not Verdict.WAIT and health[0].requests > 0:
+                if verdict is not Verdict.WAIT and health[0].requests > 0 and _complete(*health):
                     self._judged(verdict, why, alive, stable)
                     return
             self._ask(measure)

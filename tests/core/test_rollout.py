@@ -50,6 +50,7 @@ HEALTH: dict[str, tuple[Health, Health] | None] = {
     "thin": (Health(5.0, 0.0, 0.2), STABLE_HEALTH),
     "idle": (Health(0.0, math.nan, math.nan), STABLE_HEALTH),
     "unknown": (Health(math.nan, math.nan, math.nan), STABLE_HEALTH),
+    "no-p95-yet": (Health(100.0, 0.0, math.nan), STABLE_HEALTH),
     "missing": None,
 }
 PROBES = {
@@ -674,6 +675,21 @@ def test_a_failing_cohort_is_rolled_back_once_the_dwell_has_passed() -> None:
     world.run_until(lambda: world.state.phase is Phase.ROLLING_BACK)
     assert world.now - started == 11.0
     assert world.weight == 0
+
+
+def test_the_early_gate_waits_for_a_p95_the_serving_pods_show() -> None:
+    """Busy new pods whose P95 is not measured yet, while the serving pods' is: the early gate
+    waits rather than pass on the error rate alone, and judges once the P95 arrives."""
+    world = cohort_world()
+    started = world.state.step_started_s
+    assert started is not None
+    world.health = "no-p95-yet"
+    while world.now < started + 25.0:
+        world.tick()
+        assert (world.state.step, world.state.phase) == (0, Phase.RAMPING)
+    world.health = "slow"  # the P95 arrives, too slow: judged on the next tick, and failed
+    world.tick()
+    assert world.state.phase is Phase.ROLLING_BACK
 
 
 def test_a_quiet_service_waits_the_full_interval() -> None:
