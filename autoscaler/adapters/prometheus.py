@@ -891,6 +891,12 @@ class HealthQueries:
         if not timeout_s > 0 or not scrape_interval_s > 0:
             raise ValueError("timeout_s and scrape_interval_s must be > 0")
         self.max_age_s = 3 * scrape_interval_s if max_age_s is None else max_age_s
+        self.min_window_s = 4 * scrape_interval_s
+        """The shortest range a health query uses, as `MetricsSource`'s rate window: a range
+        of fewer scrapes can hold a single sample of a counter or a histogram, and reads no
+        rate at all. A gate asked about a shorter time (an early gate at 1 s steps, or any step
+        shorter than four scrapes) is answered over this much instead: a little of the
+        traffic before the step, rather than nothing."""
         if not self.max_age_s > 0:
             raise ValueError("max_age_s must be > 0")
         self.max_pod_matcher_chars = max_pod_matcher_chars
@@ -920,7 +926,7 @@ class HealthQueries:
                 namespace,
                 metrics,
                 pods,
-                window_s=window_s,
+                window_s=max(window_s, self.min_window_s),
                 max_pod_matcher_chars=self.max_pod_matcher_chars,
             ).items()
         }

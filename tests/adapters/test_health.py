@@ -153,6 +153,25 @@ async def test_warming_and_stable_health_come_out_as_served(
     assert all(f'namespace="{ns}"' in query for query in source.last_queries)
 
 
+async def test_a_window_shorter_than_four_scrapes_is_read_over_four(
+    stack: Stack, unique: str, health_for: Callable[..., prometheus.HealthQueries]
+) -> None:
+    """An early gate asking about one second gets the new pods' P95 all the same: the range is
+    four scrape intervals at least, so the histogram has the samples a rate needs."""
+    ns = f"{unique}-a"
+    stack.upper.set_traffic(ns, "chat-0", rate_per_s=10.0, latency_s=0.4)
+    stack.upper.set_traffic(ns, "chat-1", rate_per_s=10.0, latency_s=4.0)
+    await wait_for_full_window(stack, ns, 2)
+    source = health_for(stack.prometheus.url)
+
+    warming, stable = await source.health(ns, VLLM, {"chat-1"}, {"chat-0"}, 1.0)
+
+    shortest = f"[{4 * server.SCRAPE_INTERVAL_S:g}s]"
+    assert all(shortest in query for query in source.last_queries)
+    assert warming.p95_s == pytest.approx(p95_within(2.5, 5.0))
+    assert stable.p95_s == pytest.approx(p95_within(0.3, 0.5))
+
+
 async def test_pods_without_series_read_nan_never_zero(
     stack: Stack, unique: str, health_for: Callable[..., prometheus.HealthQueries]
 ) -> None:
