@@ -36,17 +36,6 @@ class MakeCluster(Protocol):
 
 
 @pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    # One client per test: building one costs an SSL context (about 0.1 s).
-    return kube.api_client()
-
-
-@pytest.fixture
-async def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
-
-
-@pytest.fixture
 async def make_cluster(api: client.ApiClient) -> AsyncIterator[MakeCluster]:
     """Builds running, synced clusters on the emulator; stops them at the end of the test."""
     stack = contextlib.AsyncExitStack()

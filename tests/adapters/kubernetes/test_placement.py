@@ -39,16 +39,6 @@ class MakeCluster(Protocol):
 
 
 @pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    return kube.api_client()
-
-
-@pytest.fixture
-async def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
-
-
-@pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(WALL_S)
 

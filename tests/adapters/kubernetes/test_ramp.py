@@ -68,16 +68,6 @@ class MakeRamp(Protocol):
 
 
 @pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    return kube.api_client()
-
-
-@pytest.fixture
-async def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
-
-
-@pytest.fixture
 async def make_ramp(api: client.ApiClient, kube_clock: FakeClock) -> AsyncIterator[MakeRamp]:
     """Builds a running, synced `KubeCluster` (its `workloads()` taken once) and a `KubeRamp`."""
     stack = contextlib.AsyncExitStack()
