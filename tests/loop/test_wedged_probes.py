@@ -12,8 +12,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
-import pytest
-from e2e.wedged import WedgedEndpoint
+from e2e.wedged import WedgedEndpoint, wedged
 from structlog.testing import capture_logs
 
 from autoscaler import ports, rollout
@@ -22,6 +21,8 @@ from autoscaler.core import model
 from autoscaler.core import rollout as core
 
 from .test_rollout_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
+
+__all__ = ["wedged"]  # the fixture
 
 LOOPBACK = "127.0.0.1"
 HOUR_S = 3_600.0
@@ -40,16 +41,6 @@ class Probers:
     ) -> ports.ProbeResult:
         prober = self.http if ip == LOOPBACK else self.fake
         return await prober.probe(ip, port, path, requests, timeout_s)
-
-
-@pytest.fixture
-async def wedged() -> AsyncIterator[WedgedEndpoint]:
-    endpoint = WedgedEndpoint()
-    await endpoint.start()
-    try:
-        yield endpoint
-    finally:
-        await endpoint.stop()
 
 
 @contextlib.asynccontextmanager
