@@ -24,7 +24,7 @@ import yaml
 
 from autoscaler import annotations as contract
 from autoscaler import explain, validate
-from autoscaler.adapters.kubernetes import codec
+from autoscaler.contract import codec
 from autoscaler.core import model
 from autoscaler.core import rollout as core
 

@@ -198,12 +198,6 @@ def parse_time(text: object) -> float | None:
     return moment.timestamp()
 
 
-def format_time(unix_s: float) -> str:
-    """RFC 3339 with second precision in UTC, as `metav1.Time` serialises."""
-    moment = datetime.datetime.fromtimestamp(unix_s, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def format_micro_time(unix_s: float) -> str:
     """RFC 3339 with microseconds in UTC, as `metav1.MicroTime` serialises."""
     moment = datetime.datetime.fromtimestamp(unix_s, datetime.UTC)

@@ -53,8 +53,9 @@ import autoscaler.annotations as contract
 from autoscaler import clock as clock_
 from autoscaler import ports
 from autoscaler.adapters import prometheus
-from autoscaler.adapters.kubernetes import _api, caches, codec, events, informer, placement
+from autoscaler.adapters.kubernetes import _api, caches, events, informer, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
+from autoscaler.contract import codec
 from autoscaler.core import model
 
 __all__ = [

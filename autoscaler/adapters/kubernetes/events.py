@@ -31,6 +31,7 @@ from kubernetes_asyncio.client import ApiException
 
 from autoscaler.adapters.kubernetes import _api
 from autoscaler.adapters.kubernetes._api import Obj
+from autoscaler.contract import codec
 
 log = structlog.get_logger(__name__)
 
@@ -151,7 +152,7 @@ class EventRecorder:
             pending.reason,
             pending.message,
         )
-        now = _api.format_time(self._wall_now())
+        now = codec.format_time(self._wall_now())
         posted = self._posted.get(key)
         if posted is not None:
             patch = {"count": posted.count + 1, "lastTimestamp": now}

@@ -56,6 +56,7 @@ from autoscaler import clock as clock_
 from autoscaler import ports
 from autoscaler.adapters.kubernetes import _api, cluster, events, informer, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
+from autoscaler.contract import codec
 from autoscaler.core import gates, model
 
 __all__ = [
@@ -278,7 +279,7 @@ class KubeRamp:
             current.get("lastTransitionTime")
             if current is not None and current.get("status") == status
             else None
-        ) or _api.format_time(self._wall_now())
+        ) or codec.format_time(self._wall_now())
         condition = {
             "type": WARM_CONDITION,
             "status": status,
@@ -516,7 +517,7 @@ class KubeRamp:
             "status": "True",
             "reason": OPENED_REASON,
             "message": message,
-            "lastTransitionTime": _api.format_time(self._wall_now()),
+            "lastTransitionTime": codec.format_time(self._wall_now()),
         }
         answer = await self._call(
             operation,

@@ -7,11 +7,10 @@ import math
 import re
 
 import pytest
+from adapters.kubernetes.support import WALL_S
 
-from autoscaler.adapters.kubernetes import codec
+from autoscaler.contract import codec
 from autoscaler.core import model
-
-from .support import WALL_S
 
 
 def test_state_round_trips_with_the_replicas_last_set() -> None:
