@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from autoscaler import logs
 from autoscaler.core import rollout
-from autoscaler.sim import run as sim_run
+from autoscaler.experiment import run as sim_run
 from autoscaler.sim.params import RAMP_ROUTERS, PodFault, SimParams
 from bench import common
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler.experiment import trace
 from autoscaler.experiment.scenario import Scenario
 from autoscaler.sim import params as sim_params
-from autoscaler.sim import trace
 
 Arrivals = npt.NDArray[np.float64]
 HERE = Path(__file__).resolve().parent

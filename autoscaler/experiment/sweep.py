@@ -48,10 +48,10 @@ import numpy.typing as npt
 from autoscaler import baselines, logs, ports
 from autoscaler.baselines import kpa
 from autoscaler.experiment import equal_slo, variants
+from autoscaler.experiment import run as sim_run
 from autoscaler.experiment import scenario as scenario_
 from autoscaler.experiment.scenario import Scenario
 from autoscaler.sim import policies as sim_policies
-from autoscaler.sim import run as sim_run
 from autoscaler.sim.params import SimParams
 
 FloatArray = npt.NDArray[np.float64]

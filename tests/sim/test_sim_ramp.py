@@ -16,8 +16,9 @@ import structlog
 
 from autoscaler import cli, errors, metricnames, ports
 from autoscaler.core import model, rollout
-from autoscaler.sim import run, world
+from autoscaler.experiment import run
 from autoscaler.sim import traffic as traffic_
+from autoscaler.sim import world
 from autoscaler.sim.params import RAMP_SUMMARY_KEYS, SUMMARY_KEYS, PodFault, SimParams
 
 VLLM = metricnames.PRESETS["vllm"]

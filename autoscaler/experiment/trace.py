@@ -75,7 +75,7 @@ def load(path: str | Path) -> npt.NDArray[np.float64]:
 
 def bundled(name: str = DEFAULT_BUNDLED) -> Path:
     """The path of a trace shipped with the package, e.g. the demo's `azure_llm_2023_conv`."""
-    traces = resources.files(__package__ or "autoscaler.sim").joinpath("traces")
+    traces = resources.files(__package__ or "autoscaler.experiment").joinpath("traces")
     resource = traces.joinpath(name + _BUNDLED_SUFFIX)
     if not resource.is_file():
         known = sorted(

@@ -1,6 +1,6 @@
 """How fast the simulator runs: simulated seconds per wall-clock (and CPU) second.
 
-`python -m autoscaler.sim.speed [--days 7]` replays the bundled trace with each policy, a
+`python -m bench.speed [--days 7]` replays the bundled trace with each policy, a
 synthetic multi-day trace with the default policy, and the same synthetic trace through the
 world alone (no loop), and prints one line per run. Timings are printed, never asserted
 (docs/benchmark.md). Like the CLI, it sets logging to warnings so the loop's per-decision lines are
@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler import logs
-from autoscaler.sim import run, world
+from autoscaler.experiment import run
+from autoscaler.sim import world
 from autoscaler.sim.params import SimParams
 
 FloatArray = npt.NDArray[np.float64]
@@ -34,7 +35,7 @@ _DAY_S = 86_400
 
 def bundled_trace() -> FloatArray:
     """The bundled trace as requests per second (its `t_seconds,requests` rows summed)."""
-    path = resources.files("autoscaler.sim") / "traces" / BUNDLED
+    path = resources.files("autoscaler.experiment") / "traces" / BUNDLED
     with gzip.open(str(path), "rt") as f:
         table = np.loadtxt(f, delimiter=",", skiprows=1, ndmin=2)
     seconds = table[:, 0].astype(np.int64)
@@ -86,7 +87,7 @@ def world_only(arrivals: FloatArray, params: SimParams) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autoscaler.sim.speed", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__)
     parser.add_argument("--days", type=float, default=7.0, help="synthetic trace length")
     args = parser.parse_args(argv)
     logs.configure(json=True, level="warning")

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli.builders import write_trace
 
 from autoscaler import errors
-from autoscaler.sim import trace
-
-from .builders import write_trace
+from autoscaler.experiment import trace
 
 HEADER = "t_seconds,requests\n"
 

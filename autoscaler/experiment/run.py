@@ -130,7 +130,7 @@ def result_of(sim: world.World, service: model.ServiceId, params: SimParams) -> 
     requests = traffic.arrived
     p95 = traffic.latency_quantile(0.95)
     # The requests still waiting that can no longer meet the SLO are misses too (see
-    # `autoscaler.sim.report`): a burst in the last second must not read as 0 %.
+    # `autoscaler.experiment.run_report`): a burst in the last second must not read as 0 %.
     slo_misses = traffic.slo_misses + traffic.unmet_at_end()
     summary: dict[str, Any] = {
         "requests": requests,
