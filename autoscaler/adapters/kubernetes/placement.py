@@ -176,10 +176,7 @@ def is_sibling(deployment: Obj) -> bool:
     if _api.controller_uid(deployment) is None:
         return False
     tier = tier_of(deployment)
-    try:
-        return ladder.preference(tier) > 0
-    except ValueError:
-        return False
+    return ladder.is_tier(tier) and ladder.preference(tier) > 0
 
 
 def sibling_name(owner_name: str, tier: str) -> str:

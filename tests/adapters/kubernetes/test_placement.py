@@ -570,6 +570,32 @@ async def test_an_empty_sibling_is_deleted_once_idle(
     assert replicas_of(kube, "web") == 1
 
 
+async def test_a_write_after_the_round_drops_the_chores_it_found(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """An idle tier found due for deletion but scaled up before the upkeep runs is left alone."""
+    add_whole_node(kubelet, gpus=1)
+    add_shared_node(kubelet)
+    body = gpu_deployment("web", replicas=1, annotations=settings(**{"model-memory": "12Gi"}))
+    await apps.create_namespaced_deployment(NS, body)
+    made = await make_cluster(idle_tier_grace_s=0)
+    await settled(kube, kubelet, made)
+    made.workloads()
+    await made.scale(WEB, 2)
+    await settled(kube, kubelet, made)
+    made.workloads()
+    await made.scale(WEB, 1)
+    await settled(kube, kubelet, made)
+    assert replicas_of(kube, "web-shared") == 0
+
+    made.workloads()  # the empty tier is due for deletion at once
+    await made.scale(WEB, 2)  # and takes a replica again before the upkeep runs
+    await made.tend()
+
+    assert kube.requests.count("delete", "deployments") == 0
+    assert replicas_of(kube, "web-shared") == 1
+
+
 async def test_a_name_taken_by_another_deployment_is_never_touched(
     kube: Kube,
     kubelet: FakeCluster,
