@@ -44,7 +44,7 @@ import functools
 import math
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import structlog
@@ -56,7 +56,7 @@ from autoscaler import loop as loop_
 from autoscaler.adapters import prometheus, warmup
 from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
 from autoscaler.adapters.mesh import registry
-from autoscaler.core import model, smoothing
+from autoscaler.core import smoothing
 
 log = structlog.get_logger(__name__)
 
@@ -73,30 +73,6 @@ EVENT_FLUSH_S: Final = 5.0
 
 OnTick = loop_.OnTick
 """Told each tick's report and its duration in seconds (benchmarks)."""
-
-
-class _Observed:
-    """The `Cluster` port over the adapter, remembering what the last tick's `workloads()` saw.
-
-    Telemetry needs the workloads of a tick next to its report, and asking the adapter again
-    would walk every Deployment twice per tick.
-    """
-
-    def __init__(self, inner: ports.Cluster) -> None:
-        self._inner = inner
-        self.last: Sequence[ports.Workload] = ()
-
-    def workloads(self) -> Sequence[ports.Workload]:
-        self.last = self._inner.workloads()
-        return self.last
-
-    async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        await self._inner.scale(service, replicas)
-
-    async def publish(
-        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
-    ) -> None:
-        await self._inner.publish(service, decision, state)
 
 
 class Controller:
@@ -200,7 +176,6 @@ class Controller:
             max_age_s=prom.max_age_s,
         )
         self.prober = warmup.HttpProber(timer=probe_timer)
-        self._observed = _Observed(self.cluster)
         self.loop: loop_.Loop | None = None
         """The loop of the current term of leadership; None while following."""
         self.rollouts: rollout.RampDriver | None = None
@@ -251,7 +226,7 @@ class Controller:
             probe_deadline_s=self.settings.warmup.probe_deadline_s,
         )
         return loop_.Loop(
-            cluster=self._observed,
+            cluster=self.cluster,
             metrics=self.metrics,
             clock=self.clock,
             smoothing_config=smoothing.SmoothingConfig(
@@ -344,7 +319,7 @@ class Controller:
         if self.leading:  # else the term ended during the tick: its series are dropped already
             self.telemetry.observe_tick(
                 report,
-                self._observed.last,
+                report.workloads,
                 duration_s=duration_s,
                 wall_time_s=time.time(),
                 tick_s=self.settings.loop.tick_s,

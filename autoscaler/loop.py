@@ -55,6 +55,8 @@ class TickReport:
     failed: tuple[model.ServiceId, ...]
     metrics_error: str | None = None
     kinds: Counter[model.Kind] = field(default_factory=Counter)
+    workloads: Sequence[ports.Workload] = ()
+    """The services the tick observed (telemetry exports their settings and counts)."""
 
 
 OnTick = Callable[[TickReport, float], None]
@@ -152,7 +154,7 @@ class Loop:
         for chore in self.chores:
             await chore()
         kinds = Counter(d.kind for d in decisions.values())
-        return TickReport(now, decisions, scaled, failed, metrics_error, kinds)
+        return TickReport(now, decisions, scaled, failed, metrics_error, kinds, workloads)
 
     async def run(
         self,

@@ -125,3 +125,12 @@ async def test_a_slot_that_may_not_step_is_skipped_and_the_grid_kept() -> None:
 
     assert [now_s for now_s, _ in ticks] == [0.0, 2 * tick_s, 3 * tick_s]
     assert journal.count("tend") == 3
+
+
+async def test_a_tick_report_carries_the_workloads_it_observed() -> None:
+    """The report names the services the tick observed, for telemetry to export."""
+    the_loop = make_loop([], [], clock.ManualClock())
+
+    report = await the_loop.step()
+
+    assert [w.id for w in report.workloads] == [model.ServiceId("ns/web")]
