@@ -7,7 +7,7 @@ ladder's upkeep). `Loop.run()` repeats it every `tick_s` on the injected `Clock`
 grid, for as long as its caller says it may (`active`, the term of leadership), skipping the
 ticks whose slot comes while `may_step` says no (a leader whose renewal is late), and tells
 each of `on_tick` what the tick did and how long it took (telemetry, the last-tick stamp of
-`/healthz`). Nothing else keeps a timer of its own.
+`/healthz`). Nothing else decides when a tick or its upkeep runs.
 
 Each service has its own error boundary: an `AutoscalerError` while acting on one service is
 logged and that service keeps its previous state, while the others go on. Anything unexpected
@@ -38,7 +38,8 @@ PUBLISH_CONCURRENCY = 16
 _PublishKey = tuple[int, model.Kind, model.Reason | None]
 
 Chore = Callable[[], Awaitable[None]]
-"""Work that ends every tick, after its writes: one failure of its own it logs and survives."""
+"""Work that ends every tick, after the tick's writes. It logs and survives its own failures to
+act (`ActuationError`); anything else it raises ends the process, as in the tick itself."""
 
 
 def _always() -> bool:
