@@ -8,10 +8,12 @@ in one `asyncio.TaskGroup`:
   that they can take over at once;
 - the leader elector (a coordination.k8s.io Lease); none with the global dry-run, which writes
   nothing, the Lease included, so a dry-run instance never displaces the real controller;
-- the ticker: while this replica leads, `Loop.step` every `tick_s` on a fixed grid, each
-  report fed to `Telemetry`. Every new term of leadership starts a fresh `Loop`, whose state
-  comes from the Deployments' `state` annotations as the previous leader left them; the end of
-  a term (or of the ticker) cancels its ramp driver's warm-up probes and waits for them;
+- the ticker: while this replica leads, `Loop.run`, which alone decides when work runs: a
+  tick every `tick_s` on a fixed grid, ending with the placement ladder's upkeep
+  (`KubeCluster.tend`), each report fed to `Telemetry`. Every new term of leadership starts a
+  fresh `Loop`, whose state comes from the Deployments' `state` annotations as the previous
+  leader left them; the end of a term (or of the ticker) cancels its ramp driver's warm-up
+  probes and waits for them;
 - the HTTP server: `/metrics`, `/healthz`, and `/readyz` (caches synced and, for the leader,
   a tick within the last few `tick_s`).
 
@@ -38,10 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import structlog
@@ -53,7 +56,7 @@ from autoscaler import loop as loop_
 from autoscaler.adapters import prometheus, warmup
 from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
 from autoscaler.adapters.mesh import registry
-from autoscaler.core import model, smoothing
+from autoscaler.core import smoothing
 
 log = structlog.get_logger(__name__)
 
@@ -68,32 +71,8 @@ not ready."""
 EVENT_FLUSH_S: Final = 5.0
 """Seconds a stopping leader waits for its queued Events to be posted."""
 
-OnTick = Callable[[loop_.TickReport, float], None]
+OnTick = loop_.OnTick
 """Told each tick's report and its duration in seconds (benchmarks)."""
-
-
-class _Observed:
-    """The `Cluster` port over the adapter, remembering what the last tick's `workloads()` saw.
-
-    Telemetry needs the workloads of a tick next to its report, and asking the adapter again
-    would walk every Deployment twice per tick.
-    """
-
-    def __init__(self, inner: ports.Cluster) -> None:
-        self._inner = inner
-        self.last: Sequence[ports.Workload] = ()
-
-    def workloads(self) -> Sequence[ports.Workload]:
-        self.last = self._inner.workloads()
-        return self.last
-
-    async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        await self._inner.scale(service, replicas)
-
-    async def publish(
-        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
-    ) -> None:
-        await self._inner.publish(service, decision, state)
 
 
 class Controller:
@@ -197,7 +176,6 @@ class Controller:
             max_age_s=prom.max_age_s,
         )
         self.prober = warmup.HttpProber(timer=probe_timer)
-        self._observed = _Observed(self.cluster)
         self.loop: loop_.Loop | None = None
         """The loop of the current term of leadership; None while following."""
         self.rollouts: rollout.RampDriver | None = None
@@ -248,13 +226,15 @@ class Controller:
             probe_deadline_s=self.settings.warmup.probe_deadline_s,
         )
         return loop_.Loop(
-            cluster=self._observed,
+            cluster=self.cluster,
             metrics=self.metrics,
             clock=self.clock,
             smoothing_config=smoothing.SmoothingConfig(
                 window_s=self.settings.smoothing.window_s, tick_s=self.settings.loop.tick_s
             ),
             rollouts=self.rollouts,
+            chores=(self.cluster.tend,),
+            on_tick=(self._ticked, *((self._on_tick,) if self._on_tick is not None else ())),
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -313,46 +293,39 @@ class Controller:
             await rollouts.close()
 
     async def _tick_terms(self) -> None:
-        term = -1
-        next_tick_s = 0.0
-        tick_s = self.settings.loop.tick_s
         # A tick over half-filled caches would see Deployments without their pods: nothing
         # serving, every service holding, a status written for each.
         await self.cluster.wait_synced()
         while True:
             if not self.leading:
-                await self._end_term()
                 assert self.elector is not None
                 await self.elector.wait_leading()
                 continue
-            if self.loop is None or term != self._term:
+            term = self._term
+            self.loop = self.new_loop()
+            try:
+                # One term, one loop: it stops at the first slot after the term ends, and
+                # skips a slot while the renewal is late (it waits a tick for it, or the loss).
+                await self.loop.run(
+                    active=functools.partial(self._in_term, term), may_step=self.is_leader
+                )
+            finally:
                 await self._end_term()
-                term, self.loop = self._term, self.new_loop()
-                next_tick_s = self.clock.now()
-            if self.is_leader():  # else the renewal is late: wait a tick for it, or the loss
-                await self._tick(self.loop)
-            next_tick_s += tick_s
-            now_s = self.clock.now()
-            if next_tick_s < now_s:  # overran: skip the missed ticks, keep the grid
-                next_tick_s += math.ceil((now_s - next_tick_s) / tick_s) * tick_s
-            await self.clock.sleep(next_tick_s - now_s)
 
-    async def _tick(self, loop: loop_.Loop) -> None:
-        started = time.perf_counter()
-        report = await loop.step()
-        duration_s = time.perf_counter() - started
+    def _in_term(self, term: int) -> bool:
+        return self.leading and self._term == term
+
+    def _ticked(self, report: loop_.TickReport, duration_s: float) -> None:
         if self.leading:  # else the term ended during the tick: its series are dropped already
             self.telemetry.observe_tick(
                 report,
-                self._observed.last,
+                report.workloads,
                 duration_s=duration_s,
                 wall_time_s=time.time(),
                 tick_s=self.settings.loop.tick_s,
             )
         self.ticks += 1
         self._last_tick_s = self.lease_clock.now()
-        if self._on_tick is not None:
-            self._on_tick(report, duration_s)
 
     async def _serve_http(self) -> None:
         http = self.settings.http

@@ -1,17 +1,26 @@
 """The control loop: observe (one batched sample per tick) -> decide -> act (only on change).
 
-This is the only module that schedules work. `Loop.step()` runs one tick and never sleeps;
-`Loop.run()` repeats it every `tick_s` on the injected `Clock`. Each service has its own error
-boundary: an `AutoscalerError` while acting on one service is logged and that service keeps its
-previous state, while the others go on. Anything unexpected propagates and ends the process.
+This is the only module that schedules work. `Loop.step()` runs one tick and never sleeps: it
+observes, decides, acts, publishes, lets the ramp driver advance, and ends with the loop's
+`chores`, work of the adapters that must not overlap the tick's own writes (the placement
+ladder's upkeep). `Loop.run()` repeats it every `tick_s` on the injected `Clock`, on a fixed
+grid, for as long as its caller says it may (`active`, the term of leadership), skipping the
+ticks whose slot comes while `may_step` says no (a leader whose renewal is late), and tells
+each of `on_tick` what the tick did and how long it took (telemetry, the last-tick stamp of
+`/healthz`). Nothing else decides when a tick or its upkeep runs.
+
+Each service has its own error boundary: an `AutoscalerError` while acting on one service is
+logged and that service keeps its previous state, while the others go on. Anything unexpected
+propagates and ends the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +37,14 @@ PUBLISH_CONCURRENCY = 16
 
 _PublishKey = tuple[int, model.Kind, model.Reason | None]
 
+Chore = Callable[[], Awaitable[None]]
+"""Work that ends every tick, after the tick's writes. It logs and survives its own failures to
+act (`ActuationError`); anything else it raises ends the process, as in the tick itself."""
+
+
+def _always() -> bool:
+    return True
+
 
 @dataclass(frozen=True, slots=True)
 class TickReport:
@@ -39,6 +56,12 @@ class TickReport:
     failed: tuple[model.ServiceId, ...]
     metrics_error: str | None = None
     kinds: Counter[model.Kind] = field(default_factory=Counter)
+    workloads: Sequence[ports.Workload] = ()
+    """The services the tick observed (telemetry exports their settings and counts)."""
+
+
+OnTick = Callable[[TickReport, float], None]
+"""Told each tick's report and how long the tick took, in seconds of the loop's `timer`."""
 
 
 class Loop:
@@ -51,7 +74,12 @@ class Loop:
         policy: ports.Policy | None = None,
         smoothing_config: smoothing.SmoothingConfig | None = None,
         rollouts: ports.Rollouts | None = None,
+        chores: Sequence[Chore] = (),
+        on_tick: Sequence[OnTick] = (),
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """`chores` end every tick, in order; `on_tick` are told of every tick `run` runs, with
+        its duration by `timer` (a high-resolution clock: the tick's cost, not policy time)."""
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
@@ -64,6 +92,9 @@ class Loop:
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
         self._metrics_down = False
+        self.chores = tuple(chores)
+        self.on_tick = tuple(on_tick)
+        self._timer = timer
 
     @property
     def tick_s(self) -> float:
@@ -121,18 +152,33 @@ class Loop:
         await self._publish(decisions, failed)
         if self.rollouts is not None:
             await self.rollouts.reconcile(now, workloads)
+        for chore in self.chores:
+            await chore()
         kinds = Counter(d.kind for d in decisions.values())
-        return TickReport(now, decisions, scaled, failed, metrics_error, kinds)
+        return TickReport(now, decisions, scaled, failed, metrics_error, kinds, workloads)
 
-    async def run(self, *, until_s: float | None = None) -> None:
-        """Tick every `tick_s` until `until_s` on the clock (forever when None).
+    async def run(
+        self,
+        *,
+        until_s: float | None = None,
+        active: Callable[[], bool] = _always,
+        may_step: Callable[[], bool] = _always,
+    ) -> None:
+        """Tick every `tick_s` until `until_s` on the clock (forever when None), or until
+        `active()` is false when a tick is due.
 
-        Ticks are scheduled on a fixed grid: a slow tick shortens the next wait rather than
-        shifting every later tick.
+        Ticks are scheduled on a fixed grid, starting now: a slow tick shortens the next wait
+        rather than shifting every later tick. A tick whose slot comes while `may_step()` is
+        false is skipped, and the grid kept. After each tick, each of `on_tick` is told.
         """
         next_tick = self.clock.now()
-        while until_s is None or self.clock.now() < until_s:
-            await self.step()
+        while (until_s is None or self.clock.now() < until_s) and active():
+            if may_step():
+                started = self._timer()
+                report = await self.step()
+                duration_s = self._timer() - started
+                for hook in self.on_tick:
+                    hook(report, duration_s)
             next_tick += self.tick_s
             now = self.clock.now()
             if next_tick < now:  # overran: skip the missed ticks, keep the grid

@@ -118,6 +118,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from autoscaler import untrusted
+from autoscaler.core import placement
 
 VERSION = 1
 """The version of the persisted state's layout; `loads` refuses any other."""
@@ -553,22 +554,15 @@ def share_pct(step_pct: int, warming: int, stable: int) -> int:
     return max(1, step_pct * warming // (stable + warming))
 
 
-def tier_rank(tier: str) -> int:
-    """Scale-down order of placement tiers: `shared` goes first, then MIG slices, then whole."""
-    if tier == "shared":
-        return 0
-    if tier.startswith("mig"):
-        return 1
-    return 2
-
-
 def victim_order(pods: Iterable[Pod]) -> list[Pod]:
     """Pods in the order a scale-down removes them: warming first, then the lowest placement
-    tier, then the least loaded (an unknown load counts as the most), then by name."""
+    tier (the ladder's order reversed; a tier it does not know counts as whole), then the least
+    loaded (an unknown load counts as the most), then by name."""
 
     def key(pod: Pod) -> tuple[int, int, float, str]:
         load = pod.in_flight if not math.isnan(pod.in_flight) else math.inf
-        return (0 if pod.warming else 1, tier_rank(pod.tier), load, pod.name)
+        tier = pod.tier if placement.is_tier(pod.tier) else placement.WHOLE
+        return (0 if pod.warming else 1, -placement.preference(tier), load, pod.name)
 
     return sorted(pods, key=key)
 

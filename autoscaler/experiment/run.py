@@ -189,7 +189,7 @@ def _placement_summary(sim: world.World, service: model.ServiceId) -> dict[str, 
 
 
 def _by_rank(tier: str) -> tuple[int, str]:
-    return placement.tier_rank(tier), tier
+    return placement.preference(tier), tier
 
 
 def _checked(arrivals: npt.NDArray[Any]) -> FloatArray:

@@ -299,12 +299,15 @@ class KubeCluster:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Fill and follow the caches, post Events and keep the tier Deployments until
-        cancelled."""
+        """Fill and follow the caches and post Events until cancelled."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self.caches.run())
             group.create_task(self.events.run())
-            group.create_task(self.placement.run(replan=self._replan))
+
+    async def tend(self) -> None:
+        """Carry out the upkeep of the tier Deployments that the last `workloads()` found
+        (template sync, idle deletion, a re-plan); the loop calls it once per tick."""
+        await self.placement.tend(replan=self._replan)
 
     @property
     def synced(self) -> bool:
@@ -373,7 +376,7 @@ class KubeCluster:
             self.placement.observe(service, deployment, tiers, asked=asked, active=active)
         self._parsed, self._states, self._invalid, self._managed = parsed, states, invalid, managed
         self._forget(managed.keys())
-        self.placement.wake()
+        self.placement.end_round()
         return found
 
     def _forget(self, present: Collection[model.ServiceId]) -> None:
