@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from autoscaler import annotations as contract
+from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
 
 EXIT_OK = 0

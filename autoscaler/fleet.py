@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
-from autoscaler import annotations as contract
 from autoscaler import untrusted
+from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
 from autoscaler.core import model
 from autoscaler.core import rollout as ramp

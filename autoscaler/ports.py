@@ -14,8 +14,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import annotations as contract
 from autoscaler import metricnames
+from autoscaler.contract import annotations as contract
 from autoscaler.core import gates, model, policy
 
 

@@ -57,8 +57,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from autoscaler import annotations as contract
 from autoscaler import errors, ports
+from autoscaler.contract import annotations as contract
 from autoscaler.core import gates as gates_
 from autoscaler.core import model
 from autoscaler.core import rollout as core

@@ -24,8 +24,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-import autoscaler.annotations as contract
 from autoscaler import untrusted
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 
 TIME_KEY: Final = "time"

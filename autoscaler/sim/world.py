@@ -44,8 +44,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import annotations as contract
 from autoscaler import metricnames, ports
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model, placement
 from autoscaler.sim import cluster as cluster_
 from autoscaler.sim import metrics as metrics_

@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from autoscaler import annotations as ann
 from autoscaler import metricnames
-from autoscaler.annotations import (
+from autoscaler.contract import annotations as ann
+from autoscaler.contract.annotations import (
     PREFIX,
     Invalid,
     Mode,
@@ -498,9 +498,9 @@ def test_presets_are_valid_metric_names() -> None:
     for names in metricnames.PRESETS.values():
         for name in (names.requests, names.queue, names.errors):
             assert name is not None
-            assert ann.METRIC_NAME.fullmatch(name), name
-        assert names.latency is None or ann.METRIC_NAME.fullmatch(names.latency)
-        assert names.error_label is None or ann.METRIC_NAME.fullmatch(names.error_label)
+            assert metricnames.METRIC_NAME.fullmatch(name), name
+        assert names.latency is None or metricnames.METRIC_NAME.fullmatch(names.latency)
+        assert names.error_label is None or metricnames.METRIC_NAME.fullmatch(names.error_label)
 
 
 def test_every_preset_server_has_the_adapters_names() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from autoscaler import explain
-from autoscaler.annotations import PREFIX, STATE_KEY, STATUS_KEY
+from autoscaler.contract.annotations import PREFIX, STATE_KEY, STATUS_KEY
 
 from .conftest import Outcome
 

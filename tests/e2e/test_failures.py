@@ -8,7 +8,7 @@ from kube.kubelet import FakeCluster
 from prom import server
 from prom.fixtures import Stack
 
-from autoscaler.annotations import PREFIX
+from autoscaler.contract.annotations import PREFIX
 
 from .support import (
     SCALE_DOWN_COOLDOWN_S,

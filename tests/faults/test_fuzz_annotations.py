@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler import annotations as contract
 from autoscaler import explain, validate
+from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
 from autoscaler.core import model
 from autoscaler.core import rollout as core

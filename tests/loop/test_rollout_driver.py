@@ -14,8 +14,8 @@ import numpy.typing as npt
 import pytest
 from structlog.testing import capture_logs
 
-from autoscaler import annotations as contract
 from autoscaler import clock, errors, loop, metricnames, ports, rollout
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 from autoscaler.core import rollout as core
 

@@ -69,10 +69,10 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
-import autoscaler.annotations as contract
 from autoscaler import errors
 from autoscaler.adapters.kubernetes import _api, caches, events
 from autoscaler.adapters.kubernetes._api import KubeApiError, Obj
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 from autoscaler.core import placement as ladder
 

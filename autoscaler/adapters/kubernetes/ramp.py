@@ -51,11 +51,11 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
-import autoscaler.annotations as contract
 from autoscaler import clock as clock_
 from autoscaler import ports
 from autoscaler.adapters.kubernetes import _api, cluster, events, informer, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
+from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
 from autoscaler.core import gates, model
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler import ports
 from autoscaler.adapters.kubernetes import _api
 from autoscaler.adapters.mesh import gateway, istio, none, smi
+from autoscaler.contract import annotations as contract
 
 __all__ = ["routers"]
 

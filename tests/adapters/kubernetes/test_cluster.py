@@ -18,11 +18,11 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler import errors, ports
 from autoscaler.adapters import prometheus
 from autoscaler.adapters.kubernetes import _api, cluster
 from autoscaler.clock import ManualClock
+from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
 from autoscaler.core import model
 from autoscaler.loop import Loop

@@ -15,10 +15,10 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler import errors
 from autoscaler.adapters.kubernetes import _api, cluster, placement
 from autoscaler.clock import ManualClock
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 from autoscaler.core import placement as ladder
 

@@ -15,10 +15,10 @@ from kube.emulator import Kube
 from kube.kubelet import EPOCH, FakeClock, FakeCluster
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler import errors, metricnames
 from autoscaler.adapters.kubernetes import _api, cluster, ramp
 from autoscaler.clock import ManualClock
+from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
 from autoscaler.core import gates, model
 
