@@ -43,6 +43,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from autoscaler.core import victims
+
 WHOLE = "whole"
 SHARED = "shared"
 MIG_PREFIX = "mig-"
@@ -481,7 +483,7 @@ def _move_stuck_down(work: _Work, ladder: list[str], stuck: Mapping[str, int]) -
 
 def _move_up(work: _Work, ladder: list[str], current: Mapping[str, TierCount]) -> None:
     """Start better-tier replicas for lower-tier ones (retired later by `_scale_down`)."""
-    for tier in sorted(current, key=_retire_key):
+    for tier in _retire_order(current):
         movable = work.target.get(tier, 0) - current[tier].pending
         if movable <= 0:
             continue
@@ -509,7 +511,7 @@ def _scale_down(
     pod only while the serving count stays at `desired` or above."""
     excess = sum(work.target.values()) - desired
     removed: dict[str, int] = {}
-    for tier in sorted(stuck, key=_retire_key):
+    for tier in _retire_order(stuck):
         n = min(excess, stuck[tier])
         if n > 0:
             work.target[tier] -= n
@@ -517,7 +519,8 @@ def _scale_down(
             excess -= n
     serving = sum(c.serving for c in current.values())
     spare = max(0, serving - desired)
-    order = sorted(current, key=lambda t: (t in ladder, _retire_key(t)))
+    # A tier the ladder no longer offers goes first; `sorted` keeps the retire order within.
+    order = sorted(_retire_order(current), key=lambda t: t in ladder)
     for tier in order:
         if excess <= 0:
             break
@@ -646,11 +649,17 @@ def _tier_key(item: tuple[str, int]) -> tuple[int, str]:
     return tier_rank(item[0]), item[0]
 
 
-def _retire_key(tier: str) -> tuple[int, int, str]:
-    """Worst first: shared, then MIG by slice size ascending, then whole."""
-    profile = mig_profile(tier)
-    size = parse_mig_profile(profile)[0] if profile is not None else 0
-    return -tier_rank(tier), size, tier
+def _retire_order(tiers: Iterable[str]) -> list[str]:
+    """Worst first, in the scale-down victim order: shared, then MIG by slice size ascending,
+    then whole."""
+
+    def describe(tier: str) -> victims.Candidate:
+        tier_rank(tier)  # an unknown tier is an error, not the last to go
+        profile = mig_profile(tier)
+        size = parse_mig_profile(profile)[0] if profile is not None else 0
+        return victims.Candidate(tier, tier=tier, slice_size=size)
+
+    return victims.order(tiers, describe)
 
 
 def _better(a: str, b: str) -> bool:

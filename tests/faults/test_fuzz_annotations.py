@@ -5,7 +5,7 @@ Every annotation the controller reads, the service owner's settings and its own 
 random JSON, random text) and a hand-made hostile corpus (huge integers, 1e400, deep nesting,
 NaN and Infinity, wrong types, huge strings, unicode, NUL, duplicate keys) go through the real
 entry points: `annotations.parse`, `validate.validate_text`, `codec.parse_state`,
-`codec.read_status` and `same_status`, `core.rollout.loads` and `explain.main`. A crash is any
+`codec.read_status` and `same_status`, `core.ramp.loads` and `explain.main`. A crash is any
 exception but the documented one (`ValueError` from `parse_state` and `loads`, none from the
 others) or a message that is not one bounded, printable line.
 """
@@ -26,7 +26,7 @@ from autoscaler import annotations as contract
 from autoscaler import explain, validate
 from autoscaler.adapters.kubernetes import codec
 from autoscaler.core import model
-from autoscaler.core import rollout as core
+from autoscaler.core import ramp as core
 
 from .figures import Figures
 

@@ -16,12 +16,12 @@ import pytest
 from e2e.wedged import WedgedEndpoint
 from structlog.testing import capture_logs
 
-from autoscaler import ports, rollout
+from autoscaler import ports, ramp_driver
 from autoscaler.adapters import warmup
 from autoscaler.core import model
-from autoscaler.core import rollout as core
+from autoscaler.core import ramp as core
 
-from .test_rollout_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
+from .test_ramp_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
 
 LOOPBACK = "127.0.0.1"
 HOUR_S = 3_600.0
@@ -55,10 +55,10 @@ async def wedged() -> AsyncIterator[WedgedEndpoint]:
 @contextlib.asynccontextmanager
 async def wired(
     rig: Rig, *, concurrency: int = 16, deadline_s: float = HOUR_S
-) -> AsyncIterator[rollout.RampDriver]:
+) -> AsyncIterator[ramp_driver.RampDriver]:
     """The rig's driver on the real prober for loopback pods; closed (probes cancelled) after."""
     probers = Probers(rig.prober)
-    rig.driver = rollout.RampDriver(
+    rig.driver = ramp_driver.RampDriver(
         cluster=rig.cluster,
         pods=rig.cluster,
         routers={"istio": rig.router},

@@ -1,4 +1,4 @@
-"""The warm-up gate, the traffic ramp and the drain (`core.rollout`), transition by transition,
+"""The warm-up gate, the traffic ramp and the drain (`core.ramp`), transition by transition,
 then as a hypothesis state machine against a small world that carries out the actions."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from autoscaler.core import rollout
-from autoscaler.core.rollout import (
+from autoscaler.core import ramp
+from autoscaler.core.ramp import (
     CheckSettled,
     EnsureRoutes,
     Event,
@@ -78,7 +78,7 @@ class World:
         self.weight = 0
         self.ensured = False
         self.state = RampState()
-        self.requests: list[rollout.Action] = []
+        self.requests: list[ramp.Action] = []
         self.health = "good"
         self.alone: dict[str, str] = {}
         """Health of single pods measured alone, by name; `health` for the others."""
@@ -87,7 +87,7 @@ class World:
         self.in_flight = 0.0
         self.marked: set[str] = set()
         self.events: list[Event] = []
-        self.actions: list[rollout.Action] = []
+        self.actions: list[ramp.Action] = []
 
     # -- the cluster ---------------------------------------------------------------------------
 
@@ -132,7 +132,7 @@ class World:
     def tick(self, dt_s: float = 1.0, *, resumed: bool = False) -> Plan:
         self.now += dt_s
         health, pod_health, probes, settled = self.answers()
-        tick = rollout.Tick(
+        tick = ramp.Tick(
             now_s=self.now,
             pods=tuple(self.pods.values()),
             health=health,
@@ -141,7 +141,7 @@ class World:
             settled=settled,
             resumed=resumed,
         )
-        plan = rollout.advance(self.config, self.state, tick)
+        plan = ramp.advance(self.config, self.state, tick)
         self.carry_out(plan)
         return plan
 
@@ -149,11 +149,11 @@ class World:
         """A new leader takes over `gap_s` after the last tick: the state as it was persisted,
         the answers to the old leader's requests lost."""
         self.requests = []
-        self.state = rollout.loads(rollout.dumps(self.state))
+        self.state = ramp.loads(ramp.dumps(self.state))
         return self.tick(gap_s, resumed=True)
 
     def scale(self, replicas: int) -> Plan | Refusal:
-        answer = rollout.scale(
+        answer = ramp.scale(
             self.config,
             self.state,
             pods=tuple(self.pods.values()),
@@ -168,7 +168,7 @@ class World:
         self.state = plan.state
         for action in plan.actions:
             self.actions.append(action)
-            if isinstance(action, rollout.REQUESTS):
+            if isinstance(action, ramp.REQUESTS):
                 self.requests.append(action)
             else:
                 self.apply(action)
@@ -204,7 +204,7 @@ class World:
         self.requests = []
         return health, pod_health, probes, settled
 
-    def apply(self, action: rollout.Action) -> None:
+    def apply(self, action: ramp.Action) -> None:
         match action:
             case SetWeights(warming_pct=pct):
                 self.weight = pct
@@ -228,7 +228,7 @@ class World:
         self.replicas = replicas
         while len(self.pods) > replicas:
             marked = sorted(self.marked & self.pods.keys())
-            name = marked[0] if marked else rollout.victim_order(self.pods.values())[0].name
+            name = marked[0] if marked else ramp.victim_order(self.pods.values())[0].name
             del self.pods[name]
         while len(self.pods) < replicas:
             self.add(running=False)
@@ -237,7 +237,7 @@ class World:
 
     def run_until(
         self, done: Callable[[], bool], *, dt_s: float = 1.0, limit: int = 2_000
-    ) -> list[rollout.Action]:
+    ) -> list[ramp.Action]:
         """Tick until `done()`; the actions taken on the way."""
         start = len(self.actions)
         for _ in range(limit):
@@ -246,8 +246,8 @@ class World:
             self.tick(dt_s)
         raise AssertionError(f"not done after {limit} ticks: {self.state}")
 
-    def writes(self, since: int = 0) -> list[rollout.Action]:
-        return [a for a in self.actions[since:] if not isinstance(a, rollout.REQUESTS)]
+    def writes(self, since: int = 0) -> list[ramp.Action]:
+        return [a for a in self.actions[since:] if not isinstance(a, ramp.REQUESTS)]
 
 
 def cohort_world(*, stable: int = 4, new: int = 1, **config: object) -> World:
@@ -259,7 +259,7 @@ def cohort_world(*, stable: int = 4, new: int = 1, **config: object) -> World:
     return world
 
 
-def reasons(actions: Sequence[rollout.Action]) -> list[str]:
+def reasons(actions: Sequence[ramp.Action]) -> list[str]:
     return [a.reason for a in actions if isinstance(a, Event)]
 
 
@@ -279,7 +279,7 @@ def reasons(actions: Sequence[rollout.Action]) -> list[str]:
 )
 def test_share_is_the_step_of_the_fair_share(step: int, warming: int, stable: int, share: int):
     """The warming weight is floor(p x K / (N + K)), never the absolute step."""
-    assert rollout.share_pct(step, warming, stable) == share
+    assert ramp.share_pct(step, warming, stable) == share
 
 
 @given(
@@ -289,7 +289,7 @@ def test_share_is_the_step_of_the_fair_share(step: int, warming: int, stable: in
 )
 def test_share_stays_within_the_fair_share_and_below_100(step: int, warming: int, stable: int):
     """With serving pods, the share is at least 1, at most max(1, fair share), below 100."""
-    share = rollout.share_pct(step, warming, stable)
+    share = ramp.share_pct(step, warming, stable)
     assert 1 <= share < 100
     assert share <= max(1.0, step * warming / (stable + warming))
 
@@ -372,7 +372,7 @@ def test_a_pod_not_warm_by_its_deadline_is_reclaimed_with_a_warning() -> None:
     actions = world.run_until(lambda: new not in world.pods, dt_s=5.0)
     assert Reclaim(new, "not warm within 60 s") in actions
     warnings = [a for a in actions if isinstance(a, Event) and a.type is EventType.WARNING]
-    assert [a.reason for a in warnings] == [rollout.WARMUP_TIMED_OUT]
+    assert [a.reason for a in warnings] == [ramp.WARMUP_TIMED_OUT]
     assert world.now - START_S == pytest.approx(65.0)
 
 
@@ -396,7 +396,7 @@ def test_warm_pods_form_a_cohort_at_their_fair_share_of_the_first_step() -> None
     assert world.state.cohort == tuple(new)
     assert world.ensured
     assert world.weight == 2
-    assert rollout.RAMP_STARTED in reasons(world.actions)
+    assert ramp.RAMP_STARTED in reasons(world.actions)
 
 
 def test_the_step_clock_starts_when_the_router_has_settled() -> None:
@@ -455,7 +455,7 @@ def test_promotion_waits_for_propagation_then_for_the_router() -> None:
     world.settles = True
     world.run_until(lambda: world.weight == 0)
     assert world.now - labelled > 5.0
-    assert world.state.stage is rollout.Stage.UNWEIGHTED
+    assert world.state.stage is ramp.Stage.UNWEIGHTED
     assert world.pods["p04"].warming
 
 
@@ -474,7 +474,7 @@ def test_a_failing_gate_sets_the_weight_to_zero_before_reclaiming() -> None:
     assert zero < reclaim
     assert "p04" not in world.pods
     assert world.state.failures == 1
-    assert rollout.RAMP_ROLLED_BACK in reasons(writes)
+    assert ramp.RAMP_ROLLED_BACK in reasons(writes)
 
 
 def test_only_the_pod_failing_on_its_own_is_reclaimed() -> None:
@@ -496,7 +496,7 @@ def test_only_the_pod_failing_on_its_own_is_reclaimed() -> None:
     assert writes.index(SetWeights(0)) < writes.index(
         Reclaim("p09", "failed the traffic ramp's health gate on its own")
     )
-    assert rollout.RAMP_PODS_SPARED in reasons(writes)
+    assert ramp.RAMP_PODS_SPARED in reasons(writes)
     assert world.state.failures == 1
     assert world.warming_set() == ["p08", "p10"]  # warm, at weight 0
     assert world.weight == 0
@@ -522,7 +522,7 @@ def test_a_cohort_with_no_pod_to_blame_is_reclaimed_whole(alone: dict[str, str],
     failed_at = world.now
     actions = world.run_until(lambda: world.state.phase is not Phase.ROLLING_BACK)
     assert sorted(a.pod for a in actions if isinstance(a, Reclaim)) == ["p08", "p09"], why
-    assert rollout.RAMP_PODS_SPARED not in reasons(actions)
+    assert ramp.RAMP_PODS_SPARED not in reasons(actions)
     if why == "no answer":  # asked again each tick until the settle timeout
         assert world.now - failed_at == pytest.approx(20.0)
         assert sum(isinstance(a, MeasurePodHealth) for a in world.actions) == 20
@@ -544,13 +544,13 @@ def test_blame_names_the_pods_failing_alone() -> None:
     assert bad is not None
     assert thin is not None
     config = RampConfig()
-    assert rollout.blame(config, ["a", "b"], {"a": good, "b": bad}) == (("b",), ("a",))
-    assert rollout.blame(config, ["a", "b", "c"], {"a": good, "b": bad, "c": thin}) == (
+    assert ramp.blame(config, ["a", "b"], {"a": good, "b": bad}) == (("b",), ("a",))
+    assert ramp.blame(config, ["a", "b", "c"], {"a": good, "b": bad, "c": thin}) == (
         ("b", "c"),
         ("a",),
     )
-    assert rollout.blame(config, ["a", "b"], {"a": good, "b": good}) == (("a", "b"), ())
-    assert rollout.blame(config, ["a", "b"], {"b": bad}) == (("a", "b"), ())
+    assert ramp.blame(config, ["a", "b"], {"a": good, "b": good}) == (("a", "b"), ())
+    assert ramp.blame(config, ["a", "b"], {"b": bad}) == (("a", "b"), ())
 
 
 def test_a_rollback_waits_for_the_router_up_to_the_settle_timeout() -> None:
@@ -589,7 +589,7 @@ def test_three_failures_in_a_row_hold_the_ramp_until_the_settings_change() -> No
     assert outcomes == [Outcome.ROLLED_BACK] * 3 + [Outcome.HELD]
     assert world.state.phase is Phase.HELD
     assert "3 health gates failed in a row" in (world.state.hold_reason or "")
-    assert rollout.RAMP_HELD in reasons(world.actions)
+    assert ramp.RAMP_HELD in reasons(world.actions)
     world.health = "good"
     for _ in range(100):
         world.tick()
@@ -737,7 +737,7 @@ def test_a_step_extended_at_a_one_second_interval_is_measured_again_not_held() -
     world.health = "good"
     world.run_until(lambda: world.state.phase is Phase.IDLE)
     assert not world.state.held
-    assert reasons(world.actions).count(rollout.RAMP_PROMOTED) == 1
+    assert reasons(world.actions).count(ramp.RAMP_PROMOTED) == 1
 
 
 def test_no_request_at_all_passes_after_the_extensions() -> None:
@@ -801,7 +801,7 @@ def test_losing_a_cohort_pod_lowers_the_weight_and_losing_all_ends_the_ramp() ->
     del world.pods["p09"]
     plan = world.tick()
     assert world.weight == 0
-    assert rollout.RAMP_ABANDONED in reasons(plan.actions)
+    assert ramp.RAMP_ABANDONED in reasons(plan.actions)
     assert plan.state.phase is not Phase.RAMPING
     assert plan.state.failures == 0
 
@@ -818,12 +818,12 @@ def test_a_pod_warm_mid_ramp_joins_the_cohort_at_the_next_step() -> None:
     assert world.state.cohort == ("p04", late)
     assert world.state.passed == ()
     assert world.pods[late].warm
-    assert world.weight == rollout.share_pct(30, 2, 4) == 10
+    assert world.weight == ramp.share_pct(30, 2, 4) == 10
     writes = world.writes(mark)
     joins = [a for a in writes if isinstance(a, SetWarm)]
     assert joins == [SetWarm(late, True, "warm-up passed; joins the ramp at the 30 % step")]
     assert writes.index(joins[0]) < writes.index(SetWeights(10))
-    step = [a for a in writes if isinstance(a, Event) and a.reason == rollout.RAMP_STEP]
+    step = [a for a in writes if isinstance(a, Event) and a.reason == ramp.RAMP_STEP]
     assert f"{late} joined" in step[0].message
     world.run_until(lambda: world.state.phase is Phase.IDLE)
     assert sorted(world.stable_set()) == ["p00", "p01", "p02", "p03", "p04", late]
@@ -929,7 +929,7 @@ def test_a_leader_restart_mid_step_measures_the_step_again_instead_of_holding(
     world.run_until(lambda: world.state.phase is Phase.IDLE)
     assert not world.state.held
     assert world.stable_set() == ["p00", "p01", "p02", "p03", "p04"]
-    assert reasons(world.actions).count(rollout.RAMP_PROMOTED) == 1
+    assert reasons(world.actions).count(ramp.RAMP_PROMOTED) == 1
 
 
 def test_a_restart_keeps_a_step_judged_on_the_new_dwell_only() -> None:
@@ -1020,7 +1020,7 @@ def test_victims_are_warming_first_then_the_lowest_tier_then_the_least_loaded() 
         Pod("shared-busy", True, True, False, True, tier="shared", in_flight=5.0),
         Pod("new-whole", True, False, True, False, tier="whole"),
     ]
-    order = [p.name for p in rollout.victim_order(pods)]
+    order = [p.name for p in ramp.victim_order(pods)]
     assert order == [
         "new-whole",
         "shared-busy",
@@ -1054,7 +1054,7 @@ def test_a_drain_takes_victims_out_of_routing_then_scales_when_they_are_idle() -
     world.run_until(lambda: world.replicas == 3)
     assert world.marked == {"p01", "p03"}
     assert sorted(world.pods) == ["p00", "p02", "p04"]
-    assert rollout.DRAINED in reasons(world.actions)
+    assert ramp.DRAINED in reasons(world.actions)
     world.tick()
     assert world.state == RampState()
 
@@ -1077,7 +1077,7 @@ def test_a_drain_of_pods_that_never_served_scales_at_once() -> None:
     world.replicas = 4
     world.scale(3)
     assert world.state.drain is not None
-    assert world.state.drain.victims == (rollout.Victim("p03", warm=False, stable=False),)
+    assert world.state.drain.victims == (ramp.Victim("p03", warm=False, stable=False),)
     world.tick()
     assert world.replicas == 3
     assert "p03" not in world.pods
@@ -1122,7 +1122,7 @@ def test_a_second_scale_down_waits_for_the_running_drain() -> None:
     same = world.scale(4)
     assert isinstance(same, Plan)
     assert same.actions == ()
-    other = rollout.scale(world.config, world.state, pods=(), replicas=3, current=5)
+    other = ramp.scale(world.config, world.state, pods=(), replicas=3, current=5)
     assert isinstance(other, Refusal)
 
 
@@ -1167,13 +1167,13 @@ def test_the_gate_compares_with_the_limits_and_the_serving_pods(
 ) -> None:
     """Error rate and P95 against the limits and the serving pods, with a minimum count."""
     stable = Health(1000, 0.002, 0.2)
-    assert rollout.judge(RampConfig(), warming, stable, final=final)[0] is verdict
+    assert ramp.judge(RampConfig(), warming, stable, final=final)[0] is verdict
 
 
 def test_the_gate_applies_an_absolute_latency_limit() -> None:
     """With `max_p95_latency_s`, a P95 under the ratio but over the limit fails."""
     config = RampConfig(max_p95_latency_s=0.3)
-    verdict, why = rollout.judge(config, Health(100, 0.0, 0.35), Health(100, 0.0, 0.3), final=False)
+    verdict, why = ramp.judge(config, Health(100, 0.0, 0.35), Health(100, 0.0, 0.3), final=False)
     assert verdict is Verdict.FAIL
     assert "above the limit 0.3 s" in why
 
@@ -1189,7 +1189,7 @@ def test_a_state_in_every_field_survives_dumps_and_loads() -> None:
         step=3,
         step_started_s=12.5,
         settle_since_s=13.0,
-        stage=rollout.Stage.UNWEIGHTED,
+        stage=ramp.Stage.UNWEIGHTED,
         weight_pct=7,
         checks=2,
         deadlines={"c": 700.0},
@@ -1198,28 +1198,28 @@ def test_a_state_in_every_field_survives_dumps_and_loads() -> None:
         failures=2,
         hold_reason="because",
         held_config="abc",
-        drain=rollout.Drain(3, (rollout.Victim("e", warm=True, stable=False),), 1.0, None),
+        drain=ramp.Drain(3, (ramp.Victim("e", warm=True, stable=False),), 1.0, None),
     )
-    text = rollout.dumps(state)
-    assert json.loads(text)["v"] == rollout.VERSION
-    assert rollout.loads(text) == state
+    text = ramp.dumps(state)
+    assert json.loads(text)["v"] == ramp.VERSION
+    assert ramp.loads(text) == state
 
 
 def test_the_probe_throttle_is_not_saved() -> None:
     """`probe_after` changes with every probe; writing it each time would be churn."""
     state = RampState(phase=Phase.WARMING, deadlines={"a": 1.0}, probe_after={"a": 2.0})
-    assert rollout.loads(rollout.dumps(state)) == dataclasses.replace(state, probe_after={})
+    assert ramp.loads(ramp.dumps(state)) == dataclasses.replace(state, probe_after={})
 
 
 def test_the_time_of_the_awaited_health_request_is_not_saved() -> None:
     """`asked_s` changes with every health request; a restart loses the answer anyway."""
     state = RampState(phase=Phase.RAMPING, cohort=("a",), asked_s=2.0)
-    assert rollout.loads(rollout.dumps(state)) == dataclasses.replace(state, asked_s=None)
+    assert ramp.loads(ramp.dumps(state)) == dataclasses.replace(state, asked_s=None)
 
 
 def test_an_idle_state_is_small() -> None:
     """Fields at their default are left out of the persisted text."""
-    assert rollout.dumps(RampState()) == '{"phase":"idle","v":1}'
+    assert ramp.dumps(RampState()) == '{"phase":"idle","v":1}'
 
 
 @pytest.mark.parametrize(
@@ -1261,7 +1261,7 @@ def test_an_idle_state_is_small() -> None:
 def test_junk_is_refused_with_a_value_error(text: str) -> None:
     """Anything `dumps` could not have written raises `ValueError`."""
     with pytest.raises(ValueError, match="ramp state"):
-        rollout.loads(text)
+        ramp.loads(text)
 
 
 @pytest.mark.parametrize(
@@ -1368,9 +1368,9 @@ class RampMachine(RuleBasedStateMachine):
         before = world.state
         stable_before = set(world.stable_set())
         answer = world.scale(replicas)
-        if replicas < world.replicas and before.phase in rollout.RAMP_PHASES:
+        if replicas < world.replicas and before.phase in ramp.RAMP_PHASES:
             assert isinstance(answer, Refusal)
-        if isinstance(answer, Plan) and before.phase in rollout.RAMP_PHASES:
+        if isinstance(answer, Plan) and before.phase in ramp.RAMP_PHASES:
             assert set(world.stable_set()) >= stable_before
         self.check_round_trip()
 
@@ -1388,7 +1388,7 @@ class RampMachine(RuleBasedStateMachine):
         plan = world.tick(dt_s, resumed=resumed)
         self.check_weights(plan)
         self.check_gate(before, plan, health_given, health_kind, serving_before)
-        if before.phase in rollout.RAMP_PHASES or plan.state.phase in rollout.RAMP_PHASES:
+        if before.phase in ramp.RAMP_PHASES or plan.state.phase in ramp.RAMP_PHASES:
             # The serving set never shrinks by the ramp's own doing.
             assert not [a for a in plan.actions if isinstance(a, MarkVictim | ScaleTo)]
             for action in plan.actions:
@@ -1447,7 +1447,7 @@ class RampMachine(RuleBasedStateMachine):
             assert world.warming_set(), "weight on an empty warming set"
         if 0 < world.weight < 100:
             assert world.routed_stable(), "weight on an empty stable set"
-        if plan.state.phase in rollout.RAMP_PHASES:
+        if plan.state.phase in ramp.RAMP_PHASES:
             # Every pod the warming weight reaches is one the gate judges.
             outside = set(world.warming_set()) - set(plan.state.cohort)
             assert not outside, f"{outside} routed outside {plan}"
@@ -1490,7 +1490,7 @@ class RampMachine(RuleBasedStateMachine):
         awaited health request, which are not saved); the latter stays, as in the driver's
         memory, since a restart that loses it is `leader_restart`."""
         state = self.world.state
-        restored = rollout.loads(rollout.dumps(state))
+        restored = ramp.loads(ramp.dumps(state))
         assert restored == dataclasses.replace(state, probe_after={}, asked_s=None)
         self.world.state = dataclasses.replace(restored, asked_s=state.asked_s)
 
@@ -1513,5 +1513,5 @@ test_ramp_state_machine = RampMachine.TestCase
 def test_a_huge_value_in_the_ramp_state_is_not_repeated_in_the_error() -> None:
     """The error names the field and a short excerpt of its value, not 300 kB of it."""
     with pytest.raises(ValueError, match=r"ramp state phase 'xxx.*characters\) is not one") as e:
-        rollout.loads('{"v":1,"phase":"' + "x" * 100_000 + '"}')
+        ramp.loads('{"v":1,"phase":"' + "x" * 100_000 + '"}')
     assert len(str(e.value)) < 200

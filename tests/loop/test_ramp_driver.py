@@ -1,4 +1,4 @@
-"""The ramp driver (`autoscaler.rollout`) on in-memory ports, and the loop handing it the scale
+"""The ramp driver (`autoscaler.ramp_driver`) on in-memory ports, and the loop handing it the scale
 writes. The Kubernetes, Prometheus, mesh and simulator sides of these ports are tested with
 their own implementations; here each port is a small fake that writes into one journal, so the
 order of writes across pods and router can be checked."""
@@ -15,9 +15,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from autoscaler import annotations as contract
-from autoscaler import clock, errors, loop, metricnames, ports, rollout
+from autoscaler import clock, errors, loop, metricnames, ports, ramp_driver
 from autoscaler.core import model
-from autoscaler.core import rollout as core
+from autoscaler.core import ramp as core
 
 SERVICE = model.ServiceId("ns/llm")
 OTHER = model.ServiceId("ns/other")
@@ -284,8 +284,8 @@ class Rig:
             self.cluster.add_service(target, stable=stable)
         self.driver = self.new_driver()
 
-    def new_driver(self) -> rollout.RampDriver:
-        return rollout.RampDriver(
+    def new_driver(self) -> ramp_driver.RampDriver:
+        return ramp_driver.RampDriver(
             cluster=self.cluster,
             pods=self.cluster,
             routers={"istio": self.router},
@@ -673,7 +673,7 @@ async def test_scale_down_during_a_ramp_is_refused_with_the_reason() -> None:
     rig = Rig(stable=3)
     rig.cluster.add_pod()
     await rig.run_until(lambda: rig.phase() is core.Phase.RAMPING)
-    with pytest.raises(rollout.RampBusyError, match="ramping at the 10 % step"):
+    with pytest.raises(ramp_driver.RampBusyError, match="ramping at the 10 % step"):
         await rig.driver.scale(SERVICE, 2, 4)
     assert rig.journal.of("scale") == []
 
@@ -804,7 +804,7 @@ async def test_a_health_outage_is_asked_again_and_never_passes_the_gate() -> Non
 # 5. The loop hands the driver its scale writes -----------------------------------------------
 
 
-class RecordingRollouts:
+class RecordingRamps:
     def __init__(self, *, refuse: bool = False) -> None:
         self.refuse = refuse
         self.calls: list[tuple[object, ...]] = []
@@ -812,7 +812,7 @@ class RecordingRollouts:
     async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
         self.calls.append(("scale", service, replicas, current))
         if self.refuse:
-            raise rollout.RampBusyError(f"{service}: new pods are ramping")
+            raise ramp_driver.RampBusyError(f"{service}: new pods are ramping")
 
     async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
         self.calls.append(("reconcile", now_s, len(workloads)))
@@ -847,12 +847,12 @@ class FlatMetrics:
 
 async def test_the_loop_scales_through_the_driver_and_reconciles_after_publishing() -> None:
     """With a driver, the loop's scale goes to it (with the current count), then one reconcile."""
-    cluster, rollouts = BelowMinimum(), RecordingRollouts()
+    cluster, ramps = BelowMinimum(), RecordingRamps()
     the_loop = loop.Loop(
-        cluster=cluster, metrics=FlatMetrics(), clock=clock.ManualClock(5.0), rollouts=rollouts
+        cluster=cluster, metrics=FlatMetrics(), clock=clock.ManualClock(5.0), ramps=ramps
     )
     report = await the_loop.step()
-    assert rollouts.calls == [("scale", SERVICE, 2, 1), ("reconcile", 5.0, 1)]
+    assert ramps.calls == [("scale", SERVICE, 2, 1), ("reconcile", 5.0, 1)]
     assert cluster.scaled == []
     assert report.scaled == (SERVICE,)
     assert cluster.published == [SERVICE]
@@ -860,22 +860,22 @@ async def test_the_loop_scales_through_the_driver_and_reconciles_after_publishin
 
 async def test_a_refused_scale_leaves_the_policy_state_for_the_next_tick() -> None:
     """A `RampBusyError` is a failed scale: the loop keeps its policy state and tries again."""
-    rollouts = RecordingRollouts(refuse=True)
+    ramps = RecordingRamps(refuse=True)
     the_loop = loop.Loop(
-        cluster=BelowMinimum(), metrics=FlatMetrics(), clock=clock.ManualClock(), rollouts=rollouts
+        cluster=BelowMinimum(), metrics=FlatMetrics(), clock=clock.ManualClock(), ramps=ramps
     )
     with capture_logs() as logs:
         report = await the_loop.step()
     assert report.failed == (SERVICE,)
     assert the_loop.state_of(SERVICE) is None
     assert "scale.failed" in [entry["event"] for entry in logs]
-    assert rollouts.calls[-1][0] == "reconcile"
+    assert ramps.calls[-1][0] == "reconcile"
 
 
 def test_the_annotations_map_onto_the_core_settings() -> None:
     """Router `none` is gate only; no warm-up path means warm once running."""
     target = ramp_target(router=contract.TrafficRouter.NONE)
-    config = rollout.ramp_config(
+    config = ramp_driver.ramp_config(
         target.traffic, dataclasses.replace(target.warmup, path=None, port=None)
     )
     assert config.gate_only
