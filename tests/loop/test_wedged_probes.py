@@ -18,8 +18,7 @@ from structlog.testing import capture_logs
 
 from autoscaler import ports, ramp_driver
 from autoscaler.adapters import warmup
-from autoscaler.core import model
-from autoscaler.core import ramp as core
+from autoscaler.core import model, ramp
 
 from .test_ramp_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
 
@@ -182,7 +181,7 @@ async def test_the_per_pod_deadline_ends_a_probe_and_reprobing_stops_at_the_warm
     assert asked[-1] < reclaimed_s
     assert len(timed_out) == len(asked) == wedged.requests
     assert ("reclaim", stuck) in rig.journal
-    assert rig.journal.of("event")[0][2] == core.WARMUP_TIMED_OUT
+    assert rig.journal.of("event")[0][2] == ramp.WARMUP_TIMED_OUT
     assert stuck not in rig.cluster.pod_sets[SERVICE]
 
 
