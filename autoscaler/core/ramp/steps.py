@@ -54,12 +54,7 @@ def start(w: Work) -> None:
     w.actions.append(EnsureRoutes())
     stable = w.stable()
     if not stable:
-        w.event(
-            EventType.NORMAL,
-            RAMP_PROMOTED,
-            f"No serving pod to compare with or fall back on: promoting {names(fresh)}",
-        )
-        promotion.begin(w)
+        _promote_alone(w, EventType.NORMAL, "No serving pod to compare with or fall back on")
         return
     w.phase = Phase.RAMPING
     weight = gate.share_pct(w.config.steps_pct[0], len(fresh), len(stable))
@@ -89,12 +84,7 @@ def step(w: Work) -> None:
         return
     stable = w.stable()
     if not stable:
-        w.event(
-            EventType.WARNING,
-            RAMP_PROMOTED,
-            f"No serving pod left to fall back on: promoting {names(alive)}",
-        )
-        promotion.begin(w)
+        _promote_alone(w, EventType.WARNING, "No serving pod left to fall back on")
         return
     weight = gate.share_pct(w.step_pct(), len(alive), len(stable))
     if weight != w.weight or w.tick.resumed:
@@ -106,6 +96,12 @@ def step(w: Work) -> None:
         w.settle_since_s = None
         w.step_started_s = w.now
     _gate(w, alive, stable)
+
+
+def _promote_alone(w: Work, type_: EventType, why: str) -> None:
+    """With no serving pod there is nothing to compare the cohort with: promote it as it is."""
+    w.event(type_, RAMP_PROMOTED, f"{why}: promoting {names(w.cohort)}")
+    promotion.begin(w)
 
 
 def _gate(w: Work, alive: list[str], stable: list[str]) -> None:
