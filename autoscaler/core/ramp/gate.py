@@ -39,7 +39,7 @@ def judge(
 ) -> tuple[Verdict, str]:
     """The health gate: the cohort against the absolute limits and against the serving pods.
 
-    `final` is the last extension: too few requests no longer wait (see the module docstring).
+    `final` is the last extension: too few requests no longer wait (see the package's docstring).
     """
     requests = warming.requests
     if math.isnan(requests):
@@ -48,35 +48,10 @@ def judge(
         return Verdict.WAIT, f"{requests:g} requests on the new pods, fewer than the gate needs"
     if requests <= 0:
         return Verdict.PASS, "no request reached the new pods; nothing to judge"
-    compared = 0
-    problems: list[str] = []
-    if not math.isnan(warming.error_rate):
-        compared += 1
-        if warming.error_rate > config.max_error_rate:
-            problems.append(
-                f"error rate {warming.error_rate:.4f} above the limit {config.max_error_rate:g}"
-            )
-        elif (
-            not math.isnan(stable.error_rate)
-            and warming.error_rate > stable.error_rate + config.error_rate_slack
-        ):
-            problems.append(
-                f"error rate {warming.error_rate:.4f} above the serving pods' "
-                f"{stable.error_rate:.4f}"
-            )
-    if not math.isnan(warming.p95_s):
-        limit = config.max_p95_latency_s
-        if limit is not None:
-            compared += 1
-            if warming.p95_s > limit:
-                problems.append(f"P95 {warming.p95_s:.3f} s above the limit {limit:g} s")
-        if not math.isnan(stable.p95_s):
-            compared += 1
-            if warming.p95_s > config.max_p95_ratio * stable.p95_s:
-                problems.append(
-                    f"P95 {warming.p95_s:.3f} s above {config.max_p95_ratio:g} x the serving "
-                    f"pods' {stable.p95_s:.3f} s"
-                )
+    errors_compared, errors = _error_problems(config, warming, stable)
+    latency_compared, latency = _latency_problems(config, warming, stable)
+    problems = errors + latency
+    compared = errors_compared + latency_compared
     if problems:
         return Verdict.FAIL, "; ".join(problems)
     if not compared:
@@ -85,6 +60,46 @@ def judge(
     return Verdict.PASS, (
         f"{requests:g} requests, error rate {_fmt(warming.error_rate)}, P95 {_fmt(warming.p95_s)} s"
     )
+
+
+def _error_problems(config: RampConfig, warming: Health, stable: Health) -> tuple[int, list[str]]:
+    """The comparisons of the cohort's error rate made (0 or 1), and the limits it breaks."""
+    if math.isnan(warming.error_rate):
+        return 0, []
+    problems = []
+    if warming.error_rate > config.max_error_rate:
+        problems.append(
+            f"error rate {warming.error_rate:.4f} above the limit {config.max_error_rate:g}"
+        )
+    elif (
+        not math.isnan(stable.error_rate)
+        and warming.error_rate > stable.error_rate + config.error_rate_slack
+    ):
+        problems.append(
+            f"error rate {warming.error_rate:.4f} above the serving pods' {stable.error_rate:.4f}"
+        )
+    return 1, problems
+
+
+def _latency_problems(config: RampConfig, warming: Health, stable: Health) -> tuple[int, list[str]]:
+    """The comparisons of the cohort's P95 made (0 to 2), and the limits it breaks."""
+    if math.isnan(warming.p95_s):
+        return 0, []
+    compared = 0
+    problems = []
+    limit = config.max_p95_latency_s
+    if limit is not None:
+        compared += 1
+        if warming.p95_s > limit:
+            problems.append(f"P95 {warming.p95_s:.3f} s above the limit {limit:g} s")
+    if not math.isnan(stable.p95_s):
+        compared += 1
+        if warming.p95_s > config.max_p95_ratio * stable.p95_s:
+            problems.append(
+                f"P95 {warming.p95_s:.3f} s above {config.max_p95_ratio:g} x the serving pods' "
+                f"{stable.p95_s:.3f} s"
+            )
+    return compared, problems
 
 
 def complete(warming: Health, stable: Health) -> bool:

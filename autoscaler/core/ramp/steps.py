@@ -36,12 +36,7 @@ def start(w: Work) -> None:
     if not ready:
         return
     if w.config.gate_only:
-        for pod in ready:
-            w.actions.append(Label(pod.name, warming=False, stable=True))
-        w.event(
-            EventType.NORMAL, RAMP_PROMOTED, f"Warm and serving: {names(p.name for p in ready)}"
-        )
-        w.outcomes.append(Outcome.PROMOTED)
+        _serve(w, [p.name for p in ready])
         return
     for pod in ready:
         if pod.stable:  # a promotion cut short (a hold or a restart); the weight is 0
@@ -65,6 +60,14 @@ def start(w: Work) -> None:
         f"Ramping {names(fresh)} next to {len(stable)} serving pods: "
         f"step {w.config.steps_pct[0]} %, {weight} % of the traffic",
     )
+
+
+def _serve(w: Work, warm: list[str]) -> None:
+    """The gate alone (the `none` router): warm pods serve at once, with no weight steps."""
+    for name in warm:
+        w.actions.append(Label(name, warming=False, stable=True))
+    w.event(EventType.NORMAL, RAMP_PROMOTED, f"Warm and serving: {names(warm)}")
+    w.outcomes.append(Outcome.PROMOTED)
 
 
 def step(w: Work) -> None:

@@ -29,49 +29,54 @@ def warm_up(w: Work) -> None:
                 # Warm and serving behind the Service, but in neither routed set (someone
                 # removed its label): the stable set is where it belongs.
                 w.actions.append(Label(name, warming=False, stable=True))
-            continue
-        if pod.warm:
+        elif pod.warm:
             if deferring and pod.running and name not in w.cohort:
                 _stray(w, name, pod)
-            continue
-        deadline = w.deadlines.get(name)
-        if not pod.running:
-            if deadline is not None and w.now >= deadline:
-                _time_out(w, name)
-            continue
-        if name in w.passed:
-            if not deferring:
-                w.passed.remove(name)
-                _set_warm(w, name, "warm-up passed")
-            continue
-        if deadline is None:
-            deadline = w.deadlines[name] = w.now + w.config.warmup_deadline_s
-        if w.config.warmup_probe:
-            result = w.tick.probes.get(name)
-            warm, message = (
-                (False, "") if result is None else gate.warm(w.config, result, baseline_s)
-            )
-        else:
-            warm, message = True, "running; no warm-up probe is configured"
-        if warm:
-            w.deadlines.pop(name, None)
-            w.probe_after.pop(name, None)
-            if deferring:
-                w.passed.append(name)
-            else:
-                _set_warm(w, name, message)
-            continue
-        if w.now >= deadline:
-            _time_out(w, name)
-            continue
-        if w.probe_after.get(name, -math.inf) <= w.now and pod.ip is not None:
-            w.actions.append(Probe(name))
-            w.probe_after[name] = w.now + w.config.probe_interval_s
+        elif _warm_up_pod(w, pod, baseline_s, deferring=deferring):
             probing = True
     if probing:
         for name in stable[: w.config.baseline_pods]:
             w.actions.append(Probe(name))
     _forget_gone(w)
+
+
+def _warm_up_pod(w: Work, pod: Pod, baseline_s: float | None, *, deferring: bool) -> bool:
+    """One tick of one warming pod: start its deadline, judge its probes, set it warm (or keep
+    it for the cohort's next step), reclaim it at the deadline; True when it is probed."""
+    name = pod.name
+    deadline = w.deadlines.get(name)
+    if not pod.running:
+        if deadline is not None and w.now >= deadline:
+            _time_out(w, name)
+        return False
+    if name in w.passed:
+        if not deferring:
+            w.passed.remove(name)
+            _set_warm(w, name, "warm-up passed")
+        return False
+    if deadline is None:
+        deadline = w.deadlines[name] = w.now + w.config.warmup_deadline_s
+    if w.config.warmup_probe:
+        result = w.tick.probes.get(name)
+        warm, message = (False, "") if result is None else gate.warm(w.config, result, baseline_s)
+    else:
+        warm, message = True, "running; no warm-up probe is configured"
+    if warm:
+        w.deadlines.pop(name, None)
+        w.probe_after.pop(name, None)
+        if deferring:
+            w.passed.append(name)
+        else:
+            _set_warm(w, name, message)
+        return False
+    if w.now >= deadline:
+        _time_out(w, name)
+        return False
+    if w.probe_after.get(name, -math.inf) > w.now or pod.ip is None:
+        return False
+    w.actions.append(Probe(name))
+    w.probe_after[name] = w.now + w.config.probe_interval_s
+    return True
 
 
 def _stray(w: Work, name: str, pod: Pod) -> None:
