@@ -51,7 +51,7 @@ import structlog
 from aiohttp import web
 
 from autoscaler import clock as clock_
-from autoscaler import errors, ports, rollout, settings, telemetry
+from autoscaler import errors, ports, ramp_driver, settings, telemetry
 from autoscaler import loop as loop_
 from autoscaler.adapters import prometheus, warmup
 from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
@@ -178,7 +178,7 @@ class Controller:
         self.prober = warmup.HttpProber(timer=probe_timer)
         self.loop: loop_.Loop | None = None
         """The loop of the current term of leadership; None while following."""
-        self.rollouts: rollout.RampDriver | None = None
+        self.ramps: ramp_driver.RampDriver | None = None
         """The ramp driver of the current term's loop."""
         self.ticks = 0
         """Ticks run since start, over every term."""
@@ -214,7 +214,7 @@ class Controller:
     def new_loop(self) -> loop_.Loop:
         """A loop over this replica's adapters, with no memory of earlier terms: its ramp driver
         resumes each ramp from what the Deployment carries."""
-        self.rollouts = rollout.RampDriver(
+        self.ramps = ramp_driver.RampDriver(
             cluster=self.cluster,
             pods=self.ramp,
             routers=self.routers,
@@ -232,7 +232,7 @@ class Controller:
             smoothing_config=smoothing.SmoothingConfig(
                 window_s=self.settings.smoothing.window_s, tick_s=self.settings.loop.tick_s
             ),
-            rollouts=self.rollouts,
+            ramps=self.ramps,
             chores=(self.cluster.tend,),
             on_tick=(self._ticked, *((self._on_tick,) if self._on_tick is not None else ())),
         )
@@ -276,8 +276,8 @@ class Controller:
 
     async def wait_probes_idle(self) -> None:
         """Return once the current term's ramp driver has no warm-up probe in flight."""
-        if self.rollouts is not None:
-            await self.rollouts.wait_probes_idle()
+        if self.ramps is not None:
+            await self.ramps.wait_probes_idle()
 
     async def _tick_while_leading(self) -> None:
         try:
@@ -288,9 +288,9 @@ class Controller:
     async def _end_term(self) -> None:
         """Drop the term's loop; its ramp driver's probes are cancelled and waited for."""
         self.loop = None
-        rollouts, self.rollouts = self.rollouts, None
-        if rollouts is not None:
-            await rollouts.close()
+        ramps, self.ramps = self.ramps, None
+        if ramps is not None:
+            await ramps.close()
 
     async def _tick_terms(self) -> None:
         # A tick over half-filled caches would see Deployments without their pods: nothing

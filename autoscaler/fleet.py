@@ -25,8 +25,7 @@ from typing import Any, Final, TextIO
 from autoscaler import untrusted
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
-from autoscaler.core import model
-from autoscaler.core import rollout as ramp
+from autoscaler.core import model, ramp
 
 TIER_LABEL: Final = contract.PREFIX + "tier"
 """The label the placement ladder puts on the tier Deployments it creates (`mig-<profile>`,

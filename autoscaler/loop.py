@@ -73,7 +73,7 @@ class Loop:
         clock: clock_.Clock,
         policy: ports.Policy | None = None,
         smoothing_config: smoothing.SmoothingConfig | None = None,
-        rollouts: ports.Rollouts | None = None,
+        ramps: ports.Ramps | None = None,
         chores: Sequence[Chore] = (),
         on_tick: Sequence[OnTick] = (),
         timer: Callable[[], float] = time.perf_counter,
@@ -83,7 +83,7 @@ class Loop:
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
-        self.rollouts = rollouts
+        self.ramps = ramps
         """The ramp driver: when set, it takes the scale writes (draining before a scale-down)
         and advances the warm-up gate and the traffic ramp at the end of every tick."""
         self.policy: ports.Policy = policy or ports.CorePolicy()
@@ -150,8 +150,8 @@ class Loop:
 
         scaled, failed = await self._act(decisions, pending)
         await self._publish(decisions, failed)
-        if self.rollouts is not None:
-            await self.rollouts.reconcile(now, workloads)
+        if self.ramps is not None:
+            await self.ramps.reconcile(now, workloads)
         for chore in self.chores:
             await chore()
         kinds = Counter(d.kind for d in decisions.values())
@@ -195,8 +195,8 @@ class Loop:
         async def scale(service: model.ServiceId) -> None:
             decision = decisions[service]
             try:
-                if self.rollouts is not None:
-                    await self.rollouts.scale(service, decision.desired, decision.current)
+                if self.ramps is not None:
+                    await self.ramps.scale(service, decision.desired, decision.current)
                 else:
                     await self.cluster.scale(service, decision.desired)
             except errors.ActuationError as e:

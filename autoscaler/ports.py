@@ -277,7 +277,7 @@ class Gates(Protocol):
         ...
 
 
-class Rollouts(Protocol):
+class Ramps(Protocol):
     """The ramp driver as the loop sees it: it takes scale writes and runs once per tick."""
 
     async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:

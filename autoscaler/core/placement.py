@@ -49,9 +49,15 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-WHOLE = "whole"
-SHARED = "shared"
-MIG_PREFIX = "mig-"
+from autoscaler.core import victims
+from autoscaler.core.tiers import MIG_PREFIX as MIG_PREFIX
+from autoscaler.core.tiers import SHARED as SHARED
+from autoscaler.core.tiers import WHOLE as WHOLE
+from autoscaler.core.tiers import is_tier as is_tier
+from autoscaler.core.tiers import mig_profile as mig_profile
+from autoscaler.core.tiers import mig_tier as mig_tier
+from autoscaler.core.tiers import parse_mig_profile as parse_mig_profile
+from autoscaler.core.tiers import preference as preference
 
 MODES = ("auto", "whole", "mig", "shared")
 """Values of `Need.mode` (the `placement` annotation)."""
@@ -65,7 +71,6 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 QUOTA_PREFIX = "requests."
 """ResourceQuota keys for extended resources: `requests.nvidia.com/gpu` and so on."""
 
-_MIG_PROFILE = re.compile(r"^(?P<g>[1-9]\d*)g\.(?P<mem>[1-9]\d*)gb(?:\+[a-z0-9]+)*$")
 _MIB_PER_GB = 1e9 / 2**20
 """MIG profile names count decimal gigabytes; GFD's `.memory` label, when present, is exact."""
 _MIG_SLICES_PER_CARD = 7
@@ -73,55 +78,10 @@ _MIG_SLICES_BY_PRODUCT = {"A30": 4}
 """Compute slices per card where it is not 7 (the A100/H100/H200/B200 layout)."""
 
 
-def mig_tier(profile: str) -> str:
-    """The tier name of a MIG profile: `3g.40gb` -> `mig-3g.40gb`."""
-    parse_mig_profile(profile)
-    return MIG_PREFIX + profile
-
-
-def mig_profile(tier: str) -> str | None:
-    """The MIG profile of a tier name (`mig-3g.40gb` -> `3g.40gb`), None for other tiers."""
-    return tier[len(MIG_PREFIX) :] if tier.startswith(MIG_PREFIX) else None
-
-
-def parse_mig_profile(profile: str) -> tuple[int, int]:
-    """`<g>g.<mem>gb` -> (compute slices, memory in GB as named); `ValueError` otherwise."""
-    match = _MIG_PROFILE.match(profile)
-    if match is None:
-        raise ValueError(f"not a MIG profile (want <g>g.<mem>gb, e.g. 3g.40gb): {profile!r}")
-    return int(match["g"]), int(match["mem"])
-
-
 def mig_profile_memory_mib(profile: str) -> int:
     """Slice memory from the profile name alone, rounded down (names count decimal GB, so
     `1g.10gb` -> 9536 MiB; the real slice holds a little more, never less)."""
     return math.floor(parse_mig_profile(profile)[1] * _MIB_PER_GB)
-
-
-def preference(tier: str) -> int:
-    """The ladder's order of tiers, best first: `whole` 0, any `mig-*` 1, `shared` 2.
-
-    The one tier order of the project: placement fills tiers in this order, and every
-    scale-down (the plan's, the ramp's choice of victims) empties them in the reverse.
-    `ValueError` for a name that is not a tier (`is_tier`).
-    """
-    if tier == WHOLE:
-        return 0
-    if tier.startswith(MIG_PREFIX):
-        parse_mig_profile(tier[len(MIG_PREFIX) :])
-        return 1
-    if tier == SHARED:
-        return 2
-    raise ValueError(f"unknown placement tier {tier!r}")
-
-
-def is_tier(name: str) -> bool:
-    """Whether `name` is a placement tier: `whole`, `shared` or `mig-<g>g.<mem>gb`."""
-    try:
-        preference(name)
-    except ValueError:
-        return False
-    return True
 
 
 def resource_of(tier: str) -> str:
@@ -501,7 +461,7 @@ def _move_stuck_down(work: _Work, ladder: list[str], stuck: Mapping[str, int]) -
 
 def _move_up(work: _Work, ladder: list[str], current: Mapping[str, TierCount]) -> None:
     """Start better-tier replicas for lower-tier ones (retired later by `_scale_down`)."""
-    for tier in sorted(current, key=_retire_key):
+    for tier in _retire_order(current):
         movable = work.target.get(tier, 0) - current[tier].pending
         if movable <= 0:
             continue
@@ -529,7 +489,7 @@ def _scale_down(
     pod only while the serving count stays at `desired` or above."""
     excess = sum(work.target.values()) - desired
     removed: dict[str, int] = {}
-    for tier in sorted(stuck, key=_retire_key):
+    for tier in _retire_order(stuck):
         n = min(excess, stuck[tier])
         if n > 0:
             work.target[tier] -= n
@@ -537,7 +497,8 @@ def _scale_down(
             excess -= n
     serving = sum(c.serving for c in current.values())
     spare = max(0, serving - desired)
-    order = sorted(current, key=lambda t: (t in ladder, _retire_key(t)))
+    # A tier the ladder no longer offers goes first; `sorted` keeps the retire order within.
+    order = sorted(_retire_order(current), key=lambda t: t in ladder)
     for tier in order:
         if excess <= 0:
             break
@@ -820,11 +781,17 @@ def _tier_key(item: tuple[str, int]) -> tuple[int, str]:
     return preference(item[0]), item[0]
 
 
-def _retire_key(tier: str) -> tuple[int, int, str]:
-    """Worst first: shared, then MIG by slice size ascending, then whole."""
-    profile = mig_profile(tier)
-    size = parse_mig_profile(profile)[0] if profile is not None else 0
-    return -preference(tier), size, tier
+def _retire_order(tiers: Iterable[str]) -> list[str]:
+    """Worst first, in the scale-down victim order: shared, then MIG by slice size ascending,
+    then whole."""
+
+    def describe(tier: str) -> victims.Candidate:
+        preference(tier)  # an unknown tier is an error, not the last to go
+        profile = mig_profile(tier)
+        size = parse_mig_profile(profile)[0] if profile is not None else 0
+        return victims.Candidate(tier, tier=tier, slice_size=size)
+
+    return victims.order(tiers, describe)
 
 
 def _better(a: str, b: str) -> bool:

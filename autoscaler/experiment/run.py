@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import logs, loop, ports, rollout
+from autoscaler import logs, loop, ports, ramp_driver
 from autoscaler.core import model, placement, smoothing
 from autoscaler.sim import policies, world
 from autoscaler.sim import traffic as traffic_
@@ -89,16 +89,16 @@ async def drive(
 
     Every service of the world is managed; `policy` decides for all of them (default: the
     core policy, each service with its own config). When a service has the ramp, the ramp
-    driver runs in the loop (`ramp_driver`). Returns the loop, for its policy states.
+    driver runs in the loop (`new_ramp_driver`). Returns the loop, for its policy states.
     """
-    driver = ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None
+    driver = new_ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None
     controller = loop.Loop(
         cluster=sim.cluster,
         metrics=sim.metrics,
         clock=sim.clock,
         policy=policy,
         smoothing_config=SMOOTHING,
-        rollouts=driver,
+        ramps=driver,
     )
     simulated = logs.SIM_CLOCK.set(sim.clock.now)
     try:
@@ -110,9 +110,9 @@ async def drive(
     return controller
 
 
-def ramp_driver(sim: world.World) -> rollout.RampDriver:
+def new_ramp_driver(sim: world.World) -> ramp_driver.RampDriver:
     """The project's ramp driver on the world's ramp ports."""
-    return rollout.RampDriver(
+    return ramp_driver.RampDriver(
         cluster=sim.cluster,
         pods=sim.ramp_cluster,
         routers=sim.routers,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoscaler import errors, ports
-from autoscaler.core import model, placement
+from autoscaler.core import model, placement, victims
 from autoscaler.sim.params import NodeSpec
 
 # How many recent start-ups the observed start-up time averages over.
@@ -48,7 +48,7 @@ _EPS = 1e-9
 
 
 class Phase(enum.IntEnum):
-    """Where a pod is in its life. The value is its rank in the scale-down victim order."""
+    """Where a pod is in its life, in the order of `victims.Stage`."""
 
     PENDING = 0
     """Created, waiting for a free GPU: costs nothing, serves nothing."""
@@ -261,11 +261,30 @@ class ServiceState:
         self._workload = None
 
 
+_STAGES = {
+    Phase.PENDING: victims.Stage.PENDING,
+    Phase.STARTING: victims.Stage.STARTING,
+    Phase.WARMING: victims.Stage.WARMING,
+    Phase.SERVING: victims.Stage.SERVING,
+}
+
+
 def victim_order(pods: Iterable[Pod]) -> list[Pod]:
-    """The order scale-down removes pods in: pending, then starting, then warming, then
-    serving; within each phase the lowest pod-deletion-cost first (as a ReplicaSet does), then
-    the newest, so the least invested pod goes first."""
-    return sorted(pods, key=lambda p: (p.phase, p.deletion_cost, -p.created_s, -p.serial))
+    """The order scale-down removes pods in (`core.victims`): pending, then starting, then
+    warming, then serving; within each phase the lowest pod-deletion-cost first (as a
+    ReplicaSet does), then the newest, so the least invested pod goes first."""
+    return victims.order(pods, _candidate)
+
+
+def _candidate(pod: Pod) -> victims.Candidate:
+    return victims.Candidate(
+        pod.name,
+        stage=_STAGES[pod.phase],
+        tier=pod.tier,
+        deletion_cost=pod.deletion_cost,
+        created_s=pod.created_s,
+        serial=pod.serial,
+    )
 
 
 class SimCluster:

@@ -22,7 +22,7 @@ from kube.emulator import Kube
 from kube.kubelet import POD_IP, FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.rollout import PROBE_CONCURRENCY
+from autoscaler.ramp_driver import PROBE_CONCURRENCY
 
 from .support import (
     DEPLOYMENTS,
@@ -164,12 +164,12 @@ async def run_beside_wedged_pods(
         await cluster.clock.advance(1.0)  # a tick awaiting a probe times this out
         delayed += controller.ticks != ticks + 1
         await kubelet.settle()
-    rollouts = controller.rollouts
-    assert rollouts is not None
+    ramps = controller.ramps
+    assert ramps is not None
     return Beside(
         ticks=controller.ticks - before,
         ticks_delayed=delayed,
-        probes_in_flight=rollouts.probes_in_flight,
+        probes_in_flight=ramps.probes_in_flight,
         neighbour_replicas=neighbour.replicas,
     )
 

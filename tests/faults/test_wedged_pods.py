@@ -12,7 +12,7 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.rollout import PROBE_CONCURRENCY
+from autoscaler.ramp_driver import PROBE_CONCURRENCY
 
 from .figures import Figures
 

@@ -15,12 +15,11 @@ from collections.abc import AsyncIterator
 from e2e.wedged import WedgedEndpoint, wedged
 from structlog.testing import capture_logs
 
-from autoscaler import ports, rollout
+from autoscaler import ports, ramp_driver
 from autoscaler.adapters import warmup
-from autoscaler.core import model
-from autoscaler.core import rollout as core
+from autoscaler.core import model, ramp
 
-from .test_rollout_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
+from .test_ramp_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
 
 __all__ = ["wedged"]  # the fixture
 
@@ -46,10 +45,10 @@ class Probers:
 @contextlib.asynccontextmanager
 async def wired(
     rig: Rig, *, concurrency: int = 16, deadline_s: float = HOUR_S
-) -> AsyncIterator[rollout.RampDriver]:
+) -> AsyncIterator[ramp_driver.RampDriver]:
     """The rig's driver on the real prober for loopback pods; closed (probes cancelled) after."""
     probers = Probers(rig.prober)
-    rig.driver = rollout.RampDriver(
+    rig.driver = ramp_driver.RampDriver(
         cluster=rig.cluster,
         pods=rig.cluster,
         routers={"istio": rig.router},
@@ -173,7 +172,7 @@ async def test_the_per_pod_deadline_ends_a_probe_and_reprobing_stops_at_the_warm
     assert asked[-1] < reclaimed_s
     assert len(timed_out) == len(asked) == wedged.requests
     assert ("reclaim", stuck) in rig.journal
-    assert rig.journal.of("event")[0][2] == core.WARMUP_TIMED_OUT
+    assert rig.journal.of("event")[0][2] == ramp.WARMUP_TIMED_OUT
     assert stuck not in rig.cluster.pod_sets[SERVICE]
 
 

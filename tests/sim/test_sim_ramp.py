@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from autoscaler import cli, errors, metricnames, ports
-from autoscaler.core import model, rollout
+from autoscaler.core import model, ramp
 from autoscaler.experiment import run
 from autoscaler.sim import traffic as traffic_
 from autoscaler.sim import world
@@ -554,10 +554,10 @@ async def test_ramp_walks_its_steps_then_promotes() -> None:
     sim, sid = await ramped(FAST, to=5)
 
     writes = [(at_s, pct) for at_s, _, pct in sim.routers["istio"].writes]
-    expected = [rollout.share_pct(p, 1, 4) for p in FAST.ramp_steps_pct] + [0]
+    expected = [ramp.share_pct(p, 1, 4) for p in FAST.ramp_steps_pct] + [0]
     assert [pct for _, pct in writes] == expected == [2, 6, 10, 20, 0]
     times = [at_s for at_s, _ in writes]
-    dwell_s = rollout.RampConfig().min_dwell_ratio * FAST.ramp_step_interval_s
+    dwell_s = ramp.RampConfig().min_dwell_ratio * FAST.ramp_step_interval_s
     assert all(b - a >= dwell_s for a, b in itertools.pairwise(times[:4]))
     assert reasons(sim).count("RampPromoted") == 1
     assert "RampRolledBack" not in reasons(sim)
