@@ -120,7 +120,7 @@ class Loop:
         scaled, failed = await self._act(decisions, pending)
         await self._publish(decisions, failed)
         if self.rollouts is not None:
-            await self.rollouts.reconcile(now, workloads)
+            await self.rollouts.reconcile(now)
         kinds = Counter(d.kind for d in decisions.values())
         return TickReport(now, decisions, scaled, failed, metrics_error, kinds)
 

@@ -96,31 +96,12 @@ class RouterMissingError(errors.ActuationError):
     """The service names a traffic router this controller was not given."""
 
 
-class RampConfigError(errors.ActuationError):
-    """Ramp settings the core refuses (the annotation contract's ranges should prevent it)."""
-
-
 _OUTCOME_EVENTS = {
     core.Outcome.PROMOTED: "ramp.promoted",
     core.Outcome.ROLLED_BACK: "ramp.rolled_back",
     core.Outcome.HELD: "ramp.held",
     core.Outcome.RELEASED: "ramp.released",
 }
-
-
-def ramp_config(traffic: contract.TrafficConfig, warmup: contract.WarmupConfig) -> core.RampConfig:
-    """The core's settings from a Deployment's annotations; the rest keep their defaults."""
-    return core.RampConfig(
-        steps_pct=traffic.steps_pct,
-        step_interval_s=traffic.step_interval_s,
-        max_error_rate=traffic.max_error_rate,
-        max_p95_latency_s=traffic.max_p95_latency_s,
-        max_p95_ratio=traffic.max_p95_ratio,
-        warmup_probe=warmup.path is not None,
-        warmup_requests=warmup.requests,
-        warmup_deadline_s=warmup.deadline_s,
-        gate_only=traffic.router is contract.TrafficRouter.NONE,
-    )
 
 
 @dataclass(slots=True)
@@ -214,9 +195,6 @@ class RampDriver:
         self._index: dict[model.ServiceId, ports.RampTarget] = {}
         self._fresh = False
         """Whether `_index` was built this tick (by `reconcile` or the first `scale`)."""
-        self._configs: dict[
-            tuple[contract.TrafficConfig, contract.WarmupConfig], core.RampConfig
-        ] = {}
 
     def state_of(self, service: model.ServiceId) -> core.RampState | None:
         known = self._services.get(service)
@@ -261,20 +239,17 @@ class RampDriver:
         if replicas < current and drainable and infos:
             in_flight = await self._loads(target, infos)
         pods = [_pod(info, in_flight) for info in infos]
-        answer = core.scale(
-            self._config(target), state, pods=pods, replicas=replicas, current=current
-        )
+        answer = core.scale(target.config, state, pods=pods, replicas=replicas, current=current)
         if isinstance(answer, core.Refusal):
             raise RampBusyError(f"{service}: scale-down to {replicas} waits: {answer.reason}")
         await self._carry_out(target, known, answer, infos)
 
-    async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
+    async def reconcile(self, now_s: float) -> None:
         """Advance every gated service's warm-up, ramp and drain by one tick.
 
-        `workloads` is not read: the targets come from the `RampCluster`, which the same
-        `workloads()` call refreshed.
+        The targets are the records of the `RampCluster`, which the tick's `workloads()`
+        refreshed.
         """
-        del workloads
         if self._gates is not None:
             await self._open_gates(self._gates)
         targets = self._pods.ramp_targets()
@@ -372,7 +347,7 @@ class RampDriver:
             settled=answers.settled,
             resumed=known.resumed,
         )
-        plan = core.advance(self._config(target), known.state, tick)
+        plan = core.advance(target.config, known.state, tick)
         await self._carry_out(target, known, plan, infos)
 
     async def _carry_out(
@@ -724,17 +699,6 @@ class RampDriver:
             self._index = {t.service: t for t in self._pods.ramp_targets()}
             self._fresh = True
         return self._index.get(service)
-
-    def _config(self, target: ports.RampTarget) -> core.RampConfig:
-        key = (target.traffic, target.warmup)
-        config = self._configs.get(key)
-        if config is None:
-            try:
-                config = ramp_config(target.traffic, target.warmup)
-            except ValueError as e:
-                raise RampConfigError(f"{target.service}: unusable ramp settings: {e}") from e
-            self._configs[key] = config
-        return config
 
     def _router(self, target: ports.RampTarget) -> ports.TrafficRouter:
         name = target.traffic.router.value

@@ -6,7 +6,6 @@ order of writes across pods and router can be checked."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -36,18 +35,21 @@ def ramp_target(
     port: int | None = 8000,
 ) -> ports.RampTarget:
     namespace, _, name = service.partition("/")
+    traffic = contract.TrafficConfig(
+        router=router,
+        steps_pct=(10, 30, 50, 100),
+        step_interval_s=30.0,
+        max_error_rate=0.01,
+        max_p95_latency_s=None,
+        max_p95_ratio=1.2,
+    )
+    warmup = contract.WarmupConfig(path="/v1/models", port=port, requests=3, deadline_s=600.0)
     return ports.RampTarget(
         service=service,
         route=ports.RouteTarget(service, namespace, name, {"app": name}),
-        traffic=contract.TrafficConfig(
-            router=router,
-            steps_pct=(10, 30, 50, 100),
-            step_interval_s=30.0,
-            max_error_rate=0.01,
-            max_p95_latency_s=None,
-            max_p95_ratio=1.2,
-        ),
-        warmup=contract.WarmupConfig(path="/v1/models", port=port, requests=3, deadline_s=600.0),
+        traffic=traffic,
+        warmup=warmup,
+        config=contract.ramp_config(traffic, warmup),
         metrics=metricnames.PRESETS["vllm"],
         dry_run=dry_run,
         saved=None,
@@ -302,7 +304,7 @@ class Rig:
         await self.driver.wait_probes_idle()
         self.now += dt_s
         self.cluster.start_all()
-        await self.driver.reconcile(self.now, [])
+        await self.driver.reconcile(self.now)
 
     async def run_until(self, done: Callable[[], bool], *, limit: int = 1_000) -> None:
         for _ in range(limit):
@@ -774,21 +776,6 @@ async def test_a_router_the_controller_lacks_is_an_error_for_that_service_only()
     assert all(e["service"] == OTHER and "'smi'" in e["error"] for e in failures)
 
 
-async def test_ramp_settings_the_core_refuses_are_an_error_for_that_service() -> None:
-    """Steps that do not rise: the ramp logs for that service and a scale-down is refused."""
-    bad = ramp_target(OTHER)
-    bad = dataclasses.replace(bad, traffic=dataclasses.replace(bad.traffic, steps_pct=(50, 30)))
-    rig = Rig(ramp_target(SERVICE), bad, stable=2)
-    rig.cluster.add_pod(OTHER)
-    fine = rig.cluster.add_pod(SERVICE)
-    with capture_logs() as logs:
-        await rig.run_until(lambda: fine in rig.cluster.stable(SERVICE))
-    errors_seen = {e["error"] for e in logs if e["event"] == "ramp.failed"}
-    assert errors_seen == {"ns/other: unusable ramp settings: steps_pct must increase"}
-    with pytest.raises(errors.ActuationError, match="unusable ramp settings"):
-        await rig.driver.scale(OTHER, 1, 3)
-
-
 async def test_a_health_outage_is_asked_again_and_never_passes_the_gate() -> None:
     """Prometheus down at the gate: no step passes; the ramp holds with the weight at 0."""
     rig = Rig(stable=3)
@@ -814,8 +801,8 @@ class RecordingRollouts:
         if self.refuse:
             raise rollout.RampBusyError(f"{service}: new pods are ramping")
 
-    async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
-        self.calls.append(("reconcile", now_s, len(workloads)))
+    async def reconcile(self, now_s: float) -> None:
+        self.calls.append(("reconcile", now_s))
 
 
 class BelowMinimum:
@@ -852,7 +839,7 @@ async def test_the_loop_scales_through_the_driver_and_reconciles_after_publishin
         cluster=cluster, metrics=FlatMetrics(), clock=clock.ManualClock(5.0), rollouts=rollouts
     )
     report = await the_loop.step()
-    assert rollouts.calls == [("scale", SERVICE, 2, 1), ("reconcile", 5.0, 1)]
+    assert rollouts.calls == [("scale", SERVICE, 2, 1), ("reconcile", 5.0)]
     assert cluster.scaled == []
     assert report.scaled == (SERVICE,)
     assert cluster.published == [SERVICE]
@@ -870,15 +857,3 @@ async def test_a_refused_scale_leaves_the_policy_state_for_the_next_tick() -> No
     assert the_loop.state_of(SERVICE) is None
     assert "scale.failed" in [entry["event"] for entry in logs]
     assert rollouts.calls[-1][0] == "reconcile"
-
-
-def test_the_annotations_map_onto_the_core_settings() -> None:
-    """Router `none` is gate only; no warm-up path means warm once running."""
-    target = ramp_target(router=contract.TrafficRouter.NONE)
-    config = rollout.ramp_config(
-        target.traffic, dataclasses.replace(target.warmup, path=None, port=None)
-    )
-    assert config.gate_only
-    assert not config.warmup_probe
-    assert config.steps_pct == (10, 30, 50, 100)
-    assert math.isclose(config.max_error_rate, 0.01)

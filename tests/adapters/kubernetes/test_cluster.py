@@ -151,8 +151,9 @@ async def test_workloads_report_replicas_serving_and_startup_from_pods(
     assert web.policy.max_replicas == 10
     assert web.policy.target_load_per_replica == 5.0
     assert web.state is None
-    serving = made.serving_pods(WEB)
+    serving = made.workload(WEB)
     assert serving is not None
+    assert (serving.namespace, serving.deployment) == (NS, "web")
     assert serving.metrics == prometheus.PRESETS["vllm"]
     assert len(serving.pods) == 3
     assert all(pod.startswith("web-") and not pod.startswith("web-mig-") for pod in serving.pods)
@@ -162,7 +163,7 @@ async def test_workloads_report_replicas_serving_and_startup_from_pods(
     kubelet.set_ready_after(NS, victim, math.inf)
     await kubelet.reconcile()
     await eventually(lambda: made.workloads()[0].serving == 2, made.caches.pods)
-    assert victim not in (made.serving_pods(WEB) or serving).pods
+    assert victim not in (made.workload(WEB) or serving).pods
 
     for _ in range(50):
         made.workloads()
