@@ -221,9 +221,11 @@ class Windows:
         age_index = np.where(in_ring, age_ticks, self._slots)
 
         current_slot = tick % self._slots
+        prefix = _is_prefix(rows)
         if self._slot_tick[current_slot] == tick:
-            fresh = self._ok[rows, :, current_slot]
-            last = np.where(fresh, self._val[rows, :, current_slot], np.nan)
+            now_rows = slice(0, n) if prefix else rows  # the usual case: a view, no copy
+            fresh = self._ok[now_rows, :, current_slot]
+            last = np.where(fresh, self._val[now_rows, :, current_slot], np.nan)
 
         # One weight matrix per distinct half-life and window; services use only a few.
         if n == 1 or bool(np.all(half_life_s == half_life_s[0]) and np.all(windows == windows[0])):
@@ -233,7 +235,6 @@ class Windows:
             unique, inverse = np.unique(keys, axis=0, return_inverse=True)
             inverse = inverse.reshape(-1)
             groups = [(float(h), int(w)) for h, w in unique]
-        prefix = _is_prefix(rows)
         for g, (half_life, window) in enumerate(groups):
             members = np.arange(n) if inverse is None else np.flatnonzero(inverse == g)
             basis = self._basis(half_life, window)[age_index]  # (slots, 7)

@@ -101,6 +101,8 @@ class _Built:
     holds no GPU."""
     parse_key: _ParseKey
     state_text: str | None
+    """The `state` annotation it was built with, and what that text was read as."""
+    state_read: tuple[model.PolicyState | None, int | None] = (None, None)
     problems: tuple[str, ...] = ()
     """The messages of the `InvalidConfig` Event posted for it."""
 
@@ -137,19 +139,16 @@ def _controller(obj: Obj) -> tuple[str, str] | None:
     return None
 
 
-def _stale(
-    entry: _Built,
-    deployment: Obj,
-    namespace: str,
-    dirty: Collection[tuple[str, str]],
-    layout: tuple[object, ...],
-) -> bool:
-    """Whether a service's record must be built again."""
-    if entry.deployment is not deployment:
-        return True
-    if entry.layout is not None and not _same_layout(entry.layout, layout):
-        return True
-    return bool(dirty) and any((namespace, name) in dirty for name in entry.tiers)
+def _key_of(service: model.ServiceId) -> tuple[str, str]:
+    """The (namespace, name) of a service's owner Deployment."""
+    namespace, _, name = service.partition("/")
+    return namespace, name
+
+
+def _unmanaged(deployment: Obj, key: _ParseKey, problems: tuple[str, ...]) -> _Built:
+    """The entry of a Deployment that opts in and is not managed, with the problems said."""
+    tiers = frozenset({_api.name(deployment)})
+    return _Built(deployment, tiers, None, None, None, None, key, None, problems=problems)
 
 
 def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
@@ -358,9 +357,12 @@ class KubeCluster:
             on_fallback=on_fallback,
         )
         self._parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
-        self._states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
-        self._invalid: dict[str, tuple[str, ...]] = {}
-        self._built: dict[model.ServiceId, _Built] = {}
+        self._built: dict[tuple[str, str], _Built] = {}
+        """Every Deployment that opts in, by (namespace, name), and its record."""
+        self._owner_of: dict[tuple[str, str], tuple[str, str]] = {}
+        """The owner Deployment of each tier Deployment (itself for the owner's own tier)."""
+        self._with_siblings: set[tuple[str, str]] = set()
+        self._layout: tuple[object, ...] | None = None
         self._managed: list[ports.Workload] = []
         self._present: set[model.ServiceId] = set()
         self._dirty: set[tuple[str, str]] = set()
@@ -402,89 +404,113 @@ class KubeCluster:
     def workloads(self) -> list[ports.Workload]:
         """The managed services, from the caches; see the module docstring.
 
-        A service's record is built again only when the informers have reported a change to
-        its Deployments, ReplicaSets or pods (or, for one on GPUs, to the nodes, the pods bound
-        to them or the quotas), or when this controller wrote to it; otherwise the record of
-        the last call is returned again, the same object.
+        Work is proportional to change: a service's record is built again only when the
+        informers have reported a change to its Deployments, ReplicaSets or pods (or, for one
+        on GPUs, to the nodes, the pods bound to them or the quotas), or after this controller
+        wrote to it. Every other service's record is the object the last call returned.
         """
-        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
-        states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
-        invalid: dict[str, tuple[str, ...]] = {}
-        built: dict[model.ServiceId, _Built] = {}
-        found: list[ports.Workload] = []
         dirty, self._dirty = self._dirty, set()
         layout = self.placement.capacity.layout()
-        for deployment in self.caches.deployments.items():
-            notes = _api.annotations_of(deployment)
-            if not contract.opted_in(notes) or placement.is_sibling(deployment):
-                continue
-            namespace, name = _api.namespace(deployment), _api.name(deployment)
-            service = model.ServiceId(f"{namespace}/{name}")
-            entry = self._built.get(service)
-            if entry is not None and not _stale(entry, deployment, namespace, dirty, layout):
-                self._keep(service, entry, parsed, states, invalid)
-            else:
-                entry = self._build(service, deployment, notes, parsed, states, invalid, layout)
-            built[service] = entry
-            if entry.workload is not None:
-                found.append(entry.workload)
-        present = {w.id for w in found}
-        if present != self._present:
-            self._forget(present)
-            self._present = present
-        self._parsed, self._states, self._invalid, self._built = parsed, states, invalid, built
-        self._managed = found
-        self.placement.wake()
-        return found
-
-    def _keep(
-        self,
-        service: model.ServiceId,
-        entry: _Built,
-        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid],
-        states: dict[str, tuple[model.PolicyState | None, int | None]],
-        invalid: dict[str, tuple[str, ...]],
-    ) -> None:
-        """Carry an unchanged service's memos into this call's."""
-        if entry.parse_key in self._parsed:
-            parsed[entry.parse_key] = self._parsed[entry.parse_key]
-        if entry.state_text is not None and entry.state_text in self._states:
-            states[entry.state_text] = self._states[entry.state_text]
-        if entry.problems:
-            invalid[_api.uid(entry.deployment)] = entry.problems
-        if entry.view is not None and entry.config is not None and len(entry.view.tiers) > 1:
+        moved = self._layout is not None and not _same_layout(self._layout, layout)
+        self._layout = layout
+        touched: dict[tuple[str, str], None] = {}
+        for key in dirty:
+            owner = self._owner_of.get(key)
+            if owner is not None:
+                touched[owner] = None
+            touched[key] = None
+        if moved:  # the GPU services were placed against capacity that has changed
+            for key, entry in self._built.items():
+                if entry.layout is not None:
+                    touched[key] = None
+        for key in touched:
+            self._update(key, layout)
+        if touched:
+            self._managed = [e.workload for e in self._built.values() if e.workload is not None]
+            present = {w.id for w in self._managed}
+            if present != self._present:
+                self._forget(present)
+                self._present = present
+            self._prune_parsed()
+        for key in self._with_siblings:
             # Idle sibling Deployments expire with time, not with a change: look every call.
-            self._observe(service, entry.deployment, entry.config, entry.view)
+            entry = self._built[key]
+            workload, config, view = entry.workload, entry.config, entry.view
+            if key not in touched and workload and config and view:
+                self._observe(workload.id, entry.deployment, config, view)
+        self.placement.wake()
+        return self._managed
+
+    def _update(self, key: tuple[str, str], layout: tuple[object, ...]) -> None:
+        """Build again the entry of the Deployment `key` (namespace, name), or drop it when it is
+        gone, no longer opts in, or is a placement tier."""
+        namespace, name = key
+        deployment = self.caches.deployment(namespace, name)
+        old = self._built.get(key)
+        notes = {} if deployment is None else _api.annotations_of(deployment)
+        if deployment is None or not contract.opted_in(notes) or placement.is_sibling(deployment):
+            if old is not None:
+                self._drop(key, old)
+            return
+        if old is not None and _api.uid(old.deployment) != _api.uid(deployment):
+            self._drop(key, old)  # deleted and created again: a new Deployment
+            old = None
+        entry = self._build(model.ServiceId(f"{namespace}/{name}"), deployment, notes, old, layout)
+        if old is not None:
+            for tier in old.tiers - entry.tiers:
+                self._owner_of.pop((namespace, tier), None)
+        for tier in entry.tiers:
+            self._owner_of[namespace, tier] = key
+        self._built[key] = entry
+        if entry.view is not None and len(entry.view.tiers) > 1:
+            self._with_siblings.add(key)
+        else:
+            self._with_siblings.discard(key)
+
+    def _drop(self, key: tuple[str, str], old: _Built) -> None:
+        del self._built[key]
+        self._with_siblings.discard(key)
+        for tier in old.tiers:
+            if self._owner_of.get((key[0], tier)) == key:
+                del self._owner_of[key[0], tier]
+
+    def _prune_parsed(self) -> None:
+        """Forget parses no service uses any more, once they outnumber those in use."""
+        if len(self._parsed) <= 64 + 2 * len(self._built):
+            return
+        used = {entry.parse_key for entry in self._built.values()}
+        self._parsed = {k: v for k, v in self._parsed.items() if k in used}
 
     def _build(
         self,
         service: model.ServiceId,
         deployment: Obj,
         notes: Mapping[str, str],
-        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid],
-        states: dict[str, tuple[model.PolicyState | None, int | None]],
-        invalid: dict[str, tuple[str, ...]],
+        old: _Built | None,
         layout: tuple[object, ...],
     ) -> _Built:
-        """One service's record from the caches."""
+        """One service's record from the caches; `old` is its entry before this change."""
         namespace, name = _api.namespace(deployment), _api.name(deployment)
         key = _parse_key(namespace, notes)
-        config = self._parse(key, notes, parsed)
+        config = self._parse(key, notes)
         state_text = notes.get(contract.STATE_KEY)
+        said = () if old is None else old.problems
         if isinstance(config, contract.Invalid):
-            problems = self._report_invalid(service, deployment, config, invalid)
-            return _Built(
-                deployment, frozenset({name}), None, None, None, None, key, None, problems
-            )
+            problems = self._report_invalid(service, deployment, config, said)
+            return _unmanaged(deployment, key, problems)
         others = self.caches.other_scalers(namespace, name)
         if others:
-            problems = self._report_invalid(service, deployment, _contested(others), invalid)
-            return _Built(
-                deployment, frozenset({name}), None, None, None, None, key, None, problems
-            )
+            problems = self._report_invalid(service, deployment, _contested(others), said)
+            return _unmanaged(deployment, key, problems)
         view = self.placement.view(service, deployment, config)
         serving = view.serving
-        state = self._state(service, deployment, state_text, states)
+        if old is not None and old.state_text == state_text:
+            state_read = old.state_read
+        else:
+            state_read = self._state(service, deployment, state_text)
+        state, replicas = state_read
+        if replicas is not None:
+            self._last_set.setdefault(service, replicas)
         if config.policy.pause is not None and not self._lags(service):
             # Paused: a count set by hand is the one to keep (no re-plan, no override).
             self._last_set[service] = view.replicas
@@ -522,6 +548,7 @@ class KubeCluster:
             layout if gpu else None,
             key,
             state_text,
+            state_read,
         )
 
     def _observe(
@@ -611,7 +638,7 @@ class KubeCluster:
 
     def workload(self, service: model.ServiceId) -> ports.Workload | None:
         """The record the last `workloads()` built for `service`; None when it is not managed."""
-        entry = self._built.get(service)
+        entry = self._built.get(_key_of(service))
         return None if entry is None else entry.workload
 
     def managed(self) -> list[ports.Workload]:
@@ -628,15 +655,12 @@ class KubeCluster:
         return self._on_api_error
 
     def _parse(
-        self,
-        key: _ParseKey,
-        notes: Mapping[str, str],
-        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid],
+        self, key: _ParseKey, notes: Mapping[str, str]
     ) -> contract.ServiceConfig | contract.Invalid:
-        result = parsed.get(key) or self._parsed.get(key)
+        """The annotations parsed, once per namespace and distinct settings."""
+        result = self._parsed.get(key)
         if result is None:
-            result = contract.parse(notes, namespace=key[0])
-        parsed[key] = result
+            result = self._parsed[key] = contract.parse(notes, namespace=key[0])
         return result
 
     def _report_invalid(
@@ -644,50 +668,39 @@ class KubeCluster:
         service: model.ServiceId,
         deployment: Obj,
         config: contract.Invalid,
-        invalid: dict[str, tuple[str, ...]],
+        said: tuple[str, ...],
     ) -> tuple[str, ...]:
-        uid = _api.uid(deployment)
+        """Log and post the problems, unless they are those already said for this Deployment."""
         messages = tuple(problem.message for problem in config.problems)
-        invalid[uid] = messages
-        if self._invalid.get(uid) == messages:
+        if said == messages:
             return messages
         log.warning("config.invalid", service=service, problems=list(messages))
         self.events.record(deployment, events.WARNING, INVALID, str(config))
         return messages
 
     def _state(
-        self,
-        service: model.ServiceId,
-        deployment: Obj,
-        text: str | None,
-        states: dict[str, tuple[model.PolicyState | None, int | None]],
-    ) -> model.PolicyState | None:
-        """The policy state in the `state` annotation; None (a new service's) when it is absent
-        or corrupt. A corrupt text gets a log line and a `CorruptState` Event once, when first
-        seen: the next publish replaces it."""
+        self, service: model.ServiceId, deployment: Obj, text: str | None
+    ) -> tuple[model.PolicyState | None, int | None]:
+        """The policy state in the `state` annotation and the replicas it says were set; None
+        (a new service's) when it is absent or corrupt. A corrupt text gets a log line and a
+        `CorruptState` Event when first seen (the entry keeps what it was read as): the next
+        publish replaces it."""
         if text is None:
-            return None
-        known = states.get(text) or self._states.get(text)
-        if known is None:
-            try:
-                known = codec.parse_state(text)
-            except ValueError as e:
-                problem = contract.Problem(contract.STATE_KEY, text, str(e))
-                log.warning(
-                    "state.invalid",
-                    service=service,
-                    key=contract.STATE_KEY,
-                    value=contract.quote(text),
-                    rule=str(e),
-                )
-                message = f"{problem.message}; ignored, the state is rebuilt as for a new service"
-                self.events.record(deployment, events.WARNING, contract.CORRUPT_STATE, message)
-                known = (None, None)
-        states[text] = known
-        state, replicas = known
-        if replicas is not None:
-            self._last_set.setdefault(service, replicas)
-        return state
+            return (None, None)
+        try:
+            return codec.parse_state(text)
+        except ValueError as e:
+            problem = contract.Problem(contract.STATE_KEY, text, str(e))
+            log.warning(
+                "state.invalid",
+                service=service,
+                key=contract.STATE_KEY,
+                value=contract.quote(text),
+                rule=str(e),
+            )
+            message = f"{problem.message}; ignored, the state is rebuilt as for a new service"
+            self.events.record(deployment, events.WARNING, contract.CORRUPT_STATE, message)
+            return (None, None)
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -811,7 +824,7 @@ class KubeCluster:
 
     async def _replan(self, service: model.ServiceId, desired: int) -> None:
         """Distribute the policy's last total again (the ladder's upkeep, under its lock)."""
-        entry = self._built.get(service)
+        entry = self._built.get(_key_of(service))
         if entry is None or entry.workload is None or entry.config is None:
             return
         workload, config = entry.workload, entry.config
@@ -849,7 +862,7 @@ class KubeCluster:
         self._announce(service, target.config, deployment, decision)
 
     def _target(self, service: model.ServiceId) -> tuple[_Target, Obj]:
-        entry = self._built.get(service)
+        entry = self._built.get(_key_of(service))
         if entry is not None and entry.workload is not None:
             workload = entry.workload
             deployment = self.caches.deployment(workload.namespace, workload.deployment)
@@ -864,7 +877,7 @@ class KubeCluster:
     def _lags(self, service: model.ServiceId) -> bool:
         """Whether the cache has not yet seen the controller's own last scale write."""
         written = self._written_version.get(service)
-        entry = self._built.get(service)
+        entry = self._built.get(_key_of(service))
         if written is None or entry is None:
             return False
         cached = self.caches.deployment(
