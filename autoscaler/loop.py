@@ -122,10 +122,10 @@ class Loop:
             else:
                 self._states[workload.id] = next_state
 
-        scaled, failed = await self._act(decisions, pending)
+        scaled, failed = await self._act(workloads, decisions, pending)
         await self._publish(decisions, failed)
         if self.rollouts is not None:
-            await self.rollouts.reconcile(now)
+            await self.rollouts.reconcile(now, workloads)
         kinds = Counter(d.kind for d in decisions.values())
         return TickReport(now, decisions, scaled, failed, metrics_error, kinds)
 
@@ -146,16 +146,18 @@ class Loop:
 
     async def _act(
         self,
+        workloads: Sequence[ports.Workload],
         decisions: dict[model.ServiceId, model.Decision],
         pending: dict[model.ServiceId, model.PolicyState],
     ) -> tuple[tuple[model.ServiceId, ...], tuple[model.ServiceId, ...]]:
         failed: list[model.ServiceId] = []
+        records = {w.id: w for w in workloads if w.id in pending} if pending else {}
 
         async def scale(service: model.ServiceId) -> None:
             decision = decisions[service]
             try:
                 if self.rollouts is not None:
-                    await self.rollouts.scale(service, decision.desired, decision.current)
+                    await self.rollouts.scale(records[service], decision.desired, decision.current)
                 else:
                     await self.cluster.scale(service, decision.desired)
             except errors.ActuationError as e:

@@ -249,10 +249,6 @@ class RampTarget:
 class RampCluster(Protocol):
     """The pod-level writes the ramp and the drain need, on the same caches as `Cluster`."""
 
-    def ramp_targets(self) -> Sequence[RampTarget]:
-        """The `Workload.ramp` of each service the last `workloads()` found, in its order."""
-        ...
-
     def pods(self, service: model.ServiceId) -> Sequence[PodInfo]:
         """Every pod of the service, in every placement tier, from the caches."""
         ...
@@ -306,10 +302,11 @@ class Gates(Protocol):
 class Rollouts(Protocol):
     """The ramp driver as the loop sees it: it takes scale writes and runs once per tick."""
 
-    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
+    async def scale(self, workload: Workload, replicas: int, current: int) -> None:
         """Scale up at once; scale down only after draining the victims (over later ticks)."""
         ...
 
-    async def reconcile(self, now_s: float) -> None:
-        """Advance every service's warm-up, ramp and drain by one tick."""
+    async def reconcile(self, now_s: float, workloads: Sequence[Workload]) -> None:
+        """Advance the warm-up, ramp and drain of every service whose record has ramp settings
+        (`Workload.ramp`) by one tick."""
         ...

@@ -1,7 +1,8 @@
 """The ramp driver (docs/architecture.md, "The warm-up gate and the traffic ramp"): runs
 `core.rollout` for every gated service, once per tick.
 
-`RampDriver` implements `ports.Rollouts`. For each service of `RampCluster.ramp_targets()` it
+`RampDriver` implements `ports.Rollouts`. For each service whose record has ramp settings
+(`Workload.ramp`, built when its annotations were parsed) it
 restores the state persisted on the Deployment on first sight (a restarted controller resumes
 and writes the weights again, so none stays stuck), hands the core the pods and the answers to
 the requests of the last tick, carries out the returned actions in order through the ports (the
@@ -192,9 +193,6 @@ class RampDriver:
         self._probe_tasks: set[asyncio.Task[core.Probed | None]] = set()
         self._closed = False
         self._services: dict[model.ServiceId, _Service] = {}
-        self._index: dict[model.ServiceId, ports.RampTarget] = {}
-        self._fresh = False
-        """Whether `_index` was built this tick (by `reconcile` or the first `scale`)."""
 
     def state_of(self, service: model.ServiceId) -> core.RampState | None:
         known = self._services.get(service)
@@ -225,9 +223,9 @@ class RampDriver:
 
     # -- ports.Rollouts --------------------------------------------------------------------------
 
-    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
+    async def scale(self, workload: ports.Workload, replicas: int, current: int) -> None:
         """Scale up at once; scale down only after draining the victims (over later ticks)."""
-        target = self._target(service)
+        service, target = workload.id, workload.ramp
         if target is None:  # not a gated service: nothing to drain
             await self._cluster.scale(service, replicas)
             return
@@ -244,17 +242,12 @@ class RampDriver:
             raise RampBusyError(f"{service}: scale-down to {replicas} waits: {answer.reason}")
         await self._carry_out(target, known, answer, infos)
 
-    async def reconcile(self, now_s: float) -> None:
-        """Advance every gated service's warm-up, ramp and drain by one tick.
-
-        The targets are the records of the `RampCluster`, which the tick's `workloads()`
-        refreshed.
-        """
+    async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
+        """Advance every gated service's warm-up, ramp and drain by one tick."""
         if self._gates is not None:
             await self._open_gates(self._gates)
-        targets = self._pods.ramp_targets()
-        self._index = {t.service: t for t in targets}
-        for gone in self._services.keys() - self._index.keys():
+        targets = [w.ramp for w in workloads if w.ramp is not None]
+        for gone in self._services.keys() - {t.service for t in targets}:
             probing = self._services.pop(gone).probing
             self._cancel_probes(probing, list(probing))
         busy: list[tuple[ports.RampTarget, _Service, Sequence[ports.PodInfo]]] = []
@@ -267,7 +260,6 @@ class RampDriver:
             if known.idle and not any(_needs_care(p) for p in infos):
                 continue
             busy.append((target, known, infos))
-        self._fresh = False
         if not busy:
             return
         slots = asyncio.Semaphore(CONCURRENCY)
@@ -693,12 +685,6 @@ class RampDriver:
             return
         self._pods.record(target.service, event.type.value, event.reason, event.message)
         log.info("ramp.event_recorded", service=target.service, **fields)
-
-    def _target(self, service: model.ServiceId) -> ports.RampTarget | None:
-        if not self._fresh:
-            self._index = {t.service: t for t in self._pods.ramp_targets()}
-            self._fresh = True
-        return self._index.get(service)
 
     def _router(self, target: ports.RampTarget) -> ports.TrafficRouter:
         name = target.traffic.router.value

@@ -25,6 +25,7 @@ THIN = (ports.GroupHealth(5.0, 0.0, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
 ERRORING = (ports.GroupHealth(100.0, 0.2, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
 
 Entry = tuple[object, ...]
+CONFIG = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
 
 
 def ramp_target(
@@ -131,12 +132,17 @@ class FakeCluster:
         if service in self.broken:
             raise errors.ActuationError(f"{service}: 503 from the API server")
 
-    # ports.RampCluster
+    # the records, as the loop hands them to the driver
 
-    def ramp_targets(self) -> Sequence[ports.RampTarget]:
-        return [
-            dataclasses.replace(t, saved=self.saved.get(t.service)) for t in self.targets.values()
-        ]
+    def workloads(self) -> list[ports.Workload]:
+        """One record per service, its ramp settings carrying the state saved last."""
+        return [self.workload(service) for service in self.targets]
+
+    def workload(self, service: model.ServiceId) -> ports.Workload:
+        ramp = dataclasses.replace(self.targets[service], saved=self.saved.get(service))
+        return ports.Workload(service, CONFIG, half_life_s=30.0, replicas=3, serving=3, ramp=ramp)
+
+    # ports.RampCluster
 
     def pods(self, service: model.ServiceId) -> Sequence[ports.PodInfo]:
         return list(self.pod_sets[service].values())
@@ -174,9 +180,6 @@ class FakeCluster:
         self.events.append((service, type_, reason, message))
 
     # ports.Cluster
-
-    def workloads(self) -> Sequence[ports.Workload]:
-        return []
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
         self._write(service)
@@ -304,7 +307,7 @@ class Rig:
         await self.driver.wait_probes_idle()
         self.now += dt_s
         self.cluster.start_all()
-        await self.driver.reconcile(self.now)
+        await self.driver.reconcile(self.now, self.cluster.workloads())
 
     async def run_until(self, done: Callable[[], bool], *, limit: int = 1_000) -> None:
         for _ in range(limit):
@@ -643,7 +646,7 @@ async def test_scale_down_drains_the_lowest_tier_then_scales() -> None:
     names = [rig.cluster.add_pod(stable=True, tier=t) for t in ("whole", "shared", "mig-1g")]
     whole, shared, mig = names
     rig.health.loads = {whole: 0.0, shared: 3.0, mig: 0.0}
-    await rig.driver.scale(SERVICE, 2, 3)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 3)
     assert rig.journal.writes() == [
         ("warm", shared, False),
         ("labels", shared, False, False),
@@ -663,7 +666,7 @@ async def test_scale_down_drains_the_lowest_tier_then_scales() -> None:
 async def test_scale_down_with_unknown_in_flight_waits_for_the_grace_period() -> None:
     """No in-flight data is not zero: the drain waits its 60 s of grace."""
     rig = Rig(stable=3)
-    await rig.driver.scale(SERVICE, 2, 3)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 3)
     await rig.tick()
     started = rig.now
     await rig.run_until(lambda: bool(rig.journal.of("scale")))
@@ -676,7 +679,7 @@ async def test_scale_down_during_a_ramp_is_refused_with_the_reason() -> None:
     rig.cluster.add_pod()
     await rig.run_until(lambda: rig.phase() is core.Phase.RAMPING)
     with pytest.raises(rollout.RampBusyError, match="ramping at the 10 % step"):
-        await rig.driver.scale(SERVICE, 2, 4)
+        await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 4)
     assert rig.journal.of("scale") == []
 
 
@@ -685,15 +688,16 @@ async def test_scale_up_is_immediate_even_during_a_ramp() -> None:
     rig = Rig(stable=3)
     rig.cluster.add_pod()
     await rig.run_until(lambda: rig.phase() is core.Phase.RAMPING)
-    await rig.driver.scale(SERVICE, 6, 4)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 6, 4)
     assert rig.journal.of("scale") == [("scale", 6)]
 
 
 async def test_a_service_without_a_ramp_is_scaled_directly() -> None:
-    """A service the ramp cluster does not list is scaled through the cluster at once."""
+    """A service whose record has no ramp settings is scaled through the cluster at once."""
     rig = Rig(stable=3)
     rig.cluster.pod_sets[OTHER] = {}
-    await rig.driver.scale(OTHER, 1, 3)
+    plain = ports.Workload(OTHER, CONFIG, half_life_s=30.0, replicas=3, serving=3)
+    await rig.driver.scale(plain, 1, 3)
     assert rig.journal == [("scale", 1)]
 
 
@@ -707,7 +711,7 @@ async def test_dry_run_writes_nothing_and_logs_what_it_would_do() -> None:
     with capture_logs() as logs:
         for _ in range(300):
             await rig.tick()
-        await rig.driver.scale(SERVICE, 2, 4)
+        await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 4)
         for _ in range(100):
             await rig.tick()
     assert rig.journal.writes() == []
@@ -796,13 +800,13 @@ class RecordingRollouts:
         self.refuse = refuse
         self.calls: list[tuple[object, ...]] = []
 
-    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
-        self.calls.append(("scale", service, replicas, current))
+    async def scale(self, workload: ports.Workload, replicas: int, current: int) -> None:
+        self.calls.append(("scale", workload.id, replicas, current))
         if self.refuse:
-            raise rollout.RampBusyError(f"{service}: new pods are ramping")
+            raise rollout.RampBusyError(f"{workload.id}: new pods are ramping")
 
-    async def reconcile(self, now_s: float) -> None:
-        self.calls.append(("reconcile", now_s))
+    async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
+        self.calls.append(("reconcile", now_s, len(workloads)))
 
 
 class BelowMinimum:
@@ -839,7 +843,7 @@ async def test_the_loop_scales_through_the_driver_and_reconciles_after_publishin
         cluster=cluster, metrics=FlatMetrics(), clock=clock.ManualClock(5.0), rollouts=rollouts
     )
     report = await the_loop.step()
-    assert rollouts.calls == [("scale", SERVICE, 2, 1), ("reconcile", 5.0)]
+    assert rollouts.calls == [("scale", SERVICE, 2, 1), ("reconcile", 5.0, 1)]
     assert cluster.scaled == []
     assert report.scaled == (SERVICE,)
     assert cluster.published == [SERVICE]

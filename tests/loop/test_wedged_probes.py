@@ -96,7 +96,7 @@ async def step(rig: Rig) -> None:
     """One tick on the injected clock, without waiting for any probe."""
     rig.now += 1.0
     rig.cluster.start_all()
-    await rig.driver.reconcile(rig.now)
+    await rig.driver.reconcile(rig.now, rig.cluster.workloads())
 
 
 async def ticks_until_stable(rig: Rig, service: model.ServiceId, pod: str) -> int:

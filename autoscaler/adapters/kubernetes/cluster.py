@@ -1,8 +1,12 @@
-"""The Kubernetes API behind the `Cluster` port and the Prometheus adapter's `PodIndex`.
+"""The Kubernetes API behind the `Cluster` port.
 
 `workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
 "true"`, its annotations parsed by the contract (once per distinct content), its serving pods
-found by owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
+found by owner, all of it on one `ports.Workload` per service (docs/architecture.md, "The
+records of a tick"): the metrics source reads the pods and metric names from it, the ramp
+adapter its ramp settings. A record is built again only when the informers report a change to
+what it was built from, or after the controller's own write to it; otherwise the same object
+is returned. A Deployment with invalid annotations is skipped, with one `config.invalid`
 log line and one Warning Event `InvalidConfig` per distinct set of problems; so is one that a
 HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of replicas: the Event
 names the other). A `state`
@@ -280,7 +284,7 @@ async def list_deployments(
 
 
 class KubeCluster:
-    """`ports.Cluster` and `prometheus.PodIndex` over the caches; see the module docstring."""
+    """`ports.Cluster` over the caches; see the module docstring."""
 
     def __init__(
         self,

@@ -2,7 +2,8 @@
 "The warm-up gate and the traffic ramp"): `ports.RampCluster`.
 
 Built on a `KubeCluster`: its caches, Event recorder, leader and dry-run checks and error count,
-and the services its last `workloads()` found. The ramp targets are the gated ones among them:
+and the records its last `workloads()` built. The ramp targets are the gated ones among them
+(their `Workload.ramp`):
 those whose pod template carries the `autoscaler.dsec.io/warm` readiness gate or the `warming`
 label (docs/architecture.md, "The warm-up gate and the traffic ramp"). Any other service has nothing
 to gate, ramp or drain (no pod of it ever leaves the Service's endpoints before it is deleted), so
@@ -190,7 +191,8 @@ class KubeRamp:
     # -- reads -------------------------------------------------------------------------------------
 
     def ramp_targets(self) -> list[ports.RampTarget]:
-        """The gated services the last `workloads()` found: their records' ramp settings."""
+        """The ramp settings of the gated services the last `workloads()` found (the records'
+        `Workload.ramp`, which the loop hands the driver)."""
         return [w.ramp for w in self._kube.managed() if w.ramp is not None]
 
     def pods(self, service: model.ServiceId) -> list[ports.PodInfo]:
