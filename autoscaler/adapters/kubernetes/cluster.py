@@ -92,7 +92,7 @@ class _Built:
     changes (`KubeCluster.workloads`)."""
 
     deployment: Obj
-    """The cached owner Deployment it was built from (the cache replaces it on every change)."""
+    """The cached owner Deployment it was built from."""
     tiers: frozenset[str]
     """The names of the owner's tier Deployments: a change to any of them or their pods
     rebuilds the record."""

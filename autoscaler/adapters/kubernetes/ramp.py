@@ -2,10 +2,10 @@
 "The warm-up gate and the traffic ramp"): `ports.RampCluster`.
 
 Built on a `KubeCluster`: its caches, Event recorder, leader and dry-run checks and error count,
-and the records its last `workloads()` built. The ramp targets are the gated ones among them
-(their `Workload.ramp`):
-those whose pod template carries the `autoscaler.dsec.io/warm` readiness gate or the `warming`
-label (docs/architecture.md, "The warm-up gate and the traffic ramp"). Any other service has nothing
+and the records its last `workloads()` built. The gated services among them are those whose
+record has ramp settings (`Workload.ramp`): their pod template carries the
+`autoscaler.dsec.io/warm` readiness gate or the `warming` label (docs/architecture.md, "The
+warm-up gate and the traffic ramp"). Any other service has nothing
 to gate, ramp or drain (no pod of it ever leaves the Service's endpoints before it is deleted), so
 its scale writes go straight through. Reads come from the caches. A service's pods are those of its
 Deployment and of its placement-tier siblings (Deployments in its namespace whose controlling owner
