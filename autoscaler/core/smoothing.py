@@ -1,11 +1,12 @@
 """Sliding windows of samples per service and signal, and their smoothed estimates
 (docs/architecture.md, "Smoothing").
 
-One `Windows` holds, for every service row and every signal, the last `window_s` seconds of
-samples in a ring buffer (one slot per tick; NaN where a sample is missing). `estimate` reduces
-each window to an exponentially weighted mean, the weighted linear trend through it, and a short
-plain mean for the burst path, for all rows at once: the work is a handful of matrix products over
-the buffer, never a Python loop per sample, so a tick over 10,000 services stays cheap.
+One `Windows` holds, for every service row and every signal, the recent samples in a ring buffer
+(one slot per tick; a missing sample is marked so). `estimate` reduces each row's window (its
+own length, or `window_s`) to an exponentially weighted mean, the weighted linear trend through
+it, and a short plain mean for the burst path, for all rows at once: the work is a handful of
+matrix products over the buffer, never a Python loop per sample, so a tick over 10,000 services
+stays cheap.
 
 The deadband (docs/architecture.md, "The replica count") is applied by the policy, which knows the
 targets.
