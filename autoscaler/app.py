@@ -144,7 +144,6 @@ class Controller:
         access = access or prometheus_access(prom)
         self.metrics = prometheus.MetricsSource(
             prom.url,
-            self.cluster,
             access=access,
             timeout_s=prom.timeout_s,
             scrape_interval_s=prom.scrape_interval_s,

@@ -126,7 +126,12 @@ class Loop:
         self._metrics_down = metrics_error is not None
         self._windows.record(now, rows, values)
         half_lives = np.fromiter((w.half_life_s for w in workloads), float, len(workloads))
-        estimates = self._windows.estimate(now, rows, half_lives).per_row()
+        windows = np.fromiter(
+            (math.nan if w.window_s is None else w.window_s for w in workloads),
+            float,
+            len(workloads),
+        )
+        estimates = self._windows.estimate(now, rows, half_lives, windows).per_row()
 
         decisions: dict[model.ServiceId, model.Decision] = {}
         pending: dict[model.ServiceId, model.PolicyState] = {}
@@ -148,7 +153,7 @@ class Loop:
             else:
                 self._states[workload.id] = next_state
 
-        scaled, failed = await self._act(decisions, pending)
+        scaled, failed = await self._act(workloads, decisions, pending)
         await self._publish(decisions, failed)
         if self.ramps is not None:
             await self.ramps.reconcile(now, workloads)
@@ -187,16 +192,18 @@ class Loop:
 
     async def _act(
         self,
+        workloads: Sequence[ports.Workload],
         decisions: dict[model.ServiceId, model.Decision],
         pending: dict[model.ServiceId, model.PolicyState],
     ) -> tuple[tuple[model.ServiceId, ...], tuple[model.ServiceId, ...]]:
         failed: list[model.ServiceId] = []
+        records = {w.id: w for w in workloads if w.id in pending} if pending else {}
 
         async def scale(service: model.ServiceId) -> None:
             decision = decisions[service]
             try:
                 if self.ramps is not None:
-                    await self.ramps.scale(service, decision.desired, decision.current)
+                    await self.ramps.scale(records[service], decision.desired, decision.current)
                 else:
                     await self.cluster.scale(service, decision.desired)
             except errors.ActuationError as e:

@@ -1,7 +1,8 @@
 """The ramp driver (docs/architecture.md, "The warm-up gate and the traffic ramp"): runs
 `core.ramp` for every gated service, once per tick.
 
-`RampDriver` implements `ports.Ramps`. For each service of `RampCluster.ramp_targets()` it
+`RampDriver` implements `ports.Ramps`. For each service whose record has ramp settings
+(`Workload.ramp`, built when its annotations were parsed) it
 restores the state persisted on the Deployment on first sight (a restarted controller resumes
 and writes the weights again, so none stays stuck), hands the core the pods and the answers to
 the requests of the last tick, carries out the returned actions in order through the ports (the
@@ -95,31 +96,12 @@ class RouterMissingError(errors.ActuationError):
     """The service names a traffic router this controller was not given."""
 
 
-class RampConfigError(errors.ActuationError):
-    """Ramp settings the core refuses (the annotation contract's ranges should prevent it)."""
-
-
 _OUTCOME_EVENTS = {
     ramp.Outcome.PROMOTED: "ramp.promoted",
     ramp.Outcome.ROLLED_BACK: "ramp.rolled_back",
     ramp.Outcome.HELD: "ramp.held",
     ramp.Outcome.RELEASED: "ramp.released",
 }
-
-
-def ramp_config(traffic: contract.TrafficConfig, warmup: contract.WarmupConfig) -> ramp.RampConfig:
-    """The core's settings from a Deployment's annotations; the rest keep their defaults."""
-    return ramp.RampConfig(
-        steps_pct=traffic.steps_pct,
-        step_interval_s=traffic.step_interval_s,
-        max_error_rate=traffic.max_error_rate,
-        max_p95_latency_s=traffic.max_p95_latency_s,
-        max_p95_ratio=traffic.max_p95_ratio,
-        warmup_probe=warmup.path is not None,
-        warmup_requests=warmup.requests,
-        warmup_deadline_s=warmup.deadline_s,
-        gate_only=traffic.router is contract.TrafficRouter.NONE,
-    )
 
 
 @dataclass(slots=True)
@@ -210,12 +192,6 @@ class RampDriver:
         self._probe_tasks: set[asyncio.Task[ramp.Probed | None]] = set()
         self._closed = False
         self._services: dict[model.ServiceId, _Service] = {}
-        self._index: dict[model.ServiceId, ports.RampTarget] = {}
-        self._fresh = False
-        """Whether `_index` was built this tick (by `reconcile` or the first `scale`)."""
-        self._configs: dict[
-            tuple[contract.TrafficConfig, contract.WarmupConfig], ramp.RampConfig
-        ] = {}
 
     def state_of(self, service: model.ServiceId) -> ramp.RampState | None:
         known = self._services.get(service)
@@ -246,9 +222,9 @@ class RampDriver:
 
     # -- ports.Ramps -----------------------------------------------------------------------------
 
-    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
+    async def scale(self, workload: ports.Workload, replicas: int, current: int) -> None:
         """Scale up at once; scale down only after draining the victims (over later ticks)."""
-        target = self._target(service)
+        service, target = workload.id, workload.ramp
         if target is None:  # not a gated service: nothing to drain
             await self._cluster.scale(service, replicas)
             return
@@ -260,25 +236,17 @@ class RampDriver:
         if replicas < current and drainable and infos:
             in_flight = await self._loads(target, infos)
         pods = [_pod(info, in_flight) for info in infos]
-        answer = ramp.scale(
-            self._config(target), state, pods=pods, replicas=replicas, current=current
-        )
+        answer = ramp.scale(target.config, state, pods=pods, replicas=replicas, current=current)
         if isinstance(answer, ramp.Refusal):
             raise RampBusyError(f"{service}: scale-down to {replicas} waits: {answer.reason}")
         await self._carry_out(target, known, answer, infos)
 
     async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
-        """Advance every gated service's warm-up, ramp and drain by one tick.
-
-        `workloads` is not read: the targets come from the `RampCluster`, which the same
-        `workloads()` call refreshed.
-        """
-        del workloads
+        """Advance every gated service's warm-up, ramp and drain by one tick."""
         if self._gates is not None:
             await self._open_gates(self._gates)
-        targets = self._pods.ramp_targets()
-        self._index = {t.service: t for t in targets}
-        for gone in self._services.keys() - self._index.keys():
+        targets = [w.ramp for w in workloads if w.ramp is not None]
+        for gone in self._services.keys() - {t.service for t in targets}:
             probing = self._services.pop(gone).probing
             self._cancel_probes(probing, list(probing))
         busy: list[tuple[ports.RampTarget, _Service, Sequence[ports.PodInfo]]] = []
@@ -291,7 +259,6 @@ class RampDriver:
             if known.idle and not any(_needs_care(p) for p in infos):
                 continue
             busy.append((target, known, infos))
-        self._fresh = False
         if not busy:
             return
         slots = asyncio.Semaphore(CONCURRENCY)
@@ -371,7 +338,7 @@ class RampDriver:
             settled=answers.settled,
             resumed=known.resumed,
         )
-        plan = ramp.advance(self._config(target), known.state, tick)
+        plan = ramp.advance(target.config, known.state, tick)
         await self._carry_out(target, known, plan, infos)
 
     async def _carry_out(
@@ -717,23 +684,6 @@ class RampDriver:
             return
         self._pods.record(target.service, event.type.value, event.reason, event.message)
         log.info("ramp.event_recorded", service=target.service, **fields)
-
-    def _target(self, service: model.ServiceId) -> ports.RampTarget | None:
-        if not self._fresh:
-            self._index = {t.service: t for t in self._pods.ramp_targets()}
-            self._fresh = True
-        return self._index.get(service)
-
-    def _config(self, target: ports.RampTarget) -> ramp.RampConfig:
-        key = (target.traffic, target.warmup)
-        config = self._configs.get(key)
-        if config is None:
-            try:
-                config = ramp_config(target.traffic, target.warmup)
-            except ValueError as e:
-                raise RampConfigError(f"{target.service}: unusable ramp settings: {e}") from e
-            self._configs[key] = config
-        return config
 
     def _router(self, target: ports.RampTarget) -> ports.TrafficRouter:
         name = target.traffic.router.value

@@ -1,7 +1,7 @@
 """Prometheus behind the `MetricsSource` port: per tick, one PromQL query per metric kind.
 
 Each query covers the serving pods of every managed service at once, grouped `by (namespace, pod)`,
-and the answers are mapped back to services through a `PodIndex` (the Kubernetes pod cache).
+and the answers are mapped back to services through the pods each `ports.Workload` names.
 Every query is one aiohttp request under one deadline for all of it (connecting, sending and the
 whole answer): a Prometheus that answers slowly, or drips its answer, costs a tick at most that.
 
@@ -117,12 +117,6 @@ class ServingPods:
     pods: frozenset[str]
     """Pods warm and in the stable traffic set: the only ones whose series count."""
     metrics: MetricNames
-
-
-class PodIndex(Protocol):
-    def serving_pods(self, service: model.ServiceId) -> ServingPods | None:
-        """The service's serving pods, from a cache; None when the service is not known."""
-        ...
 
 
 class QueryRejected(errors.ObservationError):
@@ -424,7 +418,6 @@ class MetricsSource:
     def __init__(
         self,
         url: str,
-        pod_index: PodIndex,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
@@ -452,7 +445,6 @@ class MetricsSource:
         self.gpu_metric = gpu_metric
         self.max_pod_matcher_chars = max_pod_matcher_chars
         self.max_isolation_queries = max_isolation_queries
-        self._pod_index = pod_index
         self.access = access
         self._client = _Client(url, timeout_s=timeout_s, access=access)
         self.last_queries: tuple[str, ...] = ()
@@ -535,9 +527,9 @@ class MetricsSource:
         rows: dict[_Pod, list[int]] = {}
         targets: list[_Target] = []
         for row, workload in enumerate(workloads):
-            serving = self._pod_index.serving_pods(workload.id)
-            if serving is None or not serving.pods:
+            if workload.metrics is None or not workload.pods:
                 continue
+            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
             if not is_namespace(serving.namespace):
                 log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
                 continue

@@ -36,6 +36,7 @@ from autoscaler.contract.text import escape as escape
 from autoscaler.contract.text import quote as quote
 from autoscaler.contract.text import show_key as show_key
 from autoscaler.core import model, policy
+from autoscaler.core.ramp import RampConfig
 
 PREFIX = "autoscaler.dsec.io/"
 STATUS_KEY = PREFIX + "status"
@@ -523,6 +524,9 @@ class ServiceConfig:
     metrics: metricnames.MetricNames
     traffic: TrafficConfig
     warmup: WarmupConfig
+    ramp: RampConfig
+    """`traffic` and `warmup` as the ramp's state machine takes them, built here so that a
+    setting it refuses is an `Invalid` at parse time rather than an error at every tick."""
     placement: Placement
     model_memory_mib: int | None
     project: str
@@ -572,6 +576,36 @@ def parse(annotations: Mapping[str, str], *, namespace: str) -> ServiceConfig | 
     return _service(parsed, namespace=namespace)
 
 
+_RAMP_FIELD_KEYS = {
+    "steps_pct": "traffic-steps",
+    "step_interval_s": "traffic-step-interval",
+    "max_error_rate": "max-error-rate",
+    "max_p95_latency_s": "max-p95-latency",
+    "max_p95_ratio": "max-p95-ratio",
+    "warmup_requests": "warmup-requests",
+    "warmup_deadline_s": "warmup-deadline",
+}
+"""The ramp core's settings that come from an annotation, by the name its errors start with."""
+
+
+def ramp_config(traffic: TrafficConfig, warmup: WarmupConfig) -> RampConfig:
+    """The ramp's core settings from a Deployment's; the rest keep the core's defaults.
+
+    Raises `ValueError` for settings the core refuses (the ranges above should prevent it).
+    """
+    return RampConfig(
+        steps_pct=traffic.steps_pct,
+        step_interval_s=traffic.step_interval_s,
+        max_error_rate=traffic.max_error_rate,
+        max_p95_latency_s=traffic.max_p95_latency_s,
+        max_p95_ratio=traffic.max_p95_ratio,
+        warmup_probe=warmup.path is not None,
+        warmup_requests=warmup.requests,
+        warmup_deadline_s=warmup.deadline_s,
+        gate_only=traffic.router is TrafficRouter.NONE,
+    )
+
+
 def _problems(error: ValidationError, settings: Mapping[str, str]) -> list[Problem]:
     problems: list[Problem] = []
     for detail in error.errors():
@@ -591,7 +625,7 @@ def _problems(error: ValidationError, settings: Mapping[str, str]) -> list[Probl
     return problems
 
 
-def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
+def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
     build = policy.default if a.policy is PolicyName.DEFAULT else policy.seed
     paused = a.paused or a.paused_replicas is not None
     config = build(
@@ -607,6 +641,28 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
         scale_down_max_ratio=a.scale_down_max_ratio,
     )
     metrics = _metric_names(a)
+    traffic = TrafficConfig(
+        router=a.traffic_router,
+        steps_pct=a.traffic_steps_pct,
+        step_interval_s=a.traffic_step_interval_s,
+        max_error_rate=a.max_error_rate,
+        max_p95_latency_s=a.max_p95_latency_s,
+        max_p95_ratio=a.max_p95_ratio,
+    )
+    warmup = WarmupConfig(
+        path=a.warmup_path,
+        port=a.warmup_port,
+        requests=a.warmup_requests,
+        deadline_s=a.warmup_deadline_s,
+    )
+    try:
+        ramp = ramp_config(traffic, warmup)
+    except ValueError as e:
+        # The ranges above should make this unreachable; if they ever fall short, the service
+        # is refused here with the key to fix, not on every tick of the ramp.
+        field = str(e).split(" ", 1)[0]
+        key = PREFIX + _RAMP_FIELD_KEYS.get(field, "traffic-steps")
+        return Invalid((Problem(key, None, f"refused by the traffic ramp: {e}"),))
     return ServiceConfig(
         enabled=a.enabled,
         mode=a.mode,
@@ -616,20 +672,9 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
         half_life_s=a.half_life_s,
         server=a.server,
         metrics=metrics,
-        traffic=TrafficConfig(
-            router=a.traffic_router,
-            steps_pct=a.traffic_steps_pct,
-            step_interval_s=a.traffic_step_interval_s,
-            max_error_rate=a.max_error_rate,
-            max_p95_latency_s=a.max_p95_latency_s,
-            max_p95_ratio=a.max_p95_ratio,
-        ),
-        warmup=WarmupConfig(
-            path=a.warmup_path,
-            port=a.warmup_port,
-            requests=a.warmup_requests,
-            deadline_s=a.warmup_deadline_s,
-        ),
+        traffic=traffic,
+        warmup=warmup,
+        ramp=ramp,
         placement=a.placement,
         model_memory_mib=a.model_memory_mib,
         project=a.project if a.project is not None else namespace,

@@ -468,6 +468,20 @@ def ramp_target(service: model.ServiceId, params: SimParams) -> ports.RampTarget
         raise ValueError("the params set no ramp router")
     namespace, _, deployment = service.rpartition("/")
     namespace = namespace or "default"
+    traffic = contract.TrafficConfig(
+        router=contract.TrafficRouter(params.ramp),
+        steps_pct=params.ramp_steps_pct,
+        step_interval_s=params.ramp_step_interval_s,
+        max_error_rate=params.ramp_max_error_rate,
+        max_p95_latency_s=params.ramp_max_p95_latency_s,
+        max_p95_ratio=params.ramp_max_p95_ratio,
+    )
+    warmup = contract.WarmupConfig(
+        path=WARMUP_PATH,
+        port=WARMUP_PORT,
+        requests=params.warmup_requests,
+        deadline_s=params.warmup_deadline_s,
+    )
     return ports.RampTarget(
         service=service,
         route=ports.RouteTarget(
@@ -476,20 +490,9 @@ def ramp_target(service: model.ServiceId, params: SimParams) -> ports.RampTarget
             deployment=deployment,
             pod_labels={"app": deployment},
         ),
-        traffic=contract.TrafficConfig(
-            router=contract.TrafficRouter(params.ramp),
-            steps_pct=params.ramp_steps_pct,
-            step_interval_s=params.ramp_step_interval_s,
-            max_error_rate=params.ramp_max_error_rate,
-            max_p95_latency_s=params.ramp_max_p95_latency_s,
-            max_p95_ratio=params.ramp_max_p95_ratio,
-        ),
-        warmup=contract.WarmupConfig(
-            path=WARMUP_PATH,
-            port=WARMUP_PORT,
-            requests=params.warmup_requests,
-            deadline_s=params.warmup_deadline_s,
-        ),
+        traffic=traffic,
+        warmup=warmup,
+        config=contract.ramp_config(traffic, warmup),
         metrics=metricnames.PRESETS[SERVER_PRESET],
         dry_run=False,
         saved=None,

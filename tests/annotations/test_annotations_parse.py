@@ -548,3 +548,32 @@ def test_bad_pause_values_name_the_key_value_and_rule(key: str, value: str, rule
     assert isinstance(result, Invalid)
     (problem,) = result.problems
     assert problem.message == f'{PREFIX}{key}="{value}": {rule}'
+
+
+def test_the_ramp_settings_are_the_core_s_from_the_parse_on() -> None:
+    """Router `none` is gate only, no warm-up path means warm once running, and the rest map
+    one to one onto the ramp's core settings."""
+    config = ok({"traffic-steps": "20,100", "max-error-rate": "0.05", "warmup-deadline": "2m"})
+    assert config.ramp == ann.ramp_config(config.traffic, config.warmup)
+    assert config.ramp.gate_only
+    assert not config.ramp.warmup_probe
+    assert config.ramp.steps_pct == (20, 100)
+    assert config.ramp.max_error_rate == 0.05
+    assert config.ramp.warmup_deadline_s == 120.0
+    probed = ok({"traffic-router": "istio", "warmup-path": "/v1/models"})
+    assert not probed.ramp.gate_only
+    assert probed.ramp.warmup_probe
+
+
+def test_ramp_settings_the_core_refuses_are_invalid_at_parse_time() -> None:
+    """Settings past the contract's own checks that the ramp refuses make the service invalid,
+    naming the key, instead of failing at every tick of the ramp."""
+    valid = ann.Annotations.model_validate(MINIMAL)
+    unchecked = valid.model_copy(update={"traffic_steps_pct": (50, 30)})
+
+    result = ann._service(unchecked, namespace="ml")
+
+    assert isinstance(result, Invalid)
+    (problem,) = result.problems
+    assert problem.key == PREFIX + "traffic-steps"
+    assert "steps_pct must increase" in problem.rule

@@ -6,7 +6,6 @@ order of writes across pods and router can be checked."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -25,6 +24,7 @@ THIN = (ports.GroupHealth(5.0, 0.0, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
 ERRORING = (ports.GroupHealth(100.0, 0.2, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
 
 Entry = tuple[object, ...]
+CONFIG = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
 
 
 def ramp_target(
@@ -35,18 +35,21 @@ def ramp_target(
     port: int | None = 8000,
 ) -> ports.RampTarget:
     namespace, _, name = service.partition("/")
+    traffic = contract.TrafficConfig(
+        router=router,
+        steps_pct=(10, 30, 50, 100),
+        step_interval_s=30.0,
+        max_error_rate=0.01,
+        max_p95_latency_s=None,
+        max_p95_ratio=1.2,
+    )
+    warmup = contract.WarmupConfig(path="/v1/models", port=port, requests=3, deadline_s=600.0)
     return ports.RampTarget(
         service=service,
         route=ports.RouteTarget(service, namespace, name, {"app": name}),
-        traffic=contract.TrafficConfig(
-            router=router,
-            steps_pct=(10, 30, 50, 100),
-            step_interval_s=30.0,
-            max_error_rate=0.01,
-            max_p95_latency_s=None,
-            max_p95_ratio=1.2,
-        ),
-        warmup=contract.WarmupConfig(path="/v1/models", port=port, requests=3, deadline_s=600.0),
+        traffic=traffic,
+        warmup=warmup,
+        config=contract.ramp_config(traffic, warmup),
         metrics=metricnames.PRESETS["vllm"],
         dry_run=dry_run,
         saved=None,
@@ -128,12 +131,17 @@ class FakeCluster:
         if service in self.broken:
             raise errors.ActuationError(f"{service}: 503 from the API server")
 
-    # ports.RampCluster
+    # the records, as the loop hands them to the driver
 
-    def ramp_targets(self) -> Sequence[ports.RampTarget]:
-        return [
-            dataclasses.replace(t, saved=self.saved.get(t.service)) for t in self.targets.values()
-        ]
+    def workloads(self) -> list[ports.Workload]:
+        """One record per service, its ramp settings carrying the state saved last."""
+        return [self.workload(service) for service in self.targets]
+
+    def workload(self, service: model.ServiceId) -> ports.Workload:
+        ramp = dataclasses.replace(self.targets[service], saved=self.saved.get(service))
+        return ports.Workload(service, CONFIG, half_life_s=30.0, replicas=3, serving=3, ramp=ramp)
+
+    # ports.RampCluster
 
     def pods(self, service: model.ServiceId) -> Sequence[ports.PodInfo]:
         return list(self.pod_sets[service].values())
@@ -171,9 +179,6 @@ class FakeCluster:
         self.events.append((service, type_, reason, message))
 
     # ports.Cluster
-
-    def workloads(self) -> Sequence[ports.Workload]:
-        return []
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
         self._write(service)
@@ -301,7 +306,7 @@ class Rig:
         await self.driver.wait_probes_idle()
         self.now += dt_s
         self.cluster.start_all()
-        await self.driver.reconcile(self.now, [])
+        await self.driver.reconcile(self.now, self.cluster.workloads())
 
     async def run_until(self, done: Callable[[], bool], *, limit: int = 1_000) -> None:
         for _ in range(limit):
@@ -640,7 +645,7 @@ async def test_scale_down_drains_the_lowest_tier_then_scales() -> None:
     names = [rig.cluster.add_pod(stable=True, tier=t) for t in ("whole", "shared", "mig-1g")]
     whole, shared, mig = names
     rig.health.loads = {whole: 0.0, shared: 3.0, mig: 0.0}
-    await rig.driver.scale(SERVICE, 2, 3)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 3)
     assert rig.journal.writes() == [
         ("warm", shared, False),
         ("labels", shared, False, False),
@@ -660,7 +665,7 @@ async def test_scale_down_drains_the_lowest_tier_then_scales() -> None:
 async def test_scale_down_with_unknown_in_flight_waits_for_the_grace_period() -> None:
     """No in-flight data is not zero: the drain waits its 60 s of grace."""
     rig = Rig(stable=3)
-    await rig.driver.scale(SERVICE, 2, 3)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 3)
     await rig.tick()
     started = rig.now
     await rig.run_until(lambda: bool(rig.journal.of("scale")))
@@ -673,7 +678,7 @@ async def test_scale_down_during_a_ramp_is_refused_with_the_reason() -> None:
     rig.cluster.add_pod()
     await rig.run_until(lambda: rig.phase() is ramp.Phase.RAMPING)
     with pytest.raises(ramp_driver.RampBusyError, match="ramping at the 10 % step"):
-        await rig.driver.scale(SERVICE, 2, 4)
+        await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 4)
     assert rig.journal.of("scale") == []
 
 
@@ -682,15 +687,16 @@ async def test_scale_up_is_immediate_even_during_a_ramp() -> None:
     rig = Rig(stable=3)
     rig.cluster.add_pod()
     await rig.run_until(lambda: rig.phase() is ramp.Phase.RAMPING)
-    await rig.driver.scale(SERVICE, 6, 4)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 6, 4)
     assert rig.journal.of("scale") == [("scale", 6)]
 
 
 async def test_a_service_without_a_ramp_is_scaled_directly() -> None:
-    """A service the ramp cluster does not list is scaled through the cluster at once."""
+    """A service whose record has no ramp settings is scaled through the cluster at once."""
     rig = Rig(stable=3)
     rig.cluster.pod_sets[OTHER] = {}
-    await rig.driver.scale(OTHER, 1, 3)
+    plain = ports.Workload(OTHER, CONFIG, half_life_s=30.0, replicas=3, serving=3)
+    await rig.driver.scale(plain, 1, 3)
     assert rig.journal == [("scale", 1)]
 
 
@@ -704,7 +710,7 @@ async def test_dry_run_writes_nothing_and_logs_what_it_would_do() -> None:
     with capture_logs() as logs:
         for _ in range(300):
             await rig.tick()
-        await rig.driver.scale(SERVICE, 2, 4)
+        await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 4)
         for _ in range(100):
             await rig.tick()
     assert rig.journal.writes() == []
@@ -773,21 +779,6 @@ async def test_a_router_the_controller_lacks_is_an_error_for_that_service_only()
     assert all(e["service"] == OTHER and "'smi'" in e["error"] for e in failures)
 
 
-async def test_ramp_settings_the_core_refuses_are_an_error_for_that_service() -> None:
-    """Steps that do not rise: the ramp logs for that service and a scale-down is refused."""
-    bad = ramp_target(OTHER)
-    bad = dataclasses.replace(bad, traffic=dataclasses.replace(bad.traffic, steps_pct=(50, 30)))
-    rig = Rig(ramp_target(SERVICE), bad, stable=2)
-    rig.cluster.add_pod(OTHER)
-    fine = rig.cluster.add_pod(SERVICE)
-    with capture_logs() as logs:
-        await rig.run_until(lambda: fine in rig.cluster.stable(SERVICE))
-    errors_seen = {e["error"] for e in logs if e["event"] == "ramp.failed"}
-    assert errors_seen == {"ns/other: unusable ramp settings: steps_pct must increase"}
-    with pytest.raises(errors.ActuationError, match="unusable ramp settings"):
-        await rig.driver.scale(OTHER, 1, 3)
-
-
 async def test_a_health_outage_is_asked_again_and_never_passes_the_gate() -> None:
     """Prometheus down at the gate: no step passes; the ramp holds with the weight at 0."""
     rig = Rig(stable=3)
@@ -808,10 +799,10 @@ class RecordingRamps:
         self.refuse = refuse
         self.calls: list[tuple[object, ...]] = []
 
-    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
-        self.calls.append(("scale", service, replicas, current))
+    async def scale(self, workload: ports.Workload, replicas: int, current: int) -> None:
+        self.calls.append(("scale", workload.id, replicas, current))
         if self.refuse:
-            raise ramp_driver.RampBusyError(f"{service}: new pods are ramping")
+            raise ramp_driver.RampBusyError(f"{workload.id}: new pods are ramping")
 
     async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
         self.calls.append(("reconcile", now_s, len(workloads)))
@@ -869,15 +860,3 @@ async def test_a_refused_scale_leaves_the_policy_state_for_the_next_tick() -> No
     assert the_loop.state_of(SERVICE) is None
     assert "scale.failed" in [entry["event"] for entry in logs]
     assert ramps.calls[-1][0] == "reconcile"
-
-
-def test_the_annotations_map_onto_the_core_settings() -> None:
-    """Router `none` is gate only; no warm-up path means warm once running."""
-    target = ramp_target(router=contract.TrafficRouter.NONE)
-    config = ramp_driver.ramp_config(
-        target.traffic, dataclasses.replace(target.warmup, path=None, port=None)
-    )
-    assert config.gate_only
-    assert not config.warmup_probe
-    assert config.steps_pct == (10, 30, 50, 100)
-    assert math.isclose(config.max_error_rate, 0.01)

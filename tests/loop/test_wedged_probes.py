@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from autoscaler import ports, ramp_driver
 from autoscaler.adapters import warmup
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model, ramp
 
 from .test_ramp_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
@@ -69,7 +70,9 @@ async def wired(
 def target(service: model.ServiceId, **warmup_fields: object) -> ports.RampTarget:
     """A ramped service whose pods are probed on their own port (the wedged one's, for some)."""
     made = ramp_target(service, port=None)
-    return dataclasses.replace(made, warmup=dataclasses.replace(made.warmup, **warmup_fields))  # type: ignore[arg-type]
+    warmup = dataclasses.replace(made.warmup, **warmup_fields)  # type: ignore[arg-type]
+    config = contract.ramp_config(made.traffic, warmup)
+    return dataclasses.replace(made, warmup=warmup, config=config)
 
 
 def wedge(rig: Rig, endpoint: WedgedEndpoint, service: model.ServiceId = SERVICE) -> str:
@@ -83,7 +86,7 @@ async def step(rig: Rig) -> None:
     """One tick on the injected clock, without waiting for any probe."""
     rig.now += 1.0
     rig.cluster.start_all()
-    await rig.driver.reconcile(rig.now, [])
+    await rig.driver.reconcile(rig.now, rig.cluster.workloads())
 
 
 async def ticks_until_stable(rig: Rig, service: model.ServiceId, pod: str) -> int:

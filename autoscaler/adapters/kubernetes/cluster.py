@@ -1,8 +1,12 @@
-"""The Kubernetes API behind the `Cluster` port and the Prometheus adapter's `PodIndex`.
+"""The Kubernetes API behind the `Cluster` port.
 
 `workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
 "true"`, its annotations parsed by the contract (once per distinct content), its serving pods
-found by owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
+found by owner, all of it on one `ports.Workload` per service (docs/architecture.md, "The
+records of a tick"): the metrics source reads the pods and metric names from it, the ramp
+adapter its ramp settings. A record is built again only when the informers report a change to
+what it was built from, or after the controller's own write to it; otherwise the same object
+is returned. A Deployment with invalid annotations is skipped, with one `config.invalid`
 log line and one Warning Event `InvalidConfig` per distinct set of problems; so is one that a
 HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of replicas: the Event
 names the other). A `state`
@@ -51,7 +55,6 @@ from kubernetes_asyncio.client import ApiException
 
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters import prometheus
 from autoscaler.adapters.kubernetes import _api, caches, events, informer, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.contract import annotations as contract
@@ -85,17 +88,92 @@ _ParseKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Managed:
-    """One managed service as the last `workloads()` saw it."""
+class _Built:
+    """One managed service's record and what it was built from, reused while none of that
+    changes (`KubeCluster.workloads`)."""
 
-    namespace: str
-    name: str
+    deployment: Obj
+    """The cached owner Deployment it was built from."""
+    tiers: frozenset[str]
+    """The names of the owner's tier Deployments: a change to any of them or their pods
+    rebuilds the record."""
+    workload: ports.Workload | None
+    """None for a service that is not managed (invalid annotations, another autoscaler)."""
+    config: contract.ServiceConfig | None
+    view: placement.View | None
+    layout: tuple[object, ...] | None
+    """The GPU capacity it was placed against (nodes, pods on them, quotas); None when it
+    holds no GPU."""
+    parse_key: _ParseKey
+    state_text: str | None
+    """The `state` annotation it was built with, and what that text was read as."""
+    state_read: tuple[model.PolicyState | None, int | None] = (None, None)
+    problems: tuple[str, ...] = ()
+    """The messages of the `InvalidConfig` Event posted for it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Target:
+    """A managed service as a write needs it: its record, settings and placement view."""
+
+    workload: ports.Workload
     config: contract.ServiceConfig
-    serving: frozenset[str]
+    view: placement.View
+
+
+_WINDOW_KEY: Final = contract.PREFIX + "window"
+
+
+def _parse_key(namespace: str, notes: Mapping[str, str]) -> _ParseKey:
+    """The settings a parse depends on: the namespace and the annotations under the prefix."""
+    settings = tuple(
+        sorted(
+            (k, v)
+            for k, v in notes.items()
+            if k.startswith(contract.PREFIX) and k not in contract.CONTROLLER_KEYS
+        )
+    )
+    return (namespace, settings)
+
+
+def _controller(obj: Obj) -> tuple[str, str] | None:
+    """The kind and name of the object's controlling owner."""
+    for ref in _api.meta(obj).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return str(ref.get("kind")), str(ref.get("name"))
+    return None
+
+
+def _key_of(service: model.ServiceId) -> tuple[str, str]:
+    """The (namespace, name) of a service's owner Deployment."""
+    namespace, _, name = service.partition("/")
+    return namespace, name
+
+
+def _unmanaged(deployment: Obj, key: _ParseKey, problems: tuple[str, ...]) -> _Built:
+    """The entry of a Deployment that opts in and is not managed, with the problems said."""
+    tiers = frozenset({_api.name(deployment)})
+    return _Built(deployment, tiers, None, None, None, None, key, None, problems=problems)
+
+
+def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Snapshots by identity (a new one is made on every change), counters by value."""
+    return all(x is y or (isinstance(x, int) and x == y) for x, y in zip(a, b, strict=True))
 
 
 WARMING_LABEL: Final = contract.WARMING_LABEL
 STABLE_LABEL: Final = contract.STABLE_LABEL
+RAMP_LABELS: Final = frozenset({WARMING_LABEL, STABLE_LABEL})
+
+
+def is_gated(template: Obj) -> bool:
+    """Whether a pod template opts into the warm-up gate: the `warm` readiness gate, or the
+    `warming` label its new pods start with."""
+    labels = _api.meta(template).get("labels") or {}
+    if labels.get(WARMING_LABEL) == "true":
+        return True
+    gates = _api.spec(template).get("readinessGates") or ()
+    return any(isinstance(g, dict) and g.get("conditionType") == contract.WARM_GATE for g in gates)
 
 
 def is_serving(pod: Obj) -> bool:
@@ -207,7 +285,7 @@ async def list_deployments(
 
 
 class KubeCluster:
-    """`ports.Cluster` and `prometheus.PodIndex` over the caches; see the module docstring."""
+    """`ports.Cluster` over the caches; see the module docstring."""
 
     def __init__(
         self,
@@ -284,9 +362,21 @@ class KubeCluster:
             on_fallback=on_fallback,
         )
         self._parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
-        self._states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
-        self._invalid: dict[str, tuple[str, ...]] = {}
-        self._managed: dict[model.ServiceId, _Managed] = {}
+        self._built: dict[tuple[str, str], _Built] = {}
+        """Every Deployment that opts in, by (namespace, name), and its record."""
+        self._owner_of: dict[tuple[str, str], tuple[str, str]] = {}
+        """The owner Deployment of each tier Deployment (itself for the owner's own tier)."""
+        self._with_siblings: set[tuple[str, str]] = set()
+        self._layout: tuple[object, ...] | None = None
+        self._managed: list[ports.Workload] = []
+        self._present: set[model.ServiceId] = set()
+        self._dirty: set[tuple[str, str]] = set()
+        """(namespace, Deployment) whose records the informers have reported a change to."""
+        self.caches.deployments.add_handler(self._deployment_changed)
+        self.caches.replicasets.add_handler(self._replicaset_changed)
+        self.caches.pods.add_handler(self._pod_changed)
+        for informer_ in (self.caches.hpas, self.caches.scaled_objects):
+            informer_.add_handler(self._scaler_changed)
         self._last_set: dict[model.ServiceId, int] = {}
         self._written_version: dict[model.ServiceId, str] = {}
         self._written_replicas: dict[model.ServiceId, int] = {}
@@ -320,64 +410,229 @@ class KubeCluster:
     # -- reads -------------------------------------------------------------------------------------
 
     def workloads(self) -> list[ports.Workload]:
-        """The managed services, from the caches; see the module docstring."""
-        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
-        states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
-        invalid: dict[str, tuple[str, ...]] = {}
-        managed: dict[model.ServiceId, _Managed] = {}
-        found: list[ports.Workload] = []
-        for deployment in self.caches.deployments.items():
-            notes = _api.annotations_of(deployment)
-            if not contract.opted_in(notes) or placement.is_sibling(deployment):
-                continue
-            namespace, name = _api.namespace(deployment), _api.name(deployment)
-            service = model.ServiceId(f"{namespace}/{name}")
-            config = self._parse(namespace, notes, parsed)
-            if isinstance(config, contract.Invalid):
-                self._report_invalid(service, deployment, config, invalid)
-                continue
-            others = self.caches.other_scalers(namespace, name)
-            if others:
-                self._report_invalid(service, deployment, _contested(others), invalid)
-                continue
-            tiers = self.placement.view(service, deployment, config)
-            serving = tiers.serving
-            state = self._state(service, deployment, notes.get(contract.STATE_KEY), states)
-            asked = self._last_set.get(service)
-            managed[service] = _Managed(
-                namespace,
-                name,
-                config,
-                frozenset(_api.name(pod) for pod in serving),
-            )
-            found.append(
-                ports.Workload(
-                    id=service,
-                    policy=config.policy,
-                    half_life_s=config.half_life_s,
-                    replicas=self.placement.reported_replicas(service, tiers, asked),
-                    serving=len(serving),
-                    startup_s=startup_s(serving, recent=self._recent_pods),
-                    state=state,
-                    admissible=tiers.admissible,
-                    admissible_reason=(
-                        model.Reason.QUOTA if tiers.problem is None else model.Reason.NO_PLACEMENT
-                    ),
-                    core_rate=tiers.core_rate,
-                    project=config.project,
-                )
-            )
-            active = not self.dry_run and config.mode is not contract.Mode.DRY_RUN
-            if config.policy.pause is not None:
-                # Paused: a count set by hand is the one to keep (no re-plan, no override).
-                asked = None
-                if not self._lags(service):
-                    self._last_set[service] = tiers.replicas
-            self.placement.observe(service, deployment, tiers, asked=asked, active=active)
-        self._parsed, self._states, self._invalid, self._managed = parsed, states, invalid, managed
-        self._forget(managed.keys())
+        """The managed services, from the caches; see the module docstring.
+
+        Work is proportional to change: a service's record is built again only when the
+        informers have reported a change to its Deployments, ReplicaSets or pods (or, for one
+        on GPUs, to the nodes, the pods bound to them or the quotas), or after this controller
+        wrote to it. Every other service's record is the object the last call returned.
+        """
+        dirty, self._dirty = self._dirty, set()
+        layout = self.placement.capacity.layout()
+        moved = self._layout is not None and not _same_layout(self._layout, layout)
+        self._layout = layout
+        touched: dict[tuple[str, str], None] = {}
+        for key in dirty:
+            owner = self._owner_of.get(key)
+            if owner is not None:
+                touched[owner] = None
+            touched[key] = None
+        if moved:  # the GPU services were placed against capacity that has changed
+            for key, entry in self._built.items():
+                if entry.layout is not None:
+                    touched[key] = None
+        for key in touched:
+            self._update(key, layout)
+        if touched:
+            self._managed = [e.workload for e in self._built.values() if e.workload is not None]
+            present = {w.id for w in self._managed}
+            if present != self._present:
+                self._forget(present)
+                self._present = present
+            self._prune_parsed()
+        for key in self._with_siblings:
+            # Idle sibling Deployments expire with time, not with a change: look every call.
+            entry = self._built[key]
+            workload, config, view = entry.workload, entry.config, entry.view
+            if key not in touched and workload and config and view:
+                self._observe(workload.id, entry.deployment, config, view)
         self.placement.end_round()
-        return found
+        return self._managed
+
+    def _update(self, key: tuple[str, str], layout: tuple[object, ...]) -> None:
+        """Build again the entry of the Deployment `key` (namespace, name), or drop it when it is
+        gone, no longer opts in, or is a placement tier."""
+        namespace, name = key
+        deployment = self.caches.deployment(namespace, name)
+        old = self._built.get(key)
+        notes = {} if deployment is None else _api.annotations_of(deployment)
+        if deployment is None or not contract.opted_in(notes) or placement.is_sibling(deployment):
+            if old is not None:
+                self._drop(key, old)
+            return
+        if old is not None and _api.uid(old.deployment) != _api.uid(deployment):
+            self._drop(key, old)  # deleted and created again: a new Deployment
+            old = None
+        entry = self._build(model.ServiceId(f"{namespace}/{name}"), deployment, notes, old, layout)
+        if old is not None:
+            for tier in old.tiers - entry.tiers:
+                self._owner_of.pop((namespace, tier), None)
+        for tier in entry.tiers:
+            self._owner_of[namespace, tier] = key
+        self._built[key] = entry
+        if entry.view is not None and len(entry.view.tiers) > 1:
+            self._with_siblings.add(key)
+        else:
+            self._with_siblings.discard(key)
+
+    def _drop(self, key: tuple[str, str], old: _Built) -> None:
+        del self._built[key]
+        self._with_siblings.discard(key)
+        for tier in old.tiers:
+            if self._owner_of.get((key[0], tier)) == key:
+                del self._owner_of[key[0], tier]
+
+    def _prune_parsed(self) -> None:
+        """Forget parses no service uses any more, once they outnumber those in use."""
+        if len(self._parsed) <= 64 + 2 * len(self._built):
+            return
+        used = {entry.parse_key for entry in self._built.values()}
+        self._parsed = {k: v for k, v in self._parsed.items() if k in used}
+
+    def _build(
+        self,
+        service: model.ServiceId,
+        deployment: Obj,
+        notes: Mapping[str, str],
+        old: _Built | None,
+        layout: tuple[object, ...],
+    ) -> _Built:
+        """One service's record from the caches; `old` is its entry before this change."""
+        namespace, name = _api.namespace(deployment), _api.name(deployment)
+        key = _parse_key(namespace, notes)
+        config = self._parse(key, notes)
+        state_text = notes.get(contract.STATE_KEY)
+        said = () if old is None else old.problems
+        if isinstance(config, contract.Invalid):
+            problems = self._report_invalid(service, deployment, config, said)
+            return _unmanaged(deployment, key, problems)
+        others = self.caches.other_scalers(namespace, name)
+        if others:
+            problems = self._report_invalid(service, deployment, _contested(others), said)
+            return _unmanaged(deployment, key, problems)
+        view = self.placement.view(service, deployment, config)
+        serving = view.serving
+        if old is not None and old.state_text == state_text:
+            state_read = old.state_read
+        else:
+            state_read = self._state(service, deployment, state_text)
+        state, replicas = state_read
+        if replicas is not None:
+            self._last_set.setdefault(service, replicas)
+        if config.policy.pause is not None and not self._lags(service):
+            # Paused: a count set by hand is the one to keep (no re-plan, no override).
+            self._last_set[service] = view.replicas
+        workload = ports.Workload(
+            id=service,
+            policy=config.policy,
+            half_life_s=config.half_life_s,
+            replicas=self.placement.reported_replicas(service, view, self._last_set.get(service)),
+            serving=len(serving),
+            startup_s=startup_s(serving, recent=self._recent_pods),
+            state=state,
+            admissible=view.admissible,
+            admissible_reason=(
+                model.Reason.QUOTA if view.problem is None else model.Reason.NO_PLACEMENT
+            ),
+            core_rate=view.core_rate,
+            project=config.project,
+            dry_run=config.mode is contract.Mode.DRY_RUN,
+            window_s=config.window_s if _WINDOW_KEY in notes else None,
+            namespace=namespace,
+            deployment=name,
+            pods=frozenset(_api.name(pod) for pod in serving),
+            metrics=config.metrics,
+            ramp=self._ramp_target(service, deployment, config),
+            placement=view.need,
+        )
+        self._observe(service, deployment, config, view)
+        gpu = view.need is not None or view.core_rate > 0
+        return _Built(
+            deployment,
+            frozenset(_api.name(tier.deployment) for tier in view.tiers),
+            workload,
+            config,
+            view,
+            layout if gpu else None,
+            key,
+            state_text,
+            state_read,
+        )
+
+    def _observe(
+        self,
+        service: model.ServiceId,
+        deployment: Obj,
+        config: contract.ServiceConfig,
+        view: placement.View,
+    ) -> None:
+        active = not self.dry_run and config.mode is not contract.Mode.DRY_RUN
+        asked = None if config.policy.pause is not None else self._last_set.get(service)
+        self.placement.observe(service, deployment, view, asked=asked, active=active)
+
+    def _ramp_target(
+        self, service: model.ServiceId, deployment: Obj, config: contract.ServiceConfig
+    ) -> ports.RampTarget | None:
+        """The service's ramp settings when its pod template opts into the warm-up gate."""
+        template = _api.spec(deployment).get("template") or {}
+        if not is_gated(template):
+            return None
+        labels = _api.meta(template).get("labels") or {}
+        route = ports.RouteTarget(
+            service=service,
+            namespace=_api.namespace(deployment),
+            deployment=_api.name(deployment),
+            pod_labels={str(k): str(v) for k, v in labels.items() if k not in RAMP_LABELS},
+        )
+        return ports.RampTarget(
+            service=service,
+            route=route,
+            traffic=config.traffic,
+            warmup=config.warmup,
+            config=config.ramp,
+            metrics=config.metrics,
+            dry_run=self.dry_run or config.mode is contract.Mode.DRY_RUN,
+            saved=_api.annotations_of(deployment).get(contract.RAMP_KEY),
+        )
+
+    def _deployment_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        """Informer handler: a Deployment is its own record's, and a tier's its owner's too."""
+        for obj in (old, new):
+            if obj is not None:
+                namespace = _api.namespace(obj)
+                self._dirty.add((namespace, _api.name(obj)))
+                owner = _controller(obj)
+                if owner is not None and owner[0] == "Deployment":
+                    self._dirty.add((namespace, owner[1]))
+
+    def _replicaset_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        owner = None if obj is None else _controller(obj)
+        if obj is not None and owner is not None and owner[0] == "Deployment":
+            self._dirty.add((_api.namespace(obj), owner[1]))
+
+    def _pod_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        owner = None if obj is None else _controller(obj)
+        if obj is None or owner is None or owner[0] != "ReplicaSet":
+            return
+        namespace = _api.namespace(obj)
+        replicaset = self.caches.replicasets.get(namespace, owner[1])
+        found = None if replicaset is None else _controller(replicaset)
+        if found is not None and found[0] == "Deployment":
+            self._dirty.add((namespace, found[1]))
+        else:
+            # The ReplicaSet is not cached (yet, or any more): a Deployment's ReplicaSet is
+            # named after it, with a hash of the template appended.
+            self._dirty.add((namespace, owner[1].rpartition("-")[0]))
+
+    def _scaler_changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Informer handler: an HPA or a ScaledObject may take or release a Deployment."""
+        del kind
+        for obj in (old, new):
+            for target in () if obj is None else caches.target_values(obj):
+                namespace, _, name = target.partition("/")
+                self._dirty.add((namespace, name))
 
     def _forget(self, present: Collection[model.ServiceId]) -> None:
         """Drop what is remembered about services no longer managed."""
@@ -389,20 +644,14 @@ class KubeCluster:
         self._unannounced = {k: v for k, v in self._unannounced.items() if k in present}
         self.placement.forget(present)
 
-    def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
-        """The serving pods the last `workloads()` found for `service` (`PodIndex`)."""
-        managed = self._managed.get(service)
-        if managed is None:
-            return None
-        return prometheus.ServingPods(managed.namespace, managed.serving, managed.config.metrics)
+    def workload(self, service: model.ServiceId) -> ports.Workload | None:
+        """The record the last `workloads()` built for `service`; None when it is not managed."""
+        entry = self._built.get(_key_of(service))
+        return None if entry is None else entry.workload
 
-    def managed_services(self) -> list[model.ServiceId]:
-        """The services the last `workloads()` found, in its order (for the ramp)."""
-        return list(self._managed)
-
-    def managed(self, service: model.ServiceId) -> _Managed | None:
-        """Namespace, Deployment name and config of a service the last `workloads()` found."""
-        return self._managed.get(service)
+    def managed(self) -> list[ports.Workload]:
+        """The records the last `workloads()` returned, in its order (for the ramp)."""
+        return self._managed
 
     def may_write(self) -> bool:
         """Whether this instance may write now (the leader elector's answer)."""
@@ -414,23 +663,12 @@ class KubeCluster:
         return self._on_api_error
 
     def _parse(
-        self,
-        namespace: str,
-        notes: Mapping[str, str],
-        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid],
+        self, key: _ParseKey, notes: Mapping[str, str]
     ) -> contract.ServiceConfig | contract.Invalid:
-        settings = tuple(
-            sorted(
-                (k, v)
-                for k, v in notes.items()
-                if k.startswith(contract.PREFIX) and k not in contract.CONTROLLER_KEYS
-            )
-        )
-        key = (namespace, settings)
-        result = parsed.get(key) or self._parsed.get(key)
+        """The annotations parsed, once per namespace and distinct settings."""
+        result = self._parsed.get(key)
         if result is None:
-            result = contract.parse(notes, namespace=namespace)
-        parsed[key] = result
+            result = self._parsed[key] = contract.parse(notes, namespace=key[0])
         return result
 
     def _report_invalid(
@@ -438,49 +676,39 @@ class KubeCluster:
         service: model.ServiceId,
         deployment: Obj,
         config: contract.Invalid,
-        invalid: dict[str, tuple[str, ...]],
-    ) -> None:
-        uid = _api.uid(deployment)
+        said: tuple[str, ...],
+    ) -> tuple[str, ...]:
+        """Log and post the problems, unless they are those already said for this Deployment."""
         messages = tuple(problem.message for problem in config.problems)
-        invalid[uid] = messages
-        if self._invalid.get(uid) == messages:
-            return
+        if said == messages:
+            return messages
         log.warning("config.invalid", service=service, problems=list(messages))
         self.events.record(deployment, events.WARNING, INVALID, str(config))
+        return messages
 
     def _state(
-        self,
-        service: model.ServiceId,
-        deployment: Obj,
-        text: str | None,
-        states: dict[str, tuple[model.PolicyState | None, int | None]],
-    ) -> model.PolicyState | None:
-        """The policy state in the `state` annotation; None (a new service's) when it is absent
-        or corrupt. A corrupt text gets a log line and a `CorruptState` Event once, when first
-        seen: the next publish replaces it."""
+        self, service: model.ServiceId, deployment: Obj, text: str | None
+    ) -> tuple[model.PolicyState | None, int | None]:
+        """The policy state in the `state` annotation and the replicas it says were set; None
+        (a new service's) when it is absent or corrupt. A corrupt text gets a log line and a
+        `CorruptState` Event when first seen (the entry keeps what it was read as): the next
+        publish replaces it."""
         if text is None:
-            return None
-        known = states.get(text) or self._states.get(text)
-        if known is None:
-            try:
-                known = codec.parse_state(text)
-            except ValueError as e:
-                problem = contract.Problem(contract.STATE_KEY, text, str(e))
-                log.warning(
-                    "state.invalid",
-                    service=service,
-                    key=contract.STATE_KEY,
-                    value=contract.quote(text),
-                    rule=str(e),
-                )
-                message = f"{problem.message}; ignored, the state is rebuilt as for a new service"
-                self.events.record(deployment, events.WARNING, contract.CORRUPT_STATE, message)
-                known = (None, None)
-        states[text] = known
-        state, replicas = known
-        if replicas is not None:
-            self._last_set.setdefault(service, replicas)
-        return state
+            return (None, None)
+        try:
+            return codec.parse_state(text)
+        except ValueError as e:
+            problem = contract.Problem(contract.STATE_KEY, text, str(e))
+            log.warning(
+                "state.invalid",
+                service=service,
+                key=contract.STATE_KEY,
+                value=contract.quote(text),
+                rule=str(e),
+            )
+            message = f"{problem.message}; ignored, the state is rebuilt as for a new service"
+            self.events.record(deployment, events.WARNING, contract.CORRUPT_STATE, message)
+            return (None, None)
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -491,8 +719,8 @@ class KubeCluster:
         Raises `placement.UnplaceableError` (an `ActuationError`) for a service that no GPU in
         the cluster could run: it keeps its size.
         """
-        managed, deployment = self._target(service)
-        if self.dry_run or managed.config.mode is contract.Mode.DRY_RUN:
+        target, deployment = self._target(service)
+        if self.dry_run or target.config.mode is contract.Mode.DRY_RUN:
             log.info(
                 "scale.skipped_dry_run",
                 service=service,
@@ -502,22 +730,24 @@ class KubeCluster:
             return
         self._require_leader(service)
         async with self.placement.lock(service):
-            tiers = self.placement.view(service, deployment, managed.config)
+            # The view `workloads()` built: the informers have reported no change since.
+            tiers = target.view
             last = self._last_set.get(service)
             observed = self.placement.reported_replicas(service, tiers, last)
             self._check_override(service, deployment, observed, replicas)
             placed = replicas
             if tiers.need is None:
-                await self._scale_owner(service, managed, replicas)
+                await self._scale_owner(service, target.workload, replicas)
             else:
                 plan = await self.placement.apply(
                     service,
                     deployment,
                     tiers,
                     replicas,
-                    scale_owner=lambda n: self._scale_owner(service, managed, n),
+                    scale_owner=lambda n: self._scale_owner(service, target.workload, n),
                 )
                 placed = min(replicas, plan.total)
+            self._dirty.add((target.workload.namespace, target.workload.deployment))
             self._last_set[service] = replicas
             self._scaled[service] = placed
             self._announce_drained(service, deployment, replicas, placed)
@@ -550,7 +780,7 @@ class KubeCluster:
             self.events.record(deployment, events.WARNING, OVERRIDDEN, message)
 
     async def _scale_owner(
-        self, service: model.ServiceId, managed: _Managed, replicas: int
+        self, service: model.ServiceId, workload: ports.Workload, replicas: int
     ) -> None:
         """Patch the owner's `scale` with the resourceVersion its replicas were read at.
 
@@ -559,7 +789,7 @@ class KubeCluster:
         conflict is raised for the loop to decide again from what is there now.
         """
         operation = "deployments/scale.patch"
-        cached = self.caches.deployment(managed.namespace, managed.name)
+        cached = self.caches.deployment(workload.namespace, workload.deployment)
         if cached is None:
             raise KubeApiError(operation, f"{service} is not a managed Deployment")
         if self._lags(service):  # the cache has not seen our own last write yet
@@ -572,8 +802,8 @@ class KubeCluster:
                 answer = await _api.write_json(
                     self._may_write,
                     self._apps.patch_namespaced_deployment_scale,
-                    managed.name,
-                    managed.namespace,
+                    workload.deployment,
+                    workload.namespace,
                     body,
                     _content_type=_api.MERGE_PATCH,
                     request_timeout_s=self._request_timeout_s,
@@ -589,7 +819,7 @@ class KubeCluster:
                 self._written_version[service] = _api.resource_version(answer)
                 self._written_replicas[service] = replicas
                 return
-            current = await self._read(service, managed)
+            current = await self._read(service, workload)
             if spec_replicas(current) != based_on:
                 log.info("scale.conflicted", service=service, found=spec_replicas(current))
                 raise KubeApiError(
@@ -602,13 +832,15 @@ class KubeCluster:
 
     async def _replan(self, service: model.ServiceId, desired: int) -> None:
         """Distribute the policy's last total again (the ladder's upkeep, under its lock)."""
-        managed = self._managed.get(service)
-        deployment = (
-            None if managed is None else self.caches.deployment(managed.namespace, managed.name)
-        )
-        if managed is None or deployment is None or managed.config.mode is contract.Mode.DRY_RUN:
+        entry = self._built.get(_key_of(service))
+        if entry is None or entry.workload is None or entry.config is None:
             return
-        tiers = self.placement.view(service, deployment, managed.config)
+        workload, config = entry.workload, entry.config
+        deployment = self.caches.deployment(workload.namespace, workload.deployment)
+        if deployment is None or config.mode is contract.Mode.DRY_RUN:
+            return
+        # Upkeep runs beside the ticks, after the caches may have moved: read the tiers afresh.
+        tiers = self.placement.view(service, deployment, config)
         if tiers.need is None or tiers.problem is not None:
             return
         await self.placement.apply(
@@ -616,14 +848,15 @@ class KubeCluster:
             deployment,
             tiers,
             desired,
-            scale_owner=lambda n: self._scale_owner(service, managed, n),
+            scale_owner=lambda n: self._scale_owner(service, workload, n),
         )
+        self._dirty.add((workload.namespace, workload.deployment))
 
     async def publish(
         self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
     ) -> None:
         """Write the status and state annotations when they changed, and post the Events."""
-        managed, deployment = self._target(service)
+        target, deployment = self._target(service)
         if self.dry_run:
             log.info("publish.skipped_dry_run", service=service, desired=decision.desired)
             return
@@ -633,17 +866,17 @@ class KubeCluster:
         if placed is not None:
             document["placement"] = placed
         state_text = codec.state_text(state, replicas=self._last_set.get(service))
-        await self._annotate(service, managed, deployment, document, state_text)
-        self._announce(service, managed, deployment, decision)
+        await self._annotate(service, target.workload, deployment, document, state_text)
+        self._announce(service, target.config, deployment, decision)
 
-    def _target(self, service: model.ServiceId) -> tuple[_Managed, Obj]:
-        managed = self._managed.get(service)
-        deployment = (
-            None if managed is None else self.caches.deployment(managed.namespace, managed.name)
-        )
-        if managed is None or deployment is None:
-            raise KubeApiError("deployments.get", f"{service} is not a managed Deployment")
-        return managed, deployment
+    def _target(self, service: model.ServiceId) -> tuple[_Target, Obj]:
+        entry = self._built.get(_key_of(service))
+        if entry is not None and entry.workload is not None:
+            workload = entry.workload
+            deployment = self.caches.deployment(workload.namespace, workload.deployment)
+            if deployment is not None and entry.config is not None and entry.view is not None:
+                return _Target(workload, entry.config, entry.view), deployment
+        raise KubeApiError("deployments.get", f"{service} is not a managed Deployment")
 
     def _require_leader(self, service: model.ServiceId) -> None:
         if not self._may_write():
@@ -652,10 +885,12 @@ class KubeCluster:
     def _lags(self, service: model.ServiceId) -> bool:
         """Whether the cache has not yet seen the controller's own last scale write."""
         written = self._written_version.get(service)
-        deployment = self._managed.get(service)
-        if written is None or deployment is None:
+        entry = self._built.get(_key_of(service))
+        if written is None or entry is None:
             return False
-        cached = self.caches.deployment(deployment.namespace, deployment.name)
+        cached = self.caches.deployment(
+            _api.namespace(entry.deployment), _api.name(entry.deployment)
+        )
         try:
             # resourceVersions are opaque by contract but etcd's are increasing integers;
             # when they are not, assume the cache is current.
@@ -666,7 +901,7 @@ class KubeCluster:
     async def _annotate(
         self,
         service: model.ServiceId,
-        managed: _Managed,
+        workload: ports.Workload,
         deployment: Obj,
         document: dict[str, object],
         state_text: str,
@@ -700,8 +935,8 @@ class KubeCluster:
                 await _api.write_json(
                     self._may_write,
                     self._apps.patch_namespaced_deployment,
-                    managed.name,
-                    managed.namespace,
+                    workload.deployment,
+                    workload.namespace,
                     body,
                     _content_type=_api.MERGE_PATCH,
                     request_timeout_s=self._request_timeout_s,
@@ -716,16 +951,16 @@ class KubeCluster:
                 raise _api.failure(operation, service, e) from e
             log.info("publish.conflicted", service=service, attempt=attempt)
             await self.clock.sleep(self._conflict_backoff.delay_s(attempt, self._rng))
-            current = await self._read(service, managed)
+            current = await self._read(service, workload)
             version = _api.resource_version(current)
 
-    async def _read(self, service: model.ServiceId, managed: _Managed) -> Obj:
+    async def _read(self, service: model.ServiceId, workload: ports.Workload) -> Obj:
         operation = "deployments.get"
         try:
             return await _api.call_json(
                 self._apps.read_namespaced_deployment,
-                managed.name,
-                managed.namespace,
+                workload.deployment,
+                workload.namespace,
                 request_timeout_s=self._request_timeout_s,
             )
         except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
@@ -735,7 +970,7 @@ class KubeCluster:
     def _announce(
         self,
         service: model.ServiceId,
-        managed: _Managed,
+        config: contract.ServiceConfig,
         deployment: Obj,
         decision: model.Decision,
     ) -> None:
@@ -750,7 +985,7 @@ class KubeCluster:
         if decision.changes and scaled == decision.desired:
             message = f"New size: {decision.desired}; reason: {why}"
             self.events.record(deployment, events.NORMAL, RESCALED, message)
-        elif decision.changes and managed.config.mode is contract.Mode.DRY_RUN:
+        elif decision.changes and config.mode is contract.Mode.DRY_RUN:
             message = f"Would set size: {decision.desired} (dry-run); reason: {why}"
             self.events.record(deployment, events.NORMAL, DRY_RUN_RESCALE, message)
         elif decision.changes and not (
@@ -799,5 +1034,5 @@ def _held_already(deployment: Obj, decision: model.Decision) -> bool:
 
 if TYPE_CHECKING:
 
-    def _implements_the_ports(cluster: KubeCluster) -> tuple[ports.Cluster, prometheus.PodIndex]:
-        return cluster, cluster  # mypy checks both structural types here
+    def _implements_the_port(cluster: KubeCluster) -> ports.Cluster:
+        return cluster  # mypy checks the structural type here

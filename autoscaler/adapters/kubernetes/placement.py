@@ -355,6 +355,11 @@ class Capacity:
         assert self._totals is not None
         return self._totals
 
+    def layout(self) -> tuple[object, ...]:
+        """What every GPU service's view depends on beyond its own objects: the same objects
+        (compared by identity) for as long as no node, GPU pod on a node or quota changed."""
+        return (self.snapshot(), self.totals(), self.quota_changes)
+
     def node(self, name: str) -> ladder.NodeCapacity | None:
         self._refresh()
         return self._free.get(name)

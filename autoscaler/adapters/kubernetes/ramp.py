@@ -2,9 +2,10 @@
 "The warm-up gate and the traffic ramp"): `ports.RampCluster`.
 
 Built on a `KubeCluster`: its caches, Event recorder, leader and dry-run checks and error count,
-and the services its last `workloads()` found. The ramp targets are the gated ones among them:
-those whose pod template carries the `autoscaler.dsec.io/warm` readiness gate or the `warming`
-label (docs/architecture.md, "The warm-up gate and the traffic ramp"). Any other service has nothing
+and the records its last `workloads()` built. The gated services among them are those whose
+record has ramp settings (`Workload.ramp`): their pod template carries the
+`autoscaler.dsec.io/warm` readiness gate or the `warming` label (docs/architecture.md, "The
+warm-up gate and the traffic ramp"). Any other service has nothing
 to gate, ramp or drain (no pod of it ever leaves the Service's endpoints before it is deleted), so
 its scale writes go straight through. Reads come from the caches. A service's pods are those of its
 Deployment and of its placement-tier siblings (Deployments in its namespace whose controlling owner
@@ -82,14 +83,11 @@ OPENED_REASON: Final = "GateOpened"
 """The warm condition's reason when the gate was opened without a ramp (`core.gates`)."""
 TIER_LABEL: Final = placement.TIER_LABEL
 WHOLE_TIER: Final = "whole"
-RAMP_LABELS: Final = frozenset({cluster.WARMING_LABEL, cluster.STABLE_LABEL})
+RAMP_LABELS: Final = cluster.RAMP_LABELS
 DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
 LOWEST_DELETION_COST: Final = str(-(2**31))
 """The lowest cost the annotation takes (an int32): the ReplicaSet removes this pod first."""
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
-
-_Managed = cluster._Managed
-"""A service as `KubeCluster.workloads()` last saw it: namespace, Deployment name, config."""
 
 
 def pod_info(pod: Obj, *, offset_s: float = 0.0) -> ports.PodInfo:
@@ -112,14 +110,7 @@ def pod_info(pod: Obj, *, offset_s: float = 0.0) -> ports.PodInfo:
     )
 
 
-def is_gated(template: Obj) -> bool:
-    """Whether a pod template opts into the warm-up gate: the `warm` readiness gate, or the
-    `warming` label its new pods start with."""
-    labels = _api.meta(template).get("labels") or {}
-    if labels.get(cluster.WARMING_LABEL) == "true":
-        return True
-    gates = _api.spec(template).get("readinessGates") or ()
-    return any(isinstance(g, dict) and g.get("conditionType") == WARM_CONDITION for g in gates)
+is_gated = cluster.is_gated
 
 
 def first_port(pod: Obj) -> int | None:
@@ -201,35 +192,9 @@ class KubeRamp:
     # -- reads -------------------------------------------------------------------------------------
 
     def ramp_targets(self) -> list[ports.RampTarget]:
-        """The gated services the last `workloads()` found, with their ramp settings."""
-        targets = []
-        for service in self._kube.managed_services():
-            found = self._find(service)
-            if found is None:
-                continue
-            managed, deployment = found
-            template = _api.spec(deployment).get("template") or {}
-            labels = _api.meta(template).get("labels") or {}
-            if not is_gated(template):
-                continue
-            route = ports.RouteTarget(
-                service=service,
-                namespace=managed.namespace,
-                deployment=managed.name,
-                pod_labels={str(k): str(v) for k, v in labels.items() if k not in RAMP_LABELS},
-            )
-            targets.append(
-                ports.RampTarget(
-                    service=service,
-                    route=route,
-                    traffic=managed.config.traffic,
-                    warmup=managed.config.warmup,
-                    metrics=managed.config.metrics,
-                    dry_run=self._dry_run(managed),
-                    saved=_api.annotations_of(deployment).get(contract.RAMP_KEY),
-                )
-            )
-        return targets
+        """The ramp settings of the gated services the last `workloads()` found (the records'
+        `Workload.ramp`, which the loop hands the driver)."""
+        return [w.ramp for w in self._kube.managed() if w.ramp is not None]
 
     def pods(self, service: model.ServiceId) -> list[ports.PodInfo]:
         """Every pod of the service, in every placement tier, from the caches; by name."""
@@ -240,13 +205,13 @@ class KubeRamp:
         pods = [pod_info(pod, offset_s=offset_s) for pod in self._pods_of(found[1])]
         return sorted(pods, key=lambda pod: pod.name)
 
-    def _find(self, service: model.ServiceId) -> tuple[_Managed, Obj] | None:
-        """The service as the last `workloads()` saw it, and its Deployment in the cache."""
-        managed = self._kube.managed(service)
-        if managed is None:
+    def _find(self, service: model.ServiceId) -> tuple[ports.Workload, Obj] | None:
+        """The service's record from the last `workloads()`, and its Deployment in the cache."""
+        workload = self._kube.workload(service)
+        if workload is None:
             return None
-        deployment = self._caches.deployment(managed.namespace, managed.name)
-        return None if deployment is None else (managed, deployment)
+        deployment = self._caches.deployment(workload.namespace, workload.deployment)
+        return None if deployment is None else (workload, deployment)
 
     def _tiers(self, owner: Obj) -> Iterator[Obj]:
         """The owner's Deployment and its placement-tier siblings."""
@@ -381,7 +346,7 @@ class KubeRamp:
         if found is None:
             raise KubeApiError(operation, f"{service} is not a managed Deployment")
         managed, current = found
-        if not self._may_write(service, managed, operation, managed.name):
+        if not self._may_write(service, managed, operation, managed.deployment):
             return
         if self._saved_already(service, current, text):
             return
@@ -396,7 +361,7 @@ class KubeRamp:
                 answer = await _api.write_json(
                     self._kube.may_write,
                     self._apps.patch_namespaced_deployment,
-                    managed.name,
+                    managed.deployment,
                     managed.namespace,
                     body,
                     _content_type=_api.MERGE_PATCH,
@@ -418,7 +383,7 @@ class KubeRamp:
                 "deployments.get",
                 service,
                 self._apps.read_namespaced_deployment,
-                managed.name,
+                managed.deployment,
                 managed.namespace,
                 write=False,
             )
@@ -493,11 +458,11 @@ class KubeRamp:
         (opted in and valid, but not seen by the last `workloads()`)."""
         namespace, name = _api.namespace(deployment), _api.name(deployment)
         service = model.ServiceId(f"{namespace}/{name}")
-        managed = self._kube.managed(service)
+        managed = self._kube.workload(service)
         if self._kube.dry_run:
             return gates.Custody.DRY_RUN
         if managed is not None:
-            if managed.config.mode is contract.Mode.DRY_RUN:
+            if managed.dry_run:
                 return gates.Custody.SERVICE_DRY_RUN
             return gates.Custody.RAMP if service in ramped else gates.Custody.NOT_GATED
         notes = _api.annotations_of(deployment)
@@ -542,7 +507,9 @@ class KubeRamp:
 
     # -- write plumbing ----------------------------------------------------------------------------
 
-    def _pod(self, service: model.ServiceId, pod: str, operation: str) -> tuple[_Managed, Obj]:
+    def _pod(
+        self, service: model.ServiceId, pod: str, operation: str
+    ) -> tuple[ports.Workload, Obj]:
         """The service and one of its pods from the caches; a `KubeApiError` for any other pod."""
         found = self._find(service)
         if found is None:
@@ -567,11 +534,11 @@ class KubeRamp:
             for replicaset in self._caches.replicasets_of(deployment)
         }
 
-    def _dry_run(self, managed: _Managed) -> bool:
-        return self._kube.dry_run or managed.config.mode is contract.Mode.DRY_RUN
+    def _dry_run(self, managed: ports.Workload) -> bool:
+        return self._kube.dry_run or managed.dry_run
 
     def _may_write(
-        self, service: model.ServiceId, managed: _Managed, operation: str, name: str
+        self, service: model.ServiceId, managed: ports.Workload, operation: str, name: str
     ) -> bool:
         """False in dry-run (logged); `NotLeaderError` on a follower; True otherwise."""
         if self._dry_run(managed):

@@ -141,8 +141,9 @@ async def test_workloads_report_replicas_serving_and_startup_from_pods(
     assert web.policy.max_replicas == 10
     assert web.policy.target_load_per_replica == 5.0
     assert web.state is None
-    serving = made.serving_pods(WEB)
+    serving = made.workload(WEB)
     assert serving is not None
+    assert (serving.namespace, serving.deployment) == (NS, "web")
     assert serving.metrics == prometheus.PRESETS["vllm"]
     assert len(serving.pods) == 3
     assert all(pod.startswith("web-") and not pod.startswith("web-mig-") for pod in serving.pods)
@@ -152,12 +153,55 @@ async def test_workloads_report_replicas_serving_and_startup_from_pods(
     kubelet.set_ready_after(NS, victim, math.inf)
     await kubelet.reconcile()
     await eventually(lambda: made.workloads()[0].serving == 2, made.caches.pods)
-    assert victim not in (made.serving_pods(WEB) or serving).pods
+    assert victim not in (made.workload(WEB) or serving).pods
 
     for _ in range(50):
         made.workloads()
     for kind in ("deployments", "replicasets", "pods", "nodes"):
         assert kube.requests.count("list", kind) == 1
+
+
+async def test_an_unchanged_service_keeps_its_record_and_a_change_to_its_pod_rebuilds_it(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Records are the same objects call after call until the informers report a change: a pod
+    of `web` leaving the serving set rebuilds `web`'s alone, and so does an edited annotation."""
+    kubelet.add_node("gpu-1", gpus=8)
+    await apps.create_namespaced_deployment(
+        NS, deployment("web", replicas=2, annotations=settings(window="1m"))
+    )
+    await apps.create_namespaced_deployment(
+        NS, deployment("api", replicas=2, annotations=settings())
+    )
+    await kubelet.settle()
+    made = await make_cluster()
+    await eventually(lambda: [w.serving for w in made.workloads()] == [2, 2], made.caches.pods)
+    web, api = sorted(made.workloads(), key=lambda w: w.id, reverse=True)
+    assert (web.window_s, api.window_s) == (60.0, None)
+
+    again = {w.id: w for w in made.workloads()}
+    assert again[WEB] is web
+    assert again[api.id] is api
+
+    # Labelled warming, the pod leaves the serving set; nothing else about `web` changes.
+    victim = sorted(web.pods)[0]
+    labels = {"metadata": {"labels": {cluster.WARMING_LABEL: "true"}}}
+    await client.CoreV1Api(apps.api_client).patch_namespaced_pod(victim, NS, labels)
+    await eventually(
+        lambda: {w.id: w.serving for w in made.workloads()}[WEB] == 1, made.caches.pods
+    )
+    after = {w.id: w for w in made.workloads()}
+    assert after[WEB] is not web
+    assert victim not in after[WEB].pods
+    assert after[api.id] is api
+
+    await apps.patch_namespaced_deployment(
+        "web", NS, {"metadata": {"annotations": {contract.PREFIX + "window": "2m"}}}
+    )
+    await eventually(
+        lambda: {w.id: w.window_s for w in made.workloads()}[WEB] == 120.0, made.caches.deployments
+    )
+    assert {w.id: w for w in made.workloads()}[api.id] is api
 
 
 async def test_invalid_annotations_skip_the_service_with_one_event(

@@ -235,7 +235,7 @@ async def test_overflow_climbs_down_the_ladder_and_scale_down_climbs_back(
     (web,) = made.workloads()
     assert [w.id for w in made.workloads()] == [WEB]  # the sibling is not a service
     assert (web.replicas, web.serving) == (4, 4)
-    assert len(made.serving_pods(WEB).pods) == 4  # type: ignore[union-attr]
+    assert len(made.workload(WEB).pods) == 4  # type: ignore[union-attr]
 
     await made.scale(WEB, 6)
     shared = stored(kube, "web-shared")
