@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
 from autoscaler import errors, ports
 from autoscaler.adapters.kubernetes import _api
@@ -240,8 +239,9 @@ class MeshClient:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
-        self._on_api_error = on_api_error
-        self._request_timeout_s = request_timeout_s
+        self._calls = _api.Caller(
+            fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s
+        )
         self._may_write = may_write
         self._owners: dict[tuple[str, str], OwnerService] = {}
 
@@ -261,7 +261,7 @@ class MeshClient:
                 return self._owners[key]
             log.info("route.service_lost", service=target.service, name=cached.name)
             del self._owners[key]
-        listed = await self._call(
+        listed = await self._calls.call(
             "services.list", target.service, self._core.list_namespaced_service, target.namespace
         )
         items = [item for item in listed.get("items") or () if isinstance(item, dict)]
@@ -283,7 +283,7 @@ class MeshClient:
     async def get(self, resource: Resource, target: ports.RouteTarget, name: str) -> Obj | None:
         """The object, or None when it does not exist."""
         call, args = self._reader(resource, target.namespace, name)
-        return await self._call_allowing(
+        return await self._calls.call_allowing(
             {404}, f"{resource.plural}.get", target.service, call, *args
         )
 
@@ -330,7 +330,7 @@ class MeshClient:
         # and the object is the autoscaler's alone.
         body = {"spec": spec}
         call, args = self._patcher(resource, target.namespace, name, body)
-        patched = await self._call(
+        patched = await self._calls.call(
             f"{resource.plural}.patch",
             target.service,
             call,
@@ -360,7 +360,7 @@ class MeshClient:
             call = self._custom.delete_namespaced_custom_object
             args = (resource.group, resource.version, target.namespace, resource.plural, name)
         # 404: gone already; 409: the uid changed, so what has that name now is not what we read.
-        await self._call_allowing(
+        await self._calls.call_allowing(
             {404, 409},
             f"{resource.plural}.delete",
             target.service,
@@ -383,7 +383,7 @@ class MeshClient:
     async def delete_set_services(self, target: ports.RouteTarget) -> None:
         """Delete the autoscaler's `-stable`/`-warming` Services owned by the target's
         Deployment, found by label, so nothing else (not even the owner's Service) is needed."""
-        listed = await self._call(
+        listed = await self._calls.call(
             "services.list",
             target.service,
             self._core.list_namespaced_service,
@@ -405,7 +405,7 @@ class MeshClient:
 
     async def _owner_reference(self, target: ports.RouteTarget) -> Obj:
         """An ownerReference to the Deployment, read now so its uid is current."""
-        deployment = await self._call(
+        deployment = await self._calls.call(
             "deployments.get",
             target.service,
             self._apps.read_namespaced_deployment,
@@ -441,7 +441,7 @@ class MeshClient:
         else:
             call = self._custom.create_namespaced_custom_object
             args = (resource.group, resource.version, target.namespace, resource.plural, body)
-        created = await self._call_allowing(
+        created = await self._calls.call_allowing(
             {409}, f"{resource.plural}.create", target.service, call, *args, write=True
         )
         if created is not None:
@@ -490,51 +490,3 @@ class MeshClient:
             raise NotLeaderError(
                 f"{target.service}: this instance is not the leader; no route written"
             )
-
-    async def _call(
-        self,
-        operation: str,
-        what: str,
-        fn: Callable[..., Awaitable[Any]],
-        *args: Any,
-        write: bool = False,
-        **kwargs: Any,
-    ) -> Obj:
-        """The answer's JSON; any failure raises `KubeApiError`. A `write` is fenced by the
-        Lease (`_api.write_json`)."""
-        try:
-            return await self._send(fn, *args, write=write, **kwargs)
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, what, e) from e
-
-    async def _call_allowing(
-        self,
-        allow: Collection[int],
-        operation: str,
-        what: str,
-        fn: Callable[..., Awaitable[Any]],
-        *args: Any,
-        write: bool = False,
-        **kwargs: Any,
-    ) -> Obj | None:
-        """As `_call`, but None (and nothing counted) when the HTTP status is one of `allow`."""
-        try:
-            return await self._send(fn, *args, write=write, **kwargs)
-        except ApiException as e:
-            if e.status in allow:
-                return None
-            self._on_api_error(operation)
-            raise _api.failure(operation, what, e) from e
-        except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, what, e) from e
-
-    async def _send(
-        self, fn: Callable[..., Awaitable[Any]], *args: Any, write: bool, **kwargs: Any
-    ) -> Obj:
-        if write:
-            return await _api.write_json(
-                self._may_write, fn, *args, request_timeout_s=self._request_timeout_s, **kwargs
-            )
-        return await _api.call_json(fn, *args, request_timeout_s=self._request_timeout_s, **kwargs)
