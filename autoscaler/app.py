@@ -161,6 +161,7 @@ class Controller:
             request_timeout_s=k8s.request_timeout_s,
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
+            on_event=lambda outcome: self.telemetry.events.labels(outcome).inc(),
         )
         access = access or prometheus_access(prom)
         self.metrics = prometheus.MetricsSource(

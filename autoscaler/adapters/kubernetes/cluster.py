@@ -214,6 +214,7 @@ class KubeCluster:
         core_weights: Mapping[str, float] = placement.DEFAULT_CORE_WEIGHTS,
         on_tiers: placement.TierCallback | None = None,
         on_fallback: placement.FallbackCallback | None = None,
+        on_event: events.OutcomeCallback | None = None,
     ) -> None:
         """Build the caches and the Event recorder on `api`; `run()` fills and follows them.
 
@@ -222,7 +223,8 @@ class KubeCluster:
         annotation and Events, and times how long an empty tier Deployment has been idle
         (`idle_tier_grace_s` before it is deleted). `may_write` is asked before every write (the
         leader elector's `is_leader`). `core_weights` are core-hours per card-hour by GPU
-        product; `on_tiers` and `on_fallback` are told of placements (telemetry).
+        product; `on_tiers` and `on_fallback` are told of placements, `on_event` of what became
+        of each Event (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
@@ -251,10 +253,12 @@ class KubeCluster:
         self.events = events.EventRecorder(
             api,
             instance=identity,
+            clock=self.clock,
             wall_now=wall_now,
             may_write=may_write,
             dry_run=dry_run,
             on_api_error=on_api_error,
+            on_outcome=on_event,
             request_timeout_s=request_timeout_s,
         )
         self.placement = placement.Ladder(
