@@ -22,6 +22,8 @@ from autoscaler.core import model
 
 LOAD, SATURATION, CAPACITY = model.Signal.LOAD, model.Signal.SATURATION, model.Signal.CAPACITY
 VLLM = prometheus.PRESETS["vllm"]
+NOWHERE = prometheus.Client("http://127.0.0.1:9")
+"""A client that never sends: its session opens at the first query."""
 HOSTILE = [
     'a"} or vector(1) #',
     'a",pod=~".*',
@@ -70,18 +72,23 @@ async def source_for() -> AsyncIterator[SourceFactory]:
     made: list[prometheus.MetricsSource] = []
 
     def make(
-        url: str, services: Mapping[str, prometheus.ServingPods], **kwargs: Any
+        url: str,
+        services: Mapping[str, prometheus.ServingPods],
+        *,
+        timeout_s: float = prometheus.DEFAULT_TIMEOUT_S,
+        **kwargs: Any,
     ) -> prometheus.MetricsSource:
         index = FakePodIndex({model.ServiceId(k): v for k, v in services.items()})
+        client = prometheus.Client(url, timeout_s=timeout_s)
         source = prometheus.MetricsSource(
-            url, index, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
+            client, index, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
         )
         made.append(source)
         return source
 
     yield make
     for source in made:
-        await source.close()
+        await source.client.close()
 
 
 async def sample_until(
@@ -125,7 +132,7 @@ def test_metric_names_outside_the_grammar_are_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="not a Prometheus metric name"):
         prometheus.MetricNames(requests="r", queue=bad)
     with pytest.raises(ValueError, match="not a Prometheus metric name"):
-        prometheus.MetricsSource("http://127.0.0.1:9", FakePodIndex({}), gpu_metric=bad)
+        prometheus.MetricsSource(NOWHERE, FakePodIndex({}), gpu_metric=bad)
 
 
 def test_queries_quote_pod_names_and_group_servers_by_metric_name() -> None:
@@ -172,7 +179,7 @@ def test_long_pod_lists_fall_back_to_namespace_selection() -> None:
 
 def test_limits_default_to_multiples_of_the_scrape_interval() -> None:
     """Values older than 3 scrape intervals are stale; rates span 4 intervals."""
-    source = prometheus.MetricsSource("http://127.0.0.1:9", FakePodIndex({}), scrape_interval_s=15)
+    source = prometheus.MetricsSource(NOWHERE, FakePodIndex({}), scrape_interval_s=15)
 
     assert (source.max_age_s, source.rate_window_s) == (45.0, 60.0)
 

@@ -39,7 +39,7 @@ def workloads(services: list[str]) -> list[ports.Workload]:
 
 def source(url: str, index: FakePodIndex, **kwargs: float) -> prometheus.MetricsSource:
     return prometheus.MetricsSource(
-        url, index, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
+        prometheus.Client(url), index, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
     )  # type: ignore[arg-type]
 
 
@@ -106,7 +106,7 @@ async def test_a_service_that_breaks_the_shared_query_is_found_and_read_apart(
         assert np.isfinite(values[:, LOAD]).all()
         assert reader.rejected == {}
     finally:
-        await reader.close()
+        await reader.client.close()
 
 
 @pytest.mark.parametrize(
@@ -125,7 +125,7 @@ async def test_an_outage_fails_the_tick_without_bisecting(status: int, body: str
             with pytest.raises(errors.ObservationError) as caught:
                 await reader.sample(workloads(list(services)), 0.0)
         finally:
-            await reader.close()
+            await reader.client.close()
 
     assert not isinstance(caught.value, prometheus.QueryRejected)
     assert reader.queries_sent == SIGNALS
@@ -145,7 +145,7 @@ async def test_a_prometheus_refusing_every_query_costs_a_bounded_number_of_queri
                 with pytest.raises(prometheus.QueryRejected, match="bad_data: parse error"):
                     await reader.sample(workloads(list(services)), 0.0)
         finally:
-            await reader.close()
+            await reader.client.close()
 
     assert reader.queries_sent <= 3 * (SIGNALS + 10)
     assert reader.rejected == {}
