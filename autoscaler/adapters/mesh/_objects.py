@@ -16,7 +16,8 @@ router creates, and the read / create / patch / delete calls with the project's 
   router wants; fields the API server or a person added are left alone.
 
 Library errors leave as `KubeApiError` (an `errors.ActuationError` carrying the HTTP status),
-each failed call counted through `on_api_error`. It decides nothing about weights or steps.
+each failed call counted, through the one `_api.Caller` the routers share (its fence, error count
+and deadline). It decides nothing about weights or steps.
 """
 
 from __future__ import annotations
@@ -231,18 +232,12 @@ class MeshClient:
     def __init__(
         self,
         api: client.ApiClient,
-        *,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: Callable[[], bool] = lambda: True,
+        calls: _api.Caller | None = None,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
-        self._calls = _api.Caller(
-            fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s
-        )
-        self._may_write = may_write
+        self._calls = calls or _api.Caller()
         self._owners: dict[tuple[str, str], OwnerService] = {}
 
     # -- the owner's Service -------------------------------------------------------------------
@@ -486,7 +481,7 @@ class MeshClient:
         )
 
     def _require_leader(self, target: ports.RouteTarget) -> None:
-        if not self._may_write():
+        if not self._calls.fence():
             raise NotLeaderError(
                 f"{target.service}: this instance is not the leader; no route written"
             )

@@ -23,7 +23,7 @@ the controller(s) implementing the route have seen the last weights written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from kubernetes_asyncio import client
@@ -46,16 +46,9 @@ class GatewayRouter:
         self,
         api: client.ApiClient,
         *,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: Callable[[], bool] = lambda: True,
+        calls: _api.Caller | None = None,
     ) -> None:
-        self._mesh = _objects.MeshClient(
-            api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
-        )
+        self._mesh = _objects.MeshClient(api, calls)
 
     async def ensure(self, target: ports.RouteTarget) -> None:
         """Create the two Services, then the HTTPRoute with all traffic on stable; an existing

@@ -25,7 +25,7 @@ ramp's minimum dwell at each step (a third of the step interval by default) cove
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from kubernetes_asyncio import client
@@ -48,18 +48,11 @@ class IstioRouter:
         self,
         api: client.ApiClient,
         *,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: Callable[[], bool] = lambda: True,
+        calls: _api.Caller | None = None,
         version: str = "v1",
         cluster_domain: str = "cluster.local",
     ) -> None:
-        self._mesh = _objects.MeshClient(
-            api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
-        )
+        self._mesh = _objects.MeshClient(api, calls)
         self.destination_rules = _objects.Resource(
             GROUP, version, "destinationrules", "DestinationRule"
         )

@@ -21,7 +21,7 @@ SMI reports no status: `settled` is True once the TrafficSplit exists.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from kubernetes_asyncio import client
@@ -45,19 +45,12 @@ class SmiRouter:
         self,
         api: client.ApiClient,
         *,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: Callable[[], bool] = lambda: True,
+        calls: _api.Caller | None = None,
         version: str = "v1alpha2",
     ) -> None:
         if version not in _VERSIONS:
             raise ValueError(f"TrafficSplit version must be one of {_VERSIONS}, not {version!r}")
-        self._mesh = _objects.MeshClient(
-            api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
-        )
+        self._mesh = _objects.MeshClient(api, calls)
         self.traffic_splits = _objects.Resource(GROUP, version, "trafficsplits", "TrafficSplit")
 
     async def ensure(self, target: ports.RouteTarget) -> None:
