@@ -253,13 +253,11 @@ class KubeCluster:
         self.events = events.EventRecorder(
             api,
             instance=identity,
+            calls=self._calls,
             clock=self.clock,
             wall_now=wall_now,
-            may_write=may_write,
             dry_run=dry_run,
-            on_api_error=on_api_error,
             on_outcome=on_event,
-            request_timeout_s=request_timeout_s,
         )
         self.placement = placement.Ladder(
             api,

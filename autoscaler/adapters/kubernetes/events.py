@@ -30,7 +30,7 @@ Nothing is lost uncounted: every Event `record` accepts ends in exactly one of `
 combined with similar ones. The counts are in `counts` and told to `on_outcome`. A drop is
 logged too, at most once per `LOSS_LOG_INTERVAL_S`, with the drops since the last such line.
 
-A recorder whose `may_write` says no (a follower) accepts nothing; nor does one in dry-run, but
+A recorder whose fence says no (a follower) accepts nothing; nor does one in dry-run, but
 for the Events recorded `despite_dry_run` (the warm-up gates it opens, `core.gates`).
 
 It must not decide when something is worth an Event: its callers do.
@@ -182,32 +182,28 @@ class EventRecorder:
         api: client.ApiClient,
         *,
         instance: str,
+        calls: _api.Caller | None = None,
         component: str = COMPONENT,
         clock: clock_.Clock | None = None,
         wall_now: Callable[[], float] = time.time,
-        may_write: Callable[[], bool] = lambda: True,
         dry_run: bool = False,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
         on_outcome: OutcomeCallback | None = None,
         max_pending: int = MAX_PENDING,
         remembered: int = REMEMBERED,
         posts_per_s: float = POSTS_PER_S,
         post_burst: int = POST_BURST,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
-        """`wall_now` (Unix seconds) stamps Events and times the correlation windows; `clock`
+        """`calls` is the cluster's (its fence is also asked before an Event is accepted);
+        `wall_now` (Unix seconds) stamps Events and times the correlation windows; `clock`
         paces the calls (`posts_per_s` after `post_burst`)."""
         if not (posts_per_s > 0 and post_burst >= 1 and max_pending >= 1):
             raise ValueError("posts_per_s must be > 0, post_burst and max_pending >= 1")
         self._core = client.CoreV1Api(api)
-        self._calls = _api.Caller(
-            fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s
-        )
+        self._calls = calls or _api.Caller()
         self.instance = instance
         self.component = component
         self._clock = clock or clock_.LoopClock()
         self._wall_now = wall_now
-        self._may_write = may_write
         self._dry_run = dry_run
         self._on_outcome = on_outcome
         self._max_pending = max_pending
@@ -306,7 +302,7 @@ class EventRecorder:
                     self._idle.set()
 
     def _allowed(self, despite_dry_run: bool) -> bool:
-        return (despite_dry_run or not self._dry_run) and self._may_write()
+        return (despite_dry_run or not self._dry_run) and self._calls.fence()
 
     def _similar_to_many(self, key: _Key, now_s: float) -> bool:
         """Whether the object has had many Events like this one with other messages lately
