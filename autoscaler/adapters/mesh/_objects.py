@@ -295,6 +295,18 @@ class MeshClient:
             )
         return found
 
+    async def route(self, resource: Resource, target: ports.RouteTarget) -> Obj:
+        """The target's route object of `resource`; `RouteError` when it is absent (`ensure`
+        creates it) or not the autoscaler's."""
+        name = route_name(target)
+        found = await self.get_ours(resource, target, name)
+        if found is None:
+            raise RouteError(
+                f"{target.service}: {resource.kind} {target.namespace}/{name} is absent; "
+                "ensure() creates it"
+            )
+        return found
+
     async def converge(
         self,
         target: ports.RouteTarget,

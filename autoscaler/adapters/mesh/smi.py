@@ -72,13 +72,7 @@ class SmiRouter:
     async def set_weights(self, target: ports.RouteTarget, warming_pct: int) -> None:
         """Patch the TrafficSplit's backend weights when they differ from `warming_pct`."""
         stable, warming = _objects.split(warming_pct)
-        name = _objects.route_name(target)
-        stored = await self._mesh.get_ours(self.traffic_splits, target, name)
-        if stored is None:
-            raise _objects.RouteError(
-                f"{target.service}: TrafficSplit {target.namespace}/{name} is absent; "
-                "ensure() creates it"
-            )
+        stored = await self._mesh.route(self.traffic_splits, target)
         owner = await self._mesh.owner_service(target, verify=False)
         await self._mesh.patch_spec(
             self.traffic_splits, target, stored, split_spec(owner, stable, warming)
