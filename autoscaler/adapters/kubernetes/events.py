@@ -27,8 +27,9 @@ propagated (an Event is worth less than a tick).
 Nothing is lost uncounted: every Event `record` accepts ends in exactly one of `queued`,
 `merged`, `rate_limited` and `dropped` (too many waiting), and every queued one in `created`,
 `patched`, `failed` or `unsent` (leadership ended first); `aggregated` counts the Events
-combined with similar ones. The counts are in `counts` and told to `on_outcome`. A drop is
-logged too, at most once per `LOSS_LOG_INTERVAL_S`, with the drops since the last such line.
+combined with similar ones. The counts are in `counts` and told to `on_outcome`. A drop and a
+failed call are logged too, each kind at most once per `LOSS_LOG_INTERVAL_S`, with how many of
+each since the last such line: a storm must not become a storm of log lines.
 
 A recorder whose fence says no (a follower) accepts nothing; nor does one in dry-run, but
 for the Events recorded `despite_dry_run` (the warm-up gates it opens, `core.gates`).
@@ -41,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
@@ -221,8 +223,11 @@ class EventRecorder:
         self._spam: _Lru[tuple[str, str, str], _Bucket] = _Lru(remembered)
         self.counts: collections.Counter[str] = collections.Counter()
         """How many Events met each of `OUTCOMES` since start."""
-        self._lost: collections.Counter[str] = collections.Counter()
-        self._loss_logged_s = -float("inf")
+        self._lost: collections.defaultdict[str, collections.Counter[str]] = (
+            collections.defaultdict(collections.Counter)
+        )
+        """Outcomes per log event since that event's last line."""
+        self._loss_logged_s: dict[str, float] = {}
 
     @property
     def pending(self) -> int:
@@ -266,10 +271,12 @@ class EventRecorder:
             bucket = _Bucket(tokens=float(SPAM_BURST), at_s=now_s)
             self._spam.put((namespace, uid, type_), bucket)
         if not bucket.take(now_s, burst=SPAM_BURST, refill_per_s=SPAM_REFILL_PER_S):
-            self._lose("rate_limited", involved, reason, now_s)
+            self._count("rate_limited")
+            self._report("event.dropped", "rate_limited", involved, reason)
             return
         if len(self._pending) >= self._max_pending:
-            self._lose("dropped", involved, reason, now_s)
+            self._count("dropped")
+            self._report("event.dropped", "dropped", involved, reason)
             return
         self._pending[key] = _Pending(
             involved, type_, reason, message, 1, now_s, now_s, despite_dry_run
@@ -378,7 +385,7 @@ class EventRecorder:
                 write=True,
             )
         except _api.KubeApiError as e:
-            log.warning("event.failed", reason=pending.reason, status=e.status, error=str(e))
+            self._report("event.failed", "failed", involved, pending.reason, error=str(e))
             return "failed"
         self._posted.put(key, _Posted(_api.name(created), pending.count))
         return "created"
@@ -388,19 +395,24 @@ class EventRecorder:
         if self._on_outcome is not None:
             self._on_outcome(outcome)
 
-    def _lose(self, outcome: str, involved: Obj, reason: str, now_s: float) -> None:
-        """Count an Event not sent, and say so in the log now and then, never per Event."""
-        self._count(outcome)
-        self._lost[outcome] += 1
-        if now_s - self._loss_logged_s < LOSS_LOG_INTERVAL_S:
+    def _report(
+        self, event: str, outcome: str, involved: Obj, reason: str, **details: object
+    ) -> None:
+        """Log an Event not sent now and then, never per Event: the first of each kind
+        (`event`) per `LOSS_LOG_INTERVAL_S`, with how many of each outcome since the last."""
+        now_s = self._wall_now()
+        lost = self._lost[event]
+        lost[outcome] += 1
+        if now_s - self._loss_logged_s.get(event, -math.inf) < LOSS_LOG_INTERVAL_S:
             return
         log.warning(
-            "event.dropped",
+            event,
             why=outcome,
             reason=reason,
             object=f"{involved['namespace']}/{involved['name']}",
-            since_last_report=dict(self._lost),
+            since_last_report=dict(lost),
             waiting=len(self._pending),
+            **details,
         )
-        self._lost.clear()
-        self._loss_logged_s = now_s
+        lost.clear()
+        self._loss_logged_s[event] = now_s
