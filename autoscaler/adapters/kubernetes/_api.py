@@ -9,7 +9,8 @@ The adapters call through a `Caller`: the one place where a call is made with it
 failure mapped to `KubeApiError` (naming the operation and the object) and counted through the
 error callback. A status the caller expects as an answer (a 404 on a read that may find
 nothing) is not a failure: `call_allowing` returns None for it and counts nothing. The informers'
-list+watch loop, which handles 404 and 410 itself and backs off, is the one exception.
+list+watch loop is the one exception: a watch is a stream, not a call, and the loop catches
+`CALL_ERRORS` itself to relist on a 410 and back off.
 
 Every write goes through `write_json`, fenced by the leader Lease: it asks its `Fence` (the
 elector's `is_leader`, false once the renew deadline has passed by this replica's own clock)
