@@ -140,12 +140,14 @@ class Controller:
             request_timeout_s=k8s.request_timeout_s,
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
+            on_event=lambda outcome: self.telemetry.events.labels(outcome).inc(),
         )
-        access = access or prometheus_access(prom)
+        self.prometheus = prometheus.Client(
+            prom.url, timeout_s=prom.timeout_s, access=access or prometheus_access(prom)
+        )
+        """The one Prometheus client of the metrics and the health queries."""
         self.metrics = prometheus.MetricsSource(
-            prom.url,
-            access=access,
-            timeout_s=prom.timeout_s,
+            self.prometheus,
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
             rate_window_s=prom.rate_window_s,
@@ -168,9 +170,7 @@ class Controller:
             ).items()
         }
         self.health = prometheus.HealthQueries(
-            prom.url,
-            access=access,
-            timeout_s=prom.timeout_s,
+            self.prometheus,
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
         )
@@ -247,7 +247,7 @@ class Controller:
             namespaces=list(self.settings.kubernetes.namespaces) or "all",
             excluded=list(self.settings.kubernetes.exclude_namespaces),
             prometheus=self.settings.prometheus.url,
-            prometheus_access=repr(self.metrics.access),
+            prometheus_access=repr(self.prometheus.access),
         )
         if self.elector is None:  # dry-run: leads its own, writeless, term at once
             self._term, self._leading_since_s = 1, self.lease_clock.now()
@@ -432,8 +432,7 @@ async def wire(
         try:
             yield controller
         finally:
-            await controller.metrics.close()
-            await controller.health.close()
+            await controller.prometheus.close()
             await controller.prober.close()
     finally:
         await api.close()

@@ -20,11 +20,12 @@ owners choose metric names (a preset or `custom`), never PromQL.
 and stable pods of one service over a window, and the requests still in flight on pods being
 drained.
 
-Every query goes out through one `Access`: the credentials (a bearer token or basic auth, each
-from a file read again when it changes), the TLS trust (a CA bundle, or none checked) and the
-extra headers (a tenant's `X-Scope-OrgID` for Mimir, Cortex or Thanos). A 401 or 403 answer is
-an `ObservationError` that says the credentials were refused. Secrets never reach a log line,
-an error message or a `repr`.
+Every query of both goes out through one `Client`, built once and handed to both: one deadline,
+one connection pool, one mapping of failures to `ObservationError`, and one `Access`: the
+credentials (a bearer token or basic auth, each from a file read again when it changes), the TLS
+trust (a CA bundle, or none checked) and the extra headers (a tenant's `X-Scope-OrgID` for Mimir,
+Cortex or Thanos). A 401 or 403 answer is an `ObservationError` that says the credentials were
+refused. Secrets never reach a log line, an error message or a `repr`.
 
 This module decides nothing: a pod without a fresh series is missing data (NaN), never zero, and
 what missing data means is for the decision core to say.
@@ -285,20 +286,24 @@ _REFUSED: Final = {
 }
 
 
-class _Client:
+class Client:
     """One Prometheus HTTP API: instant queries, each bounded by one deadline in all.
 
-    The aiohttp session is opened by the first query, on the running loop; `close` ends it.
+    The metrics and the health queries share one: its deadline (`timeout_s`), its `access`
+    (credentials, TLS, headers) and its mapping of every failure to `ObservationError`. The
+    aiohttp session is opened by the first query, on the running loop; `close` ends it.
     Nothing is retried within a query: the caller asks again at its next tick, and a retry would
     stall every service's decision meanwhile.
     """
 
-    def __init__(self, url: str, *, timeout_s: float, access: Access = NO_ACCESS_CONTROL) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, access: Access = NO_ACCESS_CONTROL
+    ) -> None:
         if not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise ValueError(f"timeout_s must be > 0 and finite, not {timeout_s!r}")
         self.endpoint = url.rstrip("/") + "/api/v1/query"
         self.timeout_s = timeout_s
-        self._access = access
+        self.access = access
         self._session: aiohttp.ClientSession | None = None
         self.sent = 0
         """Queries sent since construction (each is one HTTP request)."""
@@ -306,7 +311,7 @@ class _Client:
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
         Prometheus refused the query as such)."""
-        headers = self._access.request_headers()
+        headers = self.access.request_headers()
         self.sent += 1
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -326,7 +331,7 @@ class _Client:
             said = body[:200].decode(errors="replace").strip()
             raise errors.ObservationError(
                 f"Prometheus {what} query refused: HTTP {status} {_REFUSED[status]} "
-                f"(sent: {self._access.scheme} auth); the server said: {said!r}"
+                f"(sent: {self.access.scheme} auth); the server said: {said!r}"
             )
         try:
             answer = json.loads(body)
@@ -347,7 +352,7 @@ class _Client:
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._access.tls),
+                connector=aiohttp.TCPConnector(ssl=self.access.tls),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
@@ -417,26 +422,22 @@ class MetricsSource:
 
     def __init__(
         self,
-        url: str,
+        client: Client,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
         scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
         max_age_s: float | None = None,
         rate_window_s: float | None = None,
         gpu_metric: str = GPU_UTILIZATION,
         max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
         max_isolation_queries: int = DEFAULT_MAX_ISOLATION_QUERIES,
-        access: Access = NO_ACCESS_CONTROL,
     ) -> None:
-        """Connect lazily to the Prometheus HTTP API at `url`.
-
-        `timeout_s` is each query's deadline, all of it; `access` how each query reaches the
-        server (credentials, TLS, headers). `scrape_interval_s` is the interval of
-        the servers' scrape jobs. `max_age_s` defaults to three of them; `rate_window_s` to
-        four, so that a rate spans several samples and survives one missed scrape.
+        """Query through `client` (its deadline and access). `scrape_interval_s` is the
+        interval of the servers' scrape jobs. `max_age_s` defaults to three of them;
+        `rate_window_s` to four, so that a rate spans several samples and survives one missed
+        scrape.
         """
-        if not timeout_s > 0 or not scrape_interval_s > 0:
-            raise ValueError("timeout_s and scrape_interval_s must be > 0")
+        if not scrape_interval_s > 0:
+            raise ValueError("scrape_interval_s must be > 0")
         self.max_age_s = 3 * scrape_interval_s if max_age_s is None else max_age_s
         self.rate_window_s = 4 * scrape_interval_s if rate_window_s is None else rate_window_s
         if not self.max_age_s > 0 or not self.rate_window_s >= 0.001:
@@ -445,21 +446,14 @@ class MetricsSource:
         self.gpu_metric = gpu_metric
         self.max_pod_matcher_chars = max_pod_matcher_chars
         self.max_isolation_queries = max_isolation_queries
-        self.access = access
-        self._client = _Client(url, timeout_s=timeout_s, access=access)
+        self.client = client
+        """Shared with the health queries; its owner closes it."""
+        self.queries_sent = 0
+        """Queries this source sent since construction (each is one HTTP request)."""
         self.last_queries: tuple[str, ...] = ()
         """The PromQL of the last `sample`; empty when no pod was to be read."""
         self.rejected: dict[model.ServiceId, Rejected] = {}
         """Services whose metric names Prometheus refused in a query, queried apart."""
-
-    @property
-    def queries_sent(self) -> int:
-        """Queries sent since construction (each is one HTTP request)."""
-        return self._client.sent
-
-    async def close(self) -> None:
-        """Release the HTTP connections."""
-        await self._client.close()
 
     async def sample(
         self, workloads: Sequence[ports.Workload], now_s: float
@@ -564,8 +558,9 @@ class MetricsSource:
         if promql is None:
             return []
         sent.append(promql)
+        self.queries_sent += 1
         try:
-            series = await self._client.query(signal.name.lower(), promql)
+            series = await self.client.query(signal.name.lower(), promql)
         except QueryRejected as e:
             refused = e
         else:
@@ -870,18 +865,16 @@ class HealthQueries:
 
     def __init__(
         self,
-        url: str,
+        client: Client,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
         scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
         max_age_s: float | None = None,
         max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
-        access: Access = NO_ACCESS_CONTROL,
     ) -> None:
-        """Connect lazily to the Prometheus HTTP API at `url`; gauges older than `max_age_s`
+        """Query through `client`, the one `MetricsSource` uses; gauges older than `max_age_s`
         (three scrape intervals by default) are missing, as in `MetricsSource`."""
-        if not timeout_s > 0 or not scrape_interval_s > 0:
-            raise ValueError("timeout_s and scrape_interval_s must be > 0")
+        if not scrape_interval_s > 0:
+            raise ValueError("scrape_interval_s must be > 0")
         self.max_age_s = 3 * scrape_interval_s if max_age_s is None else max_age_s
         self.min_window_s = 4 * scrape_interval_s
         """The shortest range a health query uses, as `MetricsSource`'s rate window: a range
@@ -892,13 +885,10 @@ class HealthQueries:
         if not self.max_age_s > 0:
             raise ValueError("max_age_s must be > 0")
         self.max_pod_matcher_chars = max_pod_matcher_chars
-        self._client = _Client(url, timeout_s=timeout_s, access=access)
+        self.client = client
+        """Shared with the metrics; its owner closes it."""
         self.last_queries: tuple[str, ...] = ()
         """The PromQL of the last call."""
-
-    async def close(self) -> None:
-        """Release the HTTP connections."""
-        await self._client.close()
 
     async def health(
         self,
@@ -955,7 +945,7 @@ class HealthQueries:
         """Every query at once, each under its deadline; raises once all have finished."""
         self.last_queries = tuple(promql for _, promql in queries.values())
         answers = await asyncio.gather(
-            *(self._client.query(what, promql) for what, promql in queries.values()),
+            *(self.client.query(what, promql) for what, promql in queries.values()),
             return_exceptions=True,
         )
         results: dict[Any, list[Any]] = {}

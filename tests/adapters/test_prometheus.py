@@ -22,6 +22,8 @@ from autoscaler.core import model
 
 LOAD, SATURATION, CAPACITY = model.Signal.LOAD, model.Signal.SATURATION, model.Signal.CAPACITY
 VLLM = prometheus.PRESETS["vllm"]
+NOWHERE = prometheus.Client("http://127.0.0.1:9")
+"""A client that never sends: its session opens at the first query."""
 HOSTILE = [
     'a"} or vector(1) #',
     'a",pod=~".*',
@@ -72,14 +74,19 @@ async def source_for() -> AsyncIterator[SourceFactory]:
     """Makes adapters; closes them after the test."""
     made: list[prometheus.MetricsSource] = []
 
-    def make(url: str, **kwargs: Any) -> prometheus.MetricsSource:
-        source = prometheus.MetricsSource(url, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs)
+    def make(
+        url: str, *, timeout_s: float = prometheus.DEFAULT_TIMEOUT_S, **kwargs: Any
+    ) -> prometheus.MetricsSource:
+        client = prometheus.Client(url, timeout_s=timeout_s)
+        source = prometheus.MetricsSource(
+            client, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
+        )
         made.append(source)
         return source
 
     yield make
     for source in made:
-        await source.close()
+        await source.client.close()
 
 
 async def sample_until(
@@ -123,7 +130,7 @@ def test_metric_names_outside_the_grammar_are_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="not a Prometheus metric name"):
         prometheus.MetricNames(requests="r", queue=bad)
     with pytest.raises(ValueError, match="not a Prometheus metric name"):
-        prometheus.MetricsSource("http://127.0.0.1:9", gpu_metric=bad)
+        prometheus.MetricsSource(NOWHERE, gpu_metric=bad)
 
 
 def test_queries_quote_pod_names_and_group_servers_by_metric_name() -> None:
@@ -170,7 +177,7 @@ def test_long_pod_lists_fall_back_to_namespace_selection() -> None:
 
 def test_limits_default_to_multiples_of_the_scrape_interval() -> None:
     """Values older than 3 scrape intervals are stale; rates span 4 intervals."""
-    source = prometheus.MetricsSource("http://127.0.0.1:9", scrape_interval_s=15)
+    source = prometheus.MetricsSource(NOWHERE, scrape_interval_s=15)
 
     assert (source.max_age_s, source.rate_window_s) == (45.0, 60.0)
 

@@ -49,7 +49,9 @@ def workloads(
 
 
 def source(url: str, **kwargs: float) -> prometheus.MetricsSource:
-    return prometheus.MetricsSource(url, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs)  # type: ignore[arg-type]
+    return prometheus.MetricsSource(
+        prometheus.Client(url), scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
+    )  # type: ignore[arg-type]
 
 
 def grammar_only(name: str) -> None:
@@ -115,7 +117,7 @@ async def test_a_service_that_breaks_the_shared_query_is_found_and_read_apart(
         assert np.isfinite(values[:, LOAD]).all()
         assert reader.rejected == {}
     finally:
-        await reader.close()
+        await reader.client.close()
 
 
 @pytest.mark.parametrize(
@@ -134,7 +136,7 @@ async def test_an_outage_fails_the_tick_without_bisecting(status: int, body: str
             with pytest.raises(errors.ObservationError) as caught:
                 await reader.sample(workloads(services), 0.0)
         finally:
-            await reader.close()
+            await reader.client.close()
 
     assert not isinstance(caught.value, prometheus.QueryRejected)
     assert reader.queries_sent == SIGNALS
@@ -154,7 +156,7 @@ async def test_a_prometheus_refusing_every_query_costs_a_bounded_number_of_queri
                 with pytest.raises(prometheus.QueryRejected, match="bad_data: parse error"):
                     await reader.sample(workloads(services), 0.0)
         finally:
-            await reader.close()
+            await reader.client.close()
 
     assert reader.queries_sent <= 3 * (SIGNALS + 10)
     assert reader.rejected == {}

@@ -51,11 +51,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters.kubernetes import _api, caches, events, informer, placement
+from autoscaler.adapters.kubernetes import _api, annotate, caches, events, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
@@ -224,20 +223,14 @@ async def read_deployment(
 
     None when it does not exist; any other failure is a `KubeApiError` with the HTTP status.
     """
-    operation = "deployments.get"
-    try:
-        return await _api.call_json(
-            client.AppsV1Api(api).read_namespaced_deployment,
-            name,
-            namespace,
-            request_timeout_s=request_timeout_s,
-        )
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise _api.failure(operation, f"{namespace}/{name}", e) from e
-    except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-        raise _api.failure(operation, f"{namespace}/{name}", e) from e
+    return await _api.Caller(request_timeout_s=request_timeout_s).call_allowing(
+        (404,),
+        "deployments.get",
+        f"{namespace}/{name}",
+        client.AppsV1Api(api).read_namespaced_deployment,
+        name,
+        namespace,
+    )
 
 
 LIST_PAGE = 500
@@ -253,6 +246,7 @@ async def list_deployments(
     """The Deployments of `namespace` (None: all namespaces) as the API serialises them, read
     once, page by page (for `autoscaler list`); a failure is a `KubeApiError`."""
     apps = client.AppsV1Api(api)
+    calls = _api.Caller(request_timeout_s=request_timeout_s)
     operation = "deployments.list"
     target = namespace or "all namespaces"
     found: list[Obj] = []
@@ -261,22 +255,14 @@ async def list_deployments(
         kwargs: dict[str, Any] = {"limit": LIST_PAGE}
         if token:
             kwargs["_continue"] = token
-        try:
-            if namespace is None:
-                page = await _api.call_json(
-                    apps.list_deployment_for_all_namespaces,
-                    request_timeout_s=request_timeout_s,
-                    **kwargs,
-                )
-            else:
-                page = await _api.call_json(
-                    apps.list_namespaced_deployment,
-                    namespace,
-                    request_timeout_s=request_timeout_s,
-                    **kwargs,
-                )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            raise _api.failure(operation, target, e) from e
+        if namespace is None:
+            page = await calls.call(
+                operation, target, apps.list_deployment_for_all_namespaces, **kwargs
+            )
+        else:
+            page = await calls.call(
+                operation, target, apps.list_namespaced_deployment, namespace, **kwargs
+            )
         items = page.get("items")
         found.extend(item for item in items or () if isinstance(item, dict))
         token = (page.get("metadata") or {}).get("continue")
@@ -307,6 +293,7 @@ class KubeCluster:
         core_weights: Mapping[str, float] = placement.DEFAULT_CORE_WEIGHTS,
         on_tiers: placement.TierCallback | None = None,
         on_fallback: placement.FallbackCallback | None = None,
+        on_event: events.OutcomeCallback | None = None,
     ) -> None:
         """Build the caches and the Event recorder on `api`; `run()` fills and follows them.
 
@@ -315,7 +302,8 @@ class KubeCluster:
         annotation and Events, and times how long an empty tier Deployment has been idle
         (`idle_tier_grace_s` before it is deleted). `may_write` is asked before every write (the
         leader elector's `is_leader`). `core_weights` are core-hours per card-hour by GPU
-        product; `on_tiers` and `on_fallback` are told of placements (telemetry).
+        product; `on_tiers` and `on_fallback` are told of placements, `on_event` of what became
+        of each Event (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
@@ -323,10 +311,13 @@ class KubeCluster:
         self._may_write = may_write
         self._on_api_error = on_api_error
         self._recent_pods = recent_pods
-        self._conflict_attempts = max(1, conflict_attempts)
-        self._request_timeout_s = request_timeout_s
         self._rng = rng or random.Random()
-        self._conflict_backoff = informer.Backoff(initial_s=0.05, max_s=1.0)
+        self._calls = _api.Caller(
+            fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s
+        )
+        self._conflicts = annotate.ConflictRetry(
+            clock=self.clock, rng=self._rng, attempts=max(1, conflict_attempts)
+        )
         self._apps = client.AppsV1Api(api)
         self.caches = caches.Caches(
             api,
@@ -341,11 +332,11 @@ class KubeCluster:
         self.events = events.EventRecorder(
             api,
             instance=identity,
+            calls=self._calls,
+            clock=self.clock,
             wall_now=wall_now,
-            may_write=may_write,
             dry_run=dry_run,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
+            on_outcome=on_event,
         )
         self.placement = placement.Ladder(
             api,
@@ -796,25 +787,22 @@ class KubeCluster:
             version, based_on = self._written_version[service], self._written_replicas[service]
         else:
             version, based_on = _api.resource_version(cached), spec_replicas(cached)
-        for attempt in range(1, self._conflict_attempts + 1):
+        for attempt in range(1, self._conflicts.attempts + 1):
             body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
             try:
-                answer = await _api.write_json(
-                    self._may_write,
+                answer = await self._calls.call(
+                    operation,
+                    service,
                     self._apps.patch_namespaced_deployment_scale,
                     workload.deployment,
                     workload.namespace,
                     body,
+                    write=True,
                     _content_type=_api.MERGE_PATCH,
-                    request_timeout_s=self._request_timeout_s,
                 )
-            except ApiException as e:
-                self._on_api_error(operation)
-                if e.status != 409 or attempt == self._conflict_attempts:
-                    raise _api.failure(operation, service, e) from e
-            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-                self._on_api_error(operation)
-                raise _api.failure(operation, service, e) from e
+            except KubeApiError as e:
+                if e.status != 409 or attempt == self._conflicts.attempts:
+                    raise
             else:
                 self._written_version[service] = _api.resource_version(answer)
                 self._written_replicas[service] = replicas
@@ -866,7 +854,7 @@ class KubeCluster:
         if placed is not None:
             document["placement"] = placed
         state_text = codec.state_text(state, replicas=self._last_set.get(service))
-        await self._annotate(service, target.workload, deployment, document, state_text)
+        await self._annotate(service, deployment, document, state_text)
         self._announce(service, target.config, deployment, decision)
 
     def _target(self, service: model.ServiceId) -> tuple[_Target, Obj]:
@@ -901,71 +889,37 @@ class KubeCluster:
     async def _annotate(
         self,
         service: model.ServiceId,
-        workload: ports.Workload,
         deployment: Obj,
         document: dict[str, object],
         state_text: str,
     ) -> None:
-        operation = "deployments.patch"
-        current = deployment
+        def written(found: Mapping[str, str]) -> bool:
+            return (
+                codec.same_status(found.get(contract.STATUS_KEY), document)
+                and found.get(contract.STATE_KEY) == state_text
+            )
+
         # Right after its own scale write the cache usually lags by that write: patching from
         # its version would only earn a 409 and a re-read.
-        version = (
-            self._written_version[service]
-            if self._lags(service)
-            else _api.resource_version(current)
+        await annotate.patch_annotations(
+            self._calls,
+            self._apps,
+            deployment,
+            {contract.STATUS_KEY: codec.dumps(document), contract.STATE_KEY: state_text},
+            target=service,
+            retry=self._conflicts,
+            version=self._written_version[service] if self._lags(service) else None,
+            written=written,
         )
-        for attempt in range(1, self._conflict_attempts + 1):
-            notes = _api.annotations_of(current)
-            if (
-                codec.same_status(notes.get(contract.STATUS_KEY), document)
-                and notes.get(contract.STATE_KEY) == state_text
-            ):
-                return
-            body = {
-                "metadata": {
-                    "resourceVersion": version,
-                    "annotations": {
-                        contract.STATUS_KEY: codec.dumps(document),
-                        contract.STATE_KEY: state_text,
-                    },
-                }
-            }
-            try:
-                await _api.write_json(
-                    self._may_write,
-                    self._apps.patch_namespaced_deployment,
-                    workload.deployment,
-                    workload.namespace,
-                    body,
-                    _content_type=_api.MERGE_PATCH,
-                    request_timeout_s=self._request_timeout_s,
-                )
-                return
-            except ApiException as e:
-                self._on_api_error(operation)
-                if e.status != 409 or attempt == self._conflict_attempts:
-                    raise _api.failure(operation, service, e) from e
-            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-                self._on_api_error(operation)
-                raise _api.failure(operation, service, e) from e
-            log.info("publish.conflicted", service=service, attempt=attempt)
-            await self.clock.sleep(self._conflict_backoff.delay_s(attempt, self._rng))
-            current = await self._read(service, workload)
-            version = _api.resource_version(current)
 
     async def _read(self, service: model.ServiceId, workload: ports.Workload) -> Obj:
-        operation = "deployments.get"
-        try:
-            return await _api.call_json(
-                self._apps.read_namespaced_deployment,
-                workload.deployment,
-                workload.namespace,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, service, e) from e
+        return await self._calls.call(
+            "deployments.get",
+            service,
+            self._apps.read_namespaced_deployment,
+            workload.deployment,
+            workload.namespace,
+        )
 
     def _announce(
         self,

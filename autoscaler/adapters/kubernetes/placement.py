@@ -67,7 +67,6 @@ from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
 from autoscaler import errors
 from autoscaler.adapters.kubernetes import _api, caches, events
@@ -637,8 +636,9 @@ class Ladder:
         self._wall_now = wall_now
         self._may_write = may_write
         self._is_serving = is_serving
-        self._on_api_error = on_api_error
-        self._request_timeout_s = request_timeout_s
+        self._calls = _api.Caller(
+            fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s
+        )
         self.idle_grace_s = idle_grace_s
         self.headroom_ratio = headroom_ratio
         self._on_tiers = on_tiers
@@ -933,20 +933,16 @@ class Ladder:
             self.events.record(owner, events.WARNING, LIMITED, message)
 
     async def _scale(self, service: model.ServiceId, deployment: Obj, replicas: int) -> None:
-        operation = "deployments/scale.patch"
-        try:
-            await _api.write_json(
-                self._may_write,
-                self._apps.patch_namespaced_deployment_scale,
-                _api.name(deployment),
-                _api.namespace(deployment),
-                {"spec": {"replicas": replicas}},
-                _content_type=_api.MERGE_PATCH,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{service} ({_api.name(deployment)})", e) from e
+        await self._calls.call(
+            "deployments/scale.patch",
+            f"{service} ({_api.name(deployment)})",
+            self._apps.patch_namespaced_deployment_scale,
+            _api.name(deployment),
+            _api.namespace(deployment),
+            {"spec": {"replicas": replicas}},
+            write=True,
+            _content_type=_api.MERGE_PATCH,
+        )
 
     async def _create(self, service: model.ServiceId, owner: Obj, tier: str, replicas: int) -> None:
         namespace, name = _api.namespace(owner), sibling_name(_api.name(owner), tier)
@@ -958,18 +954,14 @@ class Ladder:
             )
             self.events.record(owner, events.WARNING, NAME_TAKEN, message)
             raise KubeApiError("deployments.create", f"{service}: {message}", status=409)
-        operation = "deployments.create"
-        try:
-            await _api.write_json(
-                self._may_write,
-                self._apps.create_namespaced_deployment,
-                namespace,
-                sibling(owner, tier, replicas=replicas),
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{service} ({name})", e) from e
+        await self._calls.call(
+            "deployments.create",
+            f"{service} ({name})",
+            self._apps.create_namespaced_deployment,
+            namespace,
+            sibling(owner, tier, replicas=replicas),
+            write=True,
+        )
         log.info("tier.created", service=service, deployment=name, replicas=replicas)
 
     # -- upkeep ----------------------------------------------------------------------------------
@@ -1022,20 +1014,16 @@ class Ladder:
             {"op": "replace", "path": "/spec/template", "value": sibling_template(owner, tier)},
             {"op": "add", "path": "/metadata/annotations", "value": notes},
         ]
-        operation = "deployments.patch"
-        try:
-            await _api.write_json(
-                self._may_write,
-                self._apps.patch_namespaced_deployment,
-                job.upkeep.target,
-                job.namespace,
-                body,
-                _content_type=_JSON_PATCH,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{job.service} ({job.upkeep.target})", e) from e
+        await self._calls.call(
+            "deployments.patch",
+            f"{job.service} ({job.upkeep.target})",
+            self._apps.patch_namespaced_deployment,
+            job.upkeep.target,
+            job.namespace,
+            body,
+            write=True,
+            _content_type=_JSON_PATCH,
+        )
         log.info("tier.synced", service=job.service, deployment=job.upkeep.target, template=digest)
 
     async def _delete(self, job: _Job) -> None:
@@ -1044,30 +1032,24 @@ class Ladder:
             return
         if _api.spec(current).get("replicas") != 0 or self.caches.pods_of(current):
             return
-        operation = "deployments.delete"
         body = {
             "preconditions": {
                 "uid": _api.uid(current),
                 "resourceVersion": _api.resource_version(current),
             }
         }
-        try:
-            await _api.write_json(
-                self._may_write,
-                self._apps.delete_namespaced_deployment,
-                job.upkeep.target,
-                job.namespace,
-                body=body,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{job.service} ({job.upkeep.target})", e) from e
-        except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{job.service} ({job.upkeep.target})", e) from e
+        deleted = await self._calls.call_allowing(
+            (404,),
+            "deployments.delete",
+            f"{job.service} ({job.upkeep.target})",
+            self._apps.delete_namespaced_deployment,
+            job.upkeep.target,
+            job.namespace,
+            body=body,
+            write=True,
+        )
+        if deleted is None:  # gone already
+            return
         self._empty_since.pop(_api.uid(current), None)
         log.info("tier.deleted", service=job.service, deployment=job.upkeep.target)
 

@@ -46,15 +46,14 @@ import math
 import random
 import time
 from collections.abc import Callable, Collection, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters.kubernetes import _api, cluster, events, informer, placement
+from autoscaler.adapters.kubernetes import _api, annotate, cluster, events, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
@@ -180,10 +179,12 @@ class KubeRamp:
         self._apps = client.AppsV1Api(api)
         self._clock = clock
         self._wall_now = wall_now
-        self._conflict_attempts = max(1, conflict_attempts)
-        self._request_timeout_s = request_timeout_s
-        self._rng = rng or random.Random()
-        self._conflict_backoff = informer.Backoff(initial_s=0.05, max_s=1.0)
+        self._calls = _api.Caller(
+            fence=kube.may_write, on_error=kube.on_api_error, request_timeout_s=request_timeout_s
+        )
+        self._conflicts = annotate.ConflictRetry(
+            clock=kube.clock, rng=rng or random.Random(), attempts=max(1, conflict_attempts)
+        )
         self._saved: dict[model.ServiceId, tuple[str, str]] = {}
         """The ramp text last written per service, with the resourceVersion of that write."""
         self._opened: dict[tuple[str, str], str] = {}
@@ -252,7 +253,7 @@ class KubeRamp:
             "message": message,
             "lastTransitionTime": transition,
         }
-        await self._call(
+        await self._calls.call(
             operation,
             f"{managed.namespace}/{pod}",
             self._core.patch_namespaced_pod_status,
@@ -260,6 +261,7 @@ class KubeRamp:
             managed.namespace,
             {"status": {"conditions": [condition]}},
             _content_type=STRATEGIC_MERGE_PATCH,
+            write=True,
         )
 
     async def set_labels(
@@ -275,7 +277,7 @@ class KubeRamp:
         if all((labels.get(key) == "true") == value for key, value in wanted.items()):
             return
         patch = {key: "true" if value else None for key, value in wanted.items()}
-        await self._call(
+        await self._calls.call(
             operation,
             f"{managed.namespace}/{pod}",
             self._core.patch_namespaced_pod,
@@ -283,6 +285,7 @@ class KubeRamp:
             managed.namespace,
             {"metadata": {"labels": patch}},
             _content_type=_api.MERGE_PATCH,
+            write=True,
         )
 
     async def mark_victim(self, service: model.ServiceId, pod: str) -> None:
@@ -310,13 +313,14 @@ class KubeRamp:
             return
         try:
             await self._mark(managed.namespace, target)
-            await self._call(
+            await self._calls.call(
                 operation,
                 f"{managed.namespace}/{pod}",
                 self._core.delete_namespaced_pod,
                 pod,
                 managed.namespace,
                 body={"preconditions": {"uid": _api.uid(target)}},
+                write=True,
             )
         except KubeApiError as e:
             # 409: the precondition failed, so the pod of that uid is gone (another took its
@@ -329,7 +333,7 @@ class KubeRamp:
         if _api.annotations_of(pod).get(DELETION_COST) == LOWEST_DELETION_COST:
             return
         name = _api.name(pod)
-        await self._call(
+        await self._calls.call(
             "pods.patch",
             f"{namespace}/{name}",
             self._core.patch_namespaced_pod,
@@ -337,6 +341,7 @@ class KubeRamp:
             namespace,
             {"metadata": {"annotations": {DELETION_COST: LOWEST_DELETION_COST}}},
             _content_type=_api.MERGE_PATCH,
+            write=True,
         )
 
     async def save_ramp(self, service: model.ServiceId, text: str) -> None:
@@ -350,44 +355,16 @@ class KubeRamp:
             return
         if self._saved_already(service, current, text):
             return
-        version = _api.resource_version(current)
-        for attempt in range(1, self._conflict_attempts + 1):
-            if _api.annotations_of(current).get(contract.RAMP_KEY) == text:
-                return
-            body = {
-                "metadata": {"resourceVersion": version, "annotations": {contract.RAMP_KEY: text}}
-            }
-            try:
-                answer = await _api.write_json(
-                    self._kube.may_write,
-                    self._apps.patch_namespaced_deployment,
-                    managed.deployment,
-                    managed.namespace,
-                    body,
-                    _content_type=_api.MERGE_PATCH,
-                    request_timeout_s=self._request_timeout_s,
-                )
-            except ApiException as e:
-                self._kube.on_api_error(operation)
-                if e.status != 409 or attempt == self._conflict_attempts:
-                    raise _api.failure(operation, service, e) from e
-            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-                self._kube.on_api_error(operation)
-                raise _api.failure(operation, service, e) from e
-            else:
-                self._saved[service] = (text, _api.resource_version(answer))
-                return
-            log.info("ramp.save_conflicted", service=service, attempt=attempt)
-            await self._kube.clock.sleep(self._conflict_backoff.delay_s(attempt, self._rng))
-            current = await self._call(
-                "deployments.get",
-                service,
-                self._apps.read_namespaced_deployment,
-                managed.deployment,
-                managed.namespace,
-                write=False,
-            )
-            version = _api.resource_version(current)
+        answer = await annotate.patch_annotations(
+            self._calls,
+            self._apps,
+            current,
+            {contract.RAMP_KEY: text},
+            target=service,
+            retry=self._conflicts,
+        )
+        if answer is not None:
+            self._saved[service] = (text, _api.resource_version(answer))
 
     def _saved_already(self, service: model.ServiceId, cached: Obj, text: str) -> bool:
         """Whether `text` is on the Deployment, or was written by a save the cache lags behind."""
@@ -484,7 +461,7 @@ class KubeRamp:
             "message": message,
             "lastTransitionTime": codec.format_time(self._wall_now()),
         }
-        answer = await self._call(
+        answer = await self._calls.call(
             operation,
             f"{gate.namespace}/{gate.pod}",
             self._core.patch_namespaced_pod_status,
@@ -492,6 +469,7 @@ class KubeRamp:
             gate.namespace,
             {"status": {"conditions": [condition]}},
             _content_type=STRATEGIC_MERGE_PATCH,
+            write=True,
         )
         self._opened[gate.namespace, gate.pod] = _api.resource_version(answer)
 
@@ -553,26 +531,6 @@ class KubeRamp:
         if not self._kube.may_write():
             raise NotLeaderError(f"{service}: this instance is not the leader; nothing written")
         return True
-
-    async def _call(
-        self, operation: str, target: str, fn: Any, *args: Any, write: bool = True, **kwargs: Any
-    ) -> Obj:
-        """The answer's JSON; a write is fenced by the Lease (`_api.write_json`)."""
-        try:
-            if write:
-                return await _api.write_json(
-                    self._kube.may_write,
-                    fn,
-                    *args,
-                    request_timeout_s=self._request_timeout_s,
-                    **kwargs,
-                )
-            return await _api.call_json(
-                fn, *args, request_timeout_s=self._request_timeout_s, **kwargs
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._kube.on_api_error(operation)
-            raise _api.failure(operation, target, e) from e
 
 
 if TYPE_CHECKING:

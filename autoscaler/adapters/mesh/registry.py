@@ -27,29 +27,24 @@ def routers(
     smi_version: str = "v1alpha2",
     cluster_domain: str = "cluster.local",
 ) -> dict[contract.TrafficRouter, ports.TrafficRouter]:
-    """Every router, keyed by the annotation's value; `may_write` is asked before each write
-    (the leader elector's `is_leader`)."""
+    """Every router, keyed by the annotation's value, all calling through one `_api.Caller`:
+    `may_write` is asked before each write (the leader elector's `is_leader`)."""
+    calls = _api.Caller(fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s)
     return {
         contract.TrafficRouter.NONE: none.NoRouter(),
         contract.TrafficRouter.ISTIO: istio.IstioRouter(
             api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
+            calls=calls,
             version=istio_version,
             cluster_domain=cluster_domain,
         ),
         contract.TrafficRouter.GATEWAY_API: gateway.GatewayRouter(
             api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
+            calls=calls,
         ),
         contract.TrafficRouter.SMI: smi.SmiRouter(
             api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
+            calls=calls,
             version=smi_version,
         ),
     }
