@@ -80,12 +80,15 @@ class Bound(enum.Enum):
 class BurstConfig:
     """The fast path for sudden bursts, after Knative's panic mode.
 
-    When the mean of the last `window_s` seconds of a primary signal asks for at least
-    `threshold_ratio` times the capacity already asked for (pods starting included, so a burst
-    fires once rather than every tick while they start), the policy scales on that short mean
-    at once, ignoring the scale-up cooldown, and refuses to scale down for `hold_s` afterwards.
-    It also refuses a scale-down that the smoothed signals allow while the short means are not
-    below target: the smoothed mean lags the first seconds of a burst.
+    When the newest fresh sample of a primary signal asks for at least `threshold_ratio` times
+    the capacity already asked for (pods starting included, so a burst fires once rather than
+    every tick while they start), the policy scales on it at once, ignoring the scale-up
+    cooldown, and refuses to scale down for `hold_s` afterwards. The newest sample rather than
+    the mean of the last `window_s` seconds: that mean shows a step only after most of its
+    window, too late to answer a 5x step within 5 s. For the queue, the newest sample's rise
+    over that mean, spread over the mean's lag (half the window), counts as arrivals the served
+    rate cannot show yet. It also refuses a scale-down that the smoothed signals allow while the
+    short means are not below target: the smoothed mean lags the first seconds of a burst.
     """
 
     window_s: float = 6.0

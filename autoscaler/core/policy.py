@@ -13,8 +13,9 @@ returns the decision and the next state. The steps, in order:
    - the queue drain reads the saturation signal as demand in requests per second (the load,
      plus the queue's growth, plus the waiting requests drained over a horizon) and votes with
      the load target (`model.QueueDrainConfig`);
-   - the burst path raises a vote to the short-window value when that asks for `threshold`
-     times the serving capacity, skipping the scale-up cooldown (`model.BurstConfig`).
+   - the burst path raises a vote to what the newest fresh sample asks for (the queue's rise
+     over its short mean counted as arrivals) when that is `threshold` times the capacity asked
+     for, skipping the scale-up cooldown (`model.BurstConfig`).
 2. **Data.** A missing or stale signal does not vote. Nothing fresh: hold. Something missing:
    never scale down; scale up only on what is fresh.
 3. **Bounds.** Clamp to [min, max]; a count outside the bounds is brought back at once.
@@ -327,8 +328,10 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
         else:
             value, estimator = _estimate(config, est, observation.startup_s)
         if config.burst is not None:
-            burst_value = _burst_value(config, signal, est, load_value)
-            recent_ratios[signal] = _ratio(burst_value, target, serving)
+            burst_value = _burst_value(config, config.burst, signal, est, load_value)
+            recent_ratios[signal] = _ratio(
+                _recent_value(config, signal, est, load_value), target, serving
+            )
             asked = target * max(serving, observation.replicas)
             if burst_value > 0 and burst_value >= config.burst.threshold_ratio * asked:
                 burst = True
@@ -370,10 +373,14 @@ def _queue_demand(
     drain: model.QueueDrainConfig,
     queue: model.SignalEstimate,
     load_rps: float,
+    *,
+    waiting: float | None = None,
 ) -> tuple[float, str]:
-    """Requests per second the queue says the service must carry (see `QueueDrainConfig`)."""
+    """Requests per second the queue says the service must carry (see `QueueDrainConfig`), with
+    `waiting` requests in the queue (default: its short mean)."""
     growth = queue.trend_per_s - drain.confidence_z * queue.trend_stderr_per_s
-    waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
+    if waiting is None:
+        waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
     backlog = _backlog(config, waiting, load_rps, drain.drain_s)
     demand = load_rps + max(0.0, growth) + backlog / drain.drain_s
     return demand, "queue-demand"
@@ -394,9 +401,37 @@ def _backlog(config: model.PolicyConfig, waiting: float, load_rps: float, drain_
 
 
 def _burst_value(
+    config: model.PolicyConfig,
+    burst: model.BurstConfig,
+    signal: Signal,
+    est: model.SignalEstimate,
+    load_rps: float | None,
+) -> float:
+    """What the newest fresh sample asks for, in the vote's units.
+
+    The newest sample rather than the short mean: a mean over the burst window takes most of
+    the window to show a step, and a 5x step must be answered within seconds. The queue's
+    newest growth is the newest sample's rise over the short mean, spread over that mean's lag
+    (half its window): the part of the arrivals the served rate cannot show yet. Only a rise
+    counts, and the burst still has to ask for `threshold_ratio` times the capacity asked for,
+    so the noise of a flat load does not fire it.
+    """
+    newest = est.last if est.fresh and math.isfinite(est.last) else est.burst_mean
+    if not math.isfinite(newest):
+        return 0.0
+    if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:
+        rise = newest - est.burst_mean if math.isfinite(est.burst_mean) else 0.0
+        surge_rps = max(0.0, rise) / (burst.window_s / 2.0)
+        demand, _ = _queue_demand(config, config.queue_drain, est, load_rps, waiting=newest)
+        return demand + surge_rps
+    return newest
+
+
+def _recent_value(
     config: model.PolicyConfig, signal: Signal, est: model.SignalEstimate, load_rps: float | None
 ) -> float:
-    """What the last few seconds ask for, in the vote's units."""
+    """What the last few seconds (the burst window's mean) ask for, in the vote's units: a
+    scale-down waits until these too are below target."""
     if not math.isfinite(est.burst_mean):
         return 0.0
     if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:
