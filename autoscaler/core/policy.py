@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from autoscaler.core import model
+from autoscaler.core import model, queueing
 from autoscaler.core.model import Bound, Contribution, Decision, Kind, Reason, Signal
 
 # Ratios computed from floats can land a hair above an integer: 2.0000000001 must ask for 2.
@@ -81,6 +82,15 @@ class _Votes:
     burst: bool
     recent_ratios: dict[Signal, float]
     """Each vote's ratio on the burst window alone (only with the burst path on)."""
+    slo: _SloVote | None = None
+    """The latency SLO's sizing (only with `config.slo`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _SloVote:
+    desired: int | None
+    """Replicas the SLO needs; None when the vote abstains (see `detail`)."""
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +120,8 @@ class _Tick:
         bound: Bound | None = None,
         cooldown_until_s: float | None = None,
     ) -> tuple[Decision, model.PolicyState]:
+        if self.votes.slo is not None and reason is not Reason.PAUSED:
+            detail = f"{detail}; {self.votes.slo.detail}"
         decision = Decision(
             current=self.current,
             desired=desired,
@@ -224,13 +236,15 @@ def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision,
     capped = _quota_capped(tick, desired)
     if capped is not None:
         return capped
+    detail = f"{name} ratio {driver.ratio:.2f} asks for {driver.desired}"
     if votes.burst:
         reason = Reason.BURST
     elif driver.estimator == "forecast":
         reason = Reason.FORECAST
+    elif driver.estimator == "slo":
+        reason = Reason.SLO
     else:
         reason = Reason.ABOVE_TARGET
-    detail = f"{name} ratio {driver.ratio:.2f} asks for {driver.desired}"
     return tick.verdict(desired, Kind.SCALE_UP, reason, detail, bound=bound)
 
 
@@ -304,10 +318,8 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
     serving = observation.serving
     contributions: dict[Signal, Contribution] = {}
     missing: list[Signal] = []
-    wanted: int | None = None
-    driver: Signal | None = None
     burst = False
-    recent_ratios: dict[Signal, float] = {}
+    recent: dict[Signal, tuple[float, float]] = {}
     load_value: float | None = None
     for signal in model.PRIMARY_SIGNALS:
         target = config.target(signal)
@@ -329,9 +341,7 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
             value, estimator = _estimate(config, est, observation.startup_s)
         if config.burst is not None:
             burst_value = _burst_value(config, config.burst, signal, est, load_value)
-            recent_ratios[signal] = _ratio(
-                _recent_value(config, signal, est, load_value), target, serving
-            )
+            recent[signal] = (_recent_value(config, signal, est, load_value), target)
             asked = target * max(serving, observation.replicas)
             if burst_value > 0 and burst_value >= config.burst.threshold_ratio * asked:
                 burst = True
@@ -345,12 +355,139 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
         contributions[signal] = Contribution(
             ratio=ratio, desired=desired, estimator=estimator, estimate=value
         )
-        # On a tied vote the higher ratio drives: the deadband reads the driver's ratio, and a
-        # signal inside the deadband must not mask one above it that asks for as many replicas.
-        tie_won = desired == wanted and driver is not None and ratio > contributions[driver].ratio
-        if wanted is None or desired > wanted or tie_won:
-            wanted, driver = desired, signal
-    return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios)
+    slo: _SloVote | None = None
+    sized: dict[Signal, Callable[[float], int]] = {}
+    if config.slo is not None and Signal.LOAD in contributions and Signal.LOAD not in missing:
+        slo, sized = _size_for_slo(config, config.slo, observation, contributions)
+    recent_ratios = {
+        signal: _ratio(value, target, serving) for signal, (value, target) in recent.items()
+    }
+    for signal, size in sized.items():
+        if signal in recent and serving > 0:
+            by_slo = size(recent[signal][0]) / serving
+            recent_ratios[signal] = max(recent_ratios[signal], by_slo)
+    wanted, driver = _leading(contributions)
+    return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios, slo)
+
+
+def _leading(contributions: dict[Signal, Contribution]) -> tuple[int | None, Signal | None]:
+    """The largest vote and the signal that casts it.
+
+    On a tied vote the higher ratio drives: the deadband reads the driver's ratio, and a signal
+    inside the deadband must not mask one above it that asks for as many replicas.
+    """
+    wanted: int | None = None
+    driver: Signal | None = None
+    for signal, vote in contributions.items():
+        if vote.desired is None:
+            continue
+        tie_won = (
+            vote.desired == wanted
+            and driver is not None
+            and vote.ratio > contributions[driver].ratio
+        )
+        if wanted is None or vote.desired > wanted or tie_won:
+            wanted, driver = vote.desired, signal
+    return wanted, driver
+
+
+def _size_for_slo(
+    config: model.PolicyConfig,
+    slo: model.SloConfig,
+    observation: model.Observation,
+    contributions: dict[Signal, Contribution],
+) -> tuple[_SloVote, dict[Signal, Callable[[float], int]]]:
+    """Raise every vote in requests per second to the replicas that keep the latency SLO at
+    that rate (`SloConfig`), in place in `contributions`; the vote it returns is the load's.
+
+    A floor under the targets: a fixed utilisation under-provisions a small service, where the
+    queueing model asks for the headroom its randomness needs, and the floor lets a large
+    service run at a higher utilisation target safely (square-root staffing: the headroom the
+    SLO needs shrinks, relatively, as the service grows). The load's vote (its mean, look-ahead
+    or burst value) and the queue read as demand are both rates, so both are sized by it; a
+    queue counted per replica is left as it is. Also returns, per signal it sized, how it sizes
+    a rate (for the last seconds' check before a scale-down).
+    """
+    fitted = _fit_slo_model(slo, observation)
+    if isinstance(fitted, str):
+        return _SloVote(None, f"slo: {fitted}"), {}
+    capacity, slots, burstiness = fitted
+
+    def size(arrival_rps: float) -> int | None:
+        return queueing.replicas_for_wait(
+            slots=slots,
+            arrival_rps=arrival_rps,
+            capacity_rps=capacity,
+            burstiness=burstiness,
+            quantile=slo.quantile,
+            budget_s=slo.wait_budget_s,
+            most=config.max_replicas,
+        )
+
+    def size_or_past_max(arrival_rps: float) -> int:
+        needed = size(arrival_rps)
+        if needed is None:  # more than the bounds allow: ask past them, and the bound says so
+            return max(config.max_replicas + 1, math.ceil(arrival_rps / capacity))
+        return needed
+
+    serving = observation.serving
+    percentile = f"p{slo.quantile * 100:g}"
+    if slo.service_time_s:
+        what = f"{percentile} latency {slo.target_latency_s:g} s"
+    else:
+        what = f"{percentile} queueing delay {slo.target_latency_s:g} s"
+    about = f"{capacity:.3g} rps per replica, burstiness {burstiness:.2f}"
+    rates = {Signal.LOAD: "slo"}
+    if config.queue_drain and config.target_load_per_replica:
+        rates[Signal.SATURATION] = "queue-slo"
+    vote: _SloVote | None = None
+    sizers: dict[Signal, Callable[[float], int]] = {}
+    for signal, estimator in rates.items():
+        contribution = contributions.get(signal)
+        if contribution is None or contribution.desired is None:
+            continue
+        arrival = contribution.estimate
+        needed = size_or_past_max(arrival)
+        if needed > config.max_replicas:
+            detail = f"slo: {what} at {arrival:.3g} rps is out of reach ({about})"
+        else:
+            detail = f"slo: {what} at {arrival:.3g} rps needs {needed} ({about})"
+        sizers[signal] = size_or_past_max
+        if vote is None:
+            vote = _SloVote(needed, detail)
+        if needed <= contribution.desired:
+            continue
+        ratio = needed / serving if serving > 0 else math.inf
+        if contribution.estimator == "burst":
+            estimator = "burst"  # the burst's reason and hold still apply
+        contributions[signal] = Contribution(ratio, needed, estimator, arrival)
+    return vote or _SloVote(None, "slo: no rate to size for"), sizers
+
+
+def _fit_slo_model(
+    slo: model.SloConfig, observation: model.Observation
+) -> tuple[float, int, float] | str:
+    """A replica's capacity (rps), its concurrent requests and the burstiness, fitted to the
+    service's own measurements; or why the vote abstains."""
+    serving = observation.serving
+    queue = observation.signal(Signal.SATURATION)
+    queue_known = queue.fresh and math.isfinite(queue.mean)
+    served = observation.signal(Signal.LOAD).mean
+    capacity = slo.replica_capacity_rps
+    if capacity is None:
+        # Saturated, every serving replica with requests waiting: the served rate is capacity.
+        if not (queue_known and serving > 0 and queue.mean >= serving and served > 0):
+            return "replica capacity not measured yet (not saturated)"
+        capacity = served / serving
+    slots = max(1, round(capacity * slo.service_time_s))
+    burstiness = slo.min_burstiness
+    if queue_known and serving > 0:
+        modelled = queueing.mean_queue(
+            replicas=serving, slots=slots, arrival_rps=served, capacity_rps=capacity
+        )
+        if slo.fit_min_queue <= modelled < math.inf:
+            burstiness = min(slo.max_burstiness, max(slo.min_burstiness, queue.mean / modelled))
+    return capacity, slots, burstiness
 
 
 def _estimate(
