@@ -96,16 +96,22 @@ def replicas_for_wait(
     fewest = max(1, math.floor(arrival_rps / capacity_rps) + 1)
     if fewest > most:
         return None
-    candidates = np.arange(fewest, most + 1, dtype=np.float64)
-    waits = wait_quantile_s(
-        candidates,
-        slots=slots,
-        arrival_rps=arrival_rps,
-        capacity_rps=capacity_rps,
-        burstiness=burstiness,
-        quantile=quantile,
-    )
-    within = np.flatnonzero(waits <= budget_s)
-    if within.size == 0:
-        return None
-    return int(candidates[within[0]])
+    # In chunks as wide as the least count: the answer is rarely more than twice it, and a
+    # service bounded at thousands of replicas must not cost thousands of evaluations a tick.
+    width = max(16, fewest)
+    start = fewest
+    while start <= most:
+        candidates = np.arange(start, min(most, start + width - 1) + 1, dtype=np.float64)
+        waits = wait_quantile_s(
+            candidates,
+            slots=slots,
+            arrival_rps=arrival_rps,
+            capacity_rps=capacity_rps,
+            burstiness=burstiness,
+            quantile=quantile,
+        )
+        within = np.flatnonzero(waits <= budget_s)
+        if within.size:
+            return int(candidates[within[0]])
+        start += width
+    return None
