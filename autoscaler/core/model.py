@@ -167,7 +167,10 @@ class SloConfig:
     (at least 1). The burstiness, Allen-Cunneen's `(ca^2 + cs^2) / 2`, is fitted each tick to
     the queue the service shows against the model's queue for it, within
     [`min_burstiness`, `max_burstiness`]; while the model's queue is under `fit_min_queue`
-    requests the fit has nothing to go on and `min_burstiness` applies.
+    requests the fit has nothing to go on and `min_burstiness` applies. Both fits read the
+    service as it is now: with a queue that stays put while the load rises, the traffic reads as
+    smoother and the vote can ask for a replica fewer; with a configured capacity and a settled
+    burstiness the vote only grows with the load.
     """
 
     target_latency_s: float

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from autoscaler.core import model, policy
 from autoscaler.core.model import Kind, Reason, Signal
 from tests.core import builders
@@ -102,3 +105,41 @@ def test_the_seed_policy_has_no_slo_vote() -> None:
     decision, _ = policy.decide(config, observation, builders.state())
     assert config.slo is None
     assert "slo" not in decision.detail
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    load=st.floats(0.0, 60.0),
+    more=st.floats(0.0, 30.0),
+    queue=st.floats(0.0, 40.0),
+    serving=st.integers(1, 60),
+    capacity=st.floats(0.5, 4.0),
+    target=st.floats(0.3, 1.0),
+    burstiness=st.floats(0.5, 4.0),
+)
+def test_more_load_never_asks_for_fewer_replicas_with_an_slo(
+    load: float,
+    more: float,
+    queue: float,
+    serving: int,
+    capacity: float,
+    target: float,
+    burstiness: float,
+) -> None:
+    """With the SLO's vote, a configured capacity and a given burstiness, more load on the same
+    queue never asks for fewer replicas."""
+    # Left out: a capacity measured from the load moves with it, and a burstiness fitted to a
+    # queue that stays put while the load rises reads the traffic as smoother.
+    fixed = dataclasses.replace(
+        SLO, replica_capacity_rps=capacity, min_burstiness=burstiness, max_burstiness=burstiness
+    )
+    config = slo_config(target_load_per_replica=target, slo=fixed)
+
+    def wanted(rate: float) -> int:
+        observation = builders.observation(
+            load=rate, queue=queue, replicas=serving, serving=serving
+        )
+        decision, _ = policy.decide(config, observation, builders.state())
+        return max(c.desired or 0 for c in decision.contributions.values())
+
+    assert wanted(load) <= wanted(load + more)
