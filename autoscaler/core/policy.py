@@ -16,6 +16,9 @@ returns the decision and the next state. The steps, in order:
    - the burst path raises a vote to what the newest fresh sample asks for (the queue's rise
      over its short mean counted as arrivals) when that is `threshold` times the capacity asked
      for, skipping the scale-up cooldown (`model.BurstConfig`).
+   With a latency SLO (`model.SloConfig`, set per service), every vote in requests per second
+   is then raised to the fewest replicas that keep the SLO at that rate (`core.queueing`); the
+   decision's detail says what the SLO asked for, and a scale-up it drives has the reason `slo`.
 2. **Data.** A missing or stale signal does not vote. Nothing fresh: hold. Something missing:
    never scale down; scale up only on what is fresh.
 3. **Bounds.** Clamp to [min, max]; a count outside the bounds is brought back at once.
