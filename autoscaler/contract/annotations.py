@@ -236,6 +236,31 @@ class Annotations(BaseModel):
         description="Capacity guard, percent (DCGM GPU utilisation): above it, no scale-down; "
         "it never scales up on its own.",
     )
+    target_p95_latency_s: Annotated[float | None, _v(_P95)] = Field(
+        None,
+        alias="target-p95-latency",
+        description="`default` policy: latency SLO, end to end (needs `service-time`); the "
+        "replicas never fall below what keeps the P95 under it at the observed rate (an M/G/c "
+        "queueing model fitted to the service's queue).",
+    )
+    target_p95_queue_delay_s: Annotated[float | None, _v(_P95)] = Field(
+        None,
+        alias="target-p95-queue-delay",
+        description="`default` policy: the SLO as the P95 of the time a request waits before "
+        "service, instead of `target-p95-latency`.",
+    )
+    service_time_s: Annotated[float | None, _v(_P95)] = Field(
+        None,
+        alias="service-time",
+        description="Latency of a request that does not wait, for `target-p95-latency`.",
+    )
+    replica_capacity_rps: Annotated[float | None, _v(_TARGET)] = Field(
+        None,
+        alias="replica-capacity",
+        description="Requests per second one replica completes at most, for the SLO's model; "
+        "without it, measured while every replica has requests waiting (until then the SLO "
+        "does not vote).",
+    )
     metric_requests: Annotated[str | None, _v(_METRIC)] = Field(
         None,
         alias="metric-requests",
@@ -425,6 +450,49 @@ def _placement(a: Annotations) -> list[Problem]:
     return [Problem(PREFIX + "model-memory", None, rule)]
 
 
+_SLO_TARGETS = ("target-p95-latency", "target-p95-queue-delay")
+
+
+def _slo(a: Annotations) -> list[Problem]:
+    targets = [key for key in _SLO_TARGETS if getattr(a, _FIELD_BY_KEY[key]) is not None]
+    if len(targets) > 1:
+        rule = f"only one of {PREFIX}target-p95-latency, {PREFIX}target-p95-queue-delay"
+        return [Problem(PREFIX + key, _value(key, a), rule) for key in targets]
+    if targets and a.policy is not PolicyName.DEFAULT:
+        rule = f"only with {PREFIX}policy default: seed is the plain formula"
+        return [Problem(PREFIX + targets[0], _value(targets[0], a), rule)]
+    if a.target_p95_latency_s is not None:
+        if a.service_time_s is None:
+            rule = f"required with {PREFIX}target-p95-latency: the latency of a request that "
+            return [Problem(PREFIX + "service-time", None, rule + "does not wait")]
+        if a.service_time_s >= a.target_p95_latency_s:
+            rule = f"must be below {PREFIX}target-p95-latency ({a.target_p95_latency_s:g}s)"
+            return [Problem(PREFIX + "service-time", _value("service-time", a), rule)]
+    problems = []
+    if a.service_time_s is not None and a.target_p95_latency_s is None:
+        rule = f"has no effect without {PREFIX}target-p95-latency"
+        problems.append(Problem(PREFIX + "service-time", _value("service-time", a), rule))
+    if a.replica_capacity_rps is not None and not targets:
+        rule = f"has no effect without {PREFIX}target-p95-latency or {PREFIX}target-p95-queue-delay"
+        problems.append(Problem(PREFIX + "replica-capacity", _value("replica-capacity", a), rule))
+    return problems
+
+
+def _slo_config(a: Annotations) -> model.SloConfig | None:
+    if a.target_p95_latency_s is not None:
+        return model.SloConfig(
+            target_latency_s=a.target_p95_latency_s,
+            service_time_s=a.service_time_s or 0.0,
+            replica_capacity_rps=a.replica_capacity_rps,
+        )
+    if a.target_p95_queue_delay_s is not None:
+        return model.SloConfig(
+            target_latency_s=a.target_p95_queue_delay_s,
+            replica_capacity_rps=a.replica_capacity_rps,
+        )
+    return None
+
+
 CROSS_RULES = (
     _CrossRule("`min-replicas` ≤ `max-replicas`.", _bounds),
     _CrossRule(
@@ -440,6 +508,12 @@ CROSS_RULES = (
     ),
     _CrossRule("`warmup-port` only with `warmup-path`.", _warmup),
     _CrossRule("`placement: mig` or `shared` needs `model-memory`.", _placement),
+    _CrossRule(
+        "At most one of `target-p95-latency`, `target-p95-queue-delay`, and only with `policy: "
+        "default`; `target-p95-latency` needs `service-time` below it; `service-time` and "
+        "`replica-capacity` only with a latency SLO.",
+        _slo,
+    ),
 )
 
 
@@ -639,6 +713,7 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
         scale_up_cooldown_s=a.scale_up_cooldown_s,
         scale_down_cooldown_s=a.scale_down_cooldown_s,
         scale_down_max_ratio=a.scale_down_max_ratio,
+        slo=_slo_config(a),
     )
     metrics = _metric_names(a)
     traffic = TrafficConfig(

@@ -48,6 +48,8 @@ class Reason(enum.Enum):
     BELOW_TARGET = "below-target"
     BURST = "burst"
     FORECAST = "forecast"
+    SLO = "slo"
+    """The latency SLO's vote (`SloConfig`) asked for more than the targets."""
     BELOW_MIN = "below-min"
     ABOVE_MAX = "above-max"
     IN_DEADBAND = "in-deadband"
@@ -80,12 +82,15 @@ class Bound(enum.Enum):
 class BurstConfig:
     """The fast path for sudden bursts, after Knative's panic mode.
 
-    When the mean of the last `window_s` seconds of a primary signal asks for at least
-    `threshold_ratio` times the capacity already asked for (pods starting included, so a burst
-    fires once rather than every tick while they start), the policy scales on that short mean
-    at once, ignoring the scale-up cooldown, and refuses to scale down for `hold_s` afterwards.
-    It also refuses a scale-down that the smoothed signals allow while the short means are not
-    below target: the smoothed mean lags the first seconds of a burst.
+    When the newest fresh sample of a primary signal asks for at least `threshold_ratio` times
+    the capacity already asked for (pods starting included, so a burst fires once rather than
+    every tick while they start), the policy scales on it at once, ignoring the scale-up
+    cooldown, and refuses to scale down for `hold_s` afterwards. The newest sample rather than
+    the mean of the last `window_s` seconds: that mean shows a step only after most of its
+    window, too late to answer a 5x step within 5 s. For the queue, the newest sample's rise
+    over that mean, spread over the mean's lag (half the window), counts as arrivals the served
+    rate cannot show yet. It also refuses a scale-down that the smoothed signals allow while the
+    short means are not below target: the smoothed mean lags the first seconds of a burst.
     """
 
     window_s: float = 6.0
@@ -149,6 +154,62 @@ class QueueDrainConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SloConfig:
+    """Size for a latency SLO: the fewest replicas whose `quantile` latency stays within
+    `target_latency_s` at the observed arrival rate (`core.queueing`, an M/G/c model).
+
+    The wait budget is `target_latency_s - service_time_s`: with `service_time_s` the latency of
+    a request that does not wait, the target is end to end (the `target-p95-latency`
+    annotation); with 0 it is the queueing delay alone (`target-p95-queue-delay`). A replica
+    completes at most `replica_capacity_rps`; when that is not configured it is measured while
+    the service is saturated (every serving replica has requests waiting), and without either
+    the vote abstains. A replica serves `replica_capacity_rps x service_time_s` requests at once
+    (at least 1). The burstiness, Allen-Cunneen's `(ca^2 + cs^2) / 2`, is fitted each tick to
+    the queue the service shows against the model's queue for it, within
+    [`min_burstiness`, `max_burstiness`]; while the model's queue is under `fit_min_queue`
+    requests the fit has nothing to go on and `min_burstiness` applies. Both fits read the
+    service as it is now: with a queue that stays put while the load rises, the traffic reads as
+    smoother and the vote can ask for a replica fewer; with a configured capacity and a settled
+    burstiness the vote only grows with the load.
+    """
+
+    target_latency_s: float
+    quantile: float = 0.95
+    service_time_s: float = 0.0
+    replica_capacity_rps: float | None = None
+    min_burstiness: float = 1.0
+    """Poisson arrivals and exponential service; a queue that looks smoother than this is
+    taken as too little evidence to provision below it."""
+    max_burstiness: float = 4.0
+    fit_min_queue: float = 1.0
+
+    def __post_init__(self) -> None:
+        _require(
+            math.isfinite(self.target_latency_s) and self.target_latency_s > 0,
+            "slo target_latency_s must be > 0",
+        )
+        _require(0 < self.quantile < 1, "slo quantile must be in (0, 1)")
+        _require(
+            0 <= self.service_time_s < self.target_latency_s,
+            "slo service_time_s must be >= 0 and below target_latency_s",
+        )
+        capacity = self.replica_capacity_rps
+        _require(
+            capacity is None or (math.isfinite(capacity) and capacity > 0),
+            "slo replica_capacity_rps must be > 0",
+        )
+        _require(
+            0 < self.min_burstiness <= self.max_burstiness,
+            "slo burstiness bounds must satisfy 0 < min <= max",
+        )
+        _require(self.fit_min_queue > 0, "slo fit_min_queue must be > 0")
+
+    @property
+    def wait_budget_s(self) -> float:
+        return self.target_latency_s - self.service_time_s
+
+
+@dataclass(frozen=True, slots=True)
 class Pause:
     """Autoscaling paused by the service owner, with KEDA's semantics.
 
@@ -180,6 +241,8 @@ class PolicyConfig:
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
+    slo: SloConfig | None = None
+    """Size for a latency SLO too (`policy.default` only); see `SloConfig`."""
     pause: Pause | None = None
     """Set while the service owner pauses autoscaling; see `Pause`."""
 

@@ -93,6 +93,7 @@ def test_every_design_key_is_a_setting() -> None:
         "enabled", "mode", "paused", "paused-replicas", "policy", "min-replicas",
         "max-replicas", "server",
         "target-qps-per-replica", "target-queue-per-replica", "target-gpu-utilization",
+        "target-p95-latency", "target-p95-queue-delay", "service-time", "replica-capacity",
         "metric-requests", "metric-queue", "metric-errors", "metric-latency",
         "window", "half-life", "deadband", "scale-up-cooldown", "scale-down-cooldown",
         "scale-down-max-ratio", "traffic-router", "traffic-steps", "traffic-step-interval",
