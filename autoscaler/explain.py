@@ -123,6 +123,10 @@ def _decision(status: Mapping[str, Any]) -> list[str]:
         lines.append(f"  bound          {_text(status.get('bound'))} replicas")
     if "cooldownUntil" in status:
         lines.append(f"  cooldown until {_text(status.get('cooldownUntil'))}")
+    forecast = status.get("forecast")
+    if isinstance(forecast, dict):
+        state = "on" if forecast.get("on") is True else "off"
+        lines.append(f"  forecast       {state}: {_text(forecast.get('why'))}")
     contributions = status.get("contributions")
     if isinstance(contributions, dict) and contributions:
         lines.append("  signals        ratio    estimate  wants  estimator")
@@ -243,6 +247,17 @@ def _decision_document(status: Mapping[str, Any]) -> dict[str, Any]:
         "bound": _json_text(status.get("bound")),
         "cooldownUntil": _json_text(status.get("cooldownUntil")),
         "signals": signals,
+        "forecast": _forecast_document(status.get("forecast")),
+    }
+
+
+def _forecast_document(forecast: object) -> dict[str, Any] | None:
+    if not isinstance(forecast, dict):
+        return None
+    return {
+        "on": forecast.get("on") is True,
+        "load": _json_number(forecast.get("load")),
+        "why": _json_text(forecast.get("why")),
     }
 
 

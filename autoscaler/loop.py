@@ -19,7 +19,7 @@ import structlog
 
 from autoscaler import clock as clock_
 from autoscaler import errors, ports
-from autoscaler.core import model, smoothing
+from autoscaler.core import forecast, model, smoothing
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +41,16 @@ class TickReport:
     kinds: Counter[model.Kind] = field(default_factory=Counter)
 
 
+@dataclass(slots=True)
+class _Seasonal:
+    """One service's load history, its backtest, and the vote for the current step."""
+
+    history: forecast.History
+    scored: forecast.Backtest
+    key: tuple[int, int] | None = None
+    vote: model.ForecastVote | None = None
+
+
 class Loop:
     def __init__(
         self,
@@ -51,6 +61,7 @@ class Loop:
         policy: ports.Policy | None = None,
         smoothing_config: smoothing.SmoothingConfig | None = None,
         rollouts: ports.Rollouts | None = None,
+        history: ports.HistorySource | None = None,
     ) -> None:
         self.cluster = cluster
         self.metrics = metrics
@@ -58,12 +69,17 @@ class Loop:
         self.rollouts = rollouts
         """The ramp driver: when set, it takes the scale writes (draining before a scale-down)
         and advances the warm-up gate and the traffic ramp at the end of every tick."""
+        self.history = history
+        """The load history for the seasonal forecast; without it the forecast is off."""
         self.policy: ports.Policy = policy or ports.CorePolicy()
         self.smoothing_config = smoothing_config or smoothing.SmoothingConfig()
         self._windows = smoothing.Windows(self.smoothing_config)
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
         self._metrics_down = False
+        self._seasonal: dict[model.ServiceId, _Seasonal] = {}
+        self._history_due_s: float | None = None
+        self._history_error: str | None = None
 
     @property
     def tick_s(self) -> float:
@@ -96,6 +112,7 @@ class Loop:
         self._windows.record(now, rows, values)
         half_lives = np.fromiter((w.half_life_s for w in workloads), float, len(workloads))
         estimates = self._windows.estimate(now, rows, half_lives).per_row()
+        forecasts = await self._forecasts(workloads, now)
 
         decisions: dict[model.ServiceId, model.Decision] = {}
         pending: dict[model.ServiceId, model.PolicyState] = {}
@@ -108,6 +125,7 @@ class Loop:
                 startup_s=workload.startup_s,
                 admissible=workload.admissible,
                 admissible_reason=workload.admissible_reason,
+                forecast=forecasts.get(workload.id),
             )
             state = self._states.get(workload.id) or workload.state or model.PolicyState()
             decision, next_state = self.policy.decide(workload, observation, state)
@@ -222,6 +240,71 @@ class Loop:
             for item in changed:
                 group.create_task(publish(*item))
 
+    async def _forecasts(
+        self, workloads: Sequence[ports.Workload], now: float
+    ) -> dict[model.ServiceId, model.ForecastVote]:
+        """The seasonal forecast's vote for every workload that has one configured. The history
+        is fetched and backtested every `refresh_s`, not every tick."""
+        configured = [w for w in workloads if w.policy.forecast is not None]
+        if not configured:
+            return {}
+        if self.history is None:
+            off = model.ForecastVote.off("no load history source")
+            return {w.id: off for w in configured}
+        if self._history_due_s is None or now >= self._history_due_s:
+            await self._refresh_history(configured, now)
+        votes: dict[model.ServiceId, model.ForecastVote] = {}
+        for workload in configured:
+            config = workload.policy.forecast
+            assert config is not None
+            seasonal = self._seasonal.get(workload.id)
+            if seasonal is None:
+                why = self._history_error or "no load history"
+                votes[workload.id] = model.ForecastVote.off(why)
+                continue
+            ahead = forecast.horizon_s(config, workload.startup_s)
+            history = seasonal.history
+            # The vote changes only when the forecast's step or its target step does.
+            key = (
+                history.completed(now),
+                math.floor((now + ahead - history.start_s) / history.step_s),
+            )
+            if seasonal.key != key or seasonal.vote is None:
+                seasonal.vote = forecast.vote(
+                    config, history, seasonal.scored, now_s=now, horizon_s=ahead
+                )
+                seasonal.key = key
+            votes[workload.id] = seasonal.vote
+        return votes
+
+    async def _refresh_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
+        assert self.history is not None
+        configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
+        self._history_due_s = now + min(c.refresh_s for c in configs)
+        try:
+            histories = await self.history.load_history(
+                workloads,
+                now,
+                span_s=max(c.span_s for c in configs),
+                step_s=configs[0].step_s,
+            )
+        except errors.ObservationError as e:
+            # The last history and its backtest stay: a day-old pattern is still a pattern.
+            if self._history_error is None:
+                log.warning("forecast.history_unavailable", error=str(e))
+            self._history_error = f"load history unavailable: {e}"
+            return
+        self._history_error = None
+        self._seasonal = {}
+        for workload in workloads:
+            config = workload.policy.forecast
+            history = histories.get(workload.id)
+            if config is None or history is None:
+                continue
+            ahead = forecast.horizon_s(config, workload.startup_s)
+            scored = forecast.backtest(config, history, now_s=now, horizon_s=ahead)
+            self._seasonal[workload.id] = _Seasonal(history, scored)
+
     def _forget_gone(self, workloads: Sequence[ports.Workload]) -> None:
         present = {w.id for w in workloads}
         gone = self._windows.known() - present
@@ -230,3 +313,4 @@ class Loop:
             for service in gone:
                 self._states.pop(service, None)
                 self._published.pop(service, None)
+                self._seasonal.pop(service, None)

@@ -15,6 +15,9 @@ returns the decision and the next state. The steps, in order:
      the load target (`model.QueueDrainConfig`);
    - the burst path raises a vote to the short-window value when that asks for `threshold`
      times the serving capacity, skipping the scale-up cooldown (`model.BurstConfig`).
+   A fourth, the seasonal forecast (`core/forecast.py`, `model.ForecastConfig`), raises the load
+   estimate to the load it predicts one start-up ahead, only while its backtest says it beats
+   the reactive estimate (`observation.forecast`); the decision carries its vote, on or off.
 2. **Data.** A missing or stale signal does not vote. Nothing fresh: hold. Something missing:
    never scale down; scale up only on what is fresh.
 3. **Bounds.** Clamp to [min, max]; a count outside the bounds is brought back at once.
@@ -59,12 +62,13 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
-    """Ours: the seed policy plus the burst fast path, the trend look-ahead and the queue read
-    as demand."""
+    """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
+    as demand and the seasonal forecast (which votes only where its backtest says so)."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
+        "forecast": model.ForecastConfig(),
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -118,6 +122,7 @@ class _Tick:
             contributions=self.votes.contributions,
             bound=bound,
             cooldown_until_s=cooldown_until_s,
+            forecast=self.observation.forecast,
         )
         state = self.state
         if kind is Kind.SCALE_UP:
@@ -227,6 +232,8 @@ def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision,
         reason = Reason.BURST
     elif driver.estimator == "forecast":
         reason = Reason.FORECAST
+    elif driver.estimator == "seasonal":
+        reason = Reason.SEASONAL
     else:
         reason = Reason.ABOVE_TARGET
     detail = f"{name} ratio {driver.ratio:.2f} asks for {driver.desired}"
@@ -326,6 +333,8 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
             value, estimator = _queue_demand(config, config.queue_drain, est, load_value)
         else:
             value, estimator = _estimate(config, est, observation.startup_s)
+            if signal is Signal.LOAD:
+                value, estimator = _seasonal(config, observation.forecast, value, estimator)
         if config.burst is not None:
             burst_value = _burst_value(config, signal, est, load_value)
             recent_ratios[signal] = _ratio(burst_value, target, serving)
@@ -363,6 +372,17 @@ def _estimate(
     if not growth > 0:
         return est.mean, "mean"
     return est.mean + growth * horizon, "forecast"
+
+
+def _seasonal(
+    config: model.PolicyConfig, vote: model.ForecastVote | None, value: float, estimator: str
+) -> tuple[float, str]:
+    """The load estimate, raised to the seasonal forecast's when that votes and is higher."""
+    if config.forecast is None or vote is None or not vote.on:
+        return value, estimator
+    if vote.load_per_s > value:
+        return vote.load_per_s, "seasonal"
+    return value, estimator
 
 
 def _queue_demand(
