@@ -1,11 +1,12 @@
 """Run one policy over one trace on the simulator: `SimParams` and arrivals in, `SimResult` out.
 
-`simulate` builds a world with one service, wires the real `loop.Loop` to it (tick 1 s,
-window 300 s, the service's half-life from `params`, the metrics as its load history), runs
-one tick per simulated second over the whole trace and summarises what happened. Every policy in
-a comparison gets exactly the same model, trace and seed (docs/simulator.md). With
-`params.ramp`, the ramp driver runs in the loop on the world's ramp ports (docs/architecture.md, "The warm-up gate and the traffic ramp"): scale
-writes go through it, and it gates, ramps, promotes, rolls back and drains the service's pods.
+`simulate` builds a world with one service, wires the real `loop.Loop` to it (tick 1 s, window 300
+s, the service's half-life from `params`, the metrics as its load history), runs one tick per
+simulated second over the whole trace and summarises what happened. Every policy in a comparison
+gets exactly the same model, trace and seed (docs/simulator.md). With `params.ramp`, the ramp driver
+runs in the loop on the world's ramp ports (docs/architecture.md, "The warm-up gate and the traffic
+ramp"): scale writes go through it, and it gates, ramps, promotes, rolls back and drains the
+service's pods.
 
 It must not configure logging, print, or write files: the CLI does that with the result.
 """
