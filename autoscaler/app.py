@@ -67,6 +67,9 @@ STALLED_TICKS: Final = 5
 not ready."""
 EVENT_FLUSH_S: Final = 5.0
 """Seconds a stopping leader waits for its queued Events to be posted."""
+HISTORY_TIMEOUT_S: Final = 10.0
+"""Deadline of one range query for the seasonal forecast's history (at least the instant
+queries' own)."""
 
 OnTick = Callable[[loop_.TickReport, float], None]
 """Told each tick's report and its duration in seconds (benchmarks)."""
@@ -189,6 +192,15 @@ class Controller:
                 request_timeout_s=k8s.request_timeout_s,
             ).items()
         }
+        # A range query over days of history takes longer than a tick's instant query.
+        self.history = prometheus.LoadHistory(
+            prom.url,
+            self.cluster,
+            wall_now=wall_now,
+            access=access,
+            timeout_s=max(prom.timeout_s, HISTORY_TIMEOUT_S),
+            scrape_interval_s=prom.scrape_interval_s,
+        )
         self.health = prometheus.HealthQueries(
             prom.url,
             access=access,
@@ -255,6 +267,7 @@ class Controller:
                 window_s=self.settings.smoothing.window_s, tick_s=self.settings.loop.tick_s
             ),
             rollouts=self.rollouts,
+            history=self.history,
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -462,6 +475,7 @@ async def wire(
         finally:
             await controller.metrics.close()
             await controller.health.close()
+            await controller.history.close()
             await controller.prober.close()
     finally:
         await api.close()
