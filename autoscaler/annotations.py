@@ -17,6 +17,7 @@ reference's generator) and never raises on bad input: bad input is data.
 from __future__ import annotations
 
 import difflib
+import dataclasses
 import enum
 import itertools
 import math
@@ -93,6 +94,12 @@ class PolicyName(enum.Enum):
     """The plain rule (docs/architecture.md, "The replica count"): no burst path, no look-ahead."""
     DEFAULT = "default"
     """The seed policy plus the burst fast path and the trend look-ahead."""
+
+
+class Forecast(enum.Enum):
+    AUTO = "auto"
+    """The seasonal forecast votes while its backtest says it beats the reactive estimate."""
+    OFF = "off"
 
 
 class TrafficRouter(enum.Enum):
@@ -488,6 +495,7 @@ _MODE = _choice(Mode)
 _SERVER = _choice(Server)
 _POLICY = _choice(PolicyName)
 _ROUTER = _choice(TrafficRouter)
+_FORECAST = _choice(Forecast)
 _PLACEMENT = _choice(Placement)
 # Scale to zero needs a wake-up signal that does not come from the service's own pods.
 _MIN_REPLICAS = _whole(
@@ -574,6 +582,15 @@ class Annotations(BaseModel):
         description="Replica policy: `seed` is the plain one (deadband, asymmetric cooldowns, "
         "scale-down cap); `default` adds a burst fast path and a look-ahead by the pod start-up "
         "time.",
+    )
+    forecast: Annotated[Forecast, _v(_FORECAST)] = Field(
+        Forecast.AUTO,
+        alias="forecast",
+        description="Seasonal pre-scaling (policy `default` only): `auto` scales up ahead of the "
+        "load expected one pod start-up from now, read from the same time yesterday (or last "
+        "week) in Prometheus, while a rolling backtest shows it predicts better than the live "
+        "load; without enough history, or when it predicts worse, it stays off and the "
+        "decision says why. `off` never does.",
     )
     min_replicas: Annotated[int, _v(_MIN_REPLICAS)] = Field(
         2, alias="min-replicas", description="Fewest replicas, even with no load."
@@ -974,6 +991,8 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
         scale_down_cooldown_s=a.scale_down_cooldown_s,
         scale_down_max_ratio=a.scale_down_max_ratio,
     )
+    if a.forecast is Forecast.OFF:
+        config = dataclasses.replace(config, forecast=None)
     metrics = _metric_names(a)
     return ServiceConfig(
         enabled=a.enabled,
