@@ -16,8 +16,8 @@ reference's generator) and never raises on bad input: bad input is data.
 
 from __future__ import annotations
 
-import difflib
 import dataclasses
+import difflib
 import enum
 import itertools
 import math
