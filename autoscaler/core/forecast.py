@@ -12,10 +12,12 @@ A reactive policy sees it only once it has happened, and new replicas serve one 
 - blended as `(1 - trend_weight) x seasonal + trend_weight x trend`.
 
 It votes only while `backtest` says it beats the reactive estimate for this service: over the
-last `backtest_s`, every past point is forecast from what was known one horizon before it, and
-its mean absolute error is compared with that of the reactive estimate (the load as it was then,
-which is what a reactive policy sizes for). A forecast that does not cut the error by
-`margin_ratio` is off; so is one without enough history. Missing history is NaN, never zero.
+last `backtest_s`, and over the `backtest_s` after the same time one period ago (the hours to
+come, as they went then), every past point is forecast from what was known one horizon before
+it, and its mean absolute error is compared with that of the reactive estimate (the load as it
+was then, which is what a reactive policy sizes for). A forecast that does not cut that error by
+`margin_ratio`, or that does no better than its own recent level or trend without the season,
+is off; so is one without enough history. Missing history is NaN, never zero.
 
 Pure: arrays in, values out; no I/O, no clock (every time is an argument).
 """
@@ -98,7 +100,7 @@ def backtest(
         )
     if history.known_s() == 0:
         return Backtest(False, "no load history")
-    wanted = max(1, round(config.backtest_s / config.step_s))
+    wanted = 2 * max(1, round(config.backtest_s / config.step_s))
     shortest = min(config.periods_s)
     for period_s in config.periods_s:
         scored = _score(config, history, now_s=now_s, horizon_s=horizon_s, period_s=period_s)
@@ -114,8 +116,9 @@ def backtest(
         on = forecast_error <= bar and forecast_error <= trend_error
         verdict = "beats" if on else "does not beat"
         why = (
-            f"{_period_name(period_s)} forecast {verdict} the reactive estimate over the last "
-            f"{_hours(points * config.step_s)}: error {forecast_error:.1%} against "
+            f"{_period_name(period_s)} forecast {verdict} the reactive estimate over "
+            f"{_hours(points * config.step_s)} of the last and the next {_hours(config.backtest_s)}"
+            f" a {_period_name(period_s)} ago: error {forecast_error:.1%} against "
             f"{reactive_error:.1%} (without the season {trend_error:.1%})"
         )
         return Backtest(
@@ -170,7 +173,13 @@ def _score(
     ahead = max(1, math.ceil(horizon_s / step - _EPS))
     last = history.completed(now_s)
     span = max(1, round(config.backtest_s / step))
-    target = np.arange(max(0, last - span), last, dtype=np.int64)
+    # The recent past, and the hours to come as they went one period ago: a forecast judged on
+    # a quiet night alone would be off when the morning rise comes.
+    earlier = last - round(period_s / step)
+    target = np.union1d(
+        np.arange(max(0, last - span), last, dtype=np.int64),
+        np.arange(max(0, earlier), max(0, min(last, earlier + span)), dtype=np.int64),
+    )
     made = target - ahead
     keep = made >= 1
     target, made = target[keep], made[keep]

@@ -157,9 +157,10 @@ class ForecastConfig:
     The load at `now + start-up` is read from the load history one period earlier (a week when
     that much history exists, else a day), scaled by the ratio of the recent level to the level
     one period ago, and blended with the recent trend (`trend_weight`). It votes only while a
-    rolling backtest over the last `backtest_s` shows that its error is at most
-    `1 - margin_ratio` times the error of the reactive estimate (the load as it was when the
-    forecast was made); without enough history it stays off, and the decision says why. Like the
+    rolling backtest (the last `backtest_s`, and the `backtest_s` after the same time one period
+    ago) shows that its error is at most `1 - margin_ratio` times the error of the reactive
+    estimate (the load as it was when the forecast was made), and no more than without its
+    seasonal part; without enough history it stays off, and the decision says why. Like the
     look-ahead, it only ever raises the load vote.
     """
 
