@@ -117,8 +117,8 @@ def backtest(
         verdict = "beats" if on else "does not beat"
         why = (
             f"{_period_name(period_s)} forecast {verdict} the reactive estimate over "
-            f"{_hours(points * config.step_s)} of the last and the next {_hours(config.backtest_s)}"
-            f" a {_period_name(period_s)} ago: error {forecast_error:.1%} against "
+            f"{_hours(points * config.step_s)} (the last {_hours(config.backtest_s)}, and the "
+            f"next a {_period_name(period_s)} ago): error {forecast_error:.1%} against "
             f"{reactive_error:.1%} (without the season {trend_error:.1%})"
         )
         return Backtest(
