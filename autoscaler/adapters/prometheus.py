@@ -1101,9 +1101,13 @@ class LoadHistory:
             async with slots:
                 await self._extend(service, serving, first=first, last=last, step_s=step_s)
 
-        async with asyncio.TaskGroup() as group:
-            for service, serving in wanted:
-                group.create_task(fetch(service, serving))
+        answers = await asyncio.gather(
+            *(fetch(service, serving) for service, serving in wanted), return_exceptions=True
+        )
+        # Every query has finished here; the first failure stands for the outage.
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
         offset = now_s - wall
         found: dict[model.ServiceId, forecast.History] = {}
         for service in present:
