@@ -1,4 +1,4 @@
-"""The seasonal forecast (docs/architecture.md, "The seasonal forecast"): one service's load
+"""The seasonal forecast (docs/benchmark.md, "The seasonal forecast"): one service's load
 history in, a vote for the load one start-up ahead out, or no vote and why.
 
 Many inference services follow the clock: the morning's rise comes at the same hour every day.
