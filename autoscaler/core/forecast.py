@@ -24,6 +24,7 @@ Pure: arrays in, values out; no I/O, no clock (every time is an argument).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -39,14 +40,33 @@ IntArray = npt.NDArray[np.int64]
 _EPS = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
+# Not slotted: `sums` is cached on the instance, so that the loop's vote every minute, for every
+# service, costs a few lookups rather than a pass over days of history.
+@dataclass(frozen=True)
 class History:
     """A service's load, one mean per `step_s`: value `i` covers
-    `[start_s + i x step_s, start_s + (i + 1) x step_s)`; NaN where nothing is known."""
+    `[start_s + i x step_s, start_s + (i + 1) x step_s)`; NaN where nothing is known. Its
+    values are not to be changed once made."""
 
     start_s: float
     step_s: float
     load_per_s: FloatArray
+
+    @functools.cached_property
+    def sums(self) -> dict[str, FloatArray]:
+        """Prefix sums for windowed means and line fits: count, y, x, x², xy over known steps."""
+        values = self.load_per_s
+        known = np.isfinite(values)
+        index = np.arange(len(values), dtype=np.float64)
+        y = np.where(known, values, 0.0)
+        x = np.where(known, index, 0.0)
+        return {
+            "n": _prefix(known.astype(np.float64)),
+            "y": _prefix(y),
+            "x": _prefix(x),
+            "xx": _prefix(x * x),
+            "xy": _prefix(x * y),
+        }
 
     def __post_init__(self) -> None:
         if not self.step_s > 0:
@@ -215,17 +235,7 @@ def _predict(
     non-seasonal parts; NaN where the history does not hold what they need."""
     step = config.step_s
     values = history.load_per_s
-    known = np.isfinite(values)
-    index = np.arange(len(values), dtype=np.float64)
-    y = np.where(known, values, 0.0)
-    x = np.where(known, index, 0.0)
-    sums = {
-        "n": _prefix(known.astype(np.float64)),
-        "y": _prefix(y),
-        "x": _prefix(x),
-        "xx": _prefix(x * x),
-        "xy": _prefix(x * y),
-    }
+    sums = history.sums
     period = round(period_s / step)
     window = max(1, round(config.level_window_s / step))
     half = round(config.seasonal_window_s / step / 2)
