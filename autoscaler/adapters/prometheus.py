@@ -1020,6 +1020,8 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_RANGE_POINTS: Final = 10_000
 """Most steps one range query asks for (Prometheus refuses more than 11,000 per series)."""
+MAX_HISTORY_RATE: Final = 1e12
+"""Requests per second above which a history value is taken for a broken answer."""
 _HISTORY_CONCURRENCY: Final = 8
 
 
@@ -1148,7 +1150,11 @@ class LoadHistory:
             for item in series:
                 for stamp, value in _points(item):
                     k = round(stamp / step_s) - 1
-                    if at <= k < upto and math.isfinite(value):
+                    # Prometheus answers on the grid asked for, with rates that are never
+                    # negative nor absurd: anything else comes from a broken answer.
+                    on_grid = abs(stamp - (k + 1) * step_s) < 1e-3
+                    sane = math.isfinite(value) and 0 <= value <= MAX_HISTORY_RATE
+                    if on_grid and sane and at <= k < upto:
                         fresh[k - begin] = value
             at = upto
         values = np.concatenate((kept.values, fresh))
