@@ -26,6 +26,9 @@ log = structlog.get_logger(__name__)
 PUBLISH_CONCURRENCY = 16
 """Decisions published (status writes, Events) at once per tick."""
 
+HISTORY_WAIT_RATIO = 0.5
+"""Share of a tick the loop waits for a load-history refresh before going on without it."""
+
 _PublishKey = tuple[int, model.Kind, model.Reason | None]
 
 
@@ -79,6 +82,7 @@ class Loop:
         self._metrics_down = False
         self._seasonal: dict[model.ServiceId, _Seasonal] = {}
         self._history_due_s: float | None = None
+        self._refresh: asyncio.Future[None] | None = None
         self._history_error: str | None = None
 
     @property
@@ -251,8 +255,7 @@ class Loop:
         if self.history is None:
             off = model.ForecastVote.off("no load history source")
             return {w.id: off for w in configured}
-        if self._history_due_s is None or now >= self._history_due_s:
-            await self._refresh_history(configured, now)
+        await self._await_history(configured, now)
         votes: dict[model.ServiceId, model.ForecastVote] = {}
         for workload in configured:
             config = workload.policy.forecast
@@ -277,10 +280,26 @@ class Loop:
             votes[workload.id] = seasonal.vote
         return votes
 
+    async def _await_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
+        """Start a refresh when one is due and wait for it at most `HISTORY_WAIT_RATIO` of a
+        tick: days of history for many services can take seconds to fetch, and the tick must
+        not wait for them (the votes use the last history meanwhile)."""
+        due = self._history_due_s is None or now >= self._history_due_s
+        if due and self._refresh is None:
+            configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
+            self._history_due_s = now + min(c.refresh_s for c in configs)
+            self._refresh = asyncio.ensure_future(self._refresh_history(workloads, now))
+            # Only the tick that starts it waits; later ones look whether it has finished.
+            await asyncio.wait({self._refresh}, timeout=HISTORY_WAIT_RATIO * self.tick_s)
+        if self._refresh is None:
+            return
+        if self._refresh.done():
+            refresh, self._refresh = self._refresh, None
+            refresh.result()  # anything unexpected ends the process, as in the tick itself
+
     async def _refresh_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
         assert self.history is not None
         configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
-        self._history_due_s = now + min(c.refresh_s for c in configs)
         try:
             histories = await self.history.load_history(
                 workloads,

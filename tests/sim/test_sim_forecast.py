@@ -3,6 +3,7 @@ loop votes from it without ever seeing the trace ahead."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 
@@ -160,3 +161,36 @@ async def test_a_failing_history_turns_the_vote_off_with_the_error() -> None:
     assert not last.on
     assert last.why.startswith("load history unavailable: Prometheus load history query failed")
     assert len(policy.votes) == 300
+
+
+class Hanging:
+    """A history source that never answers until released."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+        self.calls = 0
+
+    async def load_history(
+        self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> Mapping[model.ServiceId, forecast.History]:
+        self.calls += 1
+        await self.released.wait()
+        return {}
+
+
+async def test_a_history_that_does_not_answer_does_not_hold_the_ticks() -> None:
+    """While the history fetch hangs the ticks go on, one fetch at a time, the vote off."""
+    sim = world.World(PARAMS)
+    sim.add_service("ns/chat", np.full(900, 6.0), PARAMS)
+    source = Hanging()
+    policy = Recording()
+    controller = run.loop.Loop(
+        cluster=sim.cluster, metrics=sim.metrics, clock=sim.clock, history=source, policy=policy
+    )
+    for _ in range(3):
+        await controller.step()
+    source.released.set()
+    await controller.step()
+    assert source.calls == 1
+    assert len(policy.votes) == 4
+    assert all(v == model.ForecastVote.off("no load history") for v in policy.votes)
