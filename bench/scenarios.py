@@ -284,7 +284,7 @@ WORKDAY_DAY_SIGMA = 0.05
 
 def workday_curve(days: int, seed: int) -> Arrivals:
     """Replicas' worth per second over `days` days of an office-hours service: quiet at night,
-    a rise of about 25 minutes around 08:30, a lunch dip, a slower fall in the evening; each
+    a rise of about half an hour around 08:30 (10 to 90 % in 32 minutes), a lunch dip, a slower fall in the evening; each
     day at its own level, times per-minute log-normal noise."""
     t = np.arange(days * DAY_S, dtype=np.float64)
     hour = (t % DAY_S) / 3600.0
@@ -309,7 +309,7 @@ def workday(params: sim_params.SimParams) -> Scenario:
     return Scenario(
         "workday",
         f"office hours: {WORKDAY_NIGHT:g} replicas' worth at night, {WORKDAY_DAY:g} by day "
-        "after a 25-minute rise around 08:30; 07:00 to 10:00 of the third day, with the two "
+        "after a half-hour rise around 08:30; 07:00 to 10:00 of the third day, with the two "
         "days before it (and the night) as the load history",
         counts[start:end],
         past=counts[:start],
