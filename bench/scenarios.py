@@ -284,8 +284,8 @@ WORKDAY_DAY_SIGMA = 0.05
 
 def workday_curve(days: int, seed: int) -> Arrivals:
     """Replicas' worth per second over `days` days of an office-hours service: quiet at night,
-    a rise of about half an hour around 08:30 (10 to 90 % in 32 minutes), a lunch dip, a slower fall in the evening; each
-    day at its own level, times per-minute log-normal noise."""
+    a rise of about half an hour around 08:30 (10 to 90 % in 32 minutes), a lunch dip, a slower
+    fall in the evening; each day at its own level, times per-minute log-normal noise."""
     t = np.arange(days * DAY_S, dtype=np.float64)
     hour = (t % DAY_S) / 3600.0
     up = 1.0 / (1.0 + np.exp(-(hour - 8.5) / 0.12))
