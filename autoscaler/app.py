@@ -70,6 +70,9 @@ STALLED_TICKS: Final = 5
 not ready."""
 EVENT_FLUSH_S: Final = 5.0
 """Seconds a stopping leader waits for its queued Events to be posted."""
+HISTORY_TIMEOUT_S: Final = 10.0
+"""Deadline of one range query for the seasonal forecast's history (at least the instant
+queries' own)."""
 
 OnTick = loop_.OnTick
 """Told each tick's report and its duration in seconds (benchmarks)."""
@@ -142,9 +145,8 @@ class Controller:
             on_fallback=self.telemetry.fell_back,
             on_event=lambda outcome: self.telemetry.events.labels(outcome).inc(),
         )
-        self.prometheus = prometheus.Client(
-            prom.url, timeout_s=prom.timeout_s, access=access or prometheus_access(prom)
-        )
+        access = access or prometheus_access(prom)
+        self.prometheus = prometheus.Client(prom.url, timeout_s=prom.timeout_s, access=access)
         """The one Prometheus client of the metrics and the health queries."""
         self.metrics = prometheus.MetricsSource(
             self.prometheus,
@@ -169,6 +171,14 @@ class Controller:
                 request_timeout_s=k8s.request_timeout_s,
             ).items()
         }
+        # A range query over days of history takes longer than a tick's instant query.
+        self.history = prometheus.LoadHistory(
+            prometheus.Client(
+                prom.url, access=access, timeout_s=max(prom.timeout_s, HISTORY_TIMEOUT_S)
+            ),
+            wall_now=wall_now,
+            scrape_interval_s=prom.scrape_interval_s,
+        )
         self.health = prometheus.HealthQueries(
             self.prometheus,
             scrape_interval_s=prom.scrape_interval_s,
@@ -232,6 +242,7 @@ class Controller:
                 window_s=self.settings.smoothing.window_s, tick_s=self.settings.loop.tick_s
             ),
             ramps=self.ramps,
+            history=self.history,
             chores=(self.cluster.tend,),
             on_tick=(self._ticked, *((self._on_tick,) if self._on_tick is not None else ())),
         )
@@ -433,6 +444,7 @@ async def wire(
             yield controller
         finally:
             await controller.prometheus.close()
+            await controller.history.client.close()
             await controller.prober.close()
     finally:
         await api.close()

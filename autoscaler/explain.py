@@ -1,10 +1,11 @@
 """`autoscaler explain NAMESPACE/NAME`: the last decision on a Deployment and why, for people.
 
-Reads what the controller wrote on the Deployment (the `status` annotation: desired and
-current replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown
-end; the `state` annotation: when it last scaled) and the service owner's settings, and prints
-them as one block. A Deployment that is missing, not opted in, or whose annotations do not parse
-(the problems are listed, as in the `InvalidConfig` Event) exits 1.
+Reads what the controller wrote on the Deployment (the `status` annotation: desired and current
+replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown end, the
+seasonal forecast's vote and why it is on or off; the `state` annotation: when it last scaled)
+and the service owner's settings, and prints them as one block. A Deployment that is missing,
+not opted in, or whose annotations do not parse (the problems are listed, as in the
+`InvalidConfig` Event) exits 1.
 
 Annotations are text anyone allowed to edit the Deployment can write: every value read from
 them reaches the output through `contract.escape`, never raw, and the controller's own are read
@@ -122,6 +123,10 @@ def _decision(status: Mapping[str, Any]) -> list[str]:
         lines.append(f"  bound          {_text(status.get('bound'))} replicas")
     if "cooldownUntil" in status:
         lines.append(f"  cooldown until {_text(status.get('cooldownUntil'))}")
+    forecast = status.get("forecast")
+    if isinstance(forecast, dict):
+        state = "on" if forecast.get("on") is True else "off"
+        lines.append(f"  forecast       {state}: {_text(forecast.get('why'))}")
     contributions = status.get("contributions")
     if isinstance(contributions, dict) and contributions:
         lines.append("  signals        ratio    estimate  wants  estimator")
@@ -245,6 +250,17 @@ def _decision_document(status: Mapping[str, Any]) -> dict[str, Any]:
         "bound": _json_text(status.get("bound")),
         "cooldownUntil": _json_text(status.get("cooldownUntil")),
         "signals": signals,
+        "forecast": _forecast_document(status.get("forecast")),
+    }
+
+
+def _forecast_document(forecast: object) -> dict[str, Any] | None:
+    if not isinstance(forecast, dict):
+        return None
+    return {
+        "on": forecast.get("on") is True,
+        "load": _json_number(forecast.get("load")),
+        "why": _json_text(forecast.get("why")),
     }
 
 

@@ -28,12 +28,15 @@ import structlog
 
 from autoscaler import clock as clock_
 from autoscaler import errors, ports
-from autoscaler.core import model, smoothing
+from autoscaler.core import forecast, model, smoothing
 
 log = structlog.get_logger(__name__)
 
 PUBLISH_CONCURRENCY = 16
 """Decisions published (status writes, Events) at once per tick."""
+
+HISTORY_WAIT_RATIO = 0.5
+"""Share of a tick the loop waits for a load-history refresh before going on without it."""
 
 _PublishKey = tuple[int, model.Kind, model.Reason | None]
 
@@ -64,6 +67,16 @@ OnTick = Callable[[TickReport, float], None]
 """Told each tick's report and how long the tick took, in seconds of the loop's `timer`."""
 
 
+@dataclass(slots=True)
+class _Seasonal:
+    """One service's load history, its backtest, and the vote for the current step."""
+
+    history: forecast.History
+    scored: forecast.Backtest
+    key: tuple[int, int] | None = None
+    vote: model.ForecastVote | None = None
+
+
 class Loop:
     def __init__(
         self,
@@ -74,6 +87,7 @@ class Loop:
         policy: ports.Policy | None = None,
         smoothing_config: smoothing.SmoothingConfig | None = None,
         ramps: ports.Ramps | None = None,
+        history: ports.HistorySource | None = None,
         chores: Sequence[Chore] = (),
         on_tick: Sequence[OnTick] = (),
         timer: Callable[[], float] = time.perf_counter,
@@ -86,6 +100,8 @@ class Loop:
         self.ramps = ramps
         """The ramp driver: when set, it takes the scale writes (draining before a scale-down)
         and advances the warm-up gate and the traffic ramp at the end of every tick."""
+        self.history = history
+        """The load history for the seasonal forecast; without it the forecast is off."""
         self.policy: ports.Policy = policy or ports.CorePolicy()
         self.smoothing_config = smoothing_config or smoothing.SmoothingConfig()
         self._windows = smoothing.Windows(self.smoothing_config)
@@ -95,6 +111,10 @@ class Loop:
         self.chores = tuple(chores)
         self.on_tick = tuple(on_tick)
         self._timer = timer
+        self._seasonal: dict[model.ServiceId, _Seasonal] = {}
+        self._history_due_s: float | None = None
+        self._refresh: asyncio.Future[None] | None = None
+        self._history_error: str | None = None
 
     @property
     def tick_s(self) -> float:
@@ -132,6 +152,7 @@ class Loop:
             len(workloads),
         )
         estimates = self._windows.estimate(now, rows, half_lives, windows).per_row()
+        forecasts = await self._forecasts(workloads, now)
 
         decisions: dict[model.ServiceId, model.Decision] = {}
         pending: dict[model.ServiceId, model.PolicyState] = {}
@@ -144,6 +165,7 @@ class Loop:
                 startup_s=workload.startup_s,
                 admissible=workload.admissible,
                 admissible_reason=workload.admissible_reason,
+                forecast=forecasts.get(workload.id),
             )
             state = self._states.get(workload.id) or workload.state or model.PolicyState()
             decision, next_state = self.policy.decide(workload, observation, state)
@@ -275,6 +297,86 @@ class Loop:
             for item in changed:
                 group.create_task(publish(*item))
 
+    async def _forecasts(
+        self, workloads: Sequence[ports.Workload], now: float
+    ) -> dict[model.ServiceId, model.ForecastVote]:
+        """The seasonal forecast's vote for every workload that has one configured. The history
+        is fetched and backtested every `refresh_s`, not every tick."""
+        configured = [w for w in workloads if w.policy.forecast is not None]
+        if not configured:
+            return {}
+        if self.history is None:
+            off = model.ForecastVote.off("no load history source")
+            return {w.id: off for w in configured}
+        await self._await_history(configured, now)
+        votes: dict[model.ServiceId, model.ForecastVote] = {}
+        for workload in configured:
+            config = workload.policy.forecast
+            assert config is not None
+            seasonal = self._seasonal.get(workload.id)
+            if seasonal is None:
+                why = self._history_error or "no load history"
+                votes[workload.id] = model.ForecastVote.off(why)
+                continue
+            ahead = forecast.horizon_s(config, workload.startup_s)
+            history = seasonal.history
+            # The vote changes only when the forecast's step or its target step does.
+            key = (
+                history.completed(now),
+                math.floor((now + ahead - history.start_s) / history.step_s),
+            )
+            if seasonal.key != key or seasonal.vote is None:
+                seasonal.vote = forecast.vote(
+                    config, history, seasonal.scored, now_s=now, horizon_s=ahead
+                )
+                seasonal.key = key
+            votes[workload.id] = seasonal.vote
+        return votes
+
+    async def _await_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
+        """Start a refresh when one is due and wait for it at most `HISTORY_WAIT_RATIO` of a
+        tick: days of history for many services can take seconds to fetch, and the tick must
+        not wait for them (the votes use the last history meanwhile)."""
+        due = self._history_due_s is None or now >= self._history_due_s
+        if due and self._refresh is None:
+            configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
+            self._history_due_s = now + min(c.refresh_s for c in configs)
+            self._refresh = asyncio.ensure_future(self._refresh_history(workloads, now))
+            # Only the tick that starts it waits; later ones look whether it has finished.
+            await asyncio.wait({self._refresh}, timeout=HISTORY_WAIT_RATIO * self.tick_s)
+        if self._refresh is None:
+            return
+        if self._refresh.done():
+            refresh, self._refresh = self._refresh, None
+            refresh.result()  # anything unexpected ends the process, as in the tick itself
+
+    async def _refresh_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
+        assert self.history is not None
+        configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
+        try:
+            histories = await self.history.load_history(
+                workloads,
+                now,
+                span_s=max(c.span_s for c in configs),
+                step_s=configs[0].step_s,
+            )
+        except errors.ObservationError as e:
+            # The last history and its backtest stay: a day-old pattern is still a pattern.
+            if self._history_error is None:
+                log.warning("forecast.history_unavailable", error=str(e))
+            self._history_error = f"load history unavailable: {e}"
+            return
+        self._history_error = None
+        self._seasonal = {}
+        for workload in workloads:
+            config = workload.policy.forecast
+            history = histories.get(workload.id)
+            if config is None or history is None:
+                continue
+            ahead = forecast.horizon_s(config, workload.startup_s)
+            scored = forecast.backtest(config, history, now_s=now, horizon_s=ahead)
+            self._seasonal[workload.id] = _Seasonal(history, scored)
+
     def _forget_gone(self, workloads: Sequence[ports.Workload]) -> None:
         present = {w.id for w in workloads}
         gone = self._windows.known() - present
@@ -283,3 +385,4 @@ class Loop:
             for service in gone:
                 self._states.pop(service, None)
                 self._published.pop(service, None)
+                self._seasonal.pop(service, None)

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from autoscaler import metricnames
 from autoscaler.contract import annotations as contract
-from autoscaler.core import gates, model, placement, policy
+from autoscaler.core import forecast, gates, model, placement, policy
 from autoscaler.core.ramp import RampConfig
 
 
@@ -97,6 +97,17 @@ class MetricsSource(Protocol):
         NaN marks a missing or stale value; a source that cannot answer at all raises
         `ObservationError`. Never zero for "no data".
         """
+        ...
+
+
+class HistorySource(Protocol):
+    async def load_history(
+        self, workloads: Sequence[Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> Mapping[model.ServiceId, forecast.History]:
+        """Each workload's LOAD over the last `span_s` before `now_s`, one mean per `step_s`
+        (NaN where unknown; only the past, never `now_s` or later). A service with no history
+        at all may be absent. Raises `ObservationError` when the source cannot answer. Called
+        rarely (`ForecastConfig.refresh_s`), never once per tick."""
         ...
 
 

@@ -15,6 +15,10 @@ Only validated names reach PromQL: metric names must match Prometheus's grammar,
 must be DNS-1123 names, and every value is regex-quoted and string-escaped on top of that. Service
 owners choose metric names (a preset or `custom`), never PromQL.
 
+`LoadHistory` is the seasonal forecast's history (`ports.HistorySource`): each service's load
+over the last days, one mean per step, from range queries over the pods of its Deployment (past
+pods included), fetched once in full and then only the steps added since, a few times an hour.
+
 `HealthQueries` serves the traffic ramp (docs/architecture.md,
 "The warm-up gate and the traffic ramp") from the same names and quoting: the health of the warming
 and stable pods of one service over a window, and the requests still in flight on pods being
@@ -42,7 +46,7 @@ import os
 import re
 import ssl
 import types
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -53,7 +57,7 @@ import numpy.typing as npt
 import structlog
 
 from autoscaler import errors, metricnames, ports
-from autoscaler.core import model
+from autoscaler.core import forecast, model
 
 log = structlog.get_logger(__name__)
 
@@ -311,14 +315,26 @@ class Client:
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
         Prometheus refused the query as such)."""
+        return await self._get(what, self.endpoint, {"query": promql}, "an instant vector")
+
+    async def query_range(
+        self, what: str, promql: str, *, start_s: float, end_s: float, step_s: float
+    ) -> list[Any]:
+        """The matrix of a range query evaluated at `start_s`, `start_s + step_s`, ... up to
+        `end_s` (Unix seconds); raises as `query` does."""
+        params = {"query": promql, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
+        params["step"] = f"{step_s:g}"
+        return await self._get(what, self.endpoint + "_range", params, "a range matrix")
+
+    async def _get(
+        self, what: str, endpoint: str, params: Mapping[str, str], shape: str
+    ) -> list[Any]:
         headers = self.access.request_headers()
         self.sent += 1
         try:
             async with asyncio.timeout(self.timeout_s):
                 session = self._open()
-                async with session.get(
-                    self.endpoint, params={"query": promql}, headers=headers
-                ) as response:
+                async with session.get(endpoint, params=params, headers=headers) as response:
                     status = response.status
                     body = await response.read()
         except TimeoutError as e:
@@ -346,7 +362,7 @@ class Client:
         except (KeyError, TypeError) as e:
             raise errors.ObservationError(f"Prometheus {what} answer malformed: {e!r}") from e
         if not isinstance(result, list):
-            raise errors.ObservationError(f"Prometheus {what} answer is not an instant vector")
+            raise errors.ObservationError(f"Prometheus {what} answer is not {shape}")
         return result
 
     def _open(self) -> aiohttp.ClientSession:
@@ -982,3 +998,173 @@ if TYPE_CHECKING:
 
     def _implements_the_health_port(source: HealthQueries) -> ports.HealthSource:
         return source  # mypy checks the structural type here
+
+
+DEFAULT_MAX_RANGE_POINTS: Final = 10_000
+"""Most steps one range query asks for (Prometheus refuses more than 11,000 per series)."""
+MAX_HISTORY_RATE: Final = 1e12
+"""Requests per second above which a history value is taken for a broken answer."""
+_HISTORY_CONCURRENCY: Final = 8
+
+
+@dataclass(slots=True)
+class _Kept:
+    """One service's history as fetched so far: the mean of step `first + i` is `values[i]`."""
+
+    first: int
+    values: npt.NDArray[np.float64]
+    requests: str
+    """The metric it was read from: new names start a new history."""
+
+
+class LoadHistory:
+    """The load of each service over the last days, from Prometheus range queries
+    (`ports.HistorySource`).
+
+    A service's load at one step is `sum(rate(<requests>[window]))` over the pods of its
+    Deployment, by name (`<name>-<template hash>-<suffix>`, and its placement tiers' pods
+    `<name>-mig-...` and `<name>-shared-...`), so pods long gone count too; each value is the rate
+    over the step that ends at it. The first call for a service fetches the whole span; later
+    calls only the steps added since, and what is older than the span is dropped. A step with no
+    sample is NaN. A service whose pods or names the cache does not know is left out.
+
+    The loop's clock need not be Unix time (tests step their own): `wall_now` is, and the history
+    is moved onto the loop's clock by the difference.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        wall_now: Callable[[], float],
+        scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+        max_range_points: int = DEFAULT_MAX_RANGE_POINTS,
+    ) -> None:
+        """Query through `client`: its own, since a range query over days needs a longer
+        deadline than a tick's instant queries; its owner closes it."""
+        if not scrape_interval_s > 0 or max_range_points < 1:
+            raise ValueError("scrape_interval_s must be > 0 and max_range_points >= 1")
+        self.client = client
+        self._wall_now = wall_now
+        self.scrape_interval_s = scrape_interval_s
+        self.max_range_points = max_range_points
+        self._kept: dict[model.ServiceId, _Kept] = {}
+
+    @property
+    def queries_sent(self) -> int:
+        return self.client.sent
+
+    async def load_history(
+        self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> dict[model.ServiceId, forecast.History]:
+        """See `ports.HistorySource`; raises `ObservationError` when a query fails."""
+        if not (step_s > 0 and span_s > 0):
+            raise ValueError("span_s and step_s must be > 0")
+        wall = self._wall_now()
+        last = math.floor(wall / step_s)  # steps [.., last) have ended
+        first = last - math.ceil(span_s / step_s)
+        slots = asyncio.Semaphore(_HISTORY_CONCURRENCY)
+        wanted: list[tuple[model.ServiceId, ServingPods]] = []
+        for workload in workloads:
+            if workload.metrics is None or workload.metrics.requests is None:
+                continue
+            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
+            if not is_namespace(serving.namespace):
+                continue
+            wanted.append((workload.id, serving))
+        present = {service for service, _ in wanted}
+        for gone in set(self._kept) - present:
+            del self._kept[gone]
+
+        async def fetch(service: model.ServiceId, serving: ServingPods) -> None:
+            async with slots:
+                await self._extend(service, serving, first=first, last=last, step_s=step_s)
+
+        answers = await asyncio.gather(
+            *(fetch(service, serving) for service, serving in wanted), return_exceptions=True
+        )
+        # Every query has finished here; the first failure stands for the outage.
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        offset = now_s - wall
+        found: dict[model.ServiceId, forecast.History] = {}
+        for service in present:
+            kept = self._kept.get(service)
+            if kept is not None and len(kept.values):
+                start = kept.first * step_s + offset
+                found[service] = forecast.History(start, step_s, kept.values.copy())
+        return found
+
+    async def _extend(
+        self,
+        service: model.ServiceId,
+        serving: ServingPods,
+        *,
+        first: int,
+        last: int,
+        step_s: float,
+    ) -> None:
+        requests = serving.metrics.requests
+        assert requests is not None
+        kept = self._kept.get(service)
+        if kept is None or kept.requests != requests or kept.first + len(kept.values) < first:
+            kept = _Kept(first, np.empty(0), requests)
+        begin = max(first, kept.first + len(kept.values))
+        promql = history_query(service, serving, window_s=max(step_s, 4 * self.scrape_interval_s))
+        fresh = np.full(max(0, last - begin), np.nan)
+        at = begin
+        while at < last:
+            upto = min(last, at + self.max_range_points)
+            # The value at instant (k + 1) x step is the rate over step k.
+            series = await self.client.query_range(
+                "load history",
+                promql,
+                start_s=(at + 1) * step_s,
+                end_s=upto * step_s,
+                step_s=step_s,
+            )
+            for item in series:
+                for stamp, value in _points(item):
+                    k = round(stamp / step_s) - 1
+                    # Prometheus answers on the grid asked for, with rates that are never
+                    # negative nor absurd: anything else comes from a broken answer.
+                    on_grid = abs(stamp - (k + 1) * step_s) < 1e-3
+                    sane = math.isfinite(value) and 0 <= value <= MAX_HISTORY_RATE
+                    if on_grid and sane and at <= k < upto:
+                        fresh[k - begin] = value
+            at = upto
+        values = np.concatenate((kept.values, fresh))
+        drop = max(0, first - kept.first)
+        self._kept[service] = _Kept(kept.first + drop, values[drop:], requests)
+
+
+def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: float) -> str:
+    """The PromQL of one service's load over time: the rate of its requests counter summed
+    over every pod its Deployment (or a placement tier of it) ever ran."""
+    requests = serving.metrics.requests
+    if requests is None:
+        raise ValueError("no requests metric to read the load from")
+    _check_metric_name(requests)
+    name = service.rsplit("/", 1)[-1]
+    if not is_pod_name(name):
+        raise ValueError(f"not a Deployment name: {name!r}")
+    if not is_namespace(serving.namespace):
+        raise ValueError(f"not a namespace: {serving.namespace!r}")
+    owner = name.translate(_RE2_QUOTED)
+    pods = f"{owner}-((mig-[a-z0-9.-]+|shared)-)?[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
+    where = [f"namespace={json.dumps(serving.namespace)}", f"pod=~{json.dumps(pods)}"]
+    selector = _selector(requests, where)
+    return f"sum(rate({selector}[{_duration(window_s)}]))"
+
+
+def _points(item: Any) -> Iterator[tuple[float, float]]:
+    """The (time, value) pairs of one series of a range answer; malformed ones are skipped."""
+    values = item.get("values") if isinstance(item, dict) else None
+    if not isinstance(values, list):
+        return
+    for pair in values:
+        try:
+            yield float(pair[0]), float(pair[1])
+        except (IndexError, TypeError, ValueError):
+            continue

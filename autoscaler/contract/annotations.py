@@ -17,6 +17,7 @@ input: bad input is data.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import enum
 from collections.abc import Callable, Mapping
@@ -96,6 +97,12 @@ class PolicyName(enum.Enum):
     """The seed policy plus the burst fast path and the trend look-ahead."""
 
 
+class Forecast(enum.Enum):
+    AUTO = "auto"
+    """The seasonal forecast votes while its backtest says it beats the reactive estimate."""
+    OFF = "off"
+
+
 class TrafficRouter(enum.Enum):
     NONE = "none"
     ISTIO = "istio"
@@ -121,6 +128,7 @@ _MODE = values.choice(Mode)
 _SERVER = values.choice(Server)
 _POLICY = values.choice(PolicyName)
 _ROUTER = values.choice(TrafficRouter)
+_FORECAST = values.choice(Forecast)
 _PLACEMENT = values.choice(Placement)
 # Scale to zero needs a wake-up signal that does not come from the service's own pods.
 _MIN_REPLICAS = values.whole(
@@ -207,6 +215,15 @@ class Annotations(BaseModel):
         description="Replica policy: `seed` is the plain one (deadband, asymmetric cooldowns, "
         "scale-down cap); `default` adds a burst fast path and a look-ahead by the pod start-up "
         "time.",
+    )
+    forecast: Annotated[Forecast, _v(_FORECAST)] = Field(
+        Forecast.AUTO,
+        alias="forecast",
+        description="Seasonal pre-scaling (policy `default` only): `auto` scales up ahead of the "
+        "load expected one pod start-up from now, read from the same time yesterday (or last "
+        "week) in Prometheus, while a rolling backtest shows it predicts better than the live "
+        "load; without enough history, or when it predicts worse, it stays off and the "
+        "decision says why. `off` never does.",
     )
     min_replicas: Annotated[int, _v(_MIN_REPLICAS)] = Field(
         2, alias="min-replicas", description="Fewest replicas, even with no load."
@@ -715,6 +732,8 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
         scale_down_max_ratio=a.scale_down_max_ratio,
         slo=_slo_config(a),
     )
+    if a.forecast is Forecast.OFF:
+        config = dataclasses.replace(config, forecast=None)
     metrics = _metric_names(a)
     traffic = TrafficConfig(
         router=a.traffic_router,

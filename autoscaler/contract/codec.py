@@ -66,6 +66,12 @@ def status_document(decision: model.Decision, *, time_s: float) -> dict[str, Any
     }
     if decision.bound is not None:
         document["bound"] = decision.bound.value
+    if decision.forecast is not None:
+        document["forecast"] = {
+            "on": decision.forecast.on,
+            "load": _number(decision.forecast.load_per_s),
+            "why": decision.forecast.why,
+        }
     if decision.cooldown_until_s is not None and math.isfinite(decision.cooldown_until_s):
         document["cooldownUntil"] = format_time(decision.cooldown_until_s)
     document[TIME_KEY] = format_time(time_s)

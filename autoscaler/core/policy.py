@@ -64,12 +64,13 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
-    """Ours: the seed policy plus the burst fast path, the trend look-ahead and the queue read
-    as demand."""
+    """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
+    as demand and the seasonal forecast (which votes only where its backtest says so)."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
+        "forecast": model.ForecastConfig(),
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -134,6 +135,7 @@ class _Tick:
             contributions=self.votes.contributions,
             bound=bound,
             cooldown_until_s=cooldown_until_s,
+            forecast=self.observation.forecast,
         )
         state = self.state
         if kind is Kind.SCALE_UP:
@@ -246,6 +248,8 @@ def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision,
         reason = Reason.FORECAST
     elif driver.estimator == "slo":
         reason = Reason.SLO
+    elif driver.estimator == "seasonal":
+        reason = Reason.SEASONAL
     else:
         reason = Reason.ABOVE_TARGET
     return tick.verdict(desired, Kind.SCALE_UP, reason, detail, bound=bound)
@@ -342,6 +346,8 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
             value, estimator = _queue_demand(config, config.queue_drain, est, load_value)
         else:
             value, estimator = _estimate(config, est, observation.startup_s)
+            if signal is Signal.LOAD:
+                value, estimator = _seasonal(config, observation.forecast, value, estimator)
         if config.burst is not None:
             burst_value = _burst_value(config, config.burst, signal, est, load_value)
             recent[signal] = (_recent_value(config, signal, est, load_value), target)
@@ -506,6 +512,17 @@ def _estimate(
     if not growth > 0:
         return est.mean, "mean"
     return est.mean + growth * horizon, "forecast"
+
+
+def _seasonal(
+    config: model.PolicyConfig, vote: model.ForecastVote | None, value: float, estimator: str
+) -> tuple[float, str]:
+    """The load estimate, raised to the seasonal forecast's when that votes and is higher."""
+    if config.forecast is None or vote is None or not vote.on:
+        return value, estimator
+    if vote.load_per_s > value:
+        return vote.load_per_s, "seasonal"
+    return value, estimator
 
 
 def _queue_demand(

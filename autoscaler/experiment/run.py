@@ -1,11 +1,12 @@
 """Run one policy over one trace on the simulator: `SimParams` and arrivals in, `SimResult` out.
 
-`simulate` builds a world with one service, wires the real `loop.Loop` to it (tick 1 s,
-window 300 s, the service's half-life from `params`), runs one tick per simulated second over
-the whole trace and summarises what happened. Every policy in a comparison gets exactly the
-same model, trace and seed (docs/simulator.md). With `params.ramp`, the ramp driver runs in the loop
-on the world's ramp ports (docs/architecture.md, "The warm-up gate and the traffic ramp"): scale
-writes go through it, and it gates, ramps, promotes, rolls back and drains the service's pods.
+`simulate` builds a world with one service, wires the real `loop.Loop` to it (tick 1 s, window 300
+s, the service's half-life from `params`, the metrics as its load history), runs one tick per
+simulated second over the whole trace and summarises what happened. Every policy in a comparison
+gets exactly the same model, trace and seed (docs/simulator.md). With `params.ramp`, the ramp driver
+runs in the loop on the world's ramp ports (docs/architecture.md, "The warm-up gate and the traffic
+ramp"): scale writes go through it, and it gates, ramps, promotes, rolls back and drains the
+service's pods.
 
 It must not configure logging, print, or write files: the CLI does that with the result.
 """
@@ -44,10 +45,13 @@ def simulate(
     *,
     progress: Callable[[float, float], None] | None = None,
     policy: ports.Policy | None = None,
+    past: npt.NDArray[Any] | None = None,
 ) -> SimResult:
     """Replay `arrivals` (the trace's requests per second, before `params.rate_scale`)
     through the loop and the virtual cluster; see `simulate_async`."""
-    return asyncio.run(simulate_async(arrivals, params, progress=progress, policy=policy))
+    return asyncio.run(
+        simulate_async(arrivals, params, progress=progress, policy=policy, past=past)
+    )
 
 
 async def simulate_async(
@@ -56,8 +60,13 @@ async def simulate_async(
     *,
     progress: Callable[[float, float], None] | None = None,
     policy: ports.Policy | None = None,
+    past: npt.NDArray[Any] | None = None,
 ) -> SimResult:
     """The same as `simulate`, inside a running event loop.
+
+    `past` (requests per second before the trace begins, before `params.rate_scale`) is what
+    the metrics' load history holds from before the simulation: the seasonal forecast sees it,
+    and of the trace itself only what has been served.
 
     `policy` replaces the decider of the registry's entry for `params.policy`; with it,
     `params.policy` may be a name the registry does not know (it only labels the result, and
@@ -75,7 +84,8 @@ async def simulate_async(
             entry = policies.lookup("seed")
         decider = policy
     sim = world.World(params)
-    sim.add_service(SERVICE, trace, params, policy_config=entry.config(params))
+    before = None if past is None else _checked(past, empty=True) * params.rate_scale
+    sim.add_service(SERVICE, trace, params, policy_config=entry.config(params), past=before)
     total_s = float(len(trace))
     sim.clock.report_progress(progress, total_s=total_s)
     await drive(sim, until_s=total_s, policy=decider)
@@ -99,6 +109,7 @@ async def drive(
         policy=policy,
         smoothing_config=SMOOTHING,
         ramps=driver,
+        history=sim.metrics,
     )
     simulated = logs.SIM_CLOCK.set(sim.clock.now)
     try:
@@ -192,9 +203,9 @@ def _by_rank(tier: str) -> tuple[int, str]:
     return placement.preference(tier), tier
 
 
-def _checked(arrivals: npt.NDArray[Any]) -> FloatArray:
+def _checked(arrivals: npt.NDArray[Any], *, empty: bool = False) -> FloatArray:
     values = np.asarray(arrivals, dtype=np.float64)
-    if values.ndim != 1 or len(values) == 0:
+    if values.ndim != 1 or (len(values) == 0 and not empty):
         raise ValueError("arrivals must be a non-empty array of requests per second")
     if not bool(np.all(np.isfinite(values)) and np.all(values >= 0)):
         raise ValueError("arrivals must be finite and >= 0")

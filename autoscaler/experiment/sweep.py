@@ -212,7 +212,9 @@ def decider_for(task: Task, params: SimParams) -> ports.Policy | None:
 def evaluate(task: Task, scenario: Scenario, base: SimParams) -> Run:
     """Simulate one task and measure it."""
     params = params_for(task, scenario, base)
-    result = sim_run.simulate(scenario.arrivals, params, policy=decider_for(task, params))
+    result = sim_run.simulate(
+        scenario.arrivals, params, policy=decider_for(task, params), past=scenario.past
+    )
     summary = result.summary
     series = result.timeseries
     requests = float(summary["requests"])

@@ -19,6 +19,10 @@ answers the loop's query from the last scrape, as a Prometheus instant query wou
   the last second, clipped to [0, 100]; NaN when nothing is serving. Load and queue of a service
   with no serving pods are still known (nothing served, the queue as it is).
 
+It is also the seasonal forecast's history (`ports.HistorySource`): `load_history` gives the
+served rate per step from the counter as scraped, and before the simulation began from the
+trace's past (`add_service(past_rps=...)`), never from anything at or after the time asked.
+
 Tests switch the whole source off (`sample` raises `ObservationError`, as when Prometheus is
 unreachable; scraping goes on) or blank one signal (NaN) for a time range.
 
@@ -38,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler import errors, ports
-from autoscaler.core import model
+from autoscaler.core import forecast, model
 
 _NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # one per model.Signal
 # Scrape times are compared with this slack (float rounding of the clock).
@@ -90,10 +94,26 @@ class Outage:
 
 
 class _Series:
-    __slots__ = ("concurrency", "latest", "load", "offset", "samples")
+    __slots__ = (
+        "added_s",
+        "concurrency",
+        "counter_s",
+        "counter_v",
+        "latest",
+        "load",
+        "offset",
+        "past",
+        "samples",
+    )
 
-    def __init__(self, max_samples: int, load: LoadQuery) -> None:
+    def __init__(self, max_samples: int, load: LoadQuery, added_s: float) -> None:
         self.samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        self.counter_s: list[float] = []
+        self.counter_v: list[float] = []
+        """Every scrape of the served counter, for the history."""
+        self.added_s = added_s
+        self.past: npt.NDArray[np.float64] | None = None
+        """Requests per second in the seconds before `added_s` (the trace's past)."""
         self.latest: tuple[float, float, float] = _NAN_ROW
         self.offset = 0.0
         """Counter value before the simulation (the seeded history)."""
@@ -131,12 +151,20 @@ class SimMetrics:
         history_rps: float | None = None,
         load: LoadQuery = LoadQuery.SERVED_RATE,
         service_time_s: float = 0.0,
+        past_rps: npt.NDArray[np.float64] | None = None,
     ) -> None:
         """Start scraping a service whose LOAD signal reads `load`. With `history_rps`, its
         counter already has a window of history at that steady rate (a service that was running
         before the simulation began), and `history_rps x service_time_s` requests are running;
-        without, the counter is fresh and its rate reads low until the window has filled."""
-        series = _Series(self._max_samples, load)
+        without, the counter is fresh and its rate reads low until the window has filled.
+        `past_rps` is the load of the seconds before `now_s`, the last one ending at `now_s`:
+        the history a Prometheus would hold for a service that ran before the simulation."""
+        series = _Series(self._max_samples, load, now_s)
+        if past_rps is not None:
+            past = np.asarray(past_rps, dtype=np.float64)
+            if past.ndim != 1 or not bool(np.all(np.isfinite(past)) and np.all(past >= 0)):
+                raise ValueError("past_rps must be a 1-D array of finite values >= 0")
+            series.past = past
         if history_rps is not None:
             if not (math.isfinite(history_rps) and history_rps >= 0):
                 raise ValueError("history_rps must be finite and >= 0")
@@ -167,6 +195,11 @@ class SimMetrics:
             if samples and samples[-1][0] >= now_s - _EPS:
                 samples.pop()  # the history seeded at this very time
             samples.append((now_s, series.offset + reading.served_total))
+            if series.counter_s and series.counter_s[-1] >= now_s - _EPS:
+                series.counter_s.pop()
+                series.counter_v.pop()
+            series.counter_s.append(now_s)
+            series.counter_v.append(reading.served_total)
             gpu = reading.gpu_util_pct
             if not math.isnan(gpu):
                 gpu = min(100.0, max(0.0, gpu))
@@ -215,6 +248,32 @@ class SimMetrics:
             for i, workload in enumerate(workloads):
                 if outage.service is None or outage.service == workload.id:
                     values[i, outage.signal] = math.nan
+
+    async def load_history(
+        self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> dict[model.ServiceId, forecast.History]:
+        """The served rate per `step_s` over the last `span_s`: the steps wholly before `now_s`
+        only, as a range query ending at `now_s` would give. Services whose LOAD is not the
+        served rate have none."""
+        if not (step_s > 0 and span_s > 0):
+            raise ValueError("span_s and step_s must be > 0")
+        for outage in self._outages:
+            if outage.signal is None and outage.covers(now_s):
+                raise errors.ObservationError("simulated metrics outage: no range query")
+        end = math.floor(now_s / step_s + _EPS)
+        first = math.floor((now_s - span_s) / step_s + _EPS)
+        edges = np.arange(first, end + 1, dtype=np.float64) * step_s
+        found: dict[model.ServiceId, forecast.History] = {}
+        for workload in workloads:
+            series = self._series.get(workload.id)
+            if series is None or series.load is not LoadQuery.SERVED_RATE or end <= first:
+                continue
+            values = np.full(end - first, np.nan)
+            if series.past is not None:
+                _fill_from_past(values, edges, series.past, series.added_s)
+            _fill_from_counter(values, edges, series.counter_s, series.counter_v)
+            found[workload.id] = forecast.History(float(edges[0]), step_s, values)
+        return found
 
     def concurrency(self, service: model.ServiceId) -> float:
         """Running plus waiting requests of `service` at the last scrape, whatever its LOAD
@@ -265,3 +324,39 @@ def extrapolated_rate(
     if to_end_s >= threshold_s:
         to_end_s = average_s / 2
     return increase * (sampled_s + to_start_s + to_end_s) / sampled_s / window_s
+
+
+def _fill_from_past(
+    values: npt.NDArray[np.float64],
+    edges: npt.NDArray[np.float64],
+    past: npt.NDArray[np.float64],
+    ends_s: float,
+) -> None:
+    """Each step wholly inside the past (per-second rates ending at `ends_s`) gets its mean."""
+    begins_s = ends_s - len(past)
+    totals = np.concatenate(([0.0], np.cumsum(past)))
+    lo, hi = edges[:-1], edges[1:]
+    inside = (lo >= begins_s - _EPS) & (hi <= ends_s + _EPS)
+    a = np.round(lo[inside] - begins_s).astype(np.int64)
+    b = np.round(hi[inside] - begins_s).astype(np.int64)
+    values[inside] = (totals[b] - totals[a]) / np.maximum(b - a, 1)
+
+
+def _fill_from_counter(
+    values: npt.NDArray[np.float64],
+    edges: npt.NDArray[np.float64],
+    at_s: Sequence[float],
+    counter: Sequence[float],
+) -> None:
+    """Each step wholly inside the scraped span gets the counter's increase over it, per
+    second (the counter read between scrapes as a straight line, as `increase()` does)."""
+    if len(at_s) < 2:
+        return
+    times = np.asarray(at_s, dtype=np.float64)
+    totals = np.asarray(counter, dtype=np.float64)
+    lo, hi = edges[:-1], edges[1:]
+    inside = (lo >= times[0] - _EPS) & (hi <= times[-1] + _EPS)
+    if not bool(np.any(inside)):
+        return
+    increase = np.interp(hi[inside], times, totals) - np.interp(lo[inside], times, totals)
+    values[inside] = increase / (hi[inside] - lo[inside])

@@ -171,6 +171,7 @@ class World:
         policy_config: model.PolicyConfig | None = None,
         replicas: int | None = None,
         warm_start: bool = True,
+        past: Sequence[float] | FloatArray | None = None,
     ) -> model.ServiceId:
         """Add a service fed by `arrivals` (requests per second, from now on, already scaled).
 
@@ -180,7 +181,9 @@ class World:
         metrics have a window of history at the opening load, as for a service that was
         running before; without, its counters start fresh. With `params.ramp` its new pods
         pass the warm-up gate and the ramp; `params.faults` count pods from the first one
-        created after these.
+        created after these. `past` (requests per second, already scaled) is the load of the
+        seconds before now: the metrics' load history holds it, the forecast's only view of
+        the trace beyond what the simulation has served.
         """
         p = params or self.params
         sid = model.ServiceId(service)
@@ -223,6 +226,7 @@ class World:
             history_rps=history,
             load=load,
             service_time_s=p.service_time_s,
+            past_rps=None if past is None else np.asarray(past, dtype=np.float64),
         )
         utilisation = math.nan
         running = 0.0

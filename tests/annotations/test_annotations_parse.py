@@ -68,6 +68,7 @@ def test_defaults_follow_the_design() -> None:
         burst=model.BurstConfig(threshold_ratio=1.5),
         lookahead=model.LookaheadConfig(),
         queue_drain=model.QueueDrainConfig(),
+        forecast=model.ForecastConfig(),
     )
     assert (config.window_s, config.half_life_s) == (300.0, 30.0)
     assert config.server is Server.VLLM
@@ -90,7 +91,7 @@ def test_every_design_key_is_a_setting() -> None:
     """Every key of the docs/annotations.md table (and `policy`, `paused`, `paused-replicas`) is a
     setting, and no other."""
     expected = {
-        "enabled", "mode", "paused", "paused-replicas", "policy", "min-replicas",
+        "enabled", "mode", "paused", "paused-replicas", "policy", "forecast", "min-replicas",
         "max-replicas", "server",
         "target-qps-per-replica", "target-queue-per-replica", "target-gpu-utilization",
         "target-p95-latency", "target-p95-queue-delay", "service-time", "replica-capacity",
