@@ -182,8 +182,12 @@ def per_second(requests: PerRequest) -> TokenTrace:
     n = int(second[-1]) + 1 if len(second) else 0
     return TokenTrace(
         requests=np.bincount(second, minlength=n).astype(np.float64),
-        prompt_tokens=np.bincount(second, weights=requests.prompt_tokens, minlength=n),
-        output_tokens=np.bincount(second, weights=requests.output_tokens, minlength=n),
+        prompt_tokens=np.bincount(second, weights=requests.prompt_tokens, minlength=n).astype(
+            np.float64
+        ),
+        output_tokens=np.bincount(second, weights=requests.output_tokens, minlength=n).astype(
+            np.float64
+        ),
     )
 
 
