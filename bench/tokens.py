@@ -279,8 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_workers=args.jobs, initializer=_start, initargs=(scenarios,)
     ) as pool:
         futures = [
-            pool.submit(search, name, policy, args.regime, base, GRID)
-            for name, policy in jobs
+            pool.submit(search, name, policy, args.regime, base, GRID) for name, policy in jobs
         ]
         rows = [f.result() for f in futures]
     header = (
