@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -80,6 +81,7 @@ class Row:
     ttft_p95_s: float | None
 
 
+@functools.cache
 def azure_pairs() -> tuple[FloatArray, FloatArray]:
     """The bundled hour's (prompt, output) token counts, one pair per request."""
     requests = trace.load_per_request(trace.bundled_per_request())
@@ -101,7 +103,7 @@ def draw(
     counts = rng.poisson(rate_rps, duration_s)
     second = np.repeat(np.arange(duration_s), counts)
     pick = rng.integers(0, len(prompts), len(second))
-    prompt, output = prompts[pick], outputs[pick]
+    prompt, output = prompts[pick], outputs[pick]  # fancy indexing copies: the cache stays
     shifted = rng.random(len(second)) < share[second]
     prompt[shifted], output[shifted] = shift(prompt[shifted], output[shifted])
     mix = tokens.TokenMix(
