@@ -1,6 +1,7 @@
 """Token-mix scenarios in the simulator's token mode: every policy at the same TTFT SLO.
 
     python -m bench.tokens [--regime cold] [--policies p,q] [--jobs N] [--duration-s S]
+                           [--no-search]
 
 An LLM server's capacity is tokens, not requests: when long prompts arrive (retrieval-augmented
 answers, code with its repository context) at the same request rate, each replica carries a
@@ -220,17 +221,24 @@ def _start(scenarios: dict[str, TokenScenario]) -> None:
     _SCENARIOS.update(scenarios)
 
 
-def search(name: str, policy: str, regime: str, base: SimParams, grid: Sequence[float]) -> Row:
-    """The policy at its default target, then the equal-SLO search from there."""
+def search(
+    name: str, policy: str, regime: str, base: SimParams, grid: Sequence[float] | None
+) -> Row:
+    """The policy at its default target, then the equal-SLO search from there (none without
+    a grid)."""
     default = sweep.DEFAULT_UTILISATION[policy]
     first, p95 = _trial(name, policy, default, regime, base)
     trials = [first]
+    if grid is None:
+        return Row(name, policy, first, None, p95)
     while (target := equal_slo.next_target(grid, trials)) is not None:
         trials.append(_trial(name, policy, target, regime, base)[0])
     return Row(name, policy, first, equal_slo.cheapest(trials), p95)
 
 
-def markdown(rows: Sequence[Row], scenarios: dict[str, TokenScenario], header: str) -> str:
+def markdown(
+    rows: Sequence[Row], scenarios: dict[str, TokenScenario], header: str, *, searched: bool
+) -> str:
     lines = [header, ""]
     for name, built in scenarios.items():
         lines.append(f"- `{name}`: {built.scenario.description}")
@@ -242,11 +250,12 @@ def markdown(rows: Sequence[Row], scenarios: dict[str, TokenScenario], header: s
     ]
     for row in rows:
         equal = row.equal
-        tail = (
-            "none within 1 % | — | —"
-            if equal is None
-            else f"{equal.utilisation:.2f} | {equal.slo_miss_pct:.2f} % | {equal.gpu_hours:.1f}"
-        )
+        if not searched:
+            tail = "not searched | — | —"
+        elif equal is None:
+            tail = "none within 1 % | — | —"
+        else:
+            tail = f"{equal.utilisation:.2f} | {equal.slo_miss_pct:.2f} % | {equal.gpu_hours:.1f}"
         p95 = "—" if row.ttft_p95_s is None else f"{row.ttft_p95_s:.2f} s"
         lines.append(
             f"| {row.scenario} | {row.policy} | {row.default.slo_miss_pct:.2f} % | "
@@ -261,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES), metavar="P,Q")
     parser.add_argument("--jobs", type=common.positive_int, default=sweep.available_cpus())
     parser.add_argument("--duration-s", type=common.positive_int, default=DURATION_S)
+    parser.add_argument(
+        "--no-search", action="store_true", help="default targets only, no equal-SLO search"
+    )
     args = parser.parse_args(argv)
     policies = tuple(p for p in args.policies.split(",") if p)
     unknown = [p for p in policies if p not in sweep.DEFAULT_UTILISATION]
@@ -281,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_workers=args.jobs, initializer=_start, initargs=(scenarios,)
     ) as pool:
         futures = [
-            pool.submit(search, name, policy, args.regime, base, GRID) for name, policy in jobs
+            pool.submit(search, name, policy, args.regime, base, None if args.no_search else GRID)
+            for name, policy in jobs
         ]
         rows = [f.result() for f in futures]
     header = (
@@ -289,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"mu {mu:g} requests/s per replica and {capacity.in_service_s:g} s in the server "
         "(measured on the stable mix)"
     )
-    print(markdown(rows, scenarios, header))
+    print(markdown(rows, scenarios, header, searched=not args.no_search))
     elapsed = time.perf_counter() - started
     print(f"{len(rows)} searches in {elapsed:.0f} s", file=sys.stderr)
     return 0
