@@ -26,7 +26,7 @@ from autoscaler.sim import params as sim_params
 Arrivals = npt.NDArray[np.float64]
 HERE = Path(__file__).resolve().parent
 TRACES = HERE / "traces"
-AZURE = HERE.parent / "autoscaler" / "sim" / "traces" / "azure_llm_2023_conv.requests.csv.gz"
+AZURE = trace.bundled("azure_llm_2023_conv")
 SERVEGEN = TRACES / "servegen_m-large_days0-6.requests.csv.gz"
 
 PEAK_REPLICAS = 40.0
