@@ -17,8 +17,8 @@ request's prompt and output lengths drawn jointly from the bundled Azure hour
 
 Every policy scales on request signals with mu measured on the stable mix
 (`measure_capacity`: the highest rate that ten replicas serve with at most 1 % of requests over
-the TTFT SLO, per replica, and the time a request then stays in the server, for the concurrency
-targets), as an operator would set its targets after a load test. Each runs at its
+the TTFT SLO, per replica, and the time a request stays in the server at the load target, for
+the concurrency targets), as an operator would set its targets after a load test. Each runs at its
 default target and through the equal-SLO search of `autoscaler.experiment.sweep` on the TTFT
 SLO; the table gives misses (TTFT over the SLO, or dropped) and GPU-hours.
 
@@ -170,8 +170,10 @@ class Capacity:
     mu_rps: float
     """Requests per second it serves with at most 1 % of requests over the TTFT SLO."""
     in_service_s: float
-    """How long a request stays in the server at that rate (Little's law: running over
-    throughput); the request model's `service_time_s`, which concurrency targets use."""
+    """How long a request stays in the server at the default load target (75 % of mu;
+    Little's law: running over throughput): the request model's `service_time_s`, from which
+    the concurrency targets (KPA's) are set. Under continuous batching it grows with the load
+    (a fuller batch decodes slower), so it is taken where the policies aim, not at mu."""
 
 
 def measure_capacity(config: tokens.TokenConfig = TOKEN_CONFIG) -> Capacity:
@@ -196,7 +198,7 @@ def measure_capacity(config: tokens.TokenConfig = TOKEN_CONFIG) -> Capacity:
         else:
             hi = mid
     mu = round(lo, 2)
-    return Capacity(mu, round(probe(mu)[1], 2))
+    return Capacity(mu, round(probe(mu * SimParams().target_utilisation)[1], 2))
 
 
 def _trial(
