@@ -132,13 +132,13 @@ def _time_tokens() -> int:
     mix = tokens.TokenMix(summed.prompt_tokens * scale, summed.output_tokens * scale)
     requests = SimParams(replica_capacity_rps=TOKEN_MU_RPS, max_replicas=100)
     token_mode = dataclasses.replace(requests, tokens=tokens.TokenConfig())
-    label = "bundled hour x4"
+    label = "azure x4"
     for mode, params, token_mix in (
         ("requests", requests, None),
         ("tokens", token_mode, mix),
     ):
         loop = functools.partial(run.simulate, arrivals, params, token_mix=token_mix)
-        print(timed(f"{label}, {mode}, default", len(arrivals), loop).line(), flush=True)
+        print(timed(f"{label}, {mode}, loop", len(arrivals), loop).line(), flush=True)
         alone = functools.partial(world_only, arrivals, params, token_mix)
         print(timed(f"{label}, {mode}, world only", len(arrivals), alone).line(), flush=True)
     return 0
