@@ -25,6 +25,7 @@ import numpy.typing as npt
 from autoscaler import logs, loop, ports, ramp_driver
 from autoscaler.core import model, placement, smoothing
 from autoscaler.sim import policies, world
+from autoscaler.sim import tokens as tokens_
 from autoscaler.sim import traffic as traffic_
 from autoscaler.sim.params import SimParams, SimResult
 
@@ -46,11 +47,14 @@ def simulate(
     progress: Callable[[float, float], None] | None = None,
     policy: ports.Policy | None = None,
     past: npt.NDArray[Any] | None = None,
+    token_mix: tokens_.TokenMix | None = None,
 ) -> SimResult:
     """Replay `arrivals` (the trace's requests per second, before `params.rate_scale`)
     through the loop and the virtual cluster; see `simulate_async`."""
     return asyncio.run(
-        simulate_async(arrivals, params, progress=progress, policy=policy, past=past)
+        simulate_async(
+            arrivals, params, progress=progress, policy=policy, past=past, token_mix=token_mix
+        )
     )
 
 
@@ -61,6 +65,7 @@ async def simulate_async(
     progress: Callable[[float, float], None] | None = None,
     policy: ports.Policy | None = None,
     past: npt.NDArray[Any] | None = None,
+    token_mix: tokens_.TokenMix | None = None,
 ) -> SimResult:
     """The same as `simulate`, inside a running event loop.
 
@@ -72,8 +77,16 @@ async def simulate_async(
     `params.policy` may be a name the registry does not know (it only labels the result, and
     the service's config comes from the `seed` entry). Without it, an unknown name raises
     `ValueError` listing the valid ones. `progress(now_s, total_s)` is called about 100 times.
+    In token mode (`params.tokens`), `token_mix` gives each second's prompt and output tokens,
+    scaled by `params.rate_scale` with the arrivals.
     """
     trace = _checked(arrivals) * params.rate_scale
+    mix = None
+    if token_mix is not None:
+        mix = tokens_.TokenMix(
+            np.asarray(token_mix.prompt_tokens, dtype=np.float64) * params.rate_scale,
+            np.asarray(token_mix.output_tokens, dtype=np.float64) * params.rate_scale,
+        )
     if policy is None:
         entry = policies.lookup(params.policy)
         decider = entry.decider(params, trace)
@@ -85,7 +98,14 @@ async def simulate_async(
         decider = policy
     sim = world.World(params)
     before = None if past is None else _checked(past, empty=True) * params.rate_scale
-    sim.add_service(SERVICE, trace, params, policy_config=entry.config(params), past=before)
+    sim.add_service(
+        SERVICE,
+        trace,
+        params,
+        policy_config=entry.config(params),
+        past=before,
+        token_mix=mix,
+    )
     total_s = float(len(trace))
     sim.clock.report_progress(progress, total_s=total_s)
     await drive(sim, until_s=total_s, policy=decider)
@@ -162,6 +182,12 @@ def result_of(sim: world.World, service: model.ServiceId, params: SimParams) -> 
     }
     if isinstance(traffic, traffic_.SplitTraffic):
         summary |= _per_pod_summary(sim, service, traffic)
+    if isinstance(traffic, tokens_.TokenTraffic):
+        summary["tokens"] = {
+            "prompt_tokens": traffic.prompt_tokens_total,
+            "generation_tokens": traffic.generation_tokens_total,
+            "ttft_p95_s": None if math.isnan(p95) else p95,
+        }
     if params.nodes:
         summary["placement"] = _placement_summary(sim, service)
     return SimResult(

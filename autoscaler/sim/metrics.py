@@ -23,6 +23,10 @@ It is also the seasonal forecast's history (`ports.HistorySource`): `load_histor
 served rate per step from the counter as scraped, and before the simulation began from the
 trace's past (`add_service(past_rps=...)`), never from anything at or after the time asked.
 
+A service in token mode also has token signals, named and computed as a vLLM server's
+(`token_signals`, `TokenSignals`): what the policy side reads for token and KV-cache votes. They
+sit beside the three signals above and change none of them.
+
 Tests switch the whole source off (`sample` raises `ObservationError`, as when Prometheus is
 unreachable; scraping goes on) or blank one signal (NaN) for a time range.
 
@@ -43,6 +47,7 @@ import numpy.typing as npt
 
 from autoscaler import errors, ports
 from autoscaler.core import forecast, model
+from autoscaler.sim import tokens as tokens_
 
 _NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # one per model.Signal
 # Scrape times are compared with this slack (float rounding of the clock).
@@ -74,6 +79,38 @@ class Reading(NamedTuple):
     def concurrency(self) -> float:
         """Requests in the servers: running plus waiting."""
         return self.in_service + self.queue
+
+
+class TokenReading(NamedTuple):
+    """What a scrape finds for one service in token mode."""
+
+    prompt_tokens_total: float
+    """`vllm:prompt_tokens_total`: prompt tokens prefilled (monotonic)."""
+    generation_tokens_total: float
+    """`vllm:generation_tokens_total`: output tokens decoded (monotonic)."""
+    kv_cache_usage_ratio: float
+    """`vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` before vLLM 0.10), a ratio in
+    [0, 1] despite its name: cache held over the serving replicas' cache; NaN with none."""
+    ttft_histogram: npt.NDArray[np.float64]
+    """`vllm:time_to_first_token_seconds` bucket counts (cumulative over the run)."""
+    tpot_histogram: npt.NDArray[np.float64]
+    """`vllm:time_per_output_token_seconds` bucket counts (cumulative over the run)."""
+
+
+class TokenSignals(NamedTuple):
+    """The token signals of one service at the last scrape, as PromQL over vLLM's series
+    gives them; NaN where the window holds too little (a missing series is never zero load)."""
+
+    kv_cache_usage_ratio: float
+    """`avg(vllm:kv_cache_usage_perc)`."""
+    prompt_tokens_per_s: float
+    """`sum(rate(vllm:prompt_tokens_total[window]))`."""
+    generation_tokens_per_s: float
+    """`sum(rate(vllm:generation_tokens_total[window]))`."""
+    ttft_p95_s: float
+    """`histogram_quantile(0.95, sum(rate(vllm:time_to_first_token_seconds_bucket[window])))`."""
+    tpot_p95_s: float
+    """`histogram_quantile(0.95, sum(rate(vllm:time_per_output_token_seconds_bucket[window])))`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +174,7 @@ class SimMetrics:
         self._outages: list[Outage] = []
         self._queries = 0
         self.next_scrape_s: float | None = None
+        self._tokens: dict[model.ServiceId, deque[tuple[float, TokenReading]]] = {}
 
     @property
     def queries(self) -> int:
@@ -208,6 +246,45 @@ class SimMetrics:
         if self.next_scrape_s is not None:
             while self.next_scrape_s <= now_s + _EPS:
                 self.next_scrape_s += self.scrape_interval_s
+
+    def scrape_tokens(self, now_s: float, readings: Mapping[model.ServiceId, TokenReading]) -> None:
+        """Record one scrape of the token series of every service listed."""
+        for service, reading in readings.items():
+            samples = self._tokens.setdefault(service, deque(maxlen=self._max_samples))
+            if samples and samples[-1][0] >= now_s - _EPS:
+                samples.pop()
+            samples.append((now_s, reading))
+
+    def token_signals(self, service: model.ServiceId, now_s: float) -> TokenSignals:
+        """The service's token signals at `now_s` from its scrapes within the rate window.
+
+        Raises `ObservationError` while the whole source is switched off, as `sample` does;
+        a service with no token series (the request model) reads NaN throughout."""
+        for outage in self._outages:
+            if outage.signal is None and outage.covers(now_s):
+                raise errors.ObservationError(
+                    f"simulated metrics outage from {outage.start_s:g}s to {outage.end_s:g}s"
+                )
+        samples = self._tokens.get(service)
+        if not samples:
+            return TokenSignals(math.nan, math.nan, math.nan, math.nan, math.nan)
+        window = self.rate_window_s
+        latest = samples[-1][1]
+        prompt = [(t, r.prompt_tokens_total) for t, r in samples]
+        generation = [(t, r.generation_tokens_total) for t, r in samples]
+        inside = [(t, r) for t, r in samples if now_s - window < t <= now_s + _EPS]
+        ttft = tpot = math.nan
+        if len(inside) >= 2:
+            first, last = inside[0][1], inside[-1][1]
+            ttft = tokens_.histogram_quantile(last.ttft_histogram - first.ttft_histogram, 0.95)
+            tpot = tokens_.histogram_quantile(last.tpot_histogram - first.tpot_histogram, 0.95)
+        return TokenSignals(
+            latest.kv_cache_usage_ratio,
+            extrapolated_rate(prompt, at_s=now_s, window_s=window),
+            extrapolated_rate(generation, at_s=now_s, window_s=window),
+            ttft,
+            tpot,
+        )
 
     def switch_off(self, start_s: float, end_s: float) -> None:
         """Make `sample` raise `ObservationError` for `now_s` in [start_s, end_s)."""
