@@ -69,7 +69,8 @@ EVENT_FLUSH_S: Final = 5.0
 """Seconds a stopping leader waits for its queued Events to be posted."""
 
 OnTick = Callable[[loop_.TickReport, float], None]
-"""Told each tick's report and its duration in seconds (benchmarks)."""
+"""Told each tick's report and its whole duration in seconds, the telemetry that follows the
+step included (benchmarks)."""
 
 
 class _Observed:
@@ -352,7 +353,7 @@ class Controller:
         self.ticks += 1
         self._last_tick_s = self.lease_clock.now()
         if self._on_tick is not None:
-            self._on_tick(report, duration_s)
+            self._on_tick(report, time.perf_counter() - started)
 
     async def _serve_http(self) -> None:
         http = self.settings.http

@@ -1,19 +1,25 @@
 """Loop scale on the Kubernetes path: one controller, N annotated Deployments, real clients.
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
+        [--change-share 0.1] [--change-every-s 60] [--seed 14]
 
 The controller is wired by `autoscaler.app` exactly as `autoscaler run` wires it (wall clock,
 1 s ticks, leader election, caches, HTTP server) and talks over HTTP to the in-process
 Kubernetes API emulator of the tests (`tests/kube`), which runs in a child process so that this
 process's memory is the controller's, and to a real Prometheus (Debian's `prometheus`) that
-scrapes nothing: every service holds with `missing-data`, which costs the same three queries
-per tick as real data.
+scrapes, every second, an exporter in that same child: per pod, vLLM's request counter and
+waiting-queue gauge and DCGM's GPU utilisation. Every service has real data and decides.
 
 Each Deployment has two Running, Ready pods (created directly in the emulator's store, with
-their ReplicaSet, as the Deployment and ReplicaSet controllers would). Printed: the duration
-of `Loop.step()` per tick (the first tick, which publishes every service's status, apart),
-process CPU per tick, the controller process's RSS, Prometheus queries per tick (the adapter's
-counter) and API writes per tick (the emulator's request log).
+their ReplicaSet, as the Deployment and ReplicaSet controllers would). Each service starts at a
+seeded load; every `--change-every-s` seconds a seeded `--change-share` of the services moves to a
+new load (so some scale, and their status and replicas are written), the rest keep theirs. The
+controller starts once Prometheus has a rate for every pod.
+
+Printed: the duration of the whole tick (`Loop.step()`, with its publish, and the telemetry
+that follows it), the first tick apart; process CPU per tick; the controller process's RSS;
+Prometheus queries per tick (the adapter's counter); API writes per tick (the emulator's
+request log); and the ticks' decisions by kind.
 
 Timings are printed, never asserted (docs/benchmark.md).
 """
@@ -29,38 +35,138 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 NAMESPACES = 10
 LEASE_NAMESPACE = "inference-autoscaler"
 WRITES = ("create", "update", "patch", "delete")
+PODS_PER_DEPLOYMENT = 2
+TARGET_QPS_PER_REPLICA = 5.0
+TARGET_QUEUE_PER_REPLICA = 4.0
 
 
 # -- the child: the API emulator with the cluster in it --------------------------------------
 
 
-async def serve_cluster(deployments: int) -> None:
-    """Run the emulator, fill it, print its kubeconfig; print request counts on each stdin line."""
+async def serve_cluster(
+    deployments: int, *, change_share: float, change_every_s: float, seed: int
+) -> None:
+    """Run the emulator and the exporter, fill both, print the kubeconfig and the exporter's
+    address; print request counts on each stdin line."""
     sys.path.insert(0, str(TESTS))
+    from aiohttp import web
     from kube.emulator import Emulator, serve
     from kube.store import Store
 
-    with tempfile.TemporaryDirectory() as tmp:
-        async with serve(Emulator(store=Store()), kubeconfig=Path(tmp) / "kubeconfig") as kube:
-            store = kube.store
-            fill(store, deployments)
-            print(json.dumps({"kubeconfig": str(kube.kubeconfig)}), flush=True)
-            while line := await asyncio.to_thread(sys.stdin.readline):
-                counts: dict[str, int] = {}
-                for call, n in kube.requests.counts.items():
-                    key = f"{call.verb} {call.resource}" + (
-                        f"/{call.subresource}" if call.subresource else ""
-                    )
-                    counts[key] = counts.get(key, 0) + n
-                print(json.dumps({"request": line.strip(), "counts": counts}), flush=True)
+    load = Load(deployments, change_share=change_share, seed=seed)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=load.render(time.monotonic()),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def change() -> None:
+        while True:
+            await asyncio.sleep(change_every_s)
+            load.change(time.monotonic())
+
+    exporter = web.Application()
+    exporter.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(exporter, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    target = f"127.0.0.1:{runner.addresses[0][1]}"
+    changing = asyncio.create_task(change())
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            kubeconfig = Path(tmp) / "kubeconfig"
+            async with serve(Emulator(store=Store()), kubeconfig=kubeconfig) as kube:
+                store = kube.store
+                fill(store, deployments)
+                print(
+                    json.dumps({"kubeconfig": str(kube.kubeconfig), "target": target}), flush=True
+                )
+                while line := await asyncio.to_thread(sys.stdin.readline):
+                    counts: dict[str, int] = {}
+                    for call, n in kube.requests.counts.items():
+                        key = f"{call.verb} {call.resource}" + (
+                            f"/{call.subresource}" if call.subresource else ""
+                        )
+                        counts[key] = counts.get(key, 0) + n
+                    print(json.dumps({"request": line.strip(), "counts": counts}), flush=True)
+    finally:
+        changing.cancel()
+        await runner.cleanup()
+
+
+class Load:
+    """Every pod's series as vLLM and dcgm-exporter serve them, under a seeded load.
+
+    Per service, a request rate (split evenly over its pods), a waiting queue and a GPU
+    utilisation that follow it. `change` moves a share of the services to new loads; a request
+    counter keeps counting from where it was at the change, as a server's does.
+    """
+
+    def __init__(self, deployments: int, *, change_share: float, seed: int) -> None:
+        self.random = np.random.default_rng(seed)
+        self.deployments = deployments
+        self.change_share = change_share
+        self.changes = 0
+        pods = [
+            (f"team-{i % NAMESPACES}", pod_name(i, suffix))
+            for i in range(deployments)
+            for suffix in POD_SUFFIXES
+        ]
+        labels = [f'namespace="{ns}",pod="{pod}"' for ns, pod in pods]
+        self.requests = [
+            f'vllm:request_success_total{{{x},finished_reason="stop"}} ' for x in labels
+        ]
+        self.waiting = [f"vllm:num_requests_waiting{{{x}}} " for x in labels]
+        self.gpu = [f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",{x},container="vllm"}} ' for x in labels]
+        self.counted = np.zeros(len(pods))
+        self.since_s = np.full(len(pods), time.monotonic())
+        self.rate_per_s = np.repeat(self._loads(deployments), PODS_PER_DEPLOYMENT)
+
+    def _loads(self, n: int) -> Any:
+        """Service-wide request rates: around what one to six replicas serve at their target."""
+        return self.random.uniform(0.5, 6.0, n) * TARGET_QPS_PER_REPLICA / PODS_PER_DEPLOYMENT
+
+    def change(self, now_s: float) -> None:
+        n = max(1, round(self.change_share * self.deployments))
+        services = self.random.choice(self.deployments, size=n, replace=False)
+        pods = (services[:, None] * PODS_PER_DEPLOYMENT + np.arange(PODS_PER_DEPLOYMENT)).ravel()
+        self.counted[pods] += self.rate_per_s[pods] * (now_s - self.since_s[pods])
+        self.since_s[pods] = now_s
+        self.rate_per_s[pods] = np.repeat(self._loads(n), PODS_PER_DEPLOYMENT)
+        self.changes += 1
+
+    def render(self, now_s: float) -> bytes:
+        counted = (self.counted + self.rate_per_s * (now_s - self.since_s)).tolist()
+        rates = self.rate_per_s.tolist()
+        lines = ["# TYPE vllm:request_success_total counter"]
+        lines += [f"{name}{value:.3f}" for name, value in zip(self.requests, counted, strict=True)]
+        lines.append("# TYPE vllm:num_requests_waiting gauge")
+        lines += [f"{name}{rate * 0.4:.0f}" for name, rate in zip(self.waiting, rates, strict=True)]
+        lines.append("# TYPE DCGM_FI_DEV_GPU_UTIL gauge")
+        lines += [
+            f"{name}{min(100.0, 20.0 + 10.0 * rate):.0f}"
+            for name, rate in zip(self.gpu, rates, strict=True)
+        ]
+        return ("\n".join(lines) + "\n").encode()
+
+
+POD_SUFFIXES = ("a1b2c", "d3e4f")
+
+
+def pod_name(i: int, suffix: str) -> str:
+    return f"llm-{i:05d}-5d8f7c-{suffix}"
 
 
 def fill(store: Any, deployments: int) -> None:
@@ -85,8 +191,8 @@ def fill(store: Any, deployments: int) -> None:
         notes = {
             "autoscaler.dsec.io/enabled": "true",
             "autoscaler.dsec.io/max-replicas": "20",
-            "autoscaler.dsec.io/target-qps-per-replica": "5",
-            "autoscaler.dsec.io/target-queue-per-replica": "4",
+            "autoscaler.dsec.io/target-qps-per-replica": f"{TARGET_QPS_PER_REPLICA:g}",
+            "autoscaler.dsec.io/target-queue-per-replica": f"{TARGET_QUEUE_PER_REPLICA:g}",
         }
         template = {
             "metadata": {"labels": labels},
@@ -96,7 +202,11 @@ def fill(store: Any, deployments: int) -> None:
             "apps/v1/deployments",
             {
                 "metadata": {"name": name, "annotations": notes, "labels": labels},
-                "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": template},
+                "spec": {
+                    "replicas": PODS_PER_DEPLOYMENT,
+                    "selector": {"matchLabels": labels},
+                    "template": template,
+                },
             },
             namespace=namespace,
         )
@@ -108,16 +218,20 @@ def fill(store: Any, deployments: int) -> None:
                     "labels": labels,
                     "ownerReferences": [owner(deployment, "Deployment")],
                 },
-                "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": template},
+                "spec": {
+                    "replicas": PODS_PER_DEPLOYMENT,
+                    "selector": {"matchLabels": labels},
+                    "template": template,
+                },
             },
             namespace=namespace,
         )
-        for suffix in ("a1b2c", "d3e4f"):
+        for suffix in POD_SUFFIXES:
             pod = store.create(
                 "v1/pods",
                 {
                     "metadata": {
-                        "name": f"{name}-5d8f7c-{suffix}",
+                        "name": pod_name(i, suffix),
                         "labels": labels,
                         "ownerReferences": [owner(replicaset, "ReplicaSet")],
                     },
@@ -164,7 +278,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(deployments: int, ticks: int) -> dict[str, Any]:
+async def wait_for_rates(prom: Any, pods: int, *, timeout_s: float = 120.0) -> float:
+    """Seconds until Prometheus has a request rate for every pod (two scrapes of each)."""
+    started_s = time.monotonic()
+    while time.monotonic() - started_s < timeout_s:
+        found = await asyncio.to_thread(prom.query, "count(rate(vllm:request_success_total[10s]))")
+        if found and int(float(found[0]["value"][1])) >= pods:
+            return time.monotonic() - started_s
+        await asyncio.sleep(0.5)
+    raise SystemExit(f"Prometheus had no rate for all {pods} pods after {timeout_s:g} s")
+
+
+async def measure(
+    deployments: int, ticks: int, *, change_share: float, change_every_s: float, seed: int
+) -> dict[str, Any]:
     sys.path.insert(0, str(TESTS))
     from prom import server
 
@@ -181,9 +308,16 @@ async def measure(deployments: int, ticks: int) -> dict[str, Any]:
         "bench.loop_scale_k8s",
         "--serve-cluster",
         str(deployments),
+        "--change-share",
+        str(change_share),
+        "--change-every-s",
+        str(change_every_s),
+        "--seed",
+        str(seed),
         cwd=ROOT,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
+        limit=2**24,
     )
     assert child.stdin is not None
     assert child.stdout is not None
@@ -195,17 +329,25 @@ async def measure(deployments: int, ticks: int) -> dict[str, Any]:
         counts: dict[str, int] = json.loads(await stdout.readline())["counts"]
         return counts
 
-    kubeconfig = json.loads(await stdout.readline())["kubeconfig"]
+    started = json.loads(await stdout.readline())
     filled_s = time.monotonic() - started_s
     durations: list[float] = []
     queries: list[int] = []
     cpu: list[float] = []
+    kinds: Counter[str] = Counter()
     counted = asyncio.Event()
     try:
-        with tempfile.TemporaryDirectory() as tmp, server.running(binary, Path(tmp)) as prom:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            server.running(binary, Path(tmp), targets=[started["target"]]) as prom,
+        ):
+            data_s = await wait_for_rates(prom, PODS_PER_DEPLOYMENT * deployments)
             config = settings.Settings(
-                kubernetes={"kubeconfig": kubeconfig, "lease_namespace": LEASE_NAMESPACE},
-                prometheus={"url": prom.url},
+                kubernetes={
+                    "kubeconfig": started["kubeconfig"],
+                    "lease_namespace": LEASE_NAMESPACE,
+                },
+                prometheus={"url": prom.url, "scrape_interval_s": server.SCRAPE_INTERVAL_S},
                 http={"host": "127.0.0.1", "port": 0},
             )
             before_mib = rss_mib()[0]
@@ -215,6 +357,8 @@ async def measure(deployments: int, ticks: int) -> dict[str, Any]:
                 durations.append(duration_s)
                 queries.append(box["controller"].metrics.queries_sent)
                 cpu.append(time.process_time())
+                if len(durations) > 1:
+                    kinds.update(kind.value for kind in report.kinds.elements())
                 if len(durations) in (2, ticks + 1):
                     counted.set()
 
@@ -246,8 +390,9 @@ async def measure(deployments: int, ticks: int) -> dict[str, Any]:
     steady_cpu = [b - a for a, b in itertools.pairwise(cpu[1:])]
     return {
         "deployments": deployments,
-        "pods": 2 * deployments,
+        "pods": PODS_PER_DEPLOYMENT * deployments,
         "cluster_filled_s": round(filled_s, 1),
+        "prometheus_data_s": round(data_s, 1),
         "caches_synced_s": round(sync_s, 2),
         "first_tick_s": round(durations[0], 3),
         "tick_p50_s": round(statistics.median(steady), 4),
@@ -255,6 +400,7 @@ async def measure(deployments: int, ticks: int) -> dict[str, Any]:
         "tick_max_s": round(max(steady), 4),
         "ticks_measured": len(steady),
         "cpu_per_tick_s": round(statistics.mean(steady_cpu), 4) if steady_cpu else None,
+        "decisions_in_later_ticks": dict(sorted(kinds.items())),
         "prometheus_queries_first_tick": queries[0],
         "prometheus_queries_per_tick": sorted(set(steady_queries)),
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
@@ -269,13 +415,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deployments", type=int, default=1000)
     parser.add_argument("--ticks", type=int, default=60, help="steady ticks to time (1 s each)")
+    parser.add_argument(
+        "--change-share", type=float, default=0.1, help="share of services whose load changes"
+    )
+    parser.add_argument(
+        "--change-every-s", type=float, default=60.0, help="seconds between load changes"
+    )
+    parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--serve-cluster", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    changes = {
+        "change_share": args.change_share,
+        "change_every_s": args.change_every_s,
+        "seed": args.seed,
+    }
     if args.serve_cluster is not None:
-        asyncio.run(serve_cluster(args.serve_cluster))
+        asyncio.run(serve_cluster(args.serve_cluster, **changes))
         return
     os.environ.pop("KUBERNETES_SERVICE_HOST", None)  # the emulator's kubeconfig, always
-    result = asyncio.run(measure(args.deployments, args.ticks))
+    result = asyncio.run(measure(args.deployments, args.ticks, **changes))
     width = max(map(len, result))
     for key, value in result.items():
         print(f"{key:<{width}}  {value}")
