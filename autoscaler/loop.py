@@ -95,7 +95,7 @@ class Loop:
         self._metrics_down = metrics_error is not None
         self._windows.record(now, rows, values)
         half_lives = np.fromiter((w.half_life_s for w in workloads), float, len(workloads))
-        estimates = self._windows.estimate(now, rows, half_lives).per_row()
+        estimates = self._windows.estimate(now, rows, half_lives).rows()
 
         decisions: dict[model.ServiceId, model.Decision] = {}
         pending: dict[model.ServiceId, model.PolicyState] = {}
