@@ -10,11 +10,13 @@ process's memory is the controller's, and to a real Prometheus (Debian's `promet
 scrapes, every second, an exporter in that same child: per pod, vLLM's request counter and
 waiting-queue gauge and DCGM's GPU utilisation. Every service has real data and decides.
 
-Each Deployment has two Running, Ready pods (created directly in the emulator's store, with
-their ReplicaSet, as the Deployment and ReplicaSet controllers would). Each service starts at a
-seeded load; every `--change-every-s` seconds a seeded `--change-share` of the services moves to a
-new load (so some scale, and their status and replicas are written), the rest keep theirs. The
-controller starts once Prometheus has a rate for every pod.
+Each Deployment starts with two Running, Ready pods (created directly in the emulator's store,
+with their ReplicaSet, as the Deployment and ReplicaSet controllers would); when the controller
+scales a Deployment, Ready pods follow its replicas at once (`follow`). Each service starts at a
+seeded load of one to six replicas' worth, split over its pods; every `--change-every-s` seconds a
+seeded `--change-share` of the services moves to a new load (so some scale, and their status and
+replicas are written), the rest keep theirs. The controller starts once Prometheus has a rate for
+every pod.
 
 Printed: the duration of the whole tick (`Loop.step()`, with its publish, and the telemetry
 that follows it), the first tick apart; process CPU per tick; the controller process's RSS;
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import itertools
 import json
 import os
@@ -83,13 +86,14 @@ async def serve_cluster(
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     target = f"127.0.0.1:{runner.addresses[0][1]}"
-    changing = asyncio.create_task(change())
+    tasks: list[asyncio.Task[None]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
             kubeconfig = Path(tmp) / "kubeconfig"
             async with serve(Emulator(store=Store()), kubeconfig=kubeconfig) as kube:
                 store = kube.store
-                fill(store, deployments)
+                fill(store, load)
+                tasks += [asyncio.create_task(change()), asyncio.create_task(follow(store, load))]
                 print(
                     json.dumps({"kubeconfig": str(kube.kubeconfig), "target": target}), flush=True
                 )
@@ -100,80 +104,110 @@ async def serve_cluster(
                             f"/{call.subresource}" if call.subresource else ""
                         )
                         counts[key] = counts.get(key, 0) + n
+                    counts["pods (not a write)"] = load.pods()
                     print(json.dumps({"request": line.strip(), "counts": counts}), flush=True)
     finally:
-        changing.cancel()
+        for task in tasks:
+            task.cancel()
         await runner.cleanup()
+
+
+class Pod:
+    """One pod's series: its request counter counts at its share of its service's rate."""
+
+    __slots__ = ("counted", "gpu", "name", "rate_per_s", "requests", "since_s", "waiting")
+
+    def __init__(self, namespace: str, name: str, now_s: float) -> None:
+        labels = f'namespace="{namespace}",pod="{name}"'
+        self.name = name
+        self.requests = f'vllm:request_success_total{{{labels},finished_reason="stop"}} '
+        self.waiting = f"vllm:num_requests_waiting{{{labels}}} "
+        self.gpu = f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",{labels},container="vllm"}} '
+        self.counted = 0.0
+        self.since_s = now_s
+        self.rate_per_s = 0.0
+
+    def counter(self, now_s: float) -> float:
+        return self.counted + self.rate_per_s * (now_s - self.since_s)
 
 
 class Load:
     """Every pod's series as vLLM and dcgm-exporter serve them, under a seeded load.
 
-    Per service, a request rate (split evenly over its pods), a waiting queue and a GPU
-    utilisation that follow it. `change` moves a share of the services to new loads; a request
-    counter keeps counting from where it was at the change, as a server's does.
+    Per service, a request rate split evenly over its pods, with a waiting queue and a GPU
+    utilisation that follow each pod's share. `change` moves a share of the services to new
+    loads; pods come and go with their Deployment's replicas (`follow`). A request counter keeps
+    counting from where it was at a change, as a server's does.
     """
 
     def __init__(self, deployments: int, *, change_share: float, seed: int) -> None:
         self.random = np.random.default_rng(seed)
         self.deployments = deployments
         self.change_share = change_share
-        self.changes = 0
-        pods = [
-            (f"team-{i % NAMESPACES}", pod_name(i, suffix))
-            for i in range(deployments)
-            for suffix in POD_SUFFIXES
-        ]
-        labels = [f'namespace="{ns}",pod="{pod}"' for ns, pod in pods]
-        self.requests = [
-            f'vllm:request_success_total{{{x},finished_reason="stop"}} ' for x in labels
-        ]
-        self.waiting = [f"vllm:num_requests_waiting{{{x}}} " for x in labels]
-        self.gpu = [f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",{x},container="vllm"}} ' for x in labels]
-        self.counted = np.zeros(len(pods))
-        self.since_s = np.full(len(pods), time.monotonic())
-        self.rate_per_s = np.repeat(self._loads(deployments), PODS_PER_DEPLOYMENT)
+        self.rate_per_s: list[float] = self._loads(deployments)
+        self.serving: list[list[Pod]] = [[] for _ in range(deployments)]
 
-    def _loads(self, n: int) -> Any:
-        """Service-wide request rates: around what one to six replicas serve at their target."""
-        return self.random.uniform(0.5, 6.0, n) * TARGET_QPS_PER_REPLICA / PODS_PER_DEPLOYMENT
+    def _loads(self, n: int) -> list[float]:
+        """Service-wide request rates: what one to six replicas serve at their target."""
+        rates: list[float] = (self.random.uniform(1.0, 6.0, n) * TARGET_QPS_PER_REPLICA).tolist()
+        return rates
+
+    def pods(self) -> int:
+        return sum(map(len, self.serving))
+
+    def set_pods(self, service: int, names: list[str], now_s: float) -> None:
+        """The service's pods are now `names`: new ones start counting, gone ones stop."""
+        kept = {pod.name: pod for pod in self.serving[service]}
+        namespace = f"team-{service % NAMESPACES}"
+        self.serving[service] = [kept.get(n) or Pod(namespace, n, now_s) for n in names]
+        self._split(service, now_s)
 
     def change(self, now_s: float) -> None:
         n = max(1, round(self.change_share * self.deployments))
-        services = self.random.choice(self.deployments, size=n, replace=False)
-        pods = (services[:, None] * PODS_PER_DEPLOYMENT + np.arange(PODS_PER_DEPLOYMENT)).ravel()
-        self.counted[pods] += self.rate_per_s[pods] * (now_s - self.since_s[pods])
-        self.since_s[pods] = now_s
-        self.rate_per_s[pods] = np.repeat(self._loads(n), PODS_PER_DEPLOYMENT)
-        self.changes += 1
+        services = self.random.choice(self.deployments, size=n, replace=False).tolist()
+        for service, rate in zip(services, self._loads(n), strict=True):
+            self.rate_per_s[service] = rate
+            self._split(service, now_s)
+
+    def _split(self, service: int, now_s: float) -> None:
+        pods = self.serving[service]
+        for pod in pods:
+            pod.counted, pod.since_s = pod.counter(now_s), now_s
+            pod.rate_per_s = self.rate_per_s[service] / len(pods)
 
     def render(self, now_s: float) -> bytes:
-        counted = (self.counted + self.rate_per_s * (now_s - self.since_s)).tolist()
-        rates = self.rate_per_s.tolist()
+        pods = [pod for serving in self.serving for pod in serving]
         lines = ["# TYPE vllm:request_success_total counter"]
-        lines += [f"{name}{value:.3f}" for name, value in zip(self.requests, counted, strict=True)]
+        lines += [f"{pod.requests}{pod.counter(now_s):.3f}" for pod in pods]
         lines.append("# TYPE vllm:num_requests_waiting gauge")
-        lines += [f"{name}{rate * 0.4:.0f}" for name, rate in zip(self.waiting, rates, strict=True)]
+        lines += [f"{pod.waiting}{pod.rate_per_s * 0.4:.0f}" for pod in pods]
         lines.append("# TYPE DCGM_FI_DEV_GPU_UTIL gauge")
-        lines += [
-            f"{name}{min(100.0, 20.0 + 10.0 * rate):.0f}"
-            for name, rate in zip(self.gpu, rates, strict=True)
-        ]
+        lines += [f"{pod.gpu}{min(100.0, 20.0 + 10.0 * pod.rate_per_s):.0f}" for pod in pods]
         return ("\n".join(lines) + "\n").encode()
 
 
-POD_SUFFIXES = ("a1b2c", "d3e4f")
+def pod_name(i: int, n: int) -> str:
+    return f"{deployment_name(i)}-5d8f7c-{n:05x}"
 
 
-def pod_name(i: int, suffix: str) -> str:
-    return f"llm-{i:05d}-5d8f7c-{suffix}"
+def deployment_name(i: int) -> str:
+    return f"llm-{i:05d}"
 
 
-def fill(store: Any, deployments: int) -> None:
+def ready_now() -> list[dict[str, str]]:
+    """A pod's conditions once Ready, now: ready as it starts (the bench has no warm-up)."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return [
+        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "True"},
+    ]
+
+
+def fill(store: Any, load: Load) -> None:
     """Namespaces, a GPU node, and each Deployment with its ReplicaSet and two Ready pods."""
     for name in [LEASE_NAMESPACE, *(f"team-{i}" for i in range(NAMESPACES))]:
         store.create("v1/namespaces", {"metadata": {"name": name}})
-    allocatable = {"cpu": "256", "memory": "2Ti", "pods": "10000", "nvidia.com/gpu": "10000"}
+    allocatable = {"cpu": "256", "memory": "2Ti", "pods": "100000", "nvidia.com/gpu": "100000"}
     store.create(
         "v1/nodes",
         {
@@ -181,12 +215,9 @@ def fill(store: Any, deployments: int) -> None:
             "status": {"allocatable": allocatable, "capacity": allocatable},
         },
     )
-    ready = [
-        {"type": "Ready", "status": "True", "lastTransitionTime": "2025-01-01T00:01:00Z"},
-        {"type": "ContainersReady", "status": "True"},
-    ]
-    for i in range(deployments):
-        namespace, name = f"team-{i % NAMESPACES}", f"llm-{i:05d}"
+    now_s = time.monotonic()
+    for i in range(load.deployments):
+        namespace, name = f"team-{i % NAMESPACES}", deployment_name(i)
         labels = {"app": name}
         notes = {
             "autoscaler.dsec.io/enabled": "true",
@@ -194,23 +225,20 @@ def fill(store: Any, deployments: int) -> None:
             "autoscaler.dsec.io/target-qps-per-replica": f"{TARGET_QPS_PER_REPLICA:g}",
             "autoscaler.dsec.io/target-queue-per-replica": f"{TARGET_QUEUE_PER_REPLICA:g}",
         }
-        template = {
-            "metadata": {"labels": labels},
-            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.10.1"}]},
+        spec = {
+            "replicas": PODS_PER_DEPLOYMENT,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.10.1"}]},
+            },
         }
         deployment = store.create(
             "apps/v1/deployments",
-            {
-                "metadata": {"name": name, "annotations": notes, "labels": labels},
-                "spec": {
-                    "replicas": PODS_PER_DEPLOYMENT,
-                    "selector": {"matchLabels": labels},
-                    "template": template,
-                },
-            },
+            {"metadata": {"name": name, "annotations": notes, "labels": labels}, "spec": spec},
             namespace=namespace,
         )
-        replicaset = store.create(
+        store.create(
             "apps/v1/replicasets",
             {
                 "metadata": {
@@ -218,35 +246,73 @@ def fill(store: Any, deployments: int) -> None:
                     "labels": labels,
                     "ownerReferences": [owner(deployment, "Deployment")],
                 },
-                "spec": {
-                    "replicas": PODS_PER_DEPLOYMENT,
-                    "selector": {"matchLabels": labels},
-                    "template": template,
-                },
+                "spec": spec,
             },
             namespace=namespace,
         )
-        for suffix in POD_SUFFIXES:
-            pod = store.create(
-                "v1/pods",
-                {
-                    "metadata": {
-                        "name": pod_name(i, suffix),
-                        "labels": labels,
-                        "ownerReferences": [owner(replicaset, "ReplicaSet")],
-                    },
-                    "spec": {"nodeName": "gpu-node", **template["spec"]},
+        scale_pods(store, load, i, PODS_PER_DEPLOYMENT, now_s)
+
+
+def scale_pods(store: Any, load: Load, service: int, replicas: int, now_s: float) -> None:
+    """What the ReplicaSet controller, the scheduler and the kubelet do for one Deployment:
+    Ready pods up to `replicas` (the newest deleted first), and its ReplicaSet's count."""
+    namespace, name = f"team-{service % NAMESPACES}", deployment_name(service)
+    names = [pod.name for pod in load.serving[service]]
+    if len(names) == replicas:
+        return
+    replicaset = store.get("apps/v1/replicasets", namespace, f"{name}-5d8f7c")
+    while len(names) > replicas:
+        store.delete("v1/pods", namespace, names.pop())
+    taken = set(names)
+    n = 0
+    while len(names) < replicas:
+        while pod_name(service, n) in taken:
+            n += 1
+        pod = pod_name(service, n)
+        taken.add(pod)
+        names.append(pod)
+        template = replicaset["spec"]["template"]
+        store.create(
+            "v1/pods",
+            {
+                "metadata": {
+                    "name": pod,
+                    "labels": template["metadata"]["labels"],
+                    "ownerReferences": [owner(replicaset, "ReplicaSet")],
                 },
-                namespace=namespace,
-            )
-            store.patch(
-                "v1/pods",
-                namespace,
-                pod["metadata"]["name"],
-                {"status": {"phase": "Running", "conditions": ready}},
-                content_type="application/merge-patch+json",
-                subresource="status",
-            )
+                "spec": {"nodeName": "gpu-node", **template["spec"]},
+            },
+            namespace=namespace,
+        )
+        store.patch(
+            "v1/pods",
+            namespace,
+            pod,
+            {"status": {"phase": "Running", "conditions": ready_now()}},
+            content_type="application/merge-patch+json",
+            subresource="status",
+        )
+    store.patch(
+        "apps/v1/replicasets",
+        namespace,
+        f"{name}-5d8f7c",
+        {"spec": {"replicas": replicas}},
+        content_type="application/merge-patch+json",
+    )
+    load.set_pods(service, names, now_s)
+
+
+async def follow(store: Any, load: Load) -> None:
+    """Pods follow each Deployment's `spec.replicas`, as the controllers of a cluster make them,
+    from a watch on the Deployments (changes only, never a list per pass)."""
+    index = {deployment_name(i): i for i in range(load.deployments)}
+    watch = store.watch("apps/v1/deployments", None, resource_version=store.resource_version)
+    async for event in watch:
+        deployment = event.get("object") or {}
+        service = index.get(deployment.get("metadata", {}).get("name"))
+        replicas = deployment.get("spec", {}).get("replicas")
+        if event.get("type") == "MODIFIED" and service is not None and isinstance(replicas, int):
+            scale_pods(store, load, service, replicas, time.monotonic())
 
 
 def owner(obj: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -358,7 +424,9 @@ async def measure(
                 queries.append(box["controller"].metrics.queries_sent)
                 cpu.append(time.process_time())
                 if len(durations) > 1:
-                    kinds.update(kind.value for kind in report.kinds.elements())
+                    kinds.update(
+                        f"{d.kind.value}/{d.reason.value}" for d in report.decisions.values()
+                    )
                 if len(durations) in (2, ticks + 1):
                     counted.set()
 
@@ -405,6 +473,7 @@ async def measure(
         "prometheus_queries_per_tick": sorted(set(steady_queries)),
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
+        "pods_at_end": last.get("pods (not a write)"),
         "rss_mib_before_controller": round(before_mib, 1),
         "rss_mib_at_end": round(rss, 1),
         "rss_mib_peak": round(hwm, 1),
