@@ -430,7 +430,7 @@ async def measure(
                 if len(durations) in (2, ticks + 1):
                     counted.set()
 
-            async with app.wire(config, on_tick=on_tick) as controller:
+            async with app.wire(config, on_tick=on_tick, freeze_heap=True) as controller:
                 box["controller"] = controller
                 stop = asyncio.Event()
                 task = asyncio.create_task(controller.serve(stop))
