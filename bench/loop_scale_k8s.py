@@ -1,7 +1,7 @@
 """Loop scale on the Kubernetes path: one controller, N annotated Deployments, real clients.
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
-        [--change-share 0.1] [--change-every-s 60] [--seed 14]
+        [--change-share 0.1] [--change-every-s 60] [--seed 14] [--profile PATH]
 
 The controller is wired by `autoscaler.app` exactly as `autoscaler run` wires it (wall clock,
 1 s ticks, leader election, caches, HTTP server) and talks over HTTP to the in-process
@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import datetime
 import itertools
 import json
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -356,7 +358,13 @@ async def wait_for_rates(prom: Any, pods: int, *, timeout_s: float = 120.0) -> f
 
 
 async def measure(
-    deployments: int, ticks: int, *, change_share: float, change_every_s: float, seed: int
+    deployments: int,
+    ticks: int,
+    *,
+    change_share: float,
+    change_every_s: float,
+    seed: int,
+    profile: cProfile.Profile | None = None,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(TESTS))
     from prom import server
@@ -429,6 +437,10 @@ async def measure(
                     )
                 if len(durations) in (2, ticks + 1):
                     counted.set()
+                if profile is not None and len(durations) == 1:
+                    profile.enable()
+                if profile is not None and len(durations) == ticks + 1:
+                    profile.disable()
 
             async with app.wire(config, on_tick=on_tick, freeze_heap=True) as controller:
                 box["controller"] = controller
@@ -491,6 +503,12 @@ def main() -> None:
         "--change-every-s", type=float, default=60.0, help="seconds between load changes"
     )
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="PATH",
+        help="profile the steady ticks (cProfile), write the stats to PATH and print the top",
+    )
     parser.add_argument("--serve-cluster", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
     changes = {
@@ -502,10 +520,16 @@ def main() -> None:
         asyncio.run(serve_cluster(args.serve_cluster, **changes))
         return
     os.environ.pop("KUBERNETES_SERVICE_HOST", None)  # the emulator's kubeconfig, always
-    result = asyncio.run(measure(args.deployments, args.ticks, **changes))
+    profile = cProfile.Profile() if args.profile else None
+    result = asyncio.run(measure(args.deployments, args.ticks, profile=profile, **changes))
     width = max(map(len, result))
     for key, value in result.items():
         print(f"{key:<{width}}  {value}")
+    if profile is not None:
+        profile.dump_stats(args.profile)
+        stats = pstats.Stats(profile)
+        stats.sort_stats("tottime").print_stats(25)
+        stats.sort_stats("cumulative").print_stats(40)
 
 
 if __name__ == "__main__":
