@@ -10,6 +10,8 @@ decision counter when an outcome changes, core-hours), and the `_PerService` col
 last tick into series on each scrape. A tick over 10,000 services would otherwise set some 90,000
 labelled children, most to the value they already had, for a scrape every 15 s or more to read.
 What the ramp driver and the placement ladder report between ticks is kept per service too.
+`/metrics` writes these series to the text format itself (prometheus_client's writer spends
+seconds on 200,000 samples), from a thread, so a scrape does not hold up the loop.
 Everything kept for a service goes when a tick no longer decides for it (deleted, no longer opted
 in) or this replica's term of leadership ends, so the exposition does not grow with every service
 that ever came and went.
@@ -19,15 +21,17 @@ It must not decide anything, nor touch the cluster.
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol, TypeVar
 
 import prometheus_client as prom
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from autoscaler import loop as loop_
 from autoscaler import ports
@@ -38,10 +42,8 @@ SERVICE_LABELS: Final = ("namespace", "service")
 """The first labels of every per-service family."""
 
 _Outcome = tuple[model.Kind, model.Reason]
+_S = TypeVar("_S", bound="_Sink")
 _REPLICA_STATES: Final = ("desired", "current", "serving", "min", "max")
-
-
-_Rendered = GaugeMetricFamily | CounterMetricFamily
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +54,38 @@ class Family:
     name: str
     documentation: str
     labels: tuple[str, ...] = ()
+    by_service: bool = True
 
-    def new(self) -> _Rendered:
-        return self.kind(self.name, self.documentation, labels=[*SERVICE_LABELS, *self.labels])
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        return (*SERVICE_LABELS, *self.labels) if self.by_service else self.labels
+
+    def new(self) -> GaugeMetricFamily | CounterMetricFamily:
+        return self.kind(self.name, self.documentation, labels=list(self.label_names))
+
+    def header(self) -> str:
+        """The family's HELP and TYPE lines in the text exposition format 0.0.4."""
+        counter = self.kind is CounterMetricFamily
+        # As prometheus_client writes 0.0.4: a counter's lines name it with its `_total`.
+        name, kind = (f"{self.name}_total", "counter") if counter else (self.name, "gauge")
+        documentation = self.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        return f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n"
+
+
+class _Sink(Protocol):
+    def add_metric(self, labels: Sequence[str], value: float) -> None: ...
+
+
+class _Lines(list[str]):
+    """A family's sample lines in the text format, as `generate_latest` writes them."""
+
+    def __init__(self, family: Family) -> None:
+        super().__init__()
+        sample = family.name + ("_total" if family.kind is CounterMetricFamily else "")
+        self._line = sample + "{" + ",".join(f'{n}="%s"' for n in family.label_names) + "} %s\n"
+
+    def add_metric(self, labels: Sequence[str], value: float) -> None:
+        self.append(self._line % (*map(_escape, labels), _number(value)))
 
 
 _Gauge, _Counter = GaugeMetricFamily, CounterMetricFamily
@@ -163,6 +194,8 @@ HOLDING = Family(
     _Gauge,
     "autoscaler_holding_services",
     "Services whose wanted change is blocked this tick, by reason.",
+    ("reason",),
+    by_service=False,
 )
 """Not labelled by service (only by `reason`), but counted from the last tick as the rest."""
 
@@ -215,8 +248,8 @@ class _PerService(Collector):
     """The per-service series, rendered from the last tick and the kept counters on a scrape."""
 
     def __init__(self) -> None:
-        self.report: loop_.TickReport | None = None
-        self.workloads: Sequence[ports.Workload] = ()
+        self.tick: tuple[loop_.TickReport, Sequence[ports.Workload]] | None = None
+        """The last tick's report and workloads, set as one value (a scrape reads them both)."""
         self.services: dict[model.ServiceId, _Service] = {}
         self.seen: dict[model.ServiceId, _Outcome] = {}
         """Each service's last outcome: a change is counted once in `DECISIONS`."""
@@ -228,7 +261,7 @@ class _PerService(Collector):
         return found
 
     def forget(self) -> None:
-        self.report, self.workloads = None, ()
+        self.tick = None
         self.services.clear()
         self.seen.clear()
 
@@ -236,13 +269,26 @@ class _PerService(Collector):
         return [family.new() for family in (*PER_SERVICE, HOLDING)]
 
     def collect(self) -> Iterable[Metric]:
+        metrics = self._fill(lambda family: family.new())
+        return [metric for metric in metrics.values() if isinstance(metric, Metric)]
+
+    def text(self) -> Iterator[str]:
+        """The same series as `collect`, straight to the text exposition format: at 10,000
+        services prometheus_client's own writer spends seconds on them."""
+        for family, lines in self._fill(_Lines).items():
+            yield family.header()
+            yield from lines
+
+    def _fill(self, sink: Callable[[Family], _S]) -> dict[Family, _S]:
+        """A `sink` per family, given every series now: the last tick's, and what was kept."""
         # What the last tick left, taken at once: a scrape served from another thread then
         # renders one tick, whatever the loop does meanwhile.
-        report, workloads, services = self.report, self.workloads, dict(self.services)
-        out = {family: family.new() for family in PER_SERVICE}
+        tick, services = self.tick, dict(self.services)
+        out = {family: sink(family) for family in (*PER_SERVICE, HOLDING)}
         holding: dict[str, int] = dict.fromkeys((reason.value for reason in model.Reason), 0)
         decided: set[model.ServiceId] = set()
-        if report is not None:
+        if tick is not None:
+            report, workloads = tick
             for workload in workloads:
                 decision = report.decisions.get(workload.id)
                 if decision is not None:
@@ -254,15 +300,13 @@ class _PerService(Collector):
             _render_kept(out, service, kept, decided=service in decided)
         for service in decided - services.keys():
             _render_kept(out, service, _Service(), decided=True)
-        yield from out.values()
-        holds = GaugeMetricFamily(HOLDING.name, HOLDING.documentation, labels=["reason"])
         for reason, count in holding.items():
-            holds.add_metric([reason], count)
-        yield holds
+            out[HOLDING].add_metric([reason], count)
+        return out
 
 
 def _render_tick(
-    out: Mapping[Family, _Rendered],
+    out: Mapping[Family, _Sink],
     workload: ports.Workload,
     decision: model.Decision,
     *,
@@ -304,48 +348,43 @@ def _render_tick(
 
 
 def _render_kept(
-    out: Mapping[Family, _Rendered], service: model.ServiceId, kept: _Service, *, decided: bool
+    out: Mapping[Family, _Sink], service: model.ServiceId, kept: _Service, *, decided: bool
 ) -> None:
     """The series a service accumulated, and its ramp's: from its first tick, every managed
     service has them, so dashboards and alerts read 0 rather than nothing."""
-    ids = _labels(service)
-    add = _adder(out)
-    for (kind, reason), count in kept.decisions.items():
-        add(DECISIONS, ids, count, kind.value, reason.value)
-    for project, hours in kept.core_hours.items():
-        add(CORE_HOURS, ids, hours, project)
+    namespace, name = _labels(service)
+    # Copies, taken at once: the loop may add to them while another thread scrapes.
+    for (kind, reason), count in list(kept.decisions.items()):
+        out[DECISIONS].add_metric([namespace, name, kind.value, reason.value], count)
+    for project, hours in list(kept.core_hours.items()):
+        out[CORE_HOURS].add_metric([namespace, name, project], hours)
     if kept.ramp is not None or decided:
         ramp = kept.ramp or _Ramp(0.0, 0.0, held=False)
-        add(RAMP_STEP, ids, ramp.step_pct)
-        add(RAMP_WEIGHT, ids, ramp.warming_pct)
-        add(RAMP_HELD, ids, float(ramp.held))
+        out[RAMP_STEP].add_metric([namespace, name], ramp.step_pct)
+        out[RAMP_WEIGHT].add_metric([namespace, name], ramp.warming_pct)
+        out[RAMP_HELD].add_metric([namespace, name], float(ramp.held))
     if kept.rollbacks or decided:
-        add(RAMP_ROLLBACKS, ids, kept.rollbacks)
+        out[RAMP_ROLLBACKS].add_metric([namespace, name], kept.rollbacks)
     if kept.promotions or decided:
-        add(RAMP_PROMOTIONS, ids, kept.promotions)
-    for tier, count in kept.tiers.items():
-        add(TIER_REPLICAS, ids, count, tier)
-    for tier, count in kept.fallbacks.items():
-        add(FALLBACKS, ids, count, tier)
-
-
-def _adder(out: Mapping[Family, _Rendered]) -> Callable[..., None]:
-    def add(family: Family, ids: tuple[str, str], value: float, *labels: str) -> None:
-        metric = out[family]
-        assert isinstance(metric, GaugeMetricFamily | CounterMetricFamily)
-        metric.add_metric([*ids, *labels], value)
-
-    return add
+        out[RAMP_PROMOTIONS].add_metric([namespace, name], kept.promotions)
+    for tier, count in list(kept.tiers.items()):
+        out[TIER_REPLICAS].add_metric([namespace, name, tier], count)
+    for tier, count in list(kept.fallbacks.items()):
+        out[FALLBACKS].add_metric([namespace, name, tier], count)
 
 
 class Telemetry:
     def __init__(self, registry: prom.CollectorRegistry | None = None) -> None:
         self.registry = registry or prom.CollectorRegistry()
-        r = self.registry
+        """Every series: what `collect` and `get_sample_value` read."""
         self.per_service: tuple[Family, ...] = PER_SERVICE
         """Every family labelled by service, rendered at scrape time from the last tick."""
         self._services = _PerService()
-        r.register(self._services)
+        # The series not rendered from the last tick; `exposition` writes them through
+        # prometheus_client and the rest through `_PerService.text`.
+        self._plain = r = prom.CollectorRegistry(auto_describe=True)
+        self.registry.register(_Merged(self._plain))
+        self.registry.register(self._services)
         self.tick = prom.Histogram(
             "autoscaler_tick_duration_seconds",
             "Wall time of one control-loop tick over every managed service.",
@@ -411,7 +450,7 @@ class Telemetry:
                 project = workload.project or _labels(service)[0]
                 hours = kept.service(service).core_hours
                 hours[project] = hours.get(project, 0.0) + workload.core_rate * tick_s / 3600.0
-        kept.report, kept.workloads = report, workloads
+        kept.tick = (report, workloads)
         self.services.set(len(present))
         for gone in seen.keys() - present:
             del seen[gone]
@@ -446,7 +485,34 @@ class Telemetry:
         fallbacks[tier] = fallbacks.get(tier, 0) + replicas
 
     def exposition(self) -> bytes:
-        return prom.generate_latest(self.registry)
+        """`/metrics` in the text format 0.0.4. Safe to call from another thread than the
+        loop's: the per-service series are taken from one tick."""
+        return prom.generate_latest(self._plain) + "".join(self._services.text()).encode()
+
+
+class _Merged(Collector):
+    """Another registry's series as one collector of this one."""
+
+    def __init__(self, registry: prom.CollectorRegistry) -> None:
+        self._registry = registry
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._registry.collect())
+
+    def collect(self) -> Iterable[Metric]:
+        return self._registry.collect()
+
+
+def _number(value: float) -> str:
+    """A sample value as prometheus_client writes it."""
+    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+
+
+def _escape(value: str) -> str:
+    """A label value as the text format quotes it."""
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
 
 
 def _labels(service: model.ServiceId) -> tuple[str, str]:
@@ -458,7 +524,9 @@ def http_app(telemetry: Telemetry, *, ready: Callable[[], bool]) -> web.Applicat
     """`/metrics` (text exposition), `/healthz` (the process answers), `/readyz` (`ready()`)."""
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=telemetry.exposition(), content_type="text/plain", charset="utf-8")
+        # Off the loop: at 10,000 services the text takes long enough to delay a tick.
+        body = await asyncio.to_thread(telemetry.exposition)
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
