@@ -82,10 +82,15 @@ class _Lines(list[str]):
     def __init__(self, family: Family) -> None:
         super().__init__()
         sample = family.name + ("_total" if family.kind is CounterMetricFamily else "")
-        self._line = sample + "{" + ",".join(f'{n}="%s"' for n in family.label_names) + "} %s\n"
+        names = family.label_names
+        # Labels sorted by name, as prometheus_client writes them.
+        self._order = sorted(range(len(names)), key=names.__getitem__)
+        matchers = ",".join(f'{names[i]}="%s"' for i in self._order)
+        self._line = sample + "{" + matchers + "} %s\n"
 
     def add_metric(self, labels: Sequence[str], value: float) -> None:
-        self.append(self._line % (*map(_escape, labels), _number(value)))
+        values = [_escape(labels[i]) for i in self._order]
+        self.append(self._line % (*values, _number(value)))
 
 
 _Gauge, _Counter = GaugeMetricFamily, CounterMetricFamily
