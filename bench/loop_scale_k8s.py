@@ -1,14 +1,16 @@
 """Loop scale on the Kubernetes path: one controller, N annotated Deployments, real clients.
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
-        [--change-share 0.1] [--change-every-s 60] [--seed 14] [--profile PATH]
+        [--change-share 0.1] [--change-every-s 60] [--seed 14] [--scrape-interval-s 5]
+        [--profile PATH]
 
 The controller is wired by `autoscaler.app` exactly as `autoscaler run` wires it (wall clock,
 1 s ticks, leader election, caches, HTTP server) and talks over HTTP to the in-process
 Kubernetes API emulator of the tests (`tests/kube`), which runs in a child process so that this
 process's memory is the controller's, and to a real Prometheus (Debian's `prometheus`) that
-scrapes, every second, an exporter in that same child: per pod, vLLM's request counter and
-waiting-queue gauge and DCGM's GPU utilisation. Every service has real data and decides.
+scrapes an exporter in that same child every `--scrape-interval-s`: per pod, vLLM's request
+counter and waiting-queue gauge and DCGM's GPU utilisation. Every service has real data and
+decides.
 
 Each Deployment starts with two Running, Ready pods (created directly in the emulator's store,
 with their ReplicaSet, as the Deployment and ReplicaSet controllers would); when the controller
@@ -346,11 +348,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def wait_for_rates(prom: Any, pods: int, *, timeout_s: float = 120.0) -> float:
+async def wait_for_rates(
+    prom: Any, pods: int, *, scrape_interval_s: float, timeout_s: float = 120.0
+) -> float:
     """Seconds until Prometheus has a request rate for every pod (two scrapes of each)."""
     started_s = time.monotonic()
+    window = f"{4 * scrape_interval_s:g}s"
     while time.monotonic() - started_s < timeout_s:
-        found = await asyncio.to_thread(prom.query, "count(rate(vllm:request_success_total[10s]))")
+        found = await asyncio.to_thread(
+            prom.query, f"count(rate(vllm:request_success_total[{window}]))"
+        )
         if found and int(float(found[0]["value"][1])) >= pods:
             return time.monotonic() - started_s
         await asyncio.sleep(0.5)
@@ -364,6 +371,7 @@ async def measure(
     change_share: float,
     change_every_s: float,
     seed: int,
+    scrape_interval_s: float,
     profile: cProfile.Profile | None = None,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(TESTS))
@@ -374,6 +382,9 @@ async def measure(
     binary = server.find_binary()
     if binary is None:
         raise SystemExit("needs Debian's prometheus package (make prometheus)")
+    # The tests' harness scrapes every second; 20,000 pods' series that often crowd out the
+    # controller on a small machine, and scrapes that miss their deadline read as missing data.
+    server.SCRAPE_INTERVAL_S = scrape_interval_s
     logs.configure(json=True, level="warning", stream=sys.stderr)
     started_s = time.monotonic()
     child = await asyncio.create_subprocess_exec(
@@ -415,13 +426,15 @@ async def measure(
             tempfile.TemporaryDirectory() as tmp,
             server.running(binary, Path(tmp), targets=[started["target"]]) as prom,
         ):
-            data_s = await wait_for_rates(prom, PODS_PER_DEPLOYMENT * deployments)
+            data_s = await wait_for_rates(
+                prom, PODS_PER_DEPLOYMENT * deployments, scrape_interval_s=scrape_interval_s
+            )
             config = settings.Settings(
                 kubernetes={
                     "kubeconfig": started["kubeconfig"],
                     "lease_namespace": LEASE_NAMESPACE,
                 },
-                prometheus={"url": prom.url, "scrape_interval_s": server.SCRAPE_INTERVAL_S},
+                prometheus={"url": prom.url, "scrape_interval_s": scrape_interval_s},
                 http={"host": "127.0.0.1", "port": 0},
             )
             before_mib = rss_mib()[0]
@@ -504,6 +517,12 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument(
+        "--scrape-interval-s",
+        type=float,
+        default=5.0,
+        help="Prometheus's scrape interval, and the controller's setting of it",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="PATH",
@@ -521,7 +540,15 @@ def main() -> None:
         return
     os.environ.pop("KUBERNETES_SERVICE_HOST", None)  # the emulator's kubeconfig, always
     profile = cProfile.Profile() if args.profile else None
-    result = asyncio.run(measure(args.deployments, args.ticks, profile=profile, **changes))
+    result = asyncio.run(
+        measure(
+            args.deployments,
+            args.ticks,
+            profile=profile,
+            scrape_interval_s=args.scrape_interval_s,
+            **changes,
+        )
+    )
     width = max(map(len, result))
     for key, value in result.items():
         print(f"{key:<{width}}  {value}")
