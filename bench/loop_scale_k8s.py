@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
         [--change-share 0.1] [--change-every-s 60] [--seed 14] [--scrape-interval-s 5]
-        [--profile PATH]
+        [--query-timeout-s 2] [--profile PATH]
 
 The controller is wired by `autoscaler.app` exactly as `autoscaler run` wires it (wall clock,
 1 s ticks, leader election, caches, HTTP server) and talks over HTTP to the in-process
@@ -372,6 +372,7 @@ async def measure(
     change_every_s: float,
     seed: int,
     scrape_interval_s: float,
+    query_timeout_s: float,
     profile: cProfile.Profile | None = None,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(TESTS))
@@ -434,7 +435,11 @@ async def measure(
                     "kubeconfig": started["kubeconfig"],
                     "lease_namespace": LEASE_NAMESPACE,
                 },
-                prometheus={"url": prom.url, "scrape_interval_s": scrape_interval_s},
+                prometheus={
+                    "url": prom.url,
+                    "scrape_interval_s": scrape_interval_s,
+                    "timeout_s": query_timeout_s,
+                },
                 http={"host": "127.0.0.1", "port": 0},
             )
             before_mib = rss_mib()[0]
@@ -523,6 +528,12 @@ def main() -> None:
         help="Prometheus's scrape interval, and the controller's setting of it",
     )
     parser.add_argument(
+        "--query-timeout-s",
+        type=float,
+        default=2.0,
+        help="the controller's deadline per query (past it every service holds, missing data)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="PATH",
@@ -546,6 +557,7 @@ def main() -> None:
             args.ticks,
             profile=profile,
             scrape_interval_s=args.scrape_interval_s,
+            query_timeout_s=args.query_timeout_s,
             **changes,
         )
     )
