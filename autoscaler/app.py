@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import math
 import signal
 import time
@@ -74,8 +75,9 @@ HISTORY_TIMEOUT_S: Final = 10.0
 """Deadline of one range query for the seasonal forecast's history (at least the instant
 queries' own)."""
 
-OnTick = loop_.OnTick
-"""Told each tick's report and its duration in seconds (benchmarks)."""
+OnTick = Callable[[loop_.TickReport, float], None]
+"""Told each tick's report and its whole duration in seconds, the telemetry that follows the
+step included (benchmarks)."""
 
 
 class Controller:
@@ -93,6 +95,7 @@ class Controller:
         identity: str | None = None,
         on_tick: OnTick | None = None,
         access: prometheus.Access | None = None,
+        freeze_heap: bool = False,
     ) -> None:
         """Build the adapters, the elector and the telemetry on `api` (a kubernetes-asyncio
         `ApiClient`); nothing runs until `serve`. `access` is how the Prometheus queries get
@@ -103,6 +106,12 @@ class Controller:
         `wall_now` stamps the status annotation, Events and the Lease; `probe_timer` times the
         warm-up probes, whose latencies a new pod's must match the serving pods'. The adapters'
         retries and backoffs run on the event loop's clock.
+
+        With `freeze_heap` (what `run` asks), once the caches have synced the garbage collector
+        collects once and then leaves every object alive at that moment out of its collections
+        (`gc.freeze`): the caches hold tens of thousands of objects that live as long as the
+        process, and each full collection walked them all again. Tests that start many
+        controllers in one process leave it off.
         """
         k8s, prom = config.kubernetes, config.prometheus
         self.settings = config
@@ -113,6 +122,7 @@ class Controller:
         api.user_agent = f"inference-autoscaler/{self.identity}"
         self.telemetry = telemetry.Telemetry()
         self._on_tick = on_tick
+        self._freeze_heap = freeze_heap
         self.elector: leader.LeaderElector | None = None
         if not k8s.dry_run:
             self.elector = leader.LeaderElector(
@@ -244,7 +254,7 @@ class Controller:
             ramps=self.ramps,
             history=self.history,
             chores=(self.cluster.tend,),
-            on_tick=(self._ticked, *((self._on_tick,) if self._on_tick is not None else ())),
+            on_tick=(self._ticked,),
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -306,6 +316,9 @@ class Controller:
         # A tick over half-filled caches would see Deployments without their pods: nothing
         # serving, every service holding, a status written for each.
         await self.cluster.wait_synced()
+        if self._freeze_heap:
+            gc.collect()
+            gc.freeze()
         while True:
             if not self.leading:
                 assert self.elector is not None
@@ -326,6 +339,7 @@ class Controller:
         return self.leading and self._term == term
 
     def _ticked(self, report: loop_.TickReport, duration_s: float) -> None:
+        started = time.perf_counter()
         if self.leading:  # else the term ended during the tick: its series are dropped already
             self.telemetry.observe_tick(
                 report,
@@ -336,6 +350,8 @@ class Controller:
             )
         self.ticks += 1
         self._last_tick_s = self.lease_clock.now()
+        if self._on_tick is not None:
+            self._on_tick(report, duration_s + time.perf_counter() - started)
 
     async def _serve_http(self) -> None:
         http = self.settings.http
@@ -418,6 +434,7 @@ async def wire(
     probe_timer: Callable[[], float] = time.perf_counter,
     identity: str | None = None,
     on_tick: OnTick | None = None,
+    freeze_heap: bool = False,
 ) -> AsyncIterator[Controller]:
     """A `Controller` on a client for the configured cluster; the clients close on exit.
 
@@ -439,6 +456,7 @@ async def wire(
             probe_timer=probe_timer,
             identity=identity,
             on_tick=on_tick,
+            freeze_heap=freeze_heap,
         )
         try:
             yield controller
@@ -464,7 +482,7 @@ async def run(config: settings.Settings, *, stop: asyncio.Event | None = None) -
             running.add_signal_handler(signum, stop.set)
             handled.append(signum)
     try:
-        async with wire(config) as controller:
+        async with wire(config, freeze_heap=True) as controller:
             await controller.serve(stop)
     finally:
         for signum in handled:

@@ -151,7 +151,7 @@ class Loop:
             float,
             len(workloads),
         )
-        estimates = self._windows.estimate(now, rows, half_lives, windows).per_row()
+        estimates = self._windows.estimate(now, rows, half_lives, windows).rows()
         forecasts = await self._forecasts(workloads, now)
 
         decisions: dict[model.ServiceId, model.Decision] = {}

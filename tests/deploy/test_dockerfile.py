@@ -192,6 +192,20 @@ def test_nothing_is_written_outside_tmp_at_run_time() -> None:
     assert "emptyDir" in volumes[mounts["/tmp"]]
 
 
+SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def test_numeric_libraries_run_one_thread_in_the_image_and_the_deployment() -> None:
+    """The image and the controller's Deployment both limit BLAS and OpenMP to one thread."""
+    env = environment(stages()[-1])
+    assert {name: env.get(name) for name in SINGLE_THREADED} == dict.fromkeys(SINGLE_THREADED, "1")
+    (container,) = deployment()["spec"]["template"]["spec"]["containers"]
+    values = {e["name"]: e.get("value") for e in container["env"]}
+    assert {name: values.get(name) for name in SINGLE_THREADED} == dict.fromkeys(
+        SINGLE_THREADED, "1"
+    )
+
+
 def test_the_labels_describe_the_project_at_its_version() -> None:
     """OCI labels: title, version (the project's, through the VERSION build argument), source
     and the project's licence."""

@@ -7,6 +7,7 @@ import math
 from collections import Counter
 
 from aiohttp import test_utils
+from prometheus_client import generate_latest
 
 from autoscaler import loop, ports, telemetry
 from autoscaler.core import model
@@ -156,7 +157,7 @@ def _series_of(t: telemetry.Telemetry, service: model.ServiceId) -> set[str]:
 
 
 def _declared(t: telemetry.Telemetry) -> set[str]:
-    return {family.describe()[0].name for family in t.per_service}
+    return {family.name for family in t.per_service}
 
 
 def _every_series(t: telemetry.Telemetry, *services: model.ServiceId) -> None:
@@ -264,3 +265,48 @@ def test_a_paused_service_is_one_and_its_series_goes_with_it() -> None:
     empty = loop.TickReport(now_s=101.0, decisions={}, scaled=(), failed=())
     t.observe_tick(empty, [], duration_s=0.01, wall_time_s=0.0)
     assert _value(t, "autoscaler_paused", **ids) is None
+
+
+def test_per_service_counters_export_no_created_series() -> None:
+    """A per-service counter exports its total alone, with no `_created` series beside it."""
+    t = telemetry.Telemetry()
+    _every_series(t, SVC)
+    text = t.exposition().decode()
+    counters = [f.name for f in t.per_service if f.kind is telemetry.CounterMetricFamily]
+    assert all(f"{name}_total{{" in text for name in counters)
+    assert not [line for line in text.splitlines() if "_created{" in line and "llama" in line]
+
+
+def test_a_scrape_renders_the_last_tick_of_many_services() -> None:
+    """A scrape after several ticks shows each service's values of the last tick only."""
+    t = telemetry.Telemetry()
+    services = [model.ServiceId(f"ns-{i % 3}/svc-{i}") for i in range(50)]
+    for desired in (3, 4, 6):
+        report = _report(model.Kind.SCALE_UP, model.Reason.ABOVE_TARGET, desired=desired)
+        decision = report.decisions[SVC]
+        report = dataclasses.replace(report, decisions=dict.fromkeys(services, decision))
+        workloads = [dataclasses.replace(_workload(), id=s) for s in services]
+        t.observe_tick(report, workloads, duration_s=0.01, wall_time_s=0.0)
+    for i in range(len(services)):
+        ids = {"namespace": f"ns-{i % 3}", "service": f"svc-{i}"}
+        assert _value(t, "autoscaler_replicas", **ids, state="desired") == 6
+        up = {"kind": "scale-up", "reason": "above-target"}
+        assert _value(t, "autoscaler_decisions_total", **ids, **up) == 1
+    assert _value(t, "autoscaler_managed_services") == 50
+
+
+def test_the_exposition_writes_every_series_as_prometheus_client_does() -> None:
+    """`/metrics` holds the lines prometheus_client writes for the registry, quoting included."""
+    t = telemetry.Telemetry()
+    _every_series(t, SVC, OTHER)
+    odd = dataclasses.replace(_workload(), id=SVC, core_rate=1.0, project='a"b\\c\nd')
+    report = _report(model.Kind.HOLD, model.Reason.COOLDOWN)
+    report = dataclasses.replace(
+        report, decisions=dict.fromkeys((SVC, OTHER), report.decisions[SVC])
+    )
+    t.observe_tick(
+        report, [odd, dataclasses.replace(odd, id=OTHER)], duration_s=0.01, wall_time_s=0.0
+    )
+    written = t.exposition().decode().splitlines()
+    assert sorted(written) == sorted(generate_latest(t.registry).decode().splitlines())
+    assert any('project="a\\"b\\\\c\\nd"' in line for line in written)
