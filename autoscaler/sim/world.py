@@ -45,6 +45,7 @@ import asyncio
 import math
 from array import array
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -77,6 +78,42 @@ WARMUP_PATH = "/v1/models"
 WARMUP_PORT = 8000
 SERVER_PRESET = "vllm"
 """The metric preset of a simulated service (for the ramp's health gate)."""
+
+
+class _Second(Protocol):
+    """What one simulated second did, as every traffic model reports it."""
+
+    @property
+    def arrivals(self) -> float: ...
+    @property
+    def served(self) -> float: ...
+    @property
+    def dropped(self) -> float: ...
+    @property
+    def p95_latency_s(self) -> float: ...
+    @property
+    def slo_misses(self) -> float: ...
+
+
+def _record(
+    feed: _Feed, t: int, second: _Second, holding: int, serving: int, capacity: float
+) -> None:
+    """One row of the time series (`TIMESERIES_COLUMNS`) for second `t`."""
+    feed.rows.extend(
+        (
+            t,
+            second.arrivals,
+            second.served,
+            second.dropped,
+            feed.state.desired,
+            holding,
+            serving,
+            capacity,
+            second.p95_latency_s,
+            holding / _SECONDS_PER_HOUR,
+            second.slo_misses,
+        )
+    )
 
 
 class _Feed:
@@ -333,21 +370,7 @@ class World:
             capacity = state.serving_speed * feed.capacity_rps
             second = feed.traffic.step(capacity)
             feed.last_served = second.served
-            feed.rows.extend(
-                (
-                    t,
-                    second.arrivals,
-                    second.served,
-                    second.dropped,
-                    state.desired,
-                    holding,
-                    serving,
-                    capacity,
-                    second.p95_latency_s,
-                    holding / _SECONDS_PER_HOUR,
-                    second.slo_misses,
-                )
-            )
+            _record(feed, t, second, holding, serving, capacity)
         self.cluster.advance(1.0)
         self._t = now = t + 1
         if self.metrics.scrape_due(now):
@@ -360,21 +383,7 @@ class World:
         second = tokens.step(state.serving_speed)
         feed.last_served = second.served
         feed.utilisation_pct = 100.0 * second.busy_ratio
-        feed.rows.extend(
-            (
-                t,
-                second.arrivals,
-                second.served,
-                second.dropped,
-                state.desired,
-                holding,
-                serving,
-                state.serving_speed * feed.capacity_rps,
-                second.p95_latency_s,
-                holding / _SECONDS_PER_HOUR,
-                second.slo_misses,
-            )
-        )
+        _record(feed, t, second, holding, serving, state.serving_speed * feed.capacity_rps)
 
     def _second_per_pod(self, t: int, feed: _Feed, split: traffic_.SplitTraffic) -> None:
         state = feed.state
@@ -411,21 +420,7 @@ class World:
         feed.utilisation_pct = 100.0 * served_by_serving / capacity if capacity > 0 else math.nan
         _, starting, warming_count, serving = state.counts
         holding = starting + warming_count + serving
-        feed.rows.extend(
-            (
-                t,
-                second.arrivals,
-                second.served,
-                second.dropped,
-                state.desired,
-                holding,
-                serving,
-                capacity,
-                second.p95_latency_s,
-                holding / _SECONDS_PER_HOUR,
-                second.slo_misses,
-            )
-        )
+        _record(feed, t, second, holding, serving, capacity)
         feed.ramp_rows.extend((second.failed, second.rejected, warming_pct, ramping))
         self.health.record(t, feed.id, second)
 
