@@ -36,7 +36,7 @@ from autoscaler.contract.text import Problem as Problem
 from autoscaler.contract.text import escape as escape
 from autoscaler.contract.text import quote as quote
 from autoscaler.contract.text import show_key as show_key
-from autoscaler.core import model, policy
+from autoscaler.core import model, placement, policy
 from autoscaler.core.ramp import RampConfig
 
 PREFIX = "autoscaler.dsec.io/"
@@ -110,11 +110,8 @@ class TrafficRouter(enum.Enum):
     SMI = "smi"
 
 
-class Placement(enum.Enum):
-    AUTO = "auto"
-    WHOLE = "whole"
-    MIG = "mig"
-    SHARED = "shared"
+Placement = placement.Mode
+"""The `placement` annotation's values: the core's own (`core.placement.Mode`)."""
 
 
 # Bounds. Each says what is absurd for that setting, not what is merely unusual.

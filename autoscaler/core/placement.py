@@ -59,8 +59,15 @@ from autoscaler.core.tiers import mig_tier as mig_tier
 from autoscaler.core.tiers import parse_mig_profile as parse_mig_profile
 from autoscaler.core.tiers import preference as preference
 
-MODES = ("auto", "whole", "mig", "shared")
-"""Values of `Need.mode` (the `placement` annotation)."""
+
+class Mode(enum.Enum):
+    """Which tiers a service may use (the `placement` annotation): the ladder, or one tier."""
+
+    AUTO = "auto"
+    WHOLE = WHOLE
+    MIG = "mig"
+    SHARED = SHARED
+
 
 MIG_MAX_CARD_RATIO = 0.25
 """A model goes on a MIG slice only when its need with headroom is below this share of a card."""
@@ -146,16 +153,14 @@ class Need:
 
     memory_mib: int | None
     """GPU memory the model needs; None when unknown (whole cards only then)."""
-    mode: str = "auto"
-    """`auto` (the ladder), or `whole`, `mig`, `shared` to keep to that tier."""
+    mode: Mode = Mode.AUTO
+    """`AUTO` (the ladder), or `WHOLE`, `MIG`, `SHARED` to keep to that tier."""
     headroom_ratio: float = 0.1
     """Memory added on top of `memory_mib` before it is compared with a slice or a share."""
     cards: int = 1
     """Whole cards one replica requests; a model on more than one card never leaves `whole`."""
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"placement mode must be one of {', '.join(MODES)}: {self.mode!r}")
         if self.memory_mib is not None and self.memory_mib <= 0:
             raise ValueError("memory_mib must be > 0 (None when unknown)")
         if not (math.isfinite(self.headroom_ratio) and self.headroom_ratio >= 0):
@@ -300,11 +305,11 @@ def _mig_order(need: Need, snapshot: Snapshot) -> list[str]:
 def _allowed(need: Need, tier: str) -> bool:
     if need.cards > 1:  # a slice or a share is part of one card
         return tier == WHOLE
-    if need.mode == "auto":
+    if need.mode is Mode.AUTO:
         return True
-    if need.mode == "mig":
+    if need.mode is Mode.MIG:
         return tier.startswith(MIG_PREFIX)
-    return tier == need.mode
+    return tier == str(need.mode.value)
 
 
 def ladder(need: Need, snapshot: Snapshot) -> tuple[str, ...]:
@@ -431,7 +436,7 @@ def _scale_up(
         work.notes.append(f"whole cards {why}: " + _describe(placed, skip=WHOLE))
     if left and fallback is None:
         work.unfit += left
-        work.notes.append(f"{left} fit no tier that placement {need.mode} allows")
+        work.notes.append(f"{left} fit no tier that placement {need.mode.value} allows")
         return
     if left and fallback is not None:
         pended = work.take(fallback, left, pend=True)
@@ -577,24 +582,24 @@ def unsatisfiable(need: Need, totals: Snapshot) -> str | None:
     `totals` is every node as if nothing ran on it: a full cluster is not an unsatisfiable one.
     A service this names is held at its size, with the sentence as its reason.
     """
-    if not totals.nodes or (need.memory_mib is None and need.mode in ("auto", "whole")):
+    if not totals.nodes or (need.memory_mib is None and need.mode in (Mode.AUTO, Mode.WHOLE)):
         return None
     fits = free_by_tier(need, totals)
     below = any(count > 0 for tier, count in fits.items() if tier != WHOLE)
     memory = need.memory_mib
-    if need.mode in ("auto", "whole"):
+    if need.mode in (Mode.AUTO, Mode.WHOLE):
         assert memory is not None
         cards = [n.card_memory_mib for n in totals.nodes if n.whole_free > 0]
         if any(m == 0 or m * need.cards >= memory for m in cards):
             return None
-        if need.mode == "auto" and below:
+        if need.mode is Mode.AUTO and below:
             return None
         largest = max((n.card_memory_mib for n in totals.nodes), default=0)
         return (
             f"model-memory {memory} MiB exceeds every GPU card in the cluster (largest "
             f"{largest} MiB{f' x {need.cards}' if need.cards > 1 else ''})"
         )
-    if need.mode == "mig":
+    if need.mode is Mode.MIG:
         if any(tier.startswith(MIG_PREFIX) and n > 0 for tier, n in fits.items()):
             return None
         return (

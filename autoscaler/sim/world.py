@@ -587,7 +587,7 @@ def placement_need(params: SimParams) -> placement.Need:
     """What a simulated service's replicas need from the placement ladder (docs/architecture.md,
     "The placement ladder"), as its `placement` and `model-memory` annotations would say: `auto`
     under the ladder."""
-    mode = "auto" if params.placement == "ladder" else "whole"
+    mode = placement.Mode.AUTO if params.placement == "ladder" else placement.Mode.WHOLE
     return placement.Need(params.model_memory_mib, mode=mode)
 
 

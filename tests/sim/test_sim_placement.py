@@ -104,7 +104,7 @@ async def test_a_share_takes_only_as_many_copies_as_its_free_memory_holds() -> N
 async def test_whole_only_leaves_pods_pending_and_counts_the_time() -> None:
     """`placement: whole` on a full cluster leaves the third pod pending: 100 s pending."""
     cluster = SimCluster(nodes=(whole_cards(2), mig_slices(4)))
-    sid = cluster.add_service(spec(need=placement.Need(6 * GIB, mode="whole"))).spec.id
+    sid = cluster.add_service(spec(need=placement.Need(6 * GIB, mode=placement.Mode.WHOLE))).spec.id
     await cluster.scale(sid, 3)
     advance_to(cluster, 100)
 
@@ -117,7 +117,7 @@ async def test_pods_stuck_on_whole_move_to_a_slice_that_frees() -> None:
     """A pod pending on whole moves to a MIG slice as soon as another service releases it."""
     cluster = SimCluster(nodes=(whole_cards(1), mig_slices(1)))
     other = cluster.add_service(
-        spec("ns/other", need=placement.Need(6 * GIB, mode="mig")), replicas=1
+        spec("ns/other", need=placement.Need(6 * GIB, mode=placement.Mode.MIG)), replicas=1
     )
     sid = cluster.add_service(spec()).spec.id
     assert tiers(cluster, other.spec.id) == {MIG_3G: 1}

@@ -672,7 +672,7 @@ class Ladder:
             return None
         return ladder.Need(
             memory_mib=config.model_memory_mib,
-            mode=config.placement.value,
+            mode=config.placement,
             headroom_ratio=self.headroom_ratio,
             cards=cards,
         )
