@@ -7,7 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from autoscaler.adapters.kubernetes import informer
+from kubernetes_asyncio import client
+
+from autoscaler.adapters.kubernetes import _api, informer
 
 NS = "default"
 WALL_S = 1_750_000_000.0
@@ -130,3 +132,17 @@ async def eventually(
     finally:
         for cache in caches:
             cache.remove_handler(wake)
+
+
+async def events_of(
+    api: client.ApiClient, name: str, reason: str | None = None
+) -> list[dict[str, Any]]:
+    """The Events on the object `name` in `NS` (with `reason`, when given), read through the
+    API, in the API server's order (which is not the order they were posted in)."""
+    core = client.CoreV1Api(api)
+    listed = await _api.call_json(core.list_namespaced_event, NS)
+    return [
+        event
+        for event in listed["items"]
+        if event["involvedObject"]["name"] == name and reason in (None, event["reason"])
+    ]

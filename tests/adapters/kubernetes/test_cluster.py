@@ -27,7 +27,7 @@ from autoscaler.contract import codec
 from autoscaler.core import model
 from autoscaler.loop import Loop
 
-from .support import NS, WALL_S, deployment, eventually, running, settings
+from .support import NS, WALL_S, deployment, events_of, eventually, running, settings
 
 WEB = model.ServiceId(f"{NS}/web")
 
@@ -57,19 +57,6 @@ async def make_cluster(api: client.ApiClient) -> AsyncIterator[MakeCluster]:
 
     async with stack:
         yield make
-
-
-async def events_of(
-    api: client.ApiClient, name: str, reason: str | None = None
-) -> list[dict[str, Any]]:
-    """The Events on Deployment `name`, read through the API."""
-    core = client.CoreV1Api(api)
-    listed = await _api.call_json(core.list_namespaced_event, NS)
-    return [
-        event
-        for event in listed["items"]
-        if event["involvedObject"]["name"] == name and reason in (None, event["reason"])
-    ]
 
 
 def decision(
