@@ -676,7 +676,7 @@ def _add_bench(commands: Any) -> None:
         help="compare every policy on your own request trace, at equal SLO",
         description="Replay a request trace (the simulate --trace CSV) through every policy on "
         "the same virtual cluster, search each one's utilisation target for the cheapest "
-        "setting with at most 1 %% of requests over the SLO or dropped, print the table and "
+        "setting with at most 1 % of requests over the SLO or dropped, print the table and "
         "write results.json and plot.png.",
         epilog=_LOG_EPILOG,
     )
