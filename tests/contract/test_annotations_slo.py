@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from autoscaler.contract.annotations import PREFIX
 from autoscaler.core import model
-from tests.annotations.test_annotations_parse import messages, ok
+from tests.contract.test_annotations_parse import messages, ok
 
 
 def test_no_slo_annotation_means_no_slo_vote() -> None:
