@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Final, TypeVar
 
 import prometheus_client as prom
@@ -124,7 +124,20 @@ class Telemetry:
             registry=r,
         )
         self.leader = prom.Gauge(
-            "autoscaler_leader", "1 when this instance holds the leader lease.", registry=r
+            "autoscaler_leader",
+            "1 when this instance leads at least one bucket Lease (the leader Lease, with one).",
+            registry=r,
+        )
+        self.buckets_led = prom.Gauge(
+            "autoscaler_lease_buckets_led",
+            "Bucket Leases this instance leads: the share of the services it acts on.",
+            registry=r,
+        )
+        self.bucket_leader = prom.Gauge(
+            "autoscaler_lease_bucket_leader",
+            "1 for each bucket Lease this instance leads, 0 for the others.",
+            ["lease"],
+            registry=r,
         )
         self.missing = self._per_service(
             prom.Gauge,
@@ -282,6 +295,13 @@ class Telemetry:
         self._ticked = present
         self._drop(self._children.keys() - present)
 
+    def led(self, names: Sequence[str], led: Collection[int]) -> None:
+        """Which of the bucket Leases `names` this instance leads now (their indices)."""
+        self.leader.set(1 if led else 0)
+        self.buckets_led.set(len(led))
+        for index, name in enumerate(names):
+            self.bucket_leader.labels(name).set(1 if index in led else 0)
+
     def forget_services(self) -> None:
         """Remove every per-service series: this replica no longer decides for any service
         (its term of leadership ended), so what it last exported would only be stale."""
@@ -357,19 +377,22 @@ def _labels(service: model.ServiceId) -> tuple[str, str]:
     return namespace, name
 
 
-def http_app(telemetry: Telemetry, *, ready: Callable[[], bool]) -> web.Application:
-    """`/metrics` (text exposition), `/healthz` (the process answers), `/readyz` (`ready()`)."""
+def http_app(
+    telemetry: Telemetry, *, ready: Callable[[], bool], detail: Callable[[], str] = lambda: ""
+) -> web.Application:
+    """`/metrics` (text exposition), `/healthz` (the process answers), `/readyz` (`ready()`);
+    both health answers end with `detail()` (the buckets led)."""
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=telemetry.exposition(), content_type="text/plain", charset="utf-8")
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        return web.Response(text="ok\n" + detail())
 
     async def readyz(_: web.Request) -> web.Response:
         if ready():
-            return web.Response(text="ready\n")
-        return web.Response(text="not ready\n", status=503)
+            return web.Response(text="ready\n" + detail())
+        return web.Response(text="not ready\n" + detail(), status=503)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

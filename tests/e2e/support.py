@@ -144,11 +144,11 @@ class Running:
 
     async def kill(self) -> None:
         """Stop it as a crash or SIGKILL does: no Lease release, no Event flush, nothing more
-        written. Its clients close with the test; its Lease expires on its own."""
+        written. Its clients close with the test; its Leases expire on their own."""
         if self.task.done():
             return
-        if self.controller.elector is not None:
-            self.controller.elector.release_on_cancel = False
+        if self.controller.leases is not None:
+            self.controller.leases.release_on_cancel = False
         self.task.cancel()
         await asyncio.wait([self.task])
         self.on_stopped()

@@ -5,9 +5,10 @@ list of thousands of pods deserialises several times faster, and the caches keep
 sent. Every call goes through `call_json`, which turns a failure into `ApiException` (HTTP
 statuses) or a transport error, and `failure` maps either to `KubeApiError`.
 
-Every write goes through `write_json`, fenced by the leader Lease: it asks its `Fence` (the
-elector's `is_leader`, false once the renew deadline has passed by this replica's own clock)
-immediately before the request is sent, after every await of the caller, and raises
+Every write goes through `write_json`, fenced by the Lease of the service it is for: it asks its
+`Fence` about that service (`namespace/name` of the managed Deployment; the bucket Leases'
+`leads`, false once the renew deadline of the service's bucket has passed by this replica's own
+clock) immediately before the request is sent, after every await of the caller, and raises
 `NotLeaderError` instead of sending. The deadline comes a safety margin before any other
 replica may judge the Lease expired; a write already on its way when the deadline passes is
 fenced by its precondition (the resourceVersion it was based on), not here.
@@ -31,8 +32,9 @@ from autoscaler import errors
 Obj = dict[str, Any]
 """A Kubernetes object as the API serialises it."""
 
-Fence = Callable[[], bool]
-"""Whether this replica may write now; asked immediately before each write is sent."""
+Fence = Callable[[str], bool]
+"""Whether this replica may write now for the service `namespace/name`; asked immediately
+before each write is sent."""
 
 ErrorCallback = Callable[[str], None]
 """Told the operation (`deployments.list`, `leases.update`, ...) of every failed API call."""
@@ -61,6 +63,11 @@ def ignore_error(_: str) -> None:
     """The default error callback: counts nothing."""
 
 
+def always(_: str) -> bool:
+    """The default fence: every write is allowed (a lone instance, tests)."""
+    return True
+
+
 async def call_json(
     fn: Callable[..., Awaitable[Any]],
     *args: Any,
@@ -87,14 +94,18 @@ async def call_json(
 
 async def write_json(
     fence: Fence,
+    service: str,
     fn: Callable[..., Awaitable[Any]],
     *args: Any,
     request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
     **kwargs: Any,
 ) -> Obj:
-    """`call_json` for a write: `NotLeaderError`, and nothing sent, when `fence()` says no."""
-    if not fence():
-        raise NotLeaderError("this instance is not the leader (or its renew deadline passed)")
+    """`call_json` for a write on behalf of `service`: `NotLeaderError`, and nothing sent, when
+    `fence(service)` says no."""
+    if not fence(service):
+        raise NotLeaderError(
+            f"{service}: this instance does not lead its Lease (or the renew deadline passed)"
+        )
     return await call_json(fn, *args, request_timeout_s=request_timeout_s, **kwargs)
 
 

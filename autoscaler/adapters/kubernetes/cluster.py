@@ -19,7 +19,8 @@ HPA's. A scale-down that the ramp driver drains first is published before its re
 `SuccessfulRescale` is posted by the later `scale` that sets them. With the global dry-run
 nothing is written at all; a service in `mode: dry-run` gets its status, state and Events but
 never a replica change. An instance that is not the leader refuses every write
-(`NotLeaderError`), asked again immediately before each request (`_api.write_json`). Library
+(`NotLeaderError`), asked again immediately before each request (`_api.write_json`); with
+several bucket Leases, "leader" means the leader of the service's bucket. Library
 errors leave as `KubeApiError`, an `errors.ActuationError` carrying the HTTP status, and each
 failed call is counted through `on_api_error`.
 
@@ -217,7 +218,7 @@ class KubeCluster:
         wall_now: Callable[[], float] = time.time,
         namespaces: caches.NamespaceFilter | None = None,
         dry_run: bool = False,
-        may_write: Callable[[], bool] = lambda: True,
+        may_write: _api.Fence = _api.always,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         recent_pods: int = 5,
         conflict_attempts: int = 4,
@@ -234,9 +235,9 @@ class KubeCluster:
         `identity` names this replica in Events (`reportingInstance`). `clock` paces the
         retries of a conflicting write and the watches' backoff; `wall_now` stamps the status
         annotation and Events, and times how long an empty tier Deployment has been idle
-        (`idle_tier_grace_s` before it is deleted). `may_write` is asked before every write (the
-        leader elector's `is_leader`). `core_weights` are core-hours per card-hour by GPU
-        product; `on_tiers` and `on_fallback` are told of placements (telemetry).
+        (`idle_tier_grace_s` before it is deleted). `may_write(service)` is asked before every
+        write for a service (the bucket Leases' `leads`). `core_weights` are core-hours per
+        card-hour by GPU product; `on_tiers` and `on_fallback` are told of placements (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
@@ -273,7 +274,7 @@ class KubeCluster:
             self.caches,
             self.events,
             wall_now=wall_now,
-            may_write=lambda: not dry_run and may_write(),
+            may_write=lambda service: not dry_run and may_write(service),
             is_serving=is_serving,
             on_api_error=on_api_error,
             request_timeout_s=request_timeout_s,
@@ -385,6 +386,11 @@ class KubeCluster:
         self._unannounced = {k: v for k, v in self._unannounced.items() if k in present}
         self.placement.forget(present)
 
+    def forget_unless(self, keep: Callable[[model.ServiceId], bool]) -> None:
+        """Drop what is remembered about the managed services `keep` refuses: another replica
+        acts on them now (their bucket Lease moved), so it would be stale if they came back."""
+        self._forget([service for service in self._managed if keep(service)])
+
     def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
         """The serving pods the last `workloads()` found for `service` (`PodIndex`)."""
         managed = self._managed.get(service)
@@ -400,9 +406,9 @@ class KubeCluster:
         """Namespace, Deployment name and config of a service the last `workloads()` found."""
         return self._managed.get(service)
 
-    def may_write(self) -> bool:
-        """Whether this instance may write now (the leader elector's answer)."""
-        return self._may_write()
+    def may_write(self, service: str) -> bool:
+        """Whether this instance may write for `service` now (it leads the service's Lease)."""
+        return self._may_write(service)
 
     @property
     def on_api_error(self) -> _api.ErrorCallback:
@@ -567,6 +573,7 @@ class KubeCluster:
             try:
                 answer = await _api.write_json(
                     self._may_write,
+                    service,
                     self._apps.patch_namespaced_deployment_scale,
                     managed.name,
                     managed.namespace,
@@ -642,8 +649,10 @@ class KubeCluster:
         return managed, deployment
 
     def _require_leader(self, service: model.ServiceId) -> None:
-        if not self._may_write():
-            raise NotLeaderError(f"{service}: this instance is not the leader; nothing written")
+        if not self._may_write(service):
+            raise NotLeaderError(
+                f"{service}: this instance does not lead its Lease; nothing written"
+            )
 
     def _lags(self, service: model.ServiceId) -> bool:
         """Whether the cache has not yet seen the controller's own last scale write."""
@@ -695,6 +704,7 @@ class KubeCluster:
             try:
                 await _api.write_json(
                     self._may_write,
+                    service,
                     self._apps.patch_namespaced_deployment,
                     managed.name,
                     managed.namespace,

@@ -10,8 +10,10 @@ something changed, not on every tick.
 
 `record` never blocks and never raises: Events are posted in order by `run`, in the background,
 and a failure is logged and counted, never propagated (an Event is worth less than a tick). A
-recorder whose `may_write` says no (a follower) drops what it is given; so does one in dry-run,
-but for the Events recorded `despite_dry_run` (the warm-up gates it opens, `core.gates`).
+recorder drops what `may_write` refuses for the Deployment (`namespace/name`: a follower, or a
+replica that does not lead the Deployment's bucket Lease), when recorded and again when posted;
+so does one in dry-run, but for the Events recorded `despite_dry_run` (the warm-up gates it
+opens, `core.gates`).
 
 It must not decide when something is worth an Event: its callers do.
 """
@@ -68,6 +70,11 @@ def involved_object(deployment: Obj) -> Obj:
     }
 
 
+def _key(involved: Obj) -> str:
+    """The `namespace/name` of an Event's Deployment: the service it is fenced by."""
+    return f"{involved['namespace']}/{involved['name']}"
+
+
 class EventRecorder:
     """Posts Events in the background and de-duplicates repeats; see the module docstring."""
 
@@ -78,7 +85,7 @@ class EventRecorder:
         instance: str,
         component: str = COMPONENT,
         wall_now: Callable[[], float] = time.time,
-        may_write: Callable[[], bool] = lambda: True,
+        may_write: _api.Fence = _api.always,
         dry_run: bool = False,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         queue_size: int = 1000,
@@ -111,7 +118,7 @@ class EventRecorder:
         """Queue an Event on `deployment`; dropped (and counted) when the queue is full.
 
         In dry-run only an Event recorded `despite_dry_run` is queued."""
-        if not self._allowed(despite_dry_run):
+        if not self._allowed(_key(involved_object(deployment)), despite_dry_run):
             return
         if len(message) > MESSAGE_LIMIT:
             message = message[: MESSAGE_LIMIT - 3] + "..."
@@ -131,15 +138,15 @@ class EventRecorder:
         while True:
             pending = await self._queue.get()
             try:
-                if self._allowed(pending.despite_dry_run):
+                if self._allowed(_key(pending.involved), pending.despite_dry_run):
                     await self._post(pending)
             except _api.NotLeaderError:
                 pass  # leadership ended while it waited: a follower posts nothing
             finally:
                 self._queue.task_done()
 
-    def _allowed(self, despite_dry_run: bool) -> bool:
-        return (despite_dry_run or not self._dry_run) and self._may_write()
+    def _allowed(self, service: str, despite_dry_run: bool) -> bool:
+        return (despite_dry_run or not self._dry_run) and self._may_write(service)
 
     async def _post(self, pending: _Pending) -> None:
         involved = pending.involved
@@ -158,6 +165,7 @@ class EventRecorder:
             try:
                 await _api.write_json(
                     self._may_write,
+                    _key(involved),
                     self._core.patch_namespaced_event,
                     posted.name,
                     namespace,
@@ -192,6 +200,7 @@ class EventRecorder:
         try:
             created = await _api.write_json(
                 self._may_write,
+                _key(involved),
                 self._core.create_namespaced_event,
                 namespace,
                 body,

@@ -16,8 +16,17 @@ within `leaseDurationSeconds` plus one (jittered) retry of the holder's last ren
 On cancellation the leader releases the Lease (clears the holder) so that a successor takes
 over at its next retry instead of after the lease expires.
 
-It must not do anything with leadership but report it: `is_leader`, the `leading` and `lost`
-events, and the callbacks.
+`BucketLeases` runs one elector per bucket Lease (`core.shards`), as Knative's autoscaler does:
+this replica campaigns for every bucket and acts on the services of those it leads. Before
+each attempt at a Lease it does not hold, a candidate waits a share of a retry per bucket it
+already leads (`retry_interval_s * led / buckets`, under one retry), so that a bucket coming
+free goes to the least loaded replica; replicas that start together first try the buckets they
+prefer (`core.shards.preference`), the rest a fraction of a retry apart. A replica that starts
+when every bucket is held leads none until one comes free (a holder stops, dies or loses its
+renewals): a rolling restart hands each stopping replica's buckets to the least loaded.
+
+It must not do anything with leadership but report it: `is_leader`, `leads`, the `leading`
+and `lost` events, and the callbacks.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import structlog
@@ -39,6 +48,7 @@ from kubernetes_asyncio.client import ApiException
 from autoscaler import clock as clock_
 from autoscaler.adapters.kubernetes import _api
 from autoscaler.adapters.kubernetes._api import Obj
+from autoscaler.core import shards
 
 log = structlog.get_logger(__name__)
 
@@ -89,11 +99,15 @@ class LeaderElector:
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         request_timeout_s: float = 5.0,
         rng: random.Random | None = None,
+        first_delay_s: float = 0.0,
+        defer_s: Callable[[], float] | None = None,
     ) -> None:
         """A candidate `identity` for the Lease `namespace/name`.
 
         `clock` paces the retries and judges expiry (monotonic); `wall_now` (Unix seconds)
         stamps `renewTime` and `acquireTime`. Needs renew < deadline < lease duration.
+        `first_delay_s` is waited before the first attempt, and `defer_s()` before every
+        attempt at the Lease while this candidate does not hold it (bucket Leases).
         """
         if not 0 < renew_interval_s < renew_deadline_s < lease_duration_s:
             raise ValueError("need 0 < renew_interval_s < renew_deadline_s < lease_duration_s")
@@ -115,6 +129,8 @@ class LeaderElector:
         self._on_api_error = on_api_error
         self._request_timeout_s = request_timeout_s
         self._rng = rng or random.Random()
+        self._first_delay_s = first_delay_s
+        self._defer_s = defer_s
         self.leading = asyncio.Event()
         """Set while this candidate leads (it became leader)."""
         self.lost = asyncio.Event()
@@ -142,6 +158,8 @@ class LeaderElector:
     async def run(self) -> None:
         """Campaign, lead and campaign again until cancelled; release the Lease on the way out."""
         try:
+            if self._first_delay_s > 0:
+                await self.clock.sleep(self._first_delay_s)
             while True:
                 await self._acquire()
                 await self._renew()
@@ -179,6 +197,9 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         while True:
+            deferred_s = 0.0 if self._defer_s is None else self._defer_s()
+            if deferred_s > 0:
+                await self.clock.sleep(deferred_s)
             outcome = await self._attempt()
             if outcome is _Outcome.HELD:
                 self.leading.set()
@@ -332,6 +353,86 @@ class LeaderElector:
             status=_api.status_of(error),
             error=str(_api.failure(operation, self._lease_name, error)),
         )
+
+
+class BucketLeases:
+    """One `LeaderElector` per bucket Lease, all campaigning; see the module docstring."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        buckets: shards.Buckets,
+        namespace: str,
+        identity: str,
+        clock: clock_.Clock,
+        retry_interval_s: float = 2.0,
+        on_changed: Callable[[], None] | None = None,
+        **elector: Any,
+    ) -> None:
+        """Electors for every name of `buckets` in `namespace`; `elector` holds the other
+        `LeaderElector` settings, shared by all. `on_changed` is told whenever a bucket is won
+        or lost."""
+        self.buckets = buckets
+        self._on_changed = on_changed
+        count = len(buckets)
+        # Far enough apart that a replica's first choice is held before its second is tried.
+        stagger_s = retry_interval_s / count
+        ranks = {
+            index: rank for rank, index in enumerate(shards.preference(identity, buckets.names))
+        }
+        self.electors: tuple[LeaderElector, ...] = tuple(
+            LeaderElector(
+                api,
+                name=name,
+                namespace=namespace,
+                identity=identity,
+                clock=clock,
+                retry_interval_s=retry_interval_s,
+                first_delay_s=ranks[index] * stagger_s,
+                defer_s=lambda: stagger_s * len(self.leading()),
+                on_started_leading=self._changed,
+                on_stopped_leading=self._changed,
+                **elector,
+            )
+            for index, name in enumerate(buckets.names)
+        )
+
+    @property
+    def release_on_cancel(self) -> bool:
+        return all(e.release_on_cancel for e in self.electors)
+
+    @release_on_cancel.setter
+    def release_on_cancel(self, release: bool) -> None:
+        for elector in self.electors:
+            elector.release_on_cancel = release
+
+    def leading(self) -> frozenset[int]:
+        """The buckets in a term of leadership (won and not yet lost)."""
+        return frozenset(i for i, e in enumerate(self.electors) if e.leading.is_set())
+
+    def led(self) -> frozenset[int]:
+        """The buckets this replica may act on now: leading, renew deadline not passed."""
+        return frozenset(i for i, e in enumerate(self.electors) if e.is_leader)
+
+    def leads(self, service: str) -> bool:
+        """Whether this replica may write for `service` (`namespace/name`) now: it leads the
+        service's bucket and that Lease's renew deadline has not passed."""
+        return self.electors[self.buckets.of(service)].is_leader
+
+    def holders(self) -> Sequence[str | None]:
+        """The holder of each bucket Lease at its last read."""
+        return [e.holder for e in self.electors]
+
+    async def run(self) -> None:
+        """Campaign for every bucket until cancelled; each elector releases its Lease."""
+        async with asyncio.TaskGroup() as group:
+            for elector in self.electors:
+                group.create_task(elector.run(), name=f"lease {elector.name}")
+
+    def _changed(self) -> None:
+        if self._on_changed is not None:
+            self._on_changed()
 
 
 class _ConflictError(Exception):

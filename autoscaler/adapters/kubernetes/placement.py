@@ -648,7 +648,7 @@ class Ladder:
         recorder: events.EventRecorder,
         *,
         wall_now: Callable[[], float],
-        may_write: Callable[[], bool],
+        may_write: _api.Fence,
         is_serving: Callable[[Obj], bool],
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
@@ -658,7 +658,8 @@ class Ladder:
         on_tiers: TierCallback | None = None,
         on_fallback: FallbackCallback | None = None,
     ) -> None:
-        """`may_write` is asked before every write (the global dry-run and the leader);
+        """`may_write(service)` is asked before every write for a service (the global dry-run
+        and the Lease of the service's bucket);
         `is_serving` tells the pods that count as capacity; `idle_grace_s` is how long, by
         `wall_now` (Unix seconds), a sibling stays at 0 replicas without pods before it goes."""
         self._apps = client.AppsV1Api(api)
@@ -986,6 +987,7 @@ class Ladder:
         try:
             await _api.write_json(
                 self._may_write,
+                service,
                 self._apps.patch_namespaced_deployment_scale,
                 _api.name(deployment),
                 _api.namespace(deployment),
@@ -1011,6 +1013,7 @@ class Ladder:
         try:
             await _api.write_json(
                 self._may_write,
+                service,
                 self._apps.create_namespaced_deployment,
                 namespace,
                 sibling(owner, tier, replicas=replicas),
@@ -1035,7 +1038,7 @@ class Ladder:
             self._wake.clear()
             jobs, self._jobs = list(self._jobs.values()), {}
             for job in jobs:
-                if not self._may_write():
+                if not self._may_write(job.service):
                     continue
                 try:
                     async with self.lock(job.service):
@@ -1073,6 +1076,7 @@ class Ladder:
         try:
             await _api.write_json(
                 self._may_write,
+                job.service,
                 self._apps.patch_namespaced_deployment,
                 job.target,
                 job.namespace,
@@ -1101,6 +1105,7 @@ class Ladder:
         try:
             await _api.write_json(
                 self._may_write,
+                job.service,
                 self._apps.delete_namespaced_deployment,
                 job.target,
                 job.namespace,

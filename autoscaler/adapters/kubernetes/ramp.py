@@ -294,6 +294,7 @@ class KubeRamp:
             managed.namespace,
             {"status": {"conditions": [condition]}},
             _content_type=STRATEGIC_MERGE_PATCH,
+            writes_for=service,
         )
 
     async def set_labels(
@@ -317,6 +318,7 @@ class KubeRamp:
             managed.namespace,
             {"metadata": {"labels": patch}},
             _content_type=_api.MERGE_PATCH,
+            writes_for=service,
         )
 
     async def mark_victim(self, service: model.ServiceId, pod: str) -> None:
@@ -324,7 +326,7 @@ class KubeRamp:
         operation = "pods.patch"
         managed, target = self._pod(service, pod, operation)
         if self._may_write(service, managed, operation, pod):
-            await self._mark(managed.namespace, target)
+            await self._mark(service, managed.namespace, target)
 
     async def reclaim(self, service: model.ServiceId, pod: str) -> None:
         """Mark the pod as the first victim and delete it; its ReplicaSet makes a fresh one.
@@ -343,7 +345,7 @@ class KubeRamp:
         if not self._may_write(service, managed, operation, pod):
             return
         try:
-            await self._mark(managed.namespace, target)
+            await self._mark(service, managed.namespace, target)
             await self._call(
                 operation,
                 f"{managed.namespace}/{pod}",
@@ -351,6 +353,7 @@ class KubeRamp:
                 pod,
                 managed.namespace,
                 body={"preconditions": {"uid": _api.uid(target)}},
+                writes_for=service,
             )
         except KubeApiError as e:
             # 409: the precondition failed, so the pod of that uid is gone (another took its
@@ -359,7 +362,7 @@ class KubeRamp:
                 raise
             log.info("ramp.reclaim_gone", service=service, pod=pod, status=e.status)
 
-    async def _mark(self, namespace: str, pod: Obj) -> None:
+    async def _mark(self, service: model.ServiceId, namespace: str, pod: Obj) -> None:
         if _api.annotations_of(pod).get(DELETION_COST) == LOWEST_DELETION_COST:
             return
         name = _api.name(pod)
@@ -371,6 +374,7 @@ class KubeRamp:
             namespace,
             {"metadata": {"annotations": {DELETION_COST: LOWEST_DELETION_COST}}},
             _content_type=_api.MERGE_PATCH,
+            writes_for=service,
         )
 
     async def save_ramp(self, service: model.ServiceId, text: str) -> None:
@@ -394,6 +398,7 @@ class KubeRamp:
             try:
                 answer = await _api.write_json(
                     self._kube.may_write,
+                    service,
                     self._apps.patch_namespaced_deployment,
                     managed.name,
                     managed.namespace,
@@ -419,7 +424,7 @@ class KubeRamp:
                 self._apps.read_namespaced_deployment,
                 managed.name,
                 managed.namespace,
-                write=False,
+                writes_for=None,
             )
             version = _api.resource_version(current)
 
@@ -509,8 +514,11 @@ class KubeRamp:
     async def open_gate(self, gate: gates.ClosedGate, message: str) -> None:
         """Set the pod's `warm` condition True, in dry-run too; `NotLeaderError` on a follower."""
         operation = "pods/status.patch"
-        if not self._kube.may_write():
-            raise NotLeaderError(f"{gate.namespace}/{gate.pod}: this instance is not the leader")
+        service = f"{gate.namespace}/{gate.deployment}"
+        if not self._kube.may_write(service):
+            raise NotLeaderError(
+                f"{gate.namespace}/{gate.pod}: this instance does not lead the Lease of {service}"
+            )
         condition = {
             "type": WARM_CONDITION,
             "status": "True",
@@ -526,6 +534,7 @@ class KubeRamp:
             gate.namespace,
             {"status": {"conditions": [condition]}},
             _content_type=STRATEGIC_MERGE_PATCH,
+            writes_for=service,
         )
         self._opened[gate.namespace, gate.pod] = _api.resource_version(answer)
 
@@ -582,18 +591,28 @@ class KubeRamp:
                 scope="global" if self._kube.dry_run else "service",
             )
             return False
-        if not self._kube.may_write():
-            raise NotLeaderError(f"{service}: this instance is not the leader; nothing written")
+        if not self._kube.may_write(service):
+            raise NotLeaderError(
+                f"{service}: this instance does not lead its Lease; nothing written"
+            )
         return True
 
     async def _call(
-        self, operation: str, target: str, fn: Any, *args: Any, write: bool = True, **kwargs: Any
+        self,
+        operation: str,
+        target: str,
+        fn: Any,
+        *args: Any,
+        writes_for: str | None,
+        **kwargs: Any,
     ) -> Obj:
-        """The answer's JSON; a write is fenced by the Lease (`_api.write_json`)."""
+        """The answer's JSON; a write (`writes_for` names its service; None for a read) is
+        fenced by the Lease of that service's bucket (`_api.write_json`)."""
         try:
-            if write:
+            if writes_for is not None:
                 return await _api.write_json(
                     self._kube.may_write,
+                    writes_for,
                     fn,
                     *args,
                     request_timeout_s=self._request_timeout_s,

@@ -235,7 +235,7 @@ class MeshClient:
         *,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: Callable[[], bool] = lambda: True,
+        may_write: _api.Fence = _api.always,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
@@ -335,7 +335,7 @@ class MeshClient:
             target.service,
             call,
             *args,
-            write=True,
+            write_for=target.service,
             _content_type=_api.MERGE_PATCH,
         )
         log.info("route.patched", service=target.service, kind=resource.kind, name=name)
@@ -366,7 +366,7 @@ class MeshClient:
             target.service,
             call,
             *args,
-            write=True,
+            write_for=target.service,
             body=body,
         )
         log.info("route.deleted", service=target.service, kind=resource.kind, name=name)
@@ -442,7 +442,12 @@ class MeshClient:
             call = self._custom.create_namespaced_custom_object
             args = (resource.group, resource.version, target.namespace, resource.plural, body)
         created = await self._call_allowing(
-            {409}, f"{resource.plural}.create", target.service, call, *args, write=True
+            {409},
+            f"{resource.plural}.create",
+            target.service,
+            call,
+            *args,
+            write_for=target.service,
         )
         if created is not None:
             log.info("route.created", service=target.service, kind=resource.kind, name=name)
@@ -486,9 +491,9 @@ class MeshClient:
         )
 
     def _require_leader(self, target: ports.RouteTarget) -> None:
-        if not self._may_write():
+        if not self._may_write(target.service):
             raise NotLeaderError(
-                f"{target.service}: this instance is not the leader; no route written"
+                f"{target.service}: this instance does not lead its Lease; no route written"
             )
 
     async def _call(
@@ -497,13 +502,13 @@ class MeshClient:
         what: str,
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
-        write: bool = False,
+        write_for: str | None = None,
         **kwargs: Any,
     ) -> Obj:
-        """The answer's JSON; any failure raises `KubeApiError`. A `write` is fenced by the
-        Lease (`_api.write_json`)."""
+        """The answer's JSON; any failure raises `KubeApiError`. A write (`write_for` names
+        the service) is fenced by the Lease of that service's bucket (`_api.write_json`)."""
         try:
-            return await self._send(fn, *args, write=write, **kwargs)
+            return await self._send(fn, *args, write_for=write_for, **kwargs)
         except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
             self._on_api_error(operation)
             raise _api.failure(operation, what, e) from e
@@ -515,12 +520,12 @@ class MeshClient:
         what: str,
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
-        write: bool = False,
+        write_for: str | None = None,
         **kwargs: Any,
     ) -> Obj | None:
         """As `_call`, but None (and nothing counted) when the HTTP status is one of `allow`."""
         try:
-            return await self._send(fn, *args, write=write, **kwargs)
+            return await self._send(fn, *args, write_for=write_for, **kwargs)
         except ApiException as e:
             if e.status in allow:
                 return None
@@ -531,10 +536,15 @@ class MeshClient:
             raise _api.failure(operation, what, e) from e
 
     async def _send(
-        self, fn: Callable[..., Awaitable[Any]], *args: Any, write: bool, **kwargs: Any
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, write_for: str | None, **kwargs: Any
     ) -> Obj:
-        if write:
+        if write_for is not None:
             return await _api.write_json(
-                self._may_write, fn, *args, request_timeout_s=self._request_timeout_s, **kwargs
+                self._may_write,
+                write_for,
+                fn,
+                *args,
+                request_timeout_s=self._request_timeout_s,
+                **kwargs,
             )
         return await _api.call_json(fn, *args, request_timeout_s=self._request_timeout_s, **kwargs)

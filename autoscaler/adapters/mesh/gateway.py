@@ -23,7 +23,7 @@ the controller(s) implementing the route have seen the last weights written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from kubernetes_asyncio import client
@@ -48,7 +48,7 @@ class GatewayRouter:
         *,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: Callable[[], bool] = lambda: True,
+        may_write: _api.Fence = _api.always,
     ) -> None:
         self._mesh = _objects.MeshClient(
             api,

@@ -25,7 +25,7 @@ ramp's minimum dwell at each step (a third of the step interval by default) cove
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from kubernetes_asyncio import client
@@ -50,7 +50,7 @@ class IstioRouter:
         *,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: Callable[[], bool] = lambda: True,
+        may_write: _api.Fence = _api.always,
         version: str = "v1",
         cluster_domain: str = "cluster.local",
     ) -> None:

@@ -5,8 +5,6 @@ It builds; it must not choose a service's router (the annotation does) or call o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from kubernetes_asyncio import client
 
 import autoscaler.annotations as contract
@@ -22,13 +20,13 @@ def routers(
     *,
     on_api_error: _api.ErrorCallback = _api.ignore_error,
     request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-    may_write: Callable[[], bool] = lambda: True,
+    may_write: _api.Fence = _api.always,
     istio_version: str = "v1",
     smi_version: str = "v1alpha2",
     cluster_domain: str = "cluster.local",
 ) -> dict[contract.TrafficRouter, ports.TrafficRouter]:
-    """Every router, keyed by the annotation's value; `may_write` is asked before each write
-    (the leader elector's `is_leader`)."""
+    """Every router, keyed by the annotation's value; `may_write(service)` is asked before each
+    write for a service (the bucket Leases' `leads`)."""
     return {
         contract.TrafficRouter.NONE: none.NoRouter(),
         contract.TrafficRouter.ISTIO: istio.IstioRouter(

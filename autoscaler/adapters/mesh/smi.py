@@ -21,7 +21,7 @@ SMI reports no status: `settled` is True once the TrafficSplit exists.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from kubernetes_asyncio import client
@@ -47,7 +47,7 @@ class SmiRouter:
         *,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: Callable[[], bool] = lambda: True,
+        may_write: _api.Fence = _api.always,
         version: str = "v1alpha2",
     ) -> None:
         if version not in _VERSIONS:

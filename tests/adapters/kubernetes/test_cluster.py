@@ -505,7 +505,7 @@ async def test_a_leader_past_its_renew_deadline_writes_nothing_more(
     await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
     clock = ManualClock()
     renew_deadline_s = 0.001  # passes during the conflict's backoff (about 50 ms)
-    made = await make_cluster(clock=clock, may_write=lambda: clock.now() < renew_deadline_s)
+    made = await make_cluster(clock=clock, may_write=lambda _: clock.now() < renew_deadline_s)
     await managed(made, "web")
     kube.fail("patch", "deployments", status=409)
 
@@ -670,7 +670,7 @@ async def test_a_follower_never_writes(
     bad = settings(**{"max-replicas": "0"})
     await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
     await apps.create_namespaced_deployment(NS, deployment("bad", annotations=bad))
-    made = await make_cluster(may_write=lambda: False)
+    made = await make_cluster(may_write=lambda _: False)
     await managed(made, "web", "bad")
     kube.requests.clear()
 
