@@ -300,6 +300,11 @@ class Controller:
         service's bucket and that Lease's renew deadline has not passed (always, in dry-run)."""
         return self.leases is None or self.leases.leads(service)
 
+    @property
+    def last_workloads(self) -> Sequence[ports.Workload]:
+        """The services the last tick saw: those of the buckets this replica led then."""
+        return self._observed.last
+
     def buckets_led(self) -> frozenset[int]:
         """The buckets this replica may act on now (every bucket, in dry-run)."""
         if self.leases is None:

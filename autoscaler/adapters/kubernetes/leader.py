@@ -75,6 +75,8 @@ class _Outcome(enum.Enum):
     """Someone wrote the Lease between our read and our write (409)."""
     FAILED = "failed"
     """The API did not answer usefully."""
+    DEFERRED = "deferred"
+    """The Lease is free or expired: wait `defer_s()` and read it again before taking it."""
 
 
 class LeaderElector:
@@ -106,8 +108,9 @@ class LeaderElector:
 
         `clock` paces the retries and judges expiry (monotonic); `wall_now` (Unix seconds)
         stamps `renewTime` and `acquireTime`. Needs renew < deadline < lease duration.
-        `first_delay_s` is waited before the first attempt, and `defer_s()` before every
-        attempt at the Lease while this candidate does not hold it (bucket Leases).
+        `first_delay_s` is waited before the first attempt; when the Lease is found free or
+        expired, `defer_s()` seconds are waited once before taking it, and it is read again
+        (bucket Leases: the least loaded candidate comes first).
         """
         if not 0 < renew_interval_s < renew_deadline_s < lease_duration_s:
             raise ValueError("need 0 < renew_interval_s < renew_deadline_s < lease_duration_s")
@@ -131,6 +134,8 @@ class LeaderElector:
         self._rng = rng or random.Random()
         self._first_delay_s = first_delay_s
         self._defer_s = defer_s
+        self._deferred_for: tuple[str, str, str] | None = None  # the record waited on
+        self._deferred_s = 0.0
         self.leading = asyncio.Event()
         """Set while this candidate leads (it became leader)."""
         self.lost = asyncio.Event()
@@ -197,10 +202,10 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         while True:
-            deferred_s = 0.0 if self._defer_s is None else self._defer_s()
-            if deferred_s > 0:
-                await self.clock.sleep(deferred_s)
             outcome = await self._attempt()
+            if outcome is _Outcome.DEFERRED:
+                await self.clock.sleep(self._deferred_s)
+                continue
             if outcome is _Outcome.HELD:
                 self.leading.set()
                 self.lost.clear()
@@ -257,6 +262,8 @@ class LeaderElector:
         holder = _holder(lease)
         if holder and holder != self.identity and not self._expired(lease, seen_s):
             return _Outcome.TAKEN
+        if holder != self.identity and self._defers():
+            return _Outcome.DEFERRED
         wall = _api.format_micro_time(self._wall_now())
         spec = dict(_spec(lease))
         if holder != self.identity:
@@ -302,6 +309,17 @@ class LeaderElector:
             return _Outcome.FAILED
         assert created is not None
         return self._held(created, now_s)
+
+    def _defers(self) -> bool:
+        """Whether to wait before taking the free or expired record just read: once per record,
+        for `defer_s()` seconds when that is positive."""
+        if self._defer_s is None or self._observed == self._deferred_for:
+            return False
+        self._deferred_s = self._defer_s()
+        if self._deferred_s <= 0:
+            return False
+        self._deferred_for = self._observed
+        return True
 
     def _held(self, lease: Obj, now_s: float) -> _Outcome:
         self._observe(lease, now_s)
