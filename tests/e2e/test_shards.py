@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import aiohttp
 from kube.emulator import Kube, Write
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
@@ -92,6 +93,16 @@ def led(running: Running) -> frozenset[int]:
     return running.controller.buckets_led()
 
 
+async def healthz(running: Running) -> str:
+    port = running.controller.http_port
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/healthz") as answer,
+    ):
+        assert answer.status == 200
+        return (await answer.text()).strip()
+
+
 async def test_three_replicas_split_the_buckets_and_a_killed_ones_move_within_a_lease(
     kube: Kube,
     kubelet: FakeCluster,
@@ -108,9 +119,7 @@ async def test_three_replicas_split_the_buckets_and_a_killed_ones_move_within_a_
     namespace = f"{unique}-sh"
     buckets = shards.Buckets.named("inference-autoscaler", BUCKETS)
     names = spread_names(buckets, namespace)
-    services = [
-        await Service.create(kube, kubelet, stack.upper, namespace, name) for name in names
-    ]
+    services = [await Service.create(kube, kubelet, stack.upper, namespace, name) for name in names]
     window = len(kube.requests.writes)
 
     # Each takes its first choice of bucket at once, the others a fraction of a retry apart.
@@ -136,8 +145,14 @@ async def test_three_replicas_split_the_buckets_and_a_killed_ones_move_within_a_
         assert {w.id for w in r.controller.last_workloads} == {
             f"{namespace}/{n}" for n in names if buckets.of(f"{namespace}/{n}") in share
         }
-    # Every service got its status from the holder of its bucket, and from nobody else.
     assert all(s.status() is not None for s in services)
+    for r, share in zip(replicas, shares, strict=True):
+        assert await healthz(r) == f"ok\nbuckets: {len(share)}/{BUCKETS} " + ",".join(
+            buckets.names[b] for b in sorted(share)
+        )
+        registry = r.controller.telemetry.registry
+        assert registry.get_sample_value("autoscaler_lease_buckets_led") == len(share)
+        assert registry.get_sample_value("autoscaler_leader") == 1
 
     victim = max(replicas, key=lambda r: len(led(r)))
     survivors = [r for r in replicas if r is not victim]
@@ -154,6 +169,13 @@ async def test_three_replicas_split_the_buckets_and_a_killed_ones_move_within_a_
     assert sorted(b for r in survivors for b in led(r)) == list(range(BUCKETS))
     seen = holders(kube, buckets)
     assert victim.controller.identity not in seen.values()
+    for r in survivors:
+        registry = r.controller.telemetry.registry
+        assert registry.get_sample_value("autoscaler_lease_buckets_led") == len(led(r))
+        for b in moved:
+            assert registry.get_sample_value(
+                "autoscaler_lease_bucket_leader", {"lease": buckets.names[b]}
+            ) == (b in led(r))
 
     # A new floor for everyone: each service is scaled by whoever leads its bucket now.
     for service in services:
