@@ -17,13 +17,16 @@ On cancellation the leader releases the Lease (clears the holder) so that a succ
 over at its next retry instead of after the lease expires.
 
 `BucketLeases` runs one elector per bucket Lease (`core.shards`), as Knative's autoscaler does:
-this replica campaigns for every bucket and acts on the services of those it leads. Before
-each attempt at a Lease it does not hold, a candidate waits a share of a retry per bucket it
-already leads (`retry_interval_s * led / buckets`, under one retry), so that a bucket coming
-free goes to the least loaded replica; replicas that start together first try the buckets they
-prefer (`core.shards.preference`), the rest a fraction of a retry apart. A replica that starts
-when every bucket is held leads none until one comes free (a holder stops, dies or loses its
-renewals): a rolling restart hands each stopping replica's buckets to the least loaded.
+this replica campaigns for every bucket and acts on the services of those it leads. A bucket
+that comes free (released, or expired) goes first to a replica that leads none: one that leads
+`k > 0` waits, before taking it, one jittered retry (longer than the followers' polls can be
+apart, so an idle replica that saw it at the same time always comes first) plus a share of a
+retry per further bucket (`retry_interval_s * (1.2 + (k - 1) / buckets)`, under 2.2 retries).
+A dead holder's buckets therefore move within `lease_duration_s` plus one retry of polling plus
+that wait. Replicas that start together first try the buckets they prefer
+(`core.shards.preference`), the rest a fraction of a retry apart. A replica that starts when
+every bucket is held leads none until one comes free (a holder stops, dies or loses its
+renewals): a rolling restart hands each stopping replica's buckets to the idle new ones.
 
 It must not do anything with leadership but report it: `is_leader`, `leads`, the `leading`
 and `lost` events, and the callbacks.
@@ -393,6 +396,7 @@ class BucketLeases:
         or lost."""
         self.buckets = buckets
         self._on_changed = on_changed
+        self._retry_interval_s = retry_interval_s
         count = len(buckets)
         # Far enough apart that a replica's first choice is held before its second is tried.
         stagger_s = retry_interval_s / count
@@ -408,7 +412,7 @@ class BucketLeases:
                 clock=clock,
                 retry_interval_s=retry_interval_s,
                 first_delay_s=ranks[index] * stagger_s,
-                defer_s=lambda: stagger_s * len(self.leading()),
+                defer_s=self._defer_s,
                 on_started_leading=self._changed,
                 on_stopped_leading=self._changed,
                 **elector,
@@ -447,6 +451,14 @@ class BucketLeases:
         async with asyncio.TaskGroup() as group:
             for elector in self.electors:
                 group.create_task(elector.run(), name=f"lease {elector.name}")
+
+    def _defer_s(self) -> float:
+        """How long to wait before taking a free bucket: nothing while leading none; else past
+        any idle replica's poll, then a share of a retry per further bucket led."""
+        led = len(self.leading())
+        if led == 0:
+            return 0.0
+        return self._retry_interval_s * (1 + JITTER_RATIO + (led - 1) / len(self.buckets))
 
     def _changed(self) -> None:
         if self._on_changed is not None:
