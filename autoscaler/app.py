@@ -212,6 +212,8 @@ class Controller:
             )
         self._led: frozenset[int] = frozenset()
         """The buckets in a term of leadership, as last told by the Leases."""
+        self._leading_some = asyncio.Event()
+        """Set while `_led` is not empty."""
         self.cluster = cluster.KubeCluster(
             api,
             identity=self.identity,
@@ -432,12 +434,7 @@ class Controller:
 
     async def _wait_leading(self) -> None:
         """Return once this replica leads some bucket."""
-        assert self.leases is not None
-        async with asyncio.TaskGroup() as group:
-            waits = [group.create_task(e.wait_leading()) for e in self.leases.electors]
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for wait in waits:
-                wait.cancel()
+        await self._leading_some.wait()
 
     async def _tick(self, loop: loop_.Loop) -> None:
         started = time.perf_counter()
@@ -490,11 +487,13 @@ class Controller:
         self._leading_since_s = self.lease_clock.now()
         if not before:
             self._term += 1
+            self._leading_some.set()
         if before - self._led:
             # Another replica acts on those services now: what this one remembers about them
             # (the counts it set, its placements) would be stale if their bucket came back.
             self.cluster.forget_unless(self.owns)
         if not self._led:
+            self._leading_some.clear()
             # The next leaders export these services now; stale copies here would be summed
             # with their series on every dashboard.
             self.telemetry.forget_services()

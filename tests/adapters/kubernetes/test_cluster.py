@@ -352,6 +352,30 @@ async def test_a_manual_scale_is_overridden_with_an_event(
     assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 4
 
 
+async def test_a_service_whose_bucket_comes_back_is_not_taken_for_overridden(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A replica that lost a service's bucket Lease forgets the count it set, so the count the
+    bucket's next holder set is not reported as a manual override when the bucket comes back."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+    await managed(made, "web")
+    await made.scale(WEB, 3)
+    made.forget_unless(lambda service: service != WEB)  # the bucket of `web` moved away
+    await apps.patch_namespaced_deployment_scale("web", NS, {"spec": {"replicas": 7}})
+    await eventually(
+        lambda: cluster.spec_replicas(made.caches.deployment(NS, "web") or {}) == 7,
+        made.caches.deployments,
+    )
+    made.workloads()
+
+    await made.scale(WEB, 4)
+    await made.events.wait_idle()
+
+    assert await events_of(api, "web", "ReplicasOverridden") == []
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 4
+
+
 # -- publish --------------------------------------------------------------------------------------
 
 
