@@ -92,13 +92,14 @@ class _Observed:
     would walk every Deployment twice per tick.
     """
 
-    def __init__(self, inner: ports.Cluster, owns: Owns) -> None:
+    def __init__(self, inner: ports.Cluster, owned: Callable[[], Owns]) -> None:
         self._inner = inner
-        self._owns = owns
+        self._owned = owned
         self.last: Sequence[ports.Workload] = ()
 
     def workloads(self) -> Sequence[ports.Workload]:
-        self.last = [w for w in self._inner.workloads() if self._owns(w.id)]
+        owns = self._owned()
+        self.last = [w for w in self._inner.workloads() if owns(w.id)]
         return self.last
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
@@ -114,12 +115,13 @@ class _OwnedRamp:
     """The ramp driver's `RampCluster` and `Gates` over the adapter, keeping the services and
     gates of the buckets this replica leads."""
 
-    def __init__(self, inner: ramp.KubeRamp, owns: Owns) -> None:
+    def __init__(self, inner: ramp.KubeRamp, owned: Callable[[], Owns]) -> None:
         self._inner = inner
-        self._owns = owns
+        self._owned = owned
 
     def ramp_targets(self) -> Sequence[ports.RampTarget]:
-        return [t for t in self._inner.ramp_targets() if self._owns(t.service)]
+        owns = self._owned()
+        return [t for t in self._inner.ramp_targets() if owns(t.service)]
 
     def pods(self, service: model.ServiceId) -> Sequence[ports.PodInfo]:
         return self._inner.pods(service)
@@ -145,9 +147,8 @@ class _OwnedRamp:
         self._inner.record(service, type_, reason, message)
 
     def closed_gates(self) -> Sequence[gates.ClosedGate]:
-        return [
-            g for g in self._inner.closed_gates() if self._owns(f"{g.namespace}/{g.deployment}")
-        ]
+        owns = self._owned()
+        return [g for g in self._inner.closed_gates() if owns(f"{g.namespace}/{g.deployment}")]
 
     async def open_gate(self, gate: gates.ClosedGate, message: str) -> None:
         await self._inner.open_gate(gate, message)
@@ -262,8 +263,8 @@ class Controller:
             max_age_s=prom.max_age_s,
         )
         self.prober = warmup.HttpProber(timer=probe_timer)
-        self._observed = _Observed(self.cluster, self.owns)
-        self._owned_ramp = _OwnedRamp(self.ramp, self.owns)
+        self._observed = _Observed(self.cluster, self.owned_now)
+        self._owned_ramp = _OwnedRamp(self.ramp, self.owned_now)
         self.loop: loop_.Loop | None = None
         """The loop of the current term of leadership; None while following."""
         self.rollouts: rollout.RampDriver | None = None
@@ -301,6 +302,12 @@ class Controller:
         """Whether this replica may act on `service` (`namespace/name`) now: it leads the
         service's bucket and that Lease's renew deadline has not passed (always, in dry-run)."""
         return self.leases is None or self.leases.leads(service)
+
+    def owned_now(self) -> Owns:
+        """`owns` for the buckets led at this moment, judged once: the filter of one tick."""
+        if self.leases is None:
+            return lambda _: True
+        return self.leases.owned_now()
 
     @property
     def last_workloads(self) -> Sequence[ports.Workload]:

@@ -34,6 +34,8 @@ _MASK: Final = (1 << 64) - 1
 _UNIVERSE: Final = 1 << 11
 """Angles lie in [0, 2048), which divides 2^64 evenly (no bias)."""
 _START_SALT: Final = "start-angle-salt"
+MEMO_LIMIT: Final = 1 << 16
+"""Services whose bucket is remembered; far more than one controller manages."""
 MAX_BUCKETS: Final = 99
 """Two digits in a bucket's name, and far fewer angles than the universe holds."""
 
@@ -98,6 +100,8 @@ class Buckets:
         """The bucket index of the service `key`; the same in every replica."""
         index = self._memo.get(key)
         if index is None:
+            if len(self._memo) >= MEMO_LIMIT:  # services come and go: start again
+                self._memo.clear()
             index = self._memo[key] = owner(self.names, key)
         return index
 

@@ -91,3 +91,12 @@ def test_a_replicas_preference_lists_every_bucket_once(identity: str, count: int
     """A replica's campaign order is a permutation of the buckets."""
     names = shards.bucket_names("ctl", count)
     assert sorted(shards.preference(identity, names)) == list(range(count))
+
+
+def test_the_memo_of_buckets_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Services that come and go never grow the memo past its limit, and answers stay the same."""
+    monkeypatch.setattr(shards, "MEMO_LIMIT", 10)
+    buckets = shards.Buckets.named("ctl", 4)
+    first = [buckets.of(f"ns/model-{i}") for i in range(25)]
+    assert len(buckets._memo) <= 10
+    assert [buckets.of(f"ns/model-{i}") for i in range(25)] == first

@@ -442,6 +442,12 @@ class BucketLeases:
         service's bucket and that Lease's renew deadline has not passed."""
         return self.electors[self.buckets.of(service)].is_leader
 
+    def owned_now(self) -> Callable[[str], bool]:
+        """`leads` for the buckets led at this moment, judged once (a tick's filter over
+        thousands of services); the write fence asks `leads` again before each write."""
+        led = self.led()
+        return lambda service: self.buckets.of(service) in led
+
     def holders(self) -> Sequence[str | None]:
         """The holder of each bucket Lease at its last read."""
         return [e.holder for e in self.electors]
