@@ -8,9 +8,12 @@ in one `asyncio.TaskGroup`:
   that they can take over at once;
 - the bucket Leases (`leader.BucketLeases`, coordination.k8s.io): `lease_buckets` of them,
   one by default (the single leader Lease). This replica campaigns for every bucket and acts
-  only on the services whose bucket it leads (`owns`): the loop's workloads, the ramp
-  driver's targets and the gates it opens are filtered by that one predicate, and every write
-  is fenced by it per service. None with the global dry-run, which writes nothing, the Leases
+  only on the services whose bucket it leads: one predicate, judged once per tick
+  (`owned_now`), makes `KubeCluster.workloads()` skip the other services (so the loop, the
+  Prometheus queries, the placement upkeep and the ramp driver never see them) and keeps the
+  gates the ramp driver opens to its own Deployments (`_OwnedRamp`), with the loop's view and
+  the ramp targets filtered again here; every write is fenced per service by the live answer
+  (`owns`). None with the global dry-run, which writes nothing, the Leases
   included, so a dry-run instance never displaces the real controller;
 - the ticker: while this replica leads at least one bucket, `Loop.step` every `tick_s` on a
   fixed grid, each report fed to `Telemetry`. Every new term of leadership (from leading no
@@ -223,6 +226,7 @@ class Controller:
             namespaces=caches.NamespaceFilter.of(k8s.namespaces, k8s.exclude_namespaces),
             dry_run=k8s.dry_run,
             may_write=self.owns,
+            owned=self.owned_now,
             on_api_error=self._api_error,
             request_timeout_s=k8s.request_timeout_s,
             on_tiers=self.telemetry.tiers,

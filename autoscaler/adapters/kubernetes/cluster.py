@@ -1,8 +1,9 @@
 """The Kubernetes API behind the `Cluster` port and the Prometheus adapter's `PodIndex`.
 
 `workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
-"true"`, its annotations parsed by the contract (once per distinct content), its serving pods
-found by owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
+"true"` whose bucket Lease this replica leads (`owned`; every one, with a single Lease), its
+annotations parsed by the contract (once per distinct content), its serving pods found by
+owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
 log line and one Warning Event `InvalidConfig` per distinct set of problems; so is one that a
 HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of replicas: the Event
 names the other). A `state`
@@ -219,6 +220,7 @@ class KubeCluster:
         namespaces: caches.NamespaceFilter | None = None,
         dry_run: bool = False,
         may_write: _api.Fence = _api.always,
+        owned: Callable[[], Callable[[str], bool]] | None = None,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         recent_pods: int = 5,
         conflict_attempts: int = 4,
@@ -236,13 +238,17 @@ class KubeCluster:
         retries of a conflicting write and the watches' backoff; `wall_now` stamps the status
         annotation and Events, and times how long an empty tier Deployment has been idle
         (`idle_tier_grace_s` before it is deleted). `may_write(service)` is asked before every
-        write for a service (the bucket Leases' `leads`). `core_weights` are core-hours per
-        card-hour by GPU product; `on_tiers` and `on_fallback` are told of placements (telemetry).
+        write for a service (the bucket Leases' `leads`); `owned()`, asked once per
+        `workloads()`, says which services this replica acts on (it leads their bucket): the
+        others are skipped, and nothing is remembered about them. `core_weights` are core-hours
+        per card-hour by GPU product; `on_tiers` and `on_fallback` are told of placements
+        (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
         self._wall_now = wall_now
         self._may_write = may_write
+        self._owned = owned or (lambda: _everything)
         self._on_api_error = on_api_error
         self._recent_pods = recent_pods
         self._conflict_attempts = max(1, conflict_attempts)
@@ -323,12 +329,15 @@ class KubeCluster:
         invalid: dict[str, tuple[str, ...]] = {}
         managed: dict[model.ServiceId, _Managed] = {}
         found: list[ports.Workload] = []
+        owns = self._owned()
         for deployment in self.caches.deployments.items():
             notes = _api.annotations_of(deployment)
             if not contract.opted_in(notes) or placement.is_sibling(deployment):
                 continue
             namespace, name = _api.namespace(deployment), _api.name(deployment)
             service = model.ServiceId(f"{namespace}/{name}")
+            if not owns(service):  # another replica leads its bucket
+                continue
             config = self._parse(namespace, notes, parsed)
             if isinstance(config, contract.Invalid):
                 self._report_invalid(service, deployment, config, invalid)
@@ -778,6 +787,10 @@ class KubeCluster:
             self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)
+
+
+def _everything(_: str) -> bool:
+    return True
 
 
 def _contested(others: list[str]) -> contract.Invalid:

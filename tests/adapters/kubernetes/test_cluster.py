@@ -170,6 +170,25 @@ async def test_workloads_report_replicas_serving_and_startup_from_pods(
         assert kube.requests.count("list", kind) == 1
 
 
+async def test_workloads_skip_the_services_of_buckets_led_elsewhere(
+    api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Only the services this replica owns are returned, and an invalid one it does not own
+    is left to its owner: no Event from here."""
+    bad = settings(**{"max-replicas": "lots"})
+    await apps.create_namespaced_deployment(NS, deployment("bad", annotations=bad))
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    await apps.create_namespaced_deployment(NS, deployment("api", annotations=settings()))
+    made = await make_cluster(owned=lambda: lambda service: service == WEB)
+
+    found = await managed(made, "bad", "web", "api")
+    await made.events.wait_idle()
+
+    assert [w.id for w in found] == [WEB]
+    assert made.managed_services() == [WEB]
+    assert await events_of(api, "bad") == []
+
+
 async def test_invalid_annotations_skip_the_service_with_one_event(
     kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:
