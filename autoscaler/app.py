@@ -11,17 +11,17 @@ in one `asyncio.TaskGroup`:
   only on the services whose bucket it leads: one predicate, judged once per tick
   (`owned_now`), makes `KubeCluster.workloads()` skip the other services (so the loop, the
   Prometheus queries, the placement upkeep and the ramp driver never see them) and keeps the
-  gates the ramp driver opens to its own Deployments (`_OwnedRamp`), with the loop's view and
-  the ramp targets filtered again here; every write is fenced per service by the live answer
-  (`owns`). None with the global dry-run, which writes nothing, the Leases
-  included, so a dry-run instance never displaces the real controller;
-- the ticker: while this replica leads at least one bucket, `Loop.step` every `tick_s` on a
-  fixed grid, each report fed to `Telemetry`. Every new term of leadership (from leading no
-  bucket to leading some) starts a fresh `Loop`, whose state comes from the Deployments'
-  `state` annotations as the previous leader left them; a bucket won or lost within a term
-  only changes which services the loop sees (a service that comes in starts from its
-  annotations, one that goes is forgotten). The end of a term (or of the ticker) cancels its
-  ramp driver's warm-up probes and waits for them;
+  gates the ramp driver opens to its own Deployments (`_OwnedGates`); every write is fenced
+  per service by the live answer (`owns`). None with the global dry-run, which writes
+  nothing, the Leases included, so a dry-run instance never displaces the real controller;
+- the ticker: while this replica leads at least one bucket, `Loop.run`, which alone decides
+  when work runs: a tick every `tick_s` on a fixed grid, ending with the placement ladder's
+  upkeep (`KubeCluster.tend`), each report fed to `Telemetry`. Every new term of leadership
+  (from leading no bucket to leading some) starts a fresh `Loop`, whose state comes from the
+  Deployments' `state` annotations as the previous leader left them; a bucket won or lost
+  within a term only changes which services the loop sees (a service that comes in starts
+  from its annotations, one that goes is forgotten). The end of a term (or of the ticker)
+  cancels its ramp driver's warm-up probes and waits for them;
 - the HTTP server: `/metrics`, `/healthz` (with the buckets led), and `/readyz` (caches
   synced and, while leading some bucket, a tick within the last few `tick_s` since this
   replica's set of buckets last changed).
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import signal
 import time
@@ -59,12 +60,12 @@ import structlog
 from aiohttp import web
 
 from autoscaler import clock as clock_
-from autoscaler import errors, ports, rollout, settings, telemetry
+from autoscaler import errors, ports, ramp_driver, settings, telemetry
 from autoscaler import loop as loop_
 from autoscaler.adapters import prometheus, warmup
 from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
 from autoscaler.adapters.mesh import registry
-from autoscaler.core import gates, model, shards, smoothing
+from autoscaler.core import gates, shards, smoothing
 
 log = structlog.get_logger(__name__)
 
@@ -78,76 +79,24 @@ STALLED_TICKS: Final = 5
 not ready."""
 EVENT_FLUSH_S: Final = 5.0
 """Seconds a stopping leader waits for its queued Events to be posted."""
+HISTORY_TIMEOUT_S: Final = 10.0
+"""Deadline of one range query for the seasonal forecast's history (at least the instant
+queries' own)."""
 
-OnTick = Callable[[loop_.TickReport, float], None]
+OnTick = loop_.OnTick
 """Told each tick's report and its duration in seconds (benchmarks)."""
-
 
 Owns = Callable[[str], bool]
 """Whether this replica acts on the service `namespace/name` now (it leads its bucket)."""
 
 
-class _Observed:
-    """The `Cluster` port over the adapter, keeping the services this replica owns and
-    remembering what the last tick's `workloads()` saw.
-
-    Telemetry needs the workloads of a tick next to its report, and asking the adapter again
-    would walk every Deployment twice per tick.
-    """
-
-    def __init__(self, inner: ports.Cluster, owned: Callable[[], Owns]) -> None:
-        self._inner = inner
-        self._owned = owned
-        self.last: Sequence[ports.Workload] = ()
-
-    def workloads(self) -> Sequence[ports.Workload]:
-        owns = self._owned()
-        self.last = [w for w in self._inner.workloads() if owns(w.id)]
-        return self.last
-
-    async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        await self._inner.scale(service, replicas)
-
-    async def publish(
-        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
-    ) -> None:
-        await self._inner.publish(service, decision, state)
-
-
-class _OwnedRamp:
-    """The ramp driver's `RampCluster` and `Gates` over the adapter, keeping the services and
-    gates of the buckets this replica leads."""
+class _OwnedGates:
+    """The ramp driver's `Gates` over the adapter, keeping the gates of the Deployments whose
+    bucket this replica leads."""
 
     def __init__(self, inner: ramp.KubeRamp, owned: Callable[[], Owns]) -> None:
         self._inner = inner
         self._owned = owned
-
-    def ramp_targets(self) -> Sequence[ports.RampTarget]:
-        owns = self._owned()
-        return [t for t in self._inner.ramp_targets() if owns(t.service)]
-
-    def pods(self, service: model.ServiceId) -> Sequence[ports.PodInfo]:
-        return self._inner.pods(service)
-
-    async def set_warm(self, service: model.ServiceId, pod: str, warm: bool, message: str) -> None:
-        await self._inner.set_warm(service, pod, warm, message)
-
-    async def set_labels(
-        self, service: model.ServiceId, pod: str, *, warming: bool, stable: bool
-    ) -> None:
-        await self._inner.set_labels(service, pod, warming=warming, stable=stable)
-
-    async def mark_victim(self, service: model.ServiceId, pod: str) -> None:
-        await self._inner.mark_victim(service, pod)
-
-    async def reclaim(self, service: model.ServiceId, pod: str) -> None:
-        await self._inner.reclaim(service, pod)
-
-    async def save_ramp(self, service: model.ServiceId, text: str) -> None:
-        await self._inner.save_ramp(service, text)
-
-    def record(self, service: model.ServiceId, type_: str, reason: str, message: str) -> None:
-        self._inner.record(service, type_, reason, message)
 
     def closed_gates(self) -> Sequence[gates.ClosedGate]:
         owns = self._owned()
@@ -231,13 +180,13 @@ class Controller:
             request_timeout_s=k8s.request_timeout_s,
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
+            on_event=lambda outcome: self.telemetry.events.labels(outcome).inc(),
         )
         access = access or prometheus_access(prom)
+        self.prometheus = prometheus.Client(prom.url, timeout_s=prom.timeout_s, access=access)
+        """The one Prometheus client of the metrics and the health queries."""
         self.metrics = prometheus.MetricsSource(
-            prom.url,
-            self.cluster,
-            access=access,
-            timeout_s=prom.timeout_s,
+            self.prometheus,
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
             rate_window_s=prom.rate_window_s,
@@ -259,19 +208,25 @@ class Controller:
                 request_timeout_s=k8s.request_timeout_s,
             ).items()
         }
+        # A range query over days of history takes longer than a tick's instant query.
+        self.history = prometheus.LoadHistory(
+            prometheus.Client(
+                prom.url, access=access, timeout_s=max(prom.timeout_s, HISTORY_TIMEOUT_S)
+            ),
+            wall_now=wall_now,
+            scrape_interval_s=prom.scrape_interval_s,
+        )
         self.health = prometheus.HealthQueries(
-            prom.url,
-            access=access,
-            timeout_s=prom.timeout_s,
+            self.prometheus,
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
         )
         self.prober = warmup.HttpProber(timer=probe_timer)
-        self._observed = _Observed(self.cluster, self.owned_now)
-        self._owned_ramp = _OwnedRamp(self.ramp, self.owned_now)
+        self._owned_gates = _OwnedGates(self.ramp, self.owned_now)
+        self._last_workloads: Sequence[ports.Workload] = ()
         self.loop: loop_.Loop | None = None
         """The loop of the current term of leadership; None while following."""
-        self.rollouts: rollout.RampDriver | None = None
+        self.ramps: ramp_driver.RampDriver | None = None
         """The ramp driver of the current term's loop."""
         self.ticks = 0
         """Ticks run since start, over every term."""
@@ -310,13 +265,13 @@ class Controller:
     def owned_now(self) -> Owns:
         """`owns` for the buckets led at this moment, judged once: the filter of one tick."""
         if self.leases is None:
-            return lambda _: True
+            return _everything
         return self.leases.owned_now()
 
     @property
     def last_workloads(self) -> Sequence[ports.Workload]:
         """The services the last tick saw: those of the buckets this replica led then."""
-        return self._observed.last
+        return self._last_workloads
 
     def buckets_led(self) -> frozenset[int]:
         """The buckets this replica may act on now (every bucket, in dry-run)."""
@@ -343,25 +298,28 @@ class Controller:
     def new_loop(self) -> loop_.Loop:
         """A loop over this replica's adapters, with no memory of earlier terms: its ramp driver
         resumes each ramp from what the Deployment carries."""
-        self.rollouts = rollout.RampDriver(
+        self.ramps = ramp_driver.RampDriver(
             cluster=self.cluster,
-            pods=self._owned_ramp,
+            pods=self.ramp,
             routers=self.routers,
             health=self.health,
             prober=self.prober,
-            gates=self._owned_ramp,
+            gates=self._owned_gates,
             observer=self.telemetry,
             probe_concurrency=self.settings.warmup.probe_concurrency,
             probe_deadline_s=self.settings.warmup.probe_deadline_s,
         )
         return loop_.Loop(
-            cluster=self._observed,
+            cluster=self.cluster,
             metrics=self.metrics,
             clock=self.clock,
             smoothing_config=smoothing.SmoothingConfig(
                 window_s=self.settings.smoothing.window_s, tick_s=self.settings.loop.tick_s
             ),
-            rollouts=self.rollouts,
+            ramps=self.ramps,
+            history=self.history,
+            chores=(self.cluster.tend,),
+            on_tick=(self._ticked, *((self._on_tick,) if self._on_tick is not None else ())),
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -375,7 +333,7 @@ class Controller:
             namespaces=list(self.settings.kubernetes.namespaces) or "all",
             excluded=list(self.settings.kubernetes.exclude_namespaces),
             prometheus=self.settings.prometheus.url,
-            prometheus_access=repr(self.metrics.access),
+            prometheus_access=repr(self.prometheus.access),
         )
         if self.leases is None:  # dry-run: leads its own, writeless, term at once
             self._term, self._leading_since_s = 1, self.lease_clock.now()
@@ -403,8 +361,8 @@ class Controller:
 
     async def wait_probes_idle(self) -> None:
         """Return once the current term's ramp driver has no warm-up probe in flight."""
-        if self.rollouts is not None:
-            await self.rollouts.wait_probes_idle()
+        if self.ramps is not None:
+            await self.ramps.wait_probes_idle()
 
     async def _tick_while_leading(self) -> None:
         try:
@@ -415,54 +373,44 @@ class Controller:
     async def _end_term(self) -> None:
         """Drop the term's loop; its ramp driver's probes are cancelled and waited for."""
         self.loop = None
-        rollouts, self.rollouts = self.rollouts, None
-        if rollouts is not None:
-            await rollouts.close()
+        ramps, self.ramps = self.ramps, None
+        if ramps is not None:
+            await ramps.close()
 
     async def _tick_terms(self) -> None:
-        term = -1
-        next_tick_s = 0.0
-        tick_s = self.settings.loop.tick_s
         # A tick over half-filled caches would see Deployments without their pods: nothing
         # serving, every service holding, a status written for each.
         await self.cluster.wait_synced()
         while True:
             if not self.leading:
-                await self._end_term()
-                await self._wait_leading()
+                await self._leading_some.wait()
                 continue
-            if self.loop is None or term != self._term:
+            term = self._term
+            self.loop = self.new_loop()
+            try:
+                # One term, one loop: it stops at the first slot after the term ends, and
+                # skips a slot while the renewal is late (it waits a tick for it, or the loss).
+                await self.loop.run(
+                    active=functools.partial(self._in_term, term), may_step=self.is_leader
+                )
+            finally:
                 await self._end_term()
-                term, self.loop = self._term, self.new_loop()
-                next_tick_s = self.clock.now()
-            if self.is_leader():  # else the renewal is late: wait a tick for it, or the loss
-                await self._tick(self.loop)
-            next_tick_s += tick_s
-            now_s = self.clock.now()
-            if next_tick_s < now_s:  # overran: skip the missed ticks, keep the grid
-                next_tick_s += math.ceil((now_s - next_tick_s) / tick_s) * tick_s
-            await self.clock.sleep(next_tick_s - now_s)
 
-    async def _wait_leading(self) -> None:
-        """Return once this replica leads some bucket."""
-        await self._leading_some.wait()
+    def _in_term(self, term: int) -> bool:
+        return self.leading and self._term == term
 
-    async def _tick(self, loop: loop_.Loop) -> None:
-        started = time.perf_counter()
-        report = await loop.step()
-        duration_s = time.perf_counter() - started
+    def _ticked(self, report: loop_.TickReport, duration_s: float) -> None:
+        self._last_workloads = report.workloads
         if self.leading:  # else the term ended during the tick: its series are dropped already
             self.telemetry.observe_tick(
                 report,
-                self._observed.last,
+                report.workloads,
                 duration_s=duration_s,
                 wall_time_s=time.time(),
                 tick_s=self.settings.loop.tick_s,
             )
         self.ticks += 1
         self._last_tick_s = self.lease_clock.now()
-        if self._on_tick is not None:
-            self._on_tick(report, duration_s)
 
     async def _serve_http(self) -> None:
         http = self.settings.http
@@ -511,6 +459,10 @@ class Controller:
 
     def _api_error(self, operation: str) -> None:
         self.telemetry.api_errors.labels(operation).inc()
+
+
+def _everything(_: str) -> bool:
+    return True
 
 
 def prometheus_access(config: settings.PrometheusSettings) -> prometheus.Access:
@@ -588,8 +540,8 @@ async def wire(
         try:
             yield controller
         finally:
-            await controller.metrics.close()
-            await controller.health.close()
+            await controller.prometheus.close()
+            await controller.history.client.close()
             await controller.prober.close()
     finally:
         await api.close()

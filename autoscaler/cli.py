@@ -23,11 +23,10 @@ import dataclasses
 import math
 import os
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -37,15 +36,13 @@ import yaml
 
 import autoscaler
 from autoscaler import errors, explain, fleet, logs, settings, validate
-from autoscaler.experiment import sweep, whatif
+from autoscaler.experiment import run as sim_run
+from autoscaler.experiment import simulate as simulation
+from autoscaler.experiment import sweep, trace, whatif
 from autoscaler.sim import params as sim_params
-from autoscaler.sim import run as sim_run
-from autoscaler.sim import trace
 
-if TYPE_CHECKING:
-    # Imported where used at run time: the report pulls in matplotlib and `app` the Kubernetes
-    # and Prometheus clients (most of a second each), which `--help` and input errors do without.
-    from autoscaler.sim import report
+# Imported where used at run time: the reports pull in matplotlib and `app` the Kubernetes and
+# Prometheus clients (most of a second each), which `--help` and input errors do without.
 
 log = structlog.get_logger(__name__)
 
@@ -57,13 +54,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 DEFAULT_OUT = Path("sim-out")
-DEFAULT_SIM_CLUSTER = "fragmented"
-"""The cluster `simulate --placement` runs on without `--cluster`."""
-DEFAULT_MODEL_MEMORY_GIB = 6.0
 DEMO_OUT = DEFAULT_OUT / "demo"
-DEMO_MEAN_REPLICAS = 20.0
-DEMO_POLICIES = ("default", "seed")
-"""Ours first, then the plain policy (docs/architecture.md, "The replica count") for comparison."""
 BENCH_OUT = Path("bench-out") / "trace"
 
 _SIMULATION_LOG_LEVEL = "warning"
@@ -73,10 +64,6 @@ _LOG_EPILOG = (
     "The simulated controller logs each decision to stderr with AUTOSCALER_LOG__LEVEL=info "
     f"(default for this command: {_SIMULATION_LOG_LEVEL})."
 )
-
-ProgressFn = Callable[[float, float], None]
-_Tracker = Callable[[str, float], contextlib.AbstractContextManager[ProgressFn | None]]
-_SIM_DEFAULTS = sim_params.SimParams()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,82 +236,25 @@ def _validate(args: argparse.Namespace, config: settings.Settings) -> int:
 def _simulate(args: argparse.Namespace, config: settings.Settings) -> int:
     out_dir: Path = args.out
     _check_writable(out_dir)
-    _warn_unused_settings(config)
+    simulation.warn_unused_settings(config)
     arrivals = trace.load(args.trace)
-    params = _sim_params(args, config, arrivals)
+    options = simulation.Options(
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(simulation.Options)}
+    )
+    params = simulation.params_for(options, config, arrivals, trace_name=str(args.trace))
     name = Path(args.trace).name
     log.debug(logs.TRACE_LOADED, path=str(args.trace), seconds=len(arrivals))
 
     with _progress(enabled=not args.quiet) as track:
-        result = _run(arrivals, params, track=track, label=f"{name} ({params.policy})")
-    paths = _write(result, out_dir, trace_name=name)
+        result = simulation.run(arrivals, params, track=track, label=f"{name} ({params.policy})")
+    paths = simulation.write(result, out_dir, trace_name=name)
     if not args.quiet:
-        print(_summary_table(result))
+        print(simulation.summary_table([result]))
         print()
         print(f"wrote {paths.timeseries}")
         print(f"      {paths.summary}")
         print(f"      {paths.plot}")
     return EXIT_OK
-
-
-def _sim_params(
-    args: argparse.Namespace, config: settings.Settings, arrivals: npt.NDArray[np.float64]
-) -> sim_params.SimParams:
-    """SimParams from the options given (the rest keep their defaults), checked as a whole."""
-    chosen = {
-        "policy": args.policy,
-        "min_replicas": args.min_replicas,
-        "max_replicas": args.max_replicas,
-        "startup_s": args.startup_s,
-        "seed": args.seed,
-        "ramp": args.ramp,
-        **_placement_options(args),
-    }
-    base = sim_params.SimParams(
-        half_life_s=config.smoothing.half_life_s,
-        **{k: v for k, v in chosen.items() if v is not None},
-    )
-    max_flag = "--max-replicas" if args.max_replicas is not None else "the default --max-replicas"
-    if base.min_replicas > base.max_replicas:
-        raise errors.ConfigError(
-            f"--min-replicas {base.min_replicas} is above {max_flag} {base.max_replicas}"
-        )
-    if args.target_mean_replicas is None:
-        rate_scale = 1.0 if args.rate_scale is None else args.rate_scale
-    else:
-        mean = args.target_mean_replicas
-        if mean > base.max_replicas:
-            raise errors.ConfigError(
-                f"--target-mean-replicas {mean:g} is above {max_flag} {base.max_replicas}"
-            )
-        rate_scale = _rate_scale(arrivals, mean, base, trace_name=str(args.trace))
-    return _replace(base, rate_scale=rate_scale)
-
-
-def _placement_options(args: argparse.Namespace) -> dict[str, object]:
-    """`--placement` and `--cluster`: a cluster described by GPU tier (docs/architecture.md,
-    "The placement ladder"); either option alone takes the other's default (`fragmented`,
-    `whole`)."""
-    if args.placement is None and args.cluster is None:
-        return {}
-    return {
-        "nodes": sim_params.CLUSTERS[args.cluster or DEFAULT_SIM_CLUSTER],
-        "placement": args.placement or "whole",
-        "model_memory_mib": round(args.model_memory_gib * sim_params.GIB),
-    }
-
-
-def _rate_scale(
-    arrivals: npt.NDArray[np.float64],
-    mean_replicas: float,
-    params: sim_params.SimParams,
-    *,
-    trace_name: str,
-) -> float:
-    try:
-        return sim_params.rate_scale_for_mean_replicas(arrivals, mean_replicas, params)
-    except ValueError as e:
-        raise errors.TraceError(trace_name, None, None, str(e)) from e
 
 
 # --- demo --------------------------------------------------------------------------------------
@@ -344,53 +274,22 @@ def run_demo(
 
     `arrivals` replaces the bundled trace's counts (tests pass a prefix of it to stay fast).
     """
-    name = trace.DEFAULT_BUNDLED
-    for directory in (out_dir, *(out_dir / policy for policy in DEMO_POLICIES)):
+    for directory in (out_dir, *(out_dir / policy for policy in simulation.DEMO_POLICIES)):
         _check_writable(directory)
-    _warn_unused_settings(config)
-    if arrivals is None:
-        arrivals = trace.load(trace.bundled(name))
-    base = sim_params.SimParams(half_life_s=config.smoothing.half_life_s)
-    rate_scale = _rate_scale(arrivals, DEMO_MEAN_REPLICAS, base, trace_name=name)
-
-    results = []
+    simulation.warn_unused_settings(config)
     with _progress(enabled=True) as track:
-        for policy in DEMO_POLICIES:
-            params = _replace(base, policy=policy, rate_scale=rate_scale)
-            results.append(_run(arrivals, params, track=track, label=f"policy {policy}"))
-    written = [_write(r, out_dir / r.params.policy, trace_name=name) for r in results]
-
-    print(_demo_explanation(name, arrivals, base, rate_scale))
+        found = simulation.demo(config, track=track, arrivals=arrivals)
+    written = [
+        simulation.write(r, out_dir / r.params.policy, trace_name=found.name) for r in found.results
+    ]
+    print(simulation.explanation(found))
     print()
-    print(_summary_table(*results))
+    print(simulation.summary_table(found.results))
     print()
     for paths in written:
         print(f"plot: {paths.plot}")
     print(f"(beside each plot: {written[0].timeseries.name} and {written[0].summary.name})")
     return EXIT_OK
-
-
-def _demo_explanation(
-    name: str,
-    arrivals: npt.NDArray[np.float64],
-    params: sim_params.SimParams,
-    rate_scale: float,
-) -> str:
-    what = (
-        f"Replayed {len(arrivals) / 60:.0f} minutes of request arrivals from a real LLM chat "
-        f"service, scaled x{rate_scale:.2f} so that the mean load needs "
-        f"{DEMO_MEAN_REPLICAS:g} replicas. Both policies ran the real decision loop against the "
-        f"same virtual GPU cluster, trace and seed: each replica serves up to "
-        f"{params.replica_capacity_rps:g} request/s (load target "
-        f"{params.target_utilisation:.0%} of that), a new pod takes ~{params.startup_s:g} s to "
-        f"start and {params.warmup_s:g} s to warm up, and a request slower than "
-        f"{params.slo_latency_s:g} s misses the SLO. `seed` is the plain policy (smoothed load, "
-        "deadband, cooldowns); `default` adds a burst fast path and looks ahead by the pod "
-        "start-up time."
-    )
-    return f"Trace: {trace.BUNDLED_ATTRIBUTION[name]}\n" + textwrap.fill(
-        what, width=88, break_on_hyphens=False
-    )
 
 
 # --- bench -------------------------------------------------------------------------------------
@@ -401,7 +300,7 @@ def _bench(args: argparse.Namespace, config: settings.Settings) -> int:
 
     out_dir: Path = args.out
     _check_writable(out_dir)
-    _warn_unused_settings(config)
+    simulation.warn_unused_settings(config)
     arrivals = trace.load(args.trace)
     name = Path(args.trace).name
     if args.target_mean_replicas is None:
@@ -447,53 +346,6 @@ def _show_bench_progress(outcome: sweep.Outcome, finished: int, total: int) -> N
 # --- shared steps ------------------------------------------------------------------------------
 
 
-def _run(
-    arrivals: npt.NDArray[np.float64],
-    params: sim_params.SimParams,
-    *,
-    track: _Tracker,
-    label: str,
-) -> sim_params.SimResult:
-    log.debug(logs.SIMULATION_STARTED, policy=params.policy, seconds=len(arrivals))
-    with track(label, float(len(arrivals))) as progress:
-        result = sim_run.simulate(arrivals, params, progress=progress)
-    log.debug(logs.SIMULATION_FINISHED, policy=params.policy, **_loggable(result.summary))
-    return result
-
-
-def _write(result: sim_params.SimResult, out_dir: Path, *, trace_name: str) -> report.Paths:
-    from autoscaler.sim import report
-
-    paths = report.write(result, out_dir, trace=trace_name)
-    log.debug(logs.REPORT_WRITTEN, directory=str(paths.directory))
-    return paths
-
-
-def _summary_table(*results: sim_params.SimResult) -> str:
-    from autoscaler.sim import report
-
-    return report.summary_table(*results)
-
-
-def _warn_unused_settings(config: settings.Settings) -> None:
-    """The simulator ticks on its own fixed grid: say so rather than ignore a setting silently."""
-    fixed = sim_run.SMOOTHING
-    for name, value, used in (
-        ("AUTOSCALER_LOOP__TICK_S", config.loop.tick_s, fixed.tick_s),
-        ("AUTOSCALER_SMOOTHING__WINDOW_S", config.smoothing.window_s, fixed.window_s),
-    ):
-        if value != used:
-            log.warning(logs.SETTING_IGNORED, setting=name, value=value, simulator_uses=used)
-
-
-def _loggable(summary: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in summary.items() if isinstance(v, int | float | str)}
-
-
-def _replace(params: sim_params.SimParams, **changes: object) -> sim_params.SimParams:
-    return dataclasses.replace(params, **changes)  # type: ignore[arg-type]
-
-
 def _check_writable(out_dir: Path) -> None:
     """Refuse an output directory that could not be written, before anything runs."""
     if out_dir.exists() and not out_dir.is_dir():
@@ -511,7 +363,7 @@ def _check_writable(out_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def _progress(*, enabled: bool) -> Iterator[_Tracker]:
+def _progress(*, enabled: bool) -> Iterator[simulation.Tracker]:
     """Yields `track(label, total_s)`: a context around one simulation run, giving its callback.
 
     On a terminal: a rich progress bar on stderr. Otherwise (a pipe, a file, a CI log, where
@@ -535,7 +387,7 @@ def _progress(*, enabled: bool) -> Iterator[_Tracker]:
     )
 
     @contextlib.contextmanager
-    def track(label: str, total_s: float) -> Iterator[ProgressFn]:
+    def track(label: str, total_s: float) -> Iterator[simulation.ProgressFn]:
         task = bar.add_task(label, total=total_s, clock=_clock(0, total_s))
 
         def update(now_s: float, total_s: float) -> None:
@@ -740,25 +592,25 @@ def _parser() -> argparse.ArgumentParser:
         "--min-replicas",
         type=_integer(minimum=0),
         metavar="N",
-        help=f"lower bound on replicas (default: {_SIM_DEFAULTS.min_replicas})",
+        help=f"lower bound on replicas (default: {simulation.DEFAULTS.min_replicas})",
     )
     simulate.add_argument(
         "--max-replicas",
         type=_integer(minimum=1),
         metavar="N",
-        help=f"upper bound on replicas (default: {_SIM_DEFAULTS.max_replicas})",
+        help=f"upper bound on replicas (default: {simulation.DEFAULTS.max_replicas})",
     )
     simulate.add_argument(
         "--startup-s",
         type=_number(minimum=0, inclusive=True),
         metavar="S",
-        help=f"median pod start-up time in seconds (default: {_SIM_DEFAULTS.startup_s:g})",
+        help=f"median pod start-up time in seconds (default: {simulation.DEFAULTS.startup_s:g})",
     )
     simulate.add_argument(
         "--seed",
         type=_integer(minimum=0),
         metavar="N",
-        help=f"random seed (default: {_SIM_DEFAULTS.seed})",
+        help=f"random seed (default: {simulation.DEFAULTS.seed})",
     )
     simulate.add_argument(
         "--ramp",
@@ -778,12 +630,12 @@ def _parser() -> argparse.ArgumentParser:
         "--cluster",
         choices=sorted(sim_params.CLUSTERS),
         help=f"a cluster described by GPU tier (default with --placement: "
-        f"{DEFAULT_SIM_CLUSTER}); without either option, unlimited whole cards",
+        f"{simulation.DEFAULT_CLUSTER}); without either option, unlimited whole cards",
     )
     simulate.add_argument(
         "--model-memory-gib",
         type=_number(minimum=0, inclusive=False),
-        default=DEFAULT_MODEL_MEMORY_GIB,
+        default=simulation.DEFAULT_MODEL_MEMORY_GIB,
         metavar="G",
         help="GPU memory the model needs, for --placement (default: %(default)s)",
     )
@@ -802,8 +654,8 @@ def _parser() -> argparse.ArgumentParser:
         "demo",
         help="compare both policies on an hour of real LLM chat traffic",
         description="Run both policies on the bundled Azure LLM conversation trace (one hour, "
-        f"scaled to a mean of {DEMO_MEAN_REPLICAS:g} replicas), print their summaries side by "
-        "side and write the plots.",
+        f"scaled to a mean of {simulation.DEMO_MEAN_REPLICAS:g} replicas), print their summaries "
+        "side by side and write the plots.",
         epilog=_LOG_EPILOG,
     )
     demo.set_defaults(command=_demo, log_level=_SIMULATION_LOG_LEVEL)

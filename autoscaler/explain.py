@@ -1,14 +1,15 @@
 """`autoscaler explain NAMESPACE/NAME`: the last decision on a Deployment and why, for people.
 
-Reads what the controller wrote on the Deployment (the `status` annotation: desired and
-current replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown
-end; the `state` annotation: when it last scaled) and the service owner's settings, and prints
-them as one block. A Deployment that is missing, not opted in, or whose annotations do not parse
-(the problems are listed, as in the `InvalidConfig` Event) exits 1.
+Reads what the controller wrote on the Deployment (the `status` annotation: desired and current
+replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown end, the
+seasonal forecast's vote and why it is on or off; the `state` annotation: when it last scaled)
+and the service owner's settings, and prints them as one block. A Deployment that is missing,
+not opted in, or whose annotations do not parse (the problems are listed, as in the
+`InvalidConfig` Event) exits 1.
 
 Annotations are text anyone allowed to edit the Deployment can write: every value read from
 them reaches the output through `contract.escape`, never raw, and the controller's own are read
-through `untrusted.loads`, so one that cannot be read is one line saying which rule it breaks
+through `codec.document`, so one that cannot be read is one line saying which rule it breaks
 (as in the controller's `CorruptState` Event), never a traceback. No cluster access here (the
 CLI reads the Deployment through `app`, or from a manifest: `deployments_in`).
 
@@ -20,7 +21,6 @@ the one the controller writes, and are null otherwise.
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -28,8 +28,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from autoscaler import annotations as contract
-from autoscaler import untrusted
+from autoscaler.contract import annotations as contract
+from autoscaler.contract import codec
 
 EXIT_OK = 0
 EXIT_NOT_MANAGED = 1
@@ -54,7 +54,7 @@ def main(
     if deployment is None:
         stderr.write(f"{title} not found\n")
         return EXIT_NOT_MANAGED
-    notes = _annotations(deployment)
+    notes = codec.annotations_of(deployment)
     if not contract.opted_in(notes):
         value = notes.get(contract.ENABLED_KEY)
         why = "is not set" if value is None else f'is {contract.quote(value)}, not "true"'
@@ -99,7 +99,7 @@ def _describe(
     if status_text is None:
         lines.append("  no decision recorded yet (is the controller running, and leading?)")
         return "\n".join(lines) + "\n"
-    status = _json_object(contract.STATUS_KEY, status_text, contract.STATUS_LIMIT_BYTES)
+    status = codec.document(contract.STATUS_KEY, status_text, contract.STATUS_LIMIT_BYTES)
     if isinstance(status, contract.Problem):
         lines.append(f"  {status.message}; ignored")
         return "\n".join(lines) + "\n"
@@ -123,6 +123,10 @@ def _decision(status: Mapping[str, Any]) -> list[str]:
         lines.append(f"  bound          {_text(status.get('bound'))} replicas")
     if "cooldownUntil" in status:
         lines.append(f"  cooldown until {_text(status.get('cooldownUntil'))}")
+    forecast = status.get("forecast")
+    if isinstance(forecast, dict):
+        state = "on" if forecast.get("on") is True else "off"
+        lines.append(f"  forecast       {state}: {_text(forecast.get('why'))}")
     contributions = status.get("contributions")
     if isinstance(contributions, dict) and contributions:
         lines.append("  signals        ratio    estimate  wants  estimator")
@@ -141,7 +145,7 @@ def _cooldowns(config: contract.ServiceConfig, state_text: str | None) -> list[s
     """When the last scale-up and scale change were, and when their cooldowns end."""
     if state_text is None:
         return []
-    state = _json_object(contract.STATE_KEY, state_text, contract.STATE_LIMIT_BYTES)
+    state = codec.document(contract.STATE_KEY, state_text, contract.STATE_LIMIT_BYTES)
     if isinstance(state, contract.Problem):
         return [f"  {state.message}; ignored, the controller rebuilds it"]
     lines = []
@@ -167,7 +171,7 @@ def _document(namespace: str, name: str, deployment: Mapping[str, Any] | None) -
     }
     if deployment is None:
         return found
-    notes = _annotations(deployment)
+    notes = codec.annotations_of(deployment)
     if not contract.opted_in(notes):
         value = notes.get(contract.ENABLED_KEY)
         why = "is not set" if value is None else f'is {contract.quote(value)}, not "true"'
@@ -200,14 +204,14 @@ def _document(namespace: str, name: str, deployment: Mapping[str, Any] | None) -
     )
     status_text = notes.get(contract.STATUS_KEY)
     if status_text is not None:
-        status = _json_object(contract.STATUS_KEY, status_text, contract.STATUS_LIMIT_BYTES)
+        status = codec.document(contract.STATUS_KEY, status_text, contract.STATUS_LIMIT_BYTES)
         if isinstance(status, contract.Problem):
             found["problems"].append(f"{status.message}; ignored")
         else:
             found["decision"] = _decision_document(status)
     state_text = notes.get(contract.STATE_KEY)
     if state_text is not None:
-        state = _json_object(contract.STATE_KEY, state_text, contract.STATE_LIMIT_BYTES)
+        state = codec.document(contract.STATE_KEY, state_text, contract.STATE_LIMIT_BYTES)
         if isinstance(state, contract.Problem):
             found["problems"].append(f"{state.message}; ignored, the controller rebuilds it")
         else:
@@ -217,7 +221,10 @@ def _document(namespace: str, name: str, deployment: Mapping[str, Any] | None) -
             ):
                 at = _json_number(state.get(key))
                 if at is not None:
-                    found[out] = {"at": _rfc3339(at), "cooldownEnds": _rfc3339(at + cooldown_s)}
+                    found[out] = {
+                        "at": codec.readable_time(at),
+                        "cooldownEnds": codec.readable_time(at + cooldown_s),
+                    }
     return found
 
 
@@ -243,23 +250,27 @@ def _decision_document(status: Mapping[str, Any]) -> dict[str, Any]:
         "bound": _json_text(status.get("bound")),
         "cooldownUntil": _json_text(status.get("cooldownUntil")),
         "signals": signals,
+        "forecast": _forecast_document(status.get("forecast")),
+    }
+
+
+def _forecast_document(forecast: object) -> dict[str, Any] | None:
+    if not isinstance(forecast, dict):
+        return None
+    return {
+        "on": forecast.get("on") is True,
+        "load": _json_number(forecast.get("load")),
+        "why": _json_text(forecast.get("why")),
     }
 
 
 def _json_number(value: object) -> float | int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return value
+    return value if codec.finite(value) and isinstance(value, int | float) else None
 
 
 def _json_text(value: object) -> str | None:
     """A string from an annotation, escaped and cut as in the text output; None otherwise."""
     return contract.escape(value) if isinstance(value, str) else None
-
-
-def _rfc3339(unix_s: float) -> str | None:
-    shown = _time(unix_s)
-    return None if shown == "-" else shown
 
 
 def deployments_in(text: str) -> Iterator[Mapping[str, Any]]:
@@ -272,25 +283,6 @@ def deployments_in(text: str) -> Iterator[Mapping[str, Any]]:
         for item in items if isinstance(items, list) else ():
             if isinstance(item, dict) and item.get("kind") == "Deployment":
                 yield item
-
-
-def _annotations(deployment: Mapping[str, Any]) -> dict[str, str]:
-    metadata = deployment.get("metadata")
-    notes = metadata.get("annotations") if isinstance(metadata, dict) else None
-    if not isinstance(notes, dict):
-        return {}
-    return {str(k): v for k, v in notes.items() if isinstance(v, str)}
-
-
-def _json_object(key: str, text: str, limit_bytes: int) -> dict[str, Any] | contract.Problem:
-    """The JSON object in a controller annotation, or the problem with it."""
-    try:
-        document = untrusted.loads(text, limit_bytes=limit_bytes)
-    except untrusted.UntrustedJsonError as e:
-        return contract.Problem(key, text, e.rule)
-    if not isinstance(document, dict):
-        return contract.Problem(key, text, "not a JSON object")
-    return document
 
 
 def _text(value: object) -> str:
@@ -306,8 +298,4 @@ def _number(value: object, spec: str = "") -> str:
 
 
 def _time(unix_s: float) -> str:
-    try:
-        moment = datetime.datetime.fromtimestamp(unix_s, datetime.UTC)
-    except (OverflowError, OSError, ValueError):
-        return "-"
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return codec.readable_time(unix_s) or "-"

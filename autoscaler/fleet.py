@@ -7,7 +7,7 @@ weight), plus the tier Deployments the placement ladder made (their tier label a
 owner). A row per Deployment that opts in; the tier siblings are folded into their owner's row.
 
 Annotations are text anyone allowed to edit the Deployment can write: the controller's are read
-through `untrusted.loads` (and the ramp's codec), only typed values reach the output (a kind or
+through `codec.document` (and the ramp's codec), only typed values reach the output (a kind or
 reason must be one the controller knows, a count a whole number), and a value that cannot be
 read shows as `?`, with the key and the rule it breaks in `problems` (`-o wide`, `-o json`),
 never a traceback. Owners' names come from the API server, which admits DNS names only.
@@ -17,17 +17,15 @@ never a traceback. Owners' names come from the API server, which admits DNS name
 
 from __future__ import annotations
 
-import datetime
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
-from autoscaler import annotations as contract
 from autoscaler import untrusted
-from autoscaler.core import model
-from autoscaler.core import rollout as ramp
+from autoscaler.contract import annotations as contract
+from autoscaler.contract import codec
+from autoscaler.core import model, ramp
 
 TIER_LABEL: Final = contract.PREFIX + "tier"
 """The label the placement ladder puts on the tier Deployments it creates (`mig-<profile>`,
@@ -79,7 +77,7 @@ def rows(deployments: Iterable[Mapping[str, Any]]) -> list[Row]:
     found = [
         _row(d, siblings.get(str(_meta(d).get("uid")), {}))
         for d in listed
-        if contract.opted_in(_annotations(d))
+        if contract.opted_in(codec.annotations_of(d))
     ]
     return sorted(found, key=lambda row: (row.namespace, row.name))
 
@@ -87,7 +85,7 @@ def rows(deployments: Iterable[Mapping[str, Any]]) -> list[Row]:
 def _row(deployment: Mapping[str, Any], siblings: Mapping[str, Mapping[str, Any]]) -> Row:
     metadata = _meta(deployment)
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
-    notes = _annotations(deployment)
+    notes = codec.annotations_of(deployment)
     problems: list[str] = []
     corrupt: set[str] = set()
     values: dict[str, Any] = {}
@@ -107,7 +105,7 @@ def _row(deployment: Mapping[str, Any], siblings: Mapping[str, Mapping[str, Any]
 
     status_text = notes.get(contract.STATUS_KEY)
     if status_text is not None:
-        status = _object(contract.STATUS_KEY, status_text, contract.STATUS_LIMIT_BYTES)
+        status = codec.document(contract.STATUS_KEY, status_text, contract.STATUS_LIMIT_BYTES)
         if isinstance(status, contract.Problem):
             problems.append(status.message)
             corrupt.add(contract.STATUS_KEY)
@@ -120,12 +118,12 @@ def _row(deployment: Mapping[str, Any], siblings: Mapping[str, Mapping[str, Any]
 
     state_text = notes.get(contract.STATE_KEY)
     if state_text is not None:
-        state = _object(contract.STATE_KEY, state_text, contract.STATE_LIMIT_BYTES)
+        state = codec.document(contract.STATE_KEY, state_text, contract.STATE_LIMIT_BYTES)
         at = None if isinstance(state, contract.Problem) else state.get("lastScaleChange")
         if isinstance(state, contract.Problem):
             problems.append(state.message)
             corrupt.add(contract.STATE_KEY)
-        elif at is not None and not _finite(at):
+        elif at is not None and not codec.finite(at):
             problems.append(f"{contract.STATE_KEY}: lastScaleChange is not a number")
             corrupt.add(contract.STATE_KEY)
         elif at is not None:
@@ -164,7 +162,7 @@ def _decision(status: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     wrong: list[str] = []
     for key in ("desired", "current"):
         value = status.get(key)
-        if _count(value):
+        if codec.count(value):
             read[key] = value
         else:
             wrong.append(f"{key} {untrusted.excerpt(value)} is not a whole number >= 0")
@@ -244,7 +242,9 @@ def document(found: Sequence[Row], *, now_s: float) -> list[dict[str, Any]]:
             "kind": row.kind,
             "reason": row.reason,
             "decidedAt": row.decided_at,
-            "lastScale": None if row.last_scale_s is None else _rfc3339(row.last_scale_s),
+            "lastScale": None
+            if row.last_scale_s is None
+            else codec.readable_time(row.last_scale_s),
             "lastScaleAgeSeconds": (
                 None if row.last_scale_s is None else max(0.0, round(now_s - row.last_scale_s))
             ),
@@ -335,13 +335,6 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return labels if isinstance(labels, Mapping) else {}
 
 
-def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
-    notes = _meta(obj).get("annotations")
-    if not isinstance(notes, Mapping):
-        return {}
-    return {str(k): v for k, v in notes.items() if isinstance(v, str)}
-
-
 def _controller_uid(obj: Mapping[str, Any]) -> str | None:
     for owner in _meta(obj).get("ownerReferences") or ():
         if isinstance(owner, Mapping) and owner.get("controller") and owner.get("uid"):
@@ -352,7 +345,7 @@ def _controller_uid(obj: Mapping[str, Any]) -> str | None:
 def _spec_replicas(obj: Mapping[str, Any]) -> int:
     spec = obj.get("spec")
     replicas = spec.get("replicas", 1) if isinstance(spec, Mapping) else 1
-    return replicas if _count(replicas) else 1
+    return replicas if codec.count(replicas) else 1
 
 
 def _ready(obj: Mapping[str, Any]) -> int | None:
@@ -361,30 +354,4 @@ def _ready(obj: Mapping[str, Any]) -> int | None:
     if not isinstance(status, Mapping) or not status:
         return None
     ready = status.get("readyReplicas", 0)
-    return ready if _count(ready) else None
-
-
-def _object(key: str, text: str, limit_bytes: int) -> dict[str, Any] | contract.Problem:
-    try:
-        found = untrusted.loads(text, limit_bytes=limit_bytes)
-    except untrusted.UntrustedJsonError as e:
-        return contract.Problem(key, text, e.rule)
-    if not isinstance(found, dict):
-        return contract.Problem(key, text, "not a JSON object")
-    return found
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _rfc3339(unix_s: float) -> str | None:
-    try:
-        moment = datetime.datetime.fromtimestamp(unix_s, datetime.UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return ready if codec.count(ready) else None

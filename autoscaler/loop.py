@@ -1,17 +1,26 @@
 """The control loop: observe (one batched sample per tick) -> decide -> act (only on change).
 
-This is the only module that schedules work. `Loop.step()` runs one tick and never sleeps;
-`Loop.run()` repeats it every `tick_s` on the injected `Clock`. Each service has its own error
-boundary: an `AutoscalerError` while acting on one service is logged and that service keeps its
-previous state, while the others go on. Anything unexpected propagates and ends the process.
+This is the only module that schedules work. `Loop.step()` runs one tick and never sleeps: it
+observes, decides, acts, publishes, lets the ramp driver advance, and ends with the loop's
+`chores`, work of the adapters that must not overlap the tick's own writes (the placement
+ladder's upkeep). `Loop.run()` repeats it every `tick_s` on the injected `Clock`, on a fixed
+grid, for as long as its caller says it may (`active`, the term of leadership), skipping the
+ticks whose slot comes while `may_step` says no (a leader whose renewal is late), and tells
+each of `on_tick` what the tick did and how long it took (telemetry, the last-tick stamp of
+`/healthz`). Nothing else decides when a tick or its upkeep runs.
+
+Each service has its own error boundary: an `AutoscalerError` while acting on one service is
+logged and that service keeps its previous state, while the others go on. Anything unexpected
+propagates and ends the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,14 +28,25 @@ import structlog
 
 from autoscaler import clock as clock_
 from autoscaler import errors, ports
-from autoscaler.core import model, smoothing
+from autoscaler.core import forecast, model, smoothing
 
 log = structlog.get_logger(__name__)
 
 PUBLISH_CONCURRENCY = 16
 """Decisions published (status writes, Events) at once per tick."""
 
+HISTORY_WAIT_RATIO = 0.5
+"""Share of a tick the loop waits for a load-history refresh before going on without it."""
+
 _PublishKey = tuple[int, model.Kind, model.Reason | None]
+
+Chore = Callable[[], Awaitable[None]]
+"""Work that ends every tick, after the tick's writes. It logs and survives its own failures to
+act (`ActuationError`); anything else it raises ends the process, as in the tick itself."""
+
+
+def _always() -> bool:
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +59,22 @@ class TickReport:
     failed: tuple[model.ServiceId, ...]
     metrics_error: str | None = None
     kinds: Counter[model.Kind] = field(default_factory=Counter)
+    workloads: Sequence[ports.Workload] = ()
+    """The services the tick observed (telemetry exports their settings and counts)."""
+
+
+OnTick = Callable[[TickReport, float], None]
+"""Told each tick's report and how long the tick took, in seconds of the loop's `timer`."""
+
+
+@dataclass(slots=True)
+class _Seasonal:
+    """One service's load history, its backtest, and the vote for the current step."""
+
+    history: forecast.History
+    scored: forecast.Backtest
+    key: tuple[int, int] | None = None
+    vote: model.ForecastVote | None = None
 
 
 class Loop:
@@ -50,20 +86,35 @@ class Loop:
         clock: clock_.Clock,
         policy: ports.Policy | None = None,
         smoothing_config: smoothing.SmoothingConfig | None = None,
-        rollouts: ports.Rollouts | None = None,
+        ramps: ports.Ramps | None = None,
+        history: ports.HistorySource | None = None,
+        chores: Sequence[Chore] = (),
+        on_tick: Sequence[OnTick] = (),
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """`chores` end every tick, in order; `on_tick` are told of every tick `run` runs, with
+        its duration by `timer` (a high-resolution clock: the tick's cost, not policy time)."""
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
-        self.rollouts = rollouts
+        self.ramps = ramps
         """The ramp driver: when set, it takes the scale writes (draining before a scale-down)
         and advances the warm-up gate and the traffic ramp at the end of every tick."""
+        self.history = history
+        """The load history for the seasonal forecast; without it the forecast is off."""
         self.policy: ports.Policy = policy or ports.CorePolicy()
         self.smoothing_config = smoothing_config or smoothing.SmoothingConfig()
         self._windows = smoothing.Windows(self.smoothing_config)
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
         self._metrics_down = False
+        self.chores = tuple(chores)
+        self.on_tick = tuple(on_tick)
+        self._timer = timer
+        self._seasonal: dict[model.ServiceId, _Seasonal] = {}
+        self._history_due_s: float | None = None
+        self._refresh: asyncio.Future[None] | None = None
+        self._history_error: str | None = None
 
     @property
     def tick_s(self) -> float:
@@ -95,7 +146,13 @@ class Loop:
         self._metrics_down = metrics_error is not None
         self._windows.record(now, rows, values)
         half_lives = np.fromiter((w.half_life_s for w in workloads), float, len(workloads))
-        estimates = self._windows.estimate(now, rows, half_lives).per_row()
+        windows = np.fromiter(
+            (math.nan if w.window_s is None else w.window_s for w in workloads),
+            float,
+            len(workloads),
+        )
+        estimates = self._windows.estimate(now, rows, half_lives, windows).per_row()
+        forecasts = await self._forecasts(workloads, now)
 
         decisions: dict[model.ServiceId, model.Decision] = {}
         pending: dict[model.ServiceId, model.PolicyState] = {}
@@ -108,6 +165,7 @@ class Loop:
                 startup_s=workload.startup_s,
                 admissible=workload.admissible,
                 admissible_reason=workload.admissible_reason,
+                forecast=forecasts.get(workload.id),
             )
             state = self._states.get(workload.id) or workload.state or model.PolicyState()
             decision, next_state = self.policy.decide(workload, observation, state)
@@ -117,22 +175,37 @@ class Loop:
             else:
                 self._states[workload.id] = next_state
 
-        scaled, failed = await self._act(decisions, pending)
+        scaled, failed = await self._act(workloads, decisions, pending)
         await self._publish(decisions, failed)
-        if self.rollouts is not None:
-            await self.rollouts.reconcile(now, workloads)
+        if self.ramps is not None:
+            await self.ramps.reconcile(now, workloads)
+        for chore in self.chores:
+            await chore()
         kinds = Counter(d.kind for d in decisions.values())
-        return TickReport(now, decisions, scaled, failed, metrics_error, kinds)
+        return TickReport(now, decisions, scaled, failed, metrics_error, kinds, workloads)
 
-    async def run(self, *, until_s: float | None = None) -> None:
-        """Tick every `tick_s` until `until_s` on the clock (forever when None).
+    async def run(
+        self,
+        *,
+        until_s: float | None = None,
+        active: Callable[[], bool] = _always,
+        may_step: Callable[[], bool] = _always,
+    ) -> None:
+        """Tick every `tick_s` until `until_s` on the clock (forever when None), or until
+        `active()` is false when a tick is due.
 
-        Ticks are scheduled on a fixed grid: a slow tick shortens the next wait rather than
-        shifting every later tick.
+        Ticks are scheduled on a fixed grid, starting now: a slow tick shortens the next wait
+        rather than shifting every later tick. A tick whose slot comes while `may_step()` is
+        false is skipped, and the grid kept. After each tick, each of `on_tick` is told.
         """
         next_tick = self.clock.now()
-        while until_s is None or self.clock.now() < until_s:
-            await self.step()
+        while (until_s is None or self.clock.now() < until_s) and active():
+            if may_step():
+                started = self._timer()
+                report = await self.step()
+                duration_s = self._timer() - started
+                for hook in self.on_tick:
+                    hook(report, duration_s)
             next_tick += self.tick_s
             now = self.clock.now()
             if next_tick < now:  # overran: skip the missed ticks, keep the grid
@@ -141,16 +214,18 @@ class Loop:
 
     async def _act(
         self,
+        workloads: Sequence[ports.Workload],
         decisions: dict[model.ServiceId, model.Decision],
         pending: dict[model.ServiceId, model.PolicyState],
     ) -> tuple[tuple[model.ServiceId, ...], tuple[model.ServiceId, ...]]:
         failed: list[model.ServiceId] = []
+        records = {w.id: w for w in workloads if w.id in pending} if pending else {}
 
         async def scale(service: model.ServiceId) -> None:
             decision = decisions[service]
             try:
-                if self.rollouts is not None:
-                    await self.rollouts.scale(service, decision.desired, decision.current)
+                if self.ramps is not None:
+                    await self.ramps.scale(records[service], decision.desired, decision.current)
                 else:
                     await self.cluster.scale(service, decision.desired)
             except errors.ActuationError as e:
@@ -222,6 +297,86 @@ class Loop:
             for item in changed:
                 group.create_task(publish(*item))
 
+    async def _forecasts(
+        self, workloads: Sequence[ports.Workload], now: float
+    ) -> dict[model.ServiceId, model.ForecastVote]:
+        """The seasonal forecast's vote for every workload that has one configured. The history
+        is fetched and backtested every `refresh_s`, not every tick."""
+        configured = [w for w in workloads if w.policy.forecast is not None]
+        if not configured:
+            return {}
+        if self.history is None:
+            off = model.ForecastVote.off("no load history source")
+            return {w.id: off for w in configured}
+        await self._await_history(configured, now)
+        votes: dict[model.ServiceId, model.ForecastVote] = {}
+        for workload in configured:
+            config = workload.policy.forecast
+            assert config is not None
+            seasonal = self._seasonal.get(workload.id)
+            if seasonal is None:
+                why = self._history_error or "no load history"
+                votes[workload.id] = model.ForecastVote.off(why)
+                continue
+            ahead = forecast.horizon_s(config, workload.startup_s)
+            history = seasonal.history
+            # The vote changes only when the forecast's step or its target step does.
+            key = (
+                history.completed(now),
+                math.floor((now + ahead - history.start_s) / history.step_s),
+            )
+            if seasonal.key != key or seasonal.vote is None:
+                seasonal.vote = forecast.vote(
+                    config, history, seasonal.scored, now_s=now, horizon_s=ahead
+                )
+                seasonal.key = key
+            votes[workload.id] = seasonal.vote
+        return votes
+
+    async def _await_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
+        """Start a refresh when one is due and wait for it at most `HISTORY_WAIT_RATIO` of a
+        tick: days of history for many services can take seconds to fetch, and the tick must
+        not wait for them (the votes use the last history meanwhile)."""
+        due = self._history_due_s is None or now >= self._history_due_s
+        if due and self._refresh is None:
+            configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
+            self._history_due_s = now + min(c.refresh_s for c in configs)
+            self._refresh = asyncio.ensure_future(self._refresh_history(workloads, now))
+            # Only the tick that starts it waits; later ones look whether it has finished.
+            await asyncio.wait({self._refresh}, timeout=HISTORY_WAIT_RATIO * self.tick_s)
+        if self._refresh is None:
+            return
+        if self._refresh.done():
+            refresh, self._refresh = self._refresh, None
+            refresh.result()  # anything unexpected ends the process, as in the tick itself
+
+    async def _refresh_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
+        assert self.history is not None
+        configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
+        try:
+            histories = await self.history.load_history(
+                workloads,
+                now,
+                span_s=max(c.span_s for c in configs),
+                step_s=configs[0].step_s,
+            )
+        except errors.ObservationError as e:
+            # The last history and its backtest stay: a day-old pattern is still a pattern.
+            if self._history_error is None:
+                log.warning("forecast.history_unavailable", error=str(e))
+            self._history_error = f"load history unavailable: {e}"
+            return
+        self._history_error = None
+        self._seasonal = {}
+        for workload in workloads:
+            config = workload.policy.forecast
+            history = histories.get(workload.id)
+            if config is None or history is None:
+                continue
+            ahead = forecast.horizon_s(config, workload.startup_s)
+            scored = forecast.backtest(config, history, now_s=now, horizon_s=ahead)
+            self._seasonal[workload.id] = _Seasonal(history, scored)
+
     def _forget_gone(self, workloads: Sequence[ports.Workload]) -> None:
         present = {w.id for w in workloads}
         gone = self._windows.known() - present
@@ -230,3 +385,4 @@ class Loop:
             for service in gone:
                 self._states.pop(service, None)
                 self._published.pop(service, None)
+                self._seasonal.pop(service, None)

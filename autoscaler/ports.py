@@ -14,14 +14,21 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import annotations as contract
 from autoscaler import metricnames
-from autoscaler.core import gates, model, policy
+from autoscaler.contract import annotations as contract
+from autoscaler.core import forecast, gates, model, placement, policy
+from autoscaler.core.ramp import RampConfig
 
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """One managed service as the cluster sees it at this tick."""
+    """One managed service as the cluster sees it at this tick: everything the loop, the metrics
+    source and the ramp driver need about it, parsed once from its annotations
+    (docs/architecture.md, "The records of a tick").
+
+    An adapter may hand out the same object on later ticks while nothing it was built from has
+    changed: it holds nothing that depends on the time.
+    """
 
     id: model.ServiceId
     policy: model.PolicyConfig
@@ -47,6 +54,24 @@ class Workload:
     "Accounting")."""
     project: str = ""
     """The accounting label (`autoscaler.dsec.io/project`, the namespace by default)."""
+    dry_run: bool = False
+    """`mode: dry-run`: decided and published, its replicas and pods never written."""
+    window_s: float | None = None
+    """How much history the smoothing sees for this service (its `window` annotation); None
+    for the loop's own window."""
+    namespace: str = ""
+    """Where the service's Deployment and pods live; the Prometheus queries fix it."""
+    deployment: str = ""
+    """The owner Deployment's name."""
+    pods: frozenset[str] = frozenset()
+    """The serving pods' names (`serving` of them): the only ones whose series count."""
+    metrics: metricnames.MetricNames | None = None
+    """The names of the service's metrics (its server's preset or `custom`); None reads none."""
+    ramp: RampTarget | None = None
+    """The warm-up gate and traffic ramp settings when its pod template opts into the gate."""
+    placement: placement.Need | None = None
+    """What one replica needs of the placement ladder (its `placement` and `model-memory`
+    annotations, the whole GPUs its pods request); None when they request none."""
 
 
 class Cluster(Protocol):
@@ -72,6 +97,17 @@ class MetricsSource(Protocol):
         NaN marks a missing or stale value; a source that cannot answer at all raises
         `ObservationError`. Never zero for "no data".
         """
+        ...
+
+
+class HistorySource(Protocol):
+    async def load_history(
+        self, workloads: Sequence[Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> Mapping[model.ServiceId, forecast.History]:
+        """Each workload's LOAD over the last `span_s` before `now_s`, one mean per `step_s`
+        (NaN where unknown; only the past, never `now_s` or later). A service with no history
+        at all may be absent. Raises `ObservationError` when the source cannot answer. Called
+        rarely (`ForecastConfig.refresh_s`), never once per tick."""
         ...
 
 
@@ -213,6 +249,8 @@ class RampTarget:
     route: RouteTarget
     traffic: contract.TrafficConfig
     warmup: contract.WarmupConfig
+    config: RampConfig
+    """`traffic` and `warmup` as the core takes them (`annotations.ramp_config`)."""
     metrics: metricnames.MetricNames
     dry_run: bool
     """`mode: dry-run` (or the controller's dry-run): decide and log, write nothing."""
@@ -222,10 +260,6 @@ class RampTarget:
 
 class RampCluster(Protocol):
     """The pod-level writes the ramp and the drain need, on the same caches as `Cluster`."""
-
-    def ramp_targets(self) -> Sequence[RampTarget]:
-        """The services the last `workloads()` found, with their ramp settings."""
-        ...
 
     def pods(self, service: model.ServiceId) -> Sequence[PodInfo]:
         """Every pod of the service, in every placement tier, from the caches."""
@@ -277,13 +311,14 @@ class Gates(Protocol):
         ...
 
 
-class Rollouts(Protocol):
+class Ramps(Protocol):
     """The ramp driver as the loop sees it: it takes scale writes and runs once per tick."""
 
-    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
+    async def scale(self, workload: Workload, replicas: int, current: int) -> None:
         """Scale up at once; scale down only after draining the victims (over later ticks)."""
         ...
 
     async def reconcile(self, now_s: float, workloads: Sequence[Workload]) -> None:
-        """Advance every service's warm-up, ramp and drain by one tick."""
+        """Advance the warm-up, ramp and drain of every service whose record has ramp settings
+        (`Workload.ramp`) by one tick."""
         ...

@@ -337,8 +337,9 @@ class SmoothingSettings(BaseModel):
     model_config = _GROUP
 
     window_s: float = Field(300.0, gt=0, allow_inf_nan=False)
-    """Seconds of history each smoothed signal sees (docs/architecture.md, "Smoothing"). Default
-    300. The simulator always uses 300; `simulate` warns when this differs."""
+    """Seconds of history each smoothed signal sees (docs/architecture.md, "Smoothing"), for a
+    managed Deployment without a `window` annotation (which sets its own). Default 300. The
+    simulator always uses 300; `simulate` warns when this differs."""
     half_life_s: float = Field(30.0, gt=0)
     """Half-life in seconds of the exponential weights over the window, for the simulator's
     service; `inf` for a plain mean. Default 30. (A managed Deployment takes its own from its

@@ -118,6 +118,14 @@ class Telemetry:
             ["operation"],
             registry=r,
         )
+        self.events = prom.Counter(
+            "autoscaler_kubernetes_events",
+            "Kubernetes Events recorded, by what became of them: queued, merged (into one waiting),"
+            " aggregated (combined with similar ones), rate_limited, dropped (too many waiting);"
+            " and of the queued: created, patched (a repeat's count), failed, unsent.",
+            ["outcome"],
+            registry=r,
+        )
         self.query_errors = prom.Counter(
             "autoscaler_metrics_query_errors",
             "Failed or unusable metrics queries.",

@@ -36,7 +36,7 @@ from typing import Any, Final, TextIO
 
 import yaml
 
-from autoscaler import annotations
+from autoscaler.contract import annotations
 
 EXIT_OK: Final = 0
 EXIT_PROBLEMS: Final = 1

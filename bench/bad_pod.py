@@ -44,8 +44,8 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler import logs
-from autoscaler.core import rollout
-from autoscaler.sim import run as sim_run
+from autoscaler.core.ramp import RAMP_ROLLED_BACK, WARMUP_TIMED_OUT
+from autoscaler.experiment import run as sim_run
 from autoscaler.sim.params import RAMP_ROUTERS, PodFault, SimParams
 from bench import common
 
@@ -184,8 +184,8 @@ def evaluate(trace: Trace, case: str, ramp: str, config: Config) -> Row:
         time_to_capacity_s=trace.time_to_capacity(result.timeseries["capacity_rps"]),
         gpu_hours=float(summary["gpu_hours"]),
         pods_reclaimed=int(ramp_summary.get("pods_reclaimed", 0)),
-        rollbacks=int(events.get(rollout.RAMP_ROLLED_BACK, 0)),
-        warmup_timeouts=int(events.get(rollout.WARMUP_TIMED_OUT, 0)),
+        rollbacks=int(events.get(RAMP_ROLLED_BACK, 0)),
+        warmup_timeouts=int(events.get(WARMUP_TIMED_OUT, 0)),
         p95_latency_s=None if p95 is None else float(p95),
     )
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler import logs
-from autoscaler.sim import run as sim_run
+from autoscaler.experiment import run as sim_run
 from autoscaler.sim.params import FRAGMENTED, GIB, SimParams
 from bench import common, scenarios
 

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler.experiment import trace
 from autoscaler.experiment.scenario import Scenario
 from autoscaler.sim import params as sim_params
-from autoscaler.sim import trace
 
 Arrivals = npt.NDArray[np.float64]
 HERE = Path(__file__).resolve().parent
 TRACES = HERE / "traces"
-AZURE = HERE.parent / "autoscaler" / "sim" / "traces" / "azure_llm_2023_conv.requests.csv.gz"
+AZURE = trace.bundled()
 SERVEGEN = TRACES / "servegen_m-large_days0-6.requests.csv.gz"
 
 PEAK_REPLICAS = 40.0
@@ -272,6 +272,50 @@ def code_assist(params: sim_params.SimParams) -> Scenario:
     )
 
 
+DAY_S = 86_400
+WORKDAY_NIGHT, WORKDAY_DAY = 4.0, 32.0
+"""Replicas' worth at night and through the working day."""
+WORKDAY_PAST_DAYS = 2
+WORKDAY_REPLAY_S = (7 * 3600, 10 * 3600)
+"""The replay: 07:00 to 10:00 of the third day, the morning rise in the middle."""
+WORKDAY_DAY_SIGMA = 0.05
+"""Log-normal sigma of each day's own level."""
+
+
+def workday_curve(days: int, seed: int) -> Arrivals:
+    """Replicas' worth per second over `days` days of an office-hours service: quiet at night,
+    a rise of about half an hour around 08:30 (10 to 90 % in 32 minutes), a lunch dip, a slower
+    fall in the evening; each day at its own level, times per-minute log-normal noise."""
+    t = np.arange(days * DAY_S, dtype=np.float64)
+    hour = (t % DAY_S) / 3600.0
+    up = 1.0 / (1.0 + np.exp(-(hour - 8.5) / 0.12))
+    down = 1.0 / (1.0 + np.exp(-(hour - 18.0) / 0.4))
+    lunch = 0.2 * np.exp(-(((hour - 12.5) / 0.5) ** 2))
+    shape = WORKDAY_NIGHT + (WORKDAY_DAY - WORKDAY_NIGHT) * (up - down) * (1.0 - lunch)
+    rng = np.random.default_rng(seed)
+    level = np.repeat(np.exp(rng.normal(0.0, WORKDAY_DAY_SIGMA, days)), DAY_S)
+    knots = np.exp(rng.normal(0.0, NOISE_SIGMA / 2, days * DAY_S // 60 + 2))
+    noise = np.interp(t / 60.0, np.arange(len(knots), dtype=np.float64), knots)
+    curve: Arrivals = shape * level * noise
+    return curve
+
+
+def workday(params: sim_params.SimParams) -> Scenario:
+    """The morning of an office-hours service with two days of history before it: the load
+    that a seasonal forecast can see coming, and a reactive policy only once it is there."""
+    days = WORKDAY_PAST_DAYS + 1
+    counts = _poisson(workday_curve(days, seed=61) * params.target_load_per_replica, 62)
+    start, end = (WORKDAY_PAST_DAYS * DAY_S + s for s in WORKDAY_REPLAY_S)
+    return Scenario(
+        "workday",
+        f"office hours: {WORKDAY_NIGHT:g} replicas' worth at night, {WORKDAY_DAY:g} by day "
+        "after a half-hour rise around 08:30; 07:00 to 10:00 of the third day, with the two "
+        "days before it (and the night) as the load history",
+        counts[start:end],
+        past=counts[:start],
+    )
+
+
 FACTORIES: dict[str, Callable[[sim_params.SimParams], Scenario]] = {
     "azure-conv": azure_conv,
     "servegen": servegen,
@@ -283,6 +327,7 @@ FACTORIES: dict[str, Callable[[sim_params.SimParams], Scenario]] = {
     "diurnal-noise": diurnal_noise,
     "pareto-bursts": pareto_bursts,
     "code-assist": code_assist,
+    "workday": workday,
 }
 NAMES = tuple(FACTORIES)
 

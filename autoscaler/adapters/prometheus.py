@@ -1,7 +1,7 @@
 """Prometheus behind the `MetricsSource` port: per tick, one PromQL query per metric kind.
 
 Each query covers the serving pods of every managed service at once, grouped `by (namespace, pod)`,
-and the answers are mapped back to services through a `PodIndex` (the Kubernetes pod cache).
+and the answers are mapped back to services through the pods each `ports.Workload` names.
 Every query is one aiohttp request under one deadline for all of it (connecting, sending and the
 whole answer): a Prometheus that answers slowly, or drips its answer, costs a tick at most that.
 
@@ -15,16 +15,21 @@ Only validated names reach PromQL: metric names must match Prometheus's grammar,
 must be DNS-1123 names, and every value is regex-quoted and string-escaped on top of that. Service
 owners choose metric names (a preset or `custom`), never PromQL.
 
+`LoadHistory` is the seasonal forecast's history (`ports.HistorySource`): each service's load
+over the last days, one mean per step, from range queries over the pods of its Deployment (past
+pods included), fetched once in full and then only the steps added since, a few times an hour.
+
 `HealthQueries` serves the traffic ramp (docs/architecture.md,
 "The warm-up gate and the traffic ramp") from the same names and quoting: the health of the warming
 and stable pods of one service over a window, and the requests still in flight on pods being
 drained.
 
-Every query goes out through one `Access`: the credentials (a bearer token or basic auth, each
-from a file read again when it changes), the TLS trust (a CA bundle, or none checked) and the
-extra headers (a tenant's `X-Scope-OrgID` for Mimir, Cortex or Thanos). A 401 or 403 answer is
-an `ObservationError` that says the credentials were refused. Secrets never reach a log line,
-an error message or a `repr`.
+Every query of both goes out through one `Client`, built once and handed to both: one deadline,
+one connection pool, one mapping of failures to `ObservationError`, and one `Access`: the
+credentials (a bearer token or basic auth, each from a file read again when it changes), the TLS
+trust (a CA bundle, or none checked) and the extra headers (a tenant's `X-Scope-OrgID` for Mimir,
+Cortex or Thanos). A 401 or 403 answer is an `ObservationError` that says the credentials were
+refused. Secrets never reach a log line, an error message or a `repr`.
 
 This module decides nothing: a pod without a fresh series is missing data (NaN), never zero, and
 what missing data means is for the decision core to say.
@@ -41,7 +46,7 @@ import os
 import re
 import ssl
 import types
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -52,7 +57,7 @@ import numpy.typing as npt
 import structlog
 
 from autoscaler import errors, metricnames, ports
-from autoscaler.core import model
+from autoscaler.core import forecast, model
 
 log = structlog.get_logger(__name__)
 
@@ -117,12 +122,6 @@ class ServingPods:
     pods: frozenset[str]
     """Pods warm and in the stable traffic set: the only ones whose series count."""
     metrics: MetricNames
-
-
-class PodIndex(Protocol):
-    def serving_pods(self, service: model.ServiceId) -> ServingPods | None:
-        """The service's serving pods, from a cache; None when the service is not known."""
-        ...
 
 
 class QueryRejected(errors.ObservationError):
@@ -291,20 +290,24 @@ _REFUSED: Final = {
 }
 
 
-class _Client:
+class Client:
     """One Prometheus HTTP API: instant queries, each bounded by one deadline in all.
 
-    The aiohttp session is opened by the first query, on the running loop; `close` ends it.
+    The metrics and the health queries share one: its deadline (`timeout_s`), its `access`
+    (credentials, TLS, headers) and its mapping of every failure to `ObservationError`. The
+    aiohttp session is opened by the first query, on the running loop; `close` ends it.
     Nothing is retried within a query: the caller asks again at its next tick, and a retry would
     stall every service's decision meanwhile.
     """
 
-    def __init__(self, url: str, *, timeout_s: float, access: Access = NO_ACCESS_CONTROL) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, access: Access = NO_ACCESS_CONTROL
+    ) -> None:
         if not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise ValueError(f"timeout_s must be > 0 and finite, not {timeout_s!r}")
         self.endpoint = url.rstrip("/") + "/api/v1/query"
         self.timeout_s = timeout_s
-        self._access = access
+        self.access = access
         self._session: aiohttp.ClientSession | None = None
         self.sent = 0
         """Queries sent since construction (each is one HTTP request)."""
@@ -312,14 +315,26 @@ class _Client:
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
         Prometheus refused the query as such)."""
-        headers = self._access.request_headers()
+        return await self._get(what, self.endpoint, {"query": promql}, "an instant vector")
+
+    async def query_range(
+        self, what: str, promql: str, *, start_s: float, end_s: float, step_s: float
+    ) -> list[Any]:
+        """The matrix of a range query evaluated at `start_s`, `start_s + step_s`, ... up to
+        `end_s` (Unix seconds); raises as `query` does."""
+        params = {"query": promql, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
+        params["step"] = f"{step_s:g}"
+        return await self._get(what, self.endpoint + "_range", params, "a range matrix")
+
+    async def _get(
+        self, what: str, endpoint: str, params: Mapping[str, str], shape: str
+    ) -> list[Any]:
+        headers = self.access.request_headers()
         self.sent += 1
         try:
             async with asyncio.timeout(self.timeout_s):
                 session = self._open()
-                async with session.get(
-                    self.endpoint, params={"query": promql}, headers=headers
-                ) as response:
+                async with session.get(endpoint, params=params, headers=headers) as response:
                     status = response.status
                     body = await response.read()
         except TimeoutError as e:
@@ -332,7 +347,7 @@ class _Client:
             said = body[:200].decode(errors="replace").strip()
             raise errors.ObservationError(
                 f"Prometheus {what} query refused: HTTP {status} {_REFUSED[status]} "
-                f"(sent: {self._access.scheme} auth); the server said: {said!r}"
+                f"(sent: {self.access.scheme} auth); the server said: {said!r}"
             )
         try:
             answer = json.loads(body)
@@ -347,13 +362,13 @@ class _Client:
         except (KeyError, TypeError) as e:
             raise errors.ObservationError(f"Prometheus {what} answer malformed: {e!r}") from e
         if not isinstance(result, list):
-            raise errors.ObservationError(f"Prometheus {what} answer is not an instant vector")
+            raise errors.ObservationError(f"Prometheus {what} answer is not {shape}")
         return result
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._access.tls),
+                connector=aiohttp.TCPConnector(ssl=self.access.tls),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
@@ -423,27 +438,22 @@ class MetricsSource:
 
     def __init__(
         self,
-        url: str,
-        pod_index: PodIndex,
+        client: Client,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
         scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
         max_age_s: float | None = None,
         rate_window_s: float | None = None,
         gpu_metric: str = GPU_UTILIZATION,
         max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
         max_isolation_queries: int = DEFAULT_MAX_ISOLATION_QUERIES,
-        access: Access = NO_ACCESS_CONTROL,
     ) -> None:
-        """Connect lazily to the Prometheus HTTP API at `url`.
-
-        `timeout_s` is each query's deadline, all of it; `access` how each query reaches the
-        server (credentials, TLS, headers). `scrape_interval_s` is the interval of
-        the servers' scrape jobs. `max_age_s` defaults to three of them; `rate_window_s` to
-        four, so that a rate spans several samples and survives one missed scrape.
+        """Query through `client` (its deadline and access). `scrape_interval_s` is the
+        interval of the servers' scrape jobs. `max_age_s` defaults to three of them;
+        `rate_window_s` to four, so that a rate spans several samples and survives one missed
+        scrape.
         """
-        if not timeout_s > 0 or not scrape_interval_s > 0:
-            raise ValueError("timeout_s and scrape_interval_s must be > 0")
+        if not scrape_interval_s > 0:
+            raise ValueError("scrape_interval_s must be > 0")
         self.max_age_s = 3 * scrape_interval_s if max_age_s is None else max_age_s
         self.rate_window_s = 4 * scrape_interval_s if rate_window_s is None else rate_window_s
         if not self.max_age_s > 0 or not self.rate_window_s >= 0.001:
@@ -452,22 +462,14 @@ class MetricsSource:
         self.gpu_metric = gpu_metric
         self.max_pod_matcher_chars = max_pod_matcher_chars
         self.max_isolation_queries = max_isolation_queries
-        self._pod_index = pod_index
-        self.access = access
-        self._client = _Client(url, timeout_s=timeout_s, access=access)
+        self.client = client
+        """Shared with the health queries; its owner closes it."""
+        self.queries_sent = 0
+        """Queries this source sent since construction (each is one HTTP request)."""
         self.last_queries: tuple[str, ...] = ()
         """The PromQL of the last `sample`; empty when no pod was to be read."""
         self.rejected: dict[model.ServiceId, Rejected] = {}
         """Services whose metric names Prometheus refused in a query, queried apart."""
-
-    @property
-    def queries_sent(self) -> int:
-        """Queries sent since construction (each is one HTTP request)."""
-        return self._client.sent
-
-    async def close(self) -> None:
-        """Release the HTTP connections."""
-        await self._client.close()
 
     async def sample(
         self, workloads: Sequence[ports.Workload], now_s: float
@@ -535,9 +537,9 @@ class MetricsSource:
         rows: dict[_Pod, list[int]] = {}
         targets: list[_Target] = []
         for row, workload in enumerate(workloads):
-            serving = self._pod_index.serving_pods(workload.id)
-            if serving is None or not serving.pods:
+            if workload.metrics is None or not workload.pods:
                 continue
+            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
             if not is_namespace(serving.namespace):
                 log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
                 continue
@@ -572,8 +574,9 @@ class MetricsSource:
         if promql is None:
             return []
         sent.append(promql)
+        self.queries_sent += 1
         try:
-            series = await self._client.query(signal.name.lower(), promql)
+            series = await self.client.query(signal.name.lower(), promql)
         except QueryRejected as e:
             refused = e
         else:
@@ -878,18 +881,16 @@ class HealthQueries:
 
     def __init__(
         self,
-        url: str,
+        client: Client,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
         scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
         max_age_s: float | None = None,
         max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
-        access: Access = NO_ACCESS_CONTROL,
     ) -> None:
-        """Connect lazily to the Prometheus HTTP API at `url`; gauges older than `max_age_s`
+        """Query through `client`, the one `MetricsSource` uses; gauges older than `max_age_s`
         (three scrape intervals by default) are missing, as in `MetricsSource`."""
-        if not timeout_s > 0 or not scrape_interval_s > 0:
-            raise ValueError("timeout_s and scrape_interval_s must be > 0")
+        if not scrape_interval_s > 0:
+            raise ValueError("scrape_interval_s must be > 0")
         self.max_age_s = 3 * scrape_interval_s if max_age_s is None else max_age_s
         self.min_window_s = 4 * scrape_interval_s
         """The shortest range a health query uses, as `MetricsSource`'s rate window: a range
@@ -900,13 +901,10 @@ class HealthQueries:
         if not self.max_age_s > 0:
             raise ValueError("max_age_s must be > 0")
         self.max_pod_matcher_chars = max_pod_matcher_chars
-        self._client = _Client(url, timeout_s=timeout_s, access=access)
+        self.client = client
+        """Shared with the metrics; its owner closes it."""
         self.last_queries: tuple[str, ...] = ()
         """The PromQL of the last call."""
-
-    async def close(self) -> None:
-        """Release the HTTP connections."""
-        await self._client.close()
 
     async def health(
         self,
@@ -963,7 +961,7 @@ class HealthQueries:
         """Every query at once, each under its deadline; raises once all have finished."""
         self.last_queries = tuple(promql for _, promql in queries.values())
         answers = await asyncio.gather(
-            *(self._client.query(what, promql) for what, promql in queries.values()),
+            *(self.client.query(what, promql) for what, promql in queries.values()),
             return_exceptions=True,
         )
         results: dict[Any, list[Any]] = {}
@@ -1000,3 +998,173 @@ if TYPE_CHECKING:
 
     def _implements_the_health_port(source: HealthQueries) -> ports.HealthSource:
         return source  # mypy checks the structural type here
+
+
+DEFAULT_MAX_RANGE_POINTS: Final = 10_000
+"""Most steps one range query asks for (Prometheus refuses more than 11,000 per series)."""
+MAX_HISTORY_RATE: Final = 1e12
+"""Requests per second above which a history value is taken for a broken answer."""
+_HISTORY_CONCURRENCY: Final = 8
+
+
+@dataclass(slots=True)
+class _Kept:
+    """One service's history as fetched so far: the mean of step `first + i` is `values[i]`."""
+
+    first: int
+    values: npt.NDArray[np.float64]
+    requests: str
+    """The metric it was read from: new names start a new history."""
+
+
+class LoadHistory:
+    """The load of each service over the last days, from Prometheus range queries
+    (`ports.HistorySource`).
+
+    A service's load at one step is `sum(rate(<requests>[window]))` over the pods of its
+    Deployment, by name (`<name>-<template hash>-<suffix>`, and its placement tiers' pods
+    `<name>-mig-...` and `<name>-shared-...`), so pods long gone count too; each value is the rate
+    over the step that ends at it. The first call for a service fetches the whole span; later
+    calls only the steps added since, and what is older than the span is dropped. A step with no
+    sample is NaN. A service whose pods or names the cache does not know is left out.
+
+    The loop's clock need not be Unix time (tests step their own): `wall_now` is, and the history
+    is moved onto the loop's clock by the difference.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        wall_now: Callable[[], float],
+        scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+        max_range_points: int = DEFAULT_MAX_RANGE_POINTS,
+    ) -> None:
+        """Query through `client`: its own, since a range query over days needs a longer
+        deadline than a tick's instant queries; its owner closes it."""
+        if not scrape_interval_s > 0 or max_range_points < 1:
+            raise ValueError("scrape_interval_s must be > 0 and max_range_points >= 1")
+        self.client = client
+        self._wall_now = wall_now
+        self.scrape_interval_s = scrape_interval_s
+        self.max_range_points = max_range_points
+        self._kept: dict[model.ServiceId, _Kept] = {}
+
+    @property
+    def queries_sent(self) -> int:
+        return self.client.sent
+
+    async def load_history(
+        self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> dict[model.ServiceId, forecast.History]:
+        """See `ports.HistorySource`; raises `ObservationError` when a query fails."""
+        if not (step_s > 0 and span_s > 0):
+            raise ValueError("span_s and step_s must be > 0")
+        wall = self._wall_now()
+        last = math.floor(wall / step_s)  # steps [.., last) have ended
+        first = last - math.ceil(span_s / step_s)
+        slots = asyncio.Semaphore(_HISTORY_CONCURRENCY)
+        wanted: list[tuple[model.ServiceId, ServingPods]] = []
+        for workload in workloads:
+            if workload.metrics is None or workload.metrics.requests is None:
+                continue
+            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
+            if not is_namespace(serving.namespace):
+                continue
+            wanted.append((workload.id, serving))
+        present = {service for service, _ in wanted}
+        for gone in set(self._kept) - present:
+            del self._kept[gone]
+
+        async def fetch(service: model.ServiceId, serving: ServingPods) -> None:
+            async with slots:
+                await self._extend(service, serving, first=first, last=last, step_s=step_s)
+
+        answers = await asyncio.gather(
+            *(fetch(service, serving) for service, serving in wanted), return_exceptions=True
+        )
+        # Every query has finished here; the first failure stands for the outage.
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        offset = now_s - wall
+        found: dict[model.ServiceId, forecast.History] = {}
+        for service in present:
+            kept = self._kept.get(service)
+            if kept is not None and len(kept.values):
+                start = kept.first * step_s + offset
+                found[service] = forecast.History(start, step_s, kept.values.copy())
+        return found
+
+    async def _extend(
+        self,
+        service: model.ServiceId,
+        serving: ServingPods,
+        *,
+        first: int,
+        last: int,
+        step_s: float,
+    ) -> None:
+        requests = serving.metrics.requests
+        assert requests is not None
+        kept = self._kept.get(service)
+        if kept is None or kept.requests != requests or kept.first + len(kept.values) < first:
+            kept = _Kept(first, np.empty(0), requests)
+        begin = max(first, kept.first + len(kept.values))
+        promql = history_query(service, serving, window_s=max(step_s, 4 * self.scrape_interval_s))
+        fresh = np.full(max(0, last - begin), np.nan)
+        at = begin
+        while at < last:
+            upto = min(last, at + self.max_range_points)
+            # The value at instant (k + 1) x step is the rate over step k.
+            series = await self.client.query_range(
+                "load history",
+                promql,
+                start_s=(at + 1) * step_s,
+                end_s=upto * step_s,
+                step_s=step_s,
+            )
+            for item in series:
+                for stamp, value in _points(item):
+                    k = round(stamp / step_s) - 1
+                    # Prometheus answers on the grid asked for, with rates that are never
+                    # negative nor absurd: anything else comes from a broken answer.
+                    on_grid = abs(stamp - (k + 1) * step_s) < 1e-3
+                    sane = math.isfinite(value) and 0 <= value <= MAX_HISTORY_RATE
+                    if on_grid and sane and at <= k < upto:
+                        fresh[k - begin] = value
+            at = upto
+        values = np.concatenate((kept.values, fresh))
+        drop = max(0, first - kept.first)
+        self._kept[service] = _Kept(kept.first + drop, values[drop:], requests)
+
+
+def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: float) -> str:
+    """The PromQL of one service's load over time: the rate of its requests counter summed
+    over every pod its Deployment (or a placement tier of it) ever ran."""
+    requests = serving.metrics.requests
+    if requests is None:
+        raise ValueError("no requests metric to read the load from")
+    _check_metric_name(requests)
+    name = service.rsplit("/", 1)[-1]
+    if not is_pod_name(name):
+        raise ValueError(f"not a Deployment name: {name!r}")
+    if not is_namespace(serving.namespace):
+        raise ValueError(f"not a namespace: {serving.namespace!r}")
+    owner = name.translate(_RE2_QUOTED)
+    pods = f"{owner}-((mig-[a-z0-9.-]+|shared)-)?[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
+    where = [f"namespace={json.dumps(serving.namespace)}", f"pod=~{json.dumps(pods)}"]
+    selector = _selector(requests, where)
+    return f"sum(rate({selector}[{_duration(window_s)}]))"
+
+
+def _points(item: Any) -> Iterator[tuple[float, float]]:
+    """The (time, value) pairs of one series of a range answer; malformed ones are skipped."""
+    values = item.get("values") if isinstance(item, dict) else None
+    if not isinstance(values, list):
+        return
+    for pair in values:
+        try:
+            yield float(pair[0]), float(pair[1])
+        except (IndexError, TypeError, ValueError):
+            continue

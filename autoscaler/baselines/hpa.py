@@ -417,8 +417,8 @@ class Hpa:
             now=now,
         )
         if stabilized > current:
-            limit = _scale_up_limit(
-                current, memory.up_events, memory.down_events, behavior.scale_up, now
+            limit = _scale_limit(
+                current, memory.up_events, memory.down_events, behavior.scale_up, now, up=True
             )
             limit = max(limit, current)
             if hi > limit:
@@ -428,8 +428,8 @@ class Hpa:
             if stabilized > maximum:
                 return _Normalized(maximum, stabilized, reason)
         elif stabilized < current:
-            limit = _scale_down_limit(
-                current, memory.up_events, memory.down_events, behavior.scale_down, now
+            limit = _scale_limit(
+                current, memory.up_events, memory.down_events, behavior.scale_down, now, up=False
             )
             limit = min(limit, current)
             if lo < limit:
@@ -581,48 +581,31 @@ def _changes_in_period(period_s: float, events: Sequence[_ScaleEvent], now: floa
     return sum(e.change for e in events if e.at_s > cutoff)
 
 
-def _scale_up_limit(
+def _scale_limit(
     current: int,
     up_events: Sequence[_ScaleEvent],
     down_events: Sequence[_ScaleEvent],
     rules: ScalingRules,
     now: float,
+    *,
+    up: bool,
 ) -> int:
-    """`calculateScaleUpLimitWithScalingRules`."""
+    """`calculateScaleUpLimitWithScalingRules` (`up`) and `calculateScaleDownLimitWithBehaviors`:
+    each policy's bound from the count at the start of its period; `Min` picks the one that
+    changes least, `Max` the one that changes most."""
     if rules.select is SelectPolicy.DISABLED:
         return current
-    pick = min if rules.select is SelectPolicy.MIN else max
+    least = (rules.select is SelectPolicy.MIN) == up
+    pick = min if least else max
     result: int | None = None
     for policy in rules.policies:
         added = _changes_in_period(policy.period_s, up_events, now)
         deleted = _changes_in_period(policy.period_s, down_events, now)
         start = current - added + deleted
         if policy.type is PolicyType.PODS:
-            proposed = start + policy.value
-        else:
+            proposed = start + policy.value if up else start - policy.value
+        elif up:
             proposed = math.ceil(start * (1 + policy.value / 100))
-        result = proposed if result is None else pick(result, proposed)
-    return current if result is None else result
-
-
-def _scale_down_limit(
-    current: int,
-    up_events: Sequence[_ScaleEvent],
-    down_events: Sequence[_ScaleEvent],
-    rules: ScalingRules,
-    now: float,
-) -> int:
-    """`calculateScaleDownLimitWithBehaviors`."""
-    if rules.select is SelectPolicy.DISABLED:
-        return current
-    pick = max if rules.select is SelectPolicy.MIN else min
-    result: int | None = None
-    for policy in rules.policies:
-        added = _changes_in_period(policy.period_s, up_events, now)
-        deleted = _changes_in_period(policy.period_s, down_events, now)
-        start = current - added + deleted
-        if policy.type is PolicyType.PODS:
-            proposed = start - policy.value
         else:
             proposed = int(start * (1 - policy.value / 100))
         result = proposed if result is None else pick(result, proposed)

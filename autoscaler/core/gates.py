@@ -2,7 +2,7 @@
 out of their Service while no ramp will ever open it.
 
 A pod that carries the gate is Ready only once its `warm` condition is True. For an active,
-managed, gated service the ramp sets it (`core.rollout`); for every other Deployment nothing
+managed, gated service the ramp sets it (`core.ramp`); for every other Deployment nothing
 would, and its rollouts would stall: the controller opens the gate itself as soon as the pod's
 containers are ready. That is every Deployment in dry-run (the controller's or the service's
 `mode: dry-run`), opted out or never opted in (`enabled` not "true", or the annotations

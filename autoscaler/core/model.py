@@ -48,6 +48,10 @@ class Reason(enum.Enum):
     BELOW_TARGET = "below-target"
     BURST = "burst"
     FORECAST = "forecast"
+    SLO = "slo"
+    """The latency SLO's vote (`SloConfig`) asked for more than the targets."""
+    SEASONAL = "seasonal"
+    """The seasonal forecast (`ForecastConfig`) asks for more than the live signals."""
     BELOW_MIN = "below-min"
     ABOVE_MAX = "above-max"
     IN_DEADBAND = "in-deadband"
@@ -80,12 +84,15 @@ class Bound(enum.Enum):
 class BurstConfig:
     """The fast path for sudden bursts, after Knative's panic mode.
 
-    When the mean of the last `window_s` seconds of a primary signal asks for at least
-    `threshold_ratio` times the capacity already asked for (pods starting included, so a burst
-    fires once rather than every tick while they start), the policy scales on that short mean
-    at once, ignoring the scale-up cooldown, and refuses to scale down for `hold_s` afterwards.
-    It also refuses a scale-down that the smoothed signals allow while the short means are not
-    below target: the smoothed mean lags the first seconds of a burst.
+    When the newest fresh sample of a primary signal asks for at least `threshold_ratio` times
+    the capacity already asked for (pods starting included, so a burst fires once rather than
+    every tick while they start), the policy scales on it at once, ignoring the scale-up
+    cooldown, and refuses to scale down for `hold_s` afterwards. The newest sample rather than
+    the mean of the last `window_s` seconds: that mean shows a step only after most of its
+    window, too late to answer a 5x step within 5 s. For the queue, the newest sample's rise
+    over that mean, spread over the mean's lag (half the window), counts as arrivals the served
+    rate cannot show yet. It also refuses a scale-down that the smoothed signals allow while the
+    short means are not below target: the smoothed mean lags the first seconds of a burst.
     """
 
     window_s: float = 6.0
@@ -149,6 +156,138 @@ class QueueDrainConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SloConfig:
+    """Size for a latency SLO: the fewest replicas whose `quantile` latency stays within
+    `target_latency_s` at the observed arrival rate (`core.queueing`, an M/G/c model).
+
+    The wait budget is `target_latency_s - service_time_s`: with `service_time_s` the latency of
+    a request that does not wait, the target is end to end (the `target-p95-latency`
+    annotation); with 0 it is the queueing delay alone (`target-p95-queue-delay`). A replica
+    completes at most `replica_capacity_rps`; when that is not configured it is measured while
+    the service is saturated (every serving replica has requests waiting), and without either
+    the vote abstains. A replica serves `replica_capacity_rps x service_time_s` requests at once
+    (at least 1). The burstiness, Allen-Cunneen's `(ca^2 + cs^2) / 2`, is fitted each tick to
+    the queue the service shows against the model's queue for it, within
+    [`min_burstiness`, `max_burstiness`]; while the model's queue is under `fit_min_queue`
+    requests the fit has nothing to go on and `min_burstiness` applies. Both fits read the
+    service as it is now: with a queue that stays put while the load rises, the traffic reads as
+    smoother and the vote can ask for a replica fewer; with a configured capacity and a settled
+    burstiness the vote only grows with the load.
+    """
+
+    target_latency_s: float
+    quantile: float = 0.95
+    service_time_s: float = 0.0
+    replica_capacity_rps: float | None = None
+    min_burstiness: float = 1.0
+    """Poisson arrivals and exponential service; a queue that looks smoother than this is
+    taken as too little evidence to provision below it."""
+    max_burstiness: float = 4.0
+    fit_min_queue: float = 1.0
+
+    def __post_init__(self) -> None:
+        _require(
+            math.isfinite(self.target_latency_s) and self.target_latency_s > 0,
+            "slo target_latency_s must be > 0",
+        )
+        _require(0 < self.quantile < 1, "slo quantile must be in (0, 1)")
+        _require(
+            0 <= self.service_time_s < self.target_latency_s,
+            "slo service_time_s must be >= 0 and below target_latency_s",
+        )
+        capacity = self.replica_capacity_rps
+        _require(
+            capacity is None or (math.isfinite(capacity) and capacity > 0),
+            "slo replica_capacity_rps must be > 0",
+        )
+        _require(
+            0 < self.min_burstiness <= self.max_burstiness,
+            "slo burstiness bounds must satisfy 0 < min <= max",
+        )
+        _require(self.fit_min_queue > 0, "slo fit_min_queue must be > 0")
+
+    @property
+    def wait_budget_s(self) -> float:
+        return self.target_latency_s - self.service_time_s
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastConfig:
+    """The seasonal forecast (`core/forecast.py`): pre-scale for the load one start-up ahead.
+
+    The load at `now + start-up` is read from the load history one period earlier (a week when
+    that much history exists, else a day), scaled by the ratio of the recent level to the level
+    one period ago, and blended with the recent trend (`trend_weight`). It votes only while a
+    rolling backtest (the last `backtest_s`, and the `backtest_s` after the same time one period
+    ago) shows that its error is at most `1 - margin_ratio` times the error of the reactive
+    estimate (the load as it was when the forecast was made), and no more than without its
+    seasonal part; without enough history it stays off, and the decision says why. Like the
+    look-ahead, it only ever raises the load vote.
+    """
+
+    periods_s: tuple[float, ...] = (7 * 86_400.0, 86_400.0)
+    """Candidate periods, the first with enough history wins."""
+    step_s: float = 60.0
+    """Resolution of the history (one mean per step)."""
+    level_window_s: float = 1_800.0
+    """The recent level, the level one period ago and the trend are read over this window."""
+    seasonal_window_s: float = 600.0
+    """The load one period before the forecast time is the mean over this window around it."""
+    trend_weight: float = 0.3
+    max_level_ratio: float = 3.0
+    """The level ratio is clipped to [1 / this, this]: a day unlike the last is not scaled
+    by an outlier."""
+    backtest_s: float = 6 * 3_600.0
+    margin_ratio: float = 0.1
+    min_backtest_ratio: float = 0.5
+    """At least this share of the backtest's points must have both errors."""
+    default_startup_s: float = 60.0
+    """The horizon until a start-up time is observed."""
+    max_horizon_s: float = 1_800.0
+    refresh_s: float = 300.0
+    """How often the controller fetches the history and reruns the backtest."""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.periods_s), "forecast periods_s must not be empty")
+        _require(all(p > 0 for p in self.periods_s), "forecast periods_s must be > 0")
+        _require(self.step_s > 0, "forecast step_s must be > 0")
+        _require(self.level_window_s >= self.step_s, "forecast level_window_s must be >= step_s")
+        _require(self.seasonal_window_s >= 0, "forecast seasonal_window_s must be >= 0")
+        _require(0 <= self.trend_weight <= 1, "forecast trend_weight must be in [0, 1]")
+        _require(self.max_level_ratio >= 1, "forecast max_level_ratio must be >= 1")
+        _require(self.backtest_s >= self.step_s, "forecast backtest_s must be >= step_s")
+        _require(0 <= self.margin_ratio < 1, "forecast margin_ratio must be in [0, 1)")
+        _require(0 < self.min_backtest_ratio <= 1, "forecast min_backtest_ratio must be in (0, 1]")
+        _require(self.default_startup_s >= 0, "forecast default_startup_s must be >= 0")
+        _require(self.max_horizon_s >= 0, "forecast max_horizon_s must be >= 0")
+        _require(self.refresh_s > 0, "forecast refresh_s must be > 0")
+
+    @property
+    def span_s(self) -> float:
+        """How much history the longest period needs, backtest included."""
+        need = self.level_window_s + self.max_horizon_s + self.backtest_s + self.step_s
+        return max(self.periods_s) + need
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastVote:
+    """What the seasonal forecast says for one service at one tick.
+
+    `load_per_s` is NaN when it does not vote; `why` says why it does or does not, in words
+    for the decision and `explain`.
+    """
+
+    on: bool
+    load_per_s: float
+    why: str
+    horizon_s: float = 0.0
+
+    @classmethod
+    def off(cls, why: str) -> ForecastVote:
+        return cls(on=False, load_per_s=math.nan, why=why)
+
+
+@dataclass(frozen=True, slots=True)
 class Pause:
     """Autoscaling paused by the service owner, with KEDA's semantics.
 
@@ -180,6 +319,10 @@ class PolicyConfig:
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
+    slo: SloConfig | None = None
+    """Size for a latency SLO too (`policy.default` only); see `SloConfig`."""
+    forecast: ForecastConfig | None = None
+    """The seasonal forecast; None (the annotation `forecast: "off"`, or `seed`) never asks."""
     pause: Pause | None = None
     """Set while the service owner pauses autoscaling; see `Pause`."""
 
@@ -269,6 +412,8 @@ class Observation:
     admissible_reason: Reason = Reason.QUOTA
     """What sets `admissible`: the quota, or `NO_PLACEMENT` when no node can place the model
     (the service is then held at its size)."""
+    forecast: ForecastVote | None = None
+    """The seasonal forecast's vote (`core/forecast.py`); None when the service has none."""
 
     def signal(self, signal: Signal) -> SignalEstimate:
         return self.signals.get(signal) or SignalEstimate.missing()
@@ -315,6 +460,8 @@ class Decision:
     contributions: Mapping[Signal, Contribution] = field(default_factory=dict)
     bound: Bound | None = None
     cooldown_until_s: float | None = None
+    forecast: ForecastVote | None = None
+    """The seasonal forecast's vote at this tick, on or off and why; None without one."""
 
     @property
     def changes(self) -> bool:

@@ -29,6 +29,11 @@ cluster has free (a `Snapshot`), what each tier runs now and the namespace's GPU
   says how many the quota admits in all, for the policy to cap its scale-up (docs/architecture.md,
   "The placement ladder").
 
+Upkeep, the decisions besides a scale, each returned as data for the caller to carry out:
+`unsatisfiable` (no GPU in the cluster could ever run the model: hold it at its size),
+`replan` (the tiers are not settled: distribute the policy's total again) and `tend_siblings`
+(rewrite a tier Deployment built from an older template, delete one idle for long enough).
+
 `core_weight` and `tier_fraction` weigh GPU time for accounting (docs/architecture.md,
 "Accounting").
 
@@ -38,14 +43,21 @@ Pure and deterministic: no I/O, no clock, no Kubernetes types. The Kubernetes ad
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-WHOLE = "whole"
-SHARED = "shared"
-MIG_PREFIX = "mig-"
+from autoscaler.core import victims
+from autoscaler.core.tiers import MIG_PREFIX as MIG_PREFIX
+from autoscaler.core.tiers import SHARED as SHARED
+from autoscaler.core.tiers import WHOLE as WHOLE
+from autoscaler.core.tiers import is_tier as is_tier
+from autoscaler.core.tiers import mig_profile as mig_profile
+from autoscaler.core.tiers import mig_tier as mig_tier
+from autoscaler.core.tiers import parse_mig_profile as parse_mig_profile
+from autoscaler.core.tiers import preference as preference
 
 MODES = ("auto", "whole", "mig", "shared")
 """Values of `Need.mode` (the `placement` annotation)."""
@@ -59,31 +71,11 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 QUOTA_PREFIX = "requests."
 """ResourceQuota keys for extended resources: `requests.nvidia.com/gpu` and so on."""
 
-_MIG_PROFILE = re.compile(r"^(?P<g>[1-9]\d*)g\.(?P<mem>[1-9]\d*)gb(?:\+[a-z0-9]+)*$")
 _MIB_PER_GB = 1e9 / 2**20
 """MIG profile names count decimal gigabytes; GFD's `.memory` label, when present, is exact."""
 _MIG_SLICES_PER_CARD = 7
 _MIG_SLICES_BY_PRODUCT = {"A30": 4}
 """Compute slices per card where it is not 7 (the A100/H100/H200/B200 layout)."""
-
-
-def mig_tier(profile: str) -> str:
-    """The tier name of a MIG profile: `3g.40gb` -> `mig-3g.40gb`."""
-    parse_mig_profile(profile)
-    return MIG_PREFIX + profile
-
-
-def mig_profile(tier: str) -> str | None:
-    """The MIG profile of a tier name (`mig-3g.40gb` -> `3g.40gb`), None for other tiers."""
-    return tier[len(MIG_PREFIX) :] if tier.startswith(MIG_PREFIX) else None
-
-
-def parse_mig_profile(profile: str) -> tuple[int, int]:
-    """`<g>g.<mem>gb` -> (compute slices, memory in GB as named); `ValueError` otherwise."""
-    match = _MIG_PROFILE.match(profile)
-    if match is None:
-        raise ValueError(f"not a MIG profile (want <g>g.<mem>gb, e.g. 3g.40gb): {profile!r}")
-    return int(match["g"]), int(match["mem"])
 
 
 def mig_profile_memory_mib(profile: str) -> int:
@@ -92,22 +84,10 @@ def mig_profile_memory_mib(profile: str) -> int:
     return math.floor(parse_mig_profile(profile)[1] * _MIB_PER_GB)
 
 
-def tier_rank(tier: str) -> int:
-    """Lower is better: `whole` 0, any `mig-*` 1, `shared` 2; `ValueError` for anything else."""
-    if tier == WHOLE:
-        return 0
-    if tier.startswith(MIG_PREFIX):
-        parse_mig_profile(tier[len(MIG_PREFIX) :])
-        return 1
-    if tier == SHARED:
-        return 2
-    raise ValueError(f"unknown placement tier {tier!r}")
-
-
 def resource_of(tier: str) -> str:
     """The extended resource a tier's pods request: `nvidia.com/gpu`, `nvidia.com/mig-<p>` or
     `nvidia.com/gpu.shared`."""
-    tier_rank(tier)
+    preference(tier)
     if tier == WHOLE:
         return GPU
     if tier == SHARED:
@@ -400,7 +380,7 @@ def plan(
     if desired < 0:
         raise ValueError("desired must be >= 0")
     for tier in current:
-        tier_rank(tier)
+        preference(tier)
     ladder = _ladder(need, snapshot)
     free = free_by_tier(need, snapshot)
     pending = {t: c.pending for t, c in current.items()}
@@ -469,10 +449,10 @@ def _move_stuck_down(work: _Work, ladder: list[str], stuck: Mapping[str, int]) -
     for tier, count in sorted(stuck.items(), key=_tier_key):
         if count <= 0 or tier not in ladder:
             continue
-        rank = tier_rank(tier)
+        rank = preference(tier)
         moved = 0
         for lower in ladder:
-            if tier_rank(lower) > rank and count - moved > 0:
+            if preference(lower) > rank and count - moved > 0:
                 moved += work.take(lower, count - moved)
         if moved:
             work.target[tier] -= moved
@@ -481,7 +461,7 @@ def _move_stuck_down(work: _Work, ladder: list[str], stuck: Mapping[str, int]) -
 
 def _move_up(work: _Work, ladder: list[str], current: Mapping[str, TierCount]) -> None:
     """Start better-tier replicas for lower-tier ones (retired later by `_scale_down`)."""
-    for tier in sorted(current, key=_retire_key):
+    for tier in _retire_order(current):
         movable = work.target.get(tier, 0) - current[tier].pending
         if movable <= 0:
             continue
@@ -509,7 +489,7 @@ def _scale_down(
     pod only while the serving count stays at `desired` or above."""
     excess = sum(work.target.values()) - desired
     removed: dict[str, int] = {}
-    for tier in sorted(stuck, key=_retire_key):
+    for tier in _retire_order(stuck):
         n = min(excess, stuck[tier])
         if n > 0:
             work.target[tier] -= n
@@ -517,7 +497,8 @@ def _scale_down(
             excess -= n
     serving = sum(c.serving for c in current.values())
     spare = max(0, serving - desired)
-    order = sorted(current, key=lambda t: (t in ladder, _retire_key(t)))
+    # A tier the ladder no longer offers goes first; `sorted` keeps the retire order within.
+    order = sorted(_retire_order(current), key=lambda t: t in ladder)
     for tier in order:
         if excess <= 0:
             break
@@ -586,6 +567,160 @@ def admissible(
     return total + int(extra)
 
 
+# -- Upkeep: what a service's tiers need besides a scale ----------------------------------------
+
+
+def unsatisfiable(need: Need, totals: Snapshot) -> str | None:
+    """Why no GPU in the cluster could ever run one replica; None when one could, or when the
+    cluster shows no GPU node at all (nothing to judge by).
+
+    `totals` is every node as if nothing ran on it: a full cluster is not an unsatisfiable one.
+    A service this names is held at its size, with the sentence as its reason.
+    """
+    if not totals.nodes or (need.memory_mib is None and need.mode in ("auto", "whole")):
+        return None
+    fits = free_by_tier(need, totals)
+    below = any(count > 0 for tier, count in fits.items() if tier != WHOLE)
+    memory = need.memory_mib
+    if need.mode in ("auto", "whole"):
+        assert memory is not None
+        cards = [n.card_memory_mib for n in totals.nodes if n.whole_free > 0]
+        if any(m == 0 or m * need.cards >= memory for m in cards):
+            return None
+        if need.mode == "auto" and below:
+            return None
+        largest = max((n.card_memory_mib for n in totals.nodes), default=0)
+        return (
+            f"model-memory {memory} MiB exceeds every GPU card in the cluster (largest "
+            f"{largest} MiB{f' x {need.cards}' if need.cards > 1 else ''})"
+        )
+    if need.mode == "mig":
+        if any(tier.startswith(MIG_PREFIX) and n > 0 for tier, n in fits.items()):
+            return None
+        return (
+            f"placement mig: no MIG slice in the cluster fits model-memory {memory} MiB with "
+            f"{need.headroom_ratio:.0%} headroom (and below a quarter of its card)"
+        )
+    if fits.get(SHARED, 0) > 0:
+        return None
+    return (
+        f"placement shared: no time-sliced GPU in the cluster has room for model-memory "
+        f"{memory} MiB with {need.headroom_ratio:.0%} headroom"
+    )
+
+
+class Chore(enum.Enum):
+    """What the upkeep of a service's tiers does."""
+
+    SYNC = "sync"
+    """Rewrite a tier Deployment's pod template from the owner's current one."""
+    DELETE = "delete"
+    """Delete a tier Deployment that has stayed empty for the idle grace."""
+    REPLAN = "replan"
+    """Distribute the policy's total over the tiers again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Upkeep:
+    """One chore for one service's tiers, to be carried out by the caller."""
+
+    chore: Chore
+    target: str = ""
+    """The tier Deployment (`SYNC`, `DELETE`)."""
+    desired: int = 0
+    """The policy's total to distribute (`REPLAN`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sibling:
+    """A tier Deployment below `whole`, as the caller sees it now."""
+
+    uid: str
+    """What stays the same for as long as this Deployment exists (a new one of the same name
+    starts its idle time again)."""
+    name: str
+    replicas: int
+    """Its spec's replicas."""
+    pods: int
+    """Pods it owns, in any phase."""
+    template_current: bool
+    """Whether it was built from the owner's pod template as it is now."""
+
+
+def tend_siblings(
+    siblings: Iterable[Sibling],
+    *,
+    empty_since: Mapping[str, float],
+    now_s: float,
+    idle_grace_s: float,
+) -> tuple[list[Upkeep], dict[str, float]]:
+    """The chores a service's tier Deployments need, and since when each empty one is empty.
+
+    A sibling built from an older template is rewritten; one at 0 replicas without pods since
+    `idle_grace_s` (by `empty_since`, uid -> seconds, as this function returned it last time)
+    is deleted. The dict returned holds the siblings empty now, keyed by uid: one that is not
+    empty any more starts from nothing next time.
+    """
+    chores: list[Upkeep] = []
+    still_empty: dict[str, float] = {}
+    for sibling in siblings:
+        if not sibling.template_current:
+            chores.append(Upkeep(Chore.SYNC, sibling.name))
+        if sibling.replicas == 0 and sibling.pods == 0:
+            since = still_empty[sibling.uid] = empty_since.get(sibling.uid, now_s)
+            if now_s - since >= idle_grace_s:
+                chores.append(Upkeep(Chore.DELETE, sibling.name))
+    return chores, still_empty
+
+
+def as_written(specs: Mapping[str, int], written: Mapping[str, int]) -> bool:
+    """Whether the tiers ask for what the caller last wrote (tiers at 0 count as absent)."""
+    return {t: n for t, n in specs.items() if n} == {t: n for t, n in written.items() if n}
+
+
+def reported_replicas(
+    specs: Mapping[str, int], *, written: Mapping[str, int] | None, asked: int | None
+) -> int:
+    """The replicas to report to the policy: while the tiers are as last written, the total it
+    asked for (a move up the ladder surges above it for a while, which is not news to it);
+    otherwise what the tiers ask for."""
+    total = sum(specs.values())
+    if asked is None or written is None or not as_written(specs, written):
+        return total
+    return min(total, asked)
+
+
+def replan(
+    need: Need,
+    snapshot: Snapshot,
+    current: Mapping[str, TierCount],
+    *,
+    asked: int,
+    quota: Quota | None,
+    written: Mapping[str, int] | None,
+) -> Upkeep | None:
+    """A `REPLAN` when a plan for `asked` now would change the tiers; None when they are settled.
+
+    Only a service that may be unsettled is planned again: replicas below `whole` (a move back
+    up), pods stuck pending, or fewer replicas than asked for after the caller's own write (a
+    count changed by hand before any write is the policy's to see, not this). Nothing is
+    re-planned while the tiers differ from `written`, the caller's last write: it has not
+    landed yet, and writing again before it has would repeat it.
+    """
+    specs = {t: c.replicas for t, c in current.items()}
+    if written is not None and not as_written(specs, written):
+        return None
+    below = any(t != WHOLE and c.replicas for t, c in current.items())
+    stuck = any(c.pending for c in current.values())
+    short = written is not None and sum(specs.values()) < asked
+    if not (below or stuck or short):
+        return None
+    planned = plan(need, snapshot, current, asked, quota)
+    if all(specs.get(t, 0) == n for t, n in planned.replicas.items()):
+        return None
+    return Upkeep(Chore.REPLAN, desired=asked)
+
+
 # -- Accounting (docs/architecture.md) --------------------------------------------------------
 
 DEFAULT_CORE_WEIGHTS: Mapping[str, float] = {"RTX 4090": 12.0, "A100-40GB": 30.0, "A800-80GB": 54.0}
@@ -643,18 +778,24 @@ def tier_fraction(tier: str, node: NodeCapacity) -> float:
 
 
 def _tier_key(item: tuple[str, int]) -> tuple[int, str]:
-    return tier_rank(item[0]), item[0]
+    return preference(item[0]), item[0]
 
 
-def _retire_key(tier: str) -> tuple[int, int, str]:
-    """Worst first: shared, then MIG by slice size ascending, then whole."""
-    profile = mig_profile(tier)
-    size = parse_mig_profile(profile)[0] if profile is not None else 0
-    return -tier_rank(tier), size, tier
+def _retire_order(tiers: Iterable[str]) -> list[str]:
+    """Worst first, in the scale-down victim order: shared, then MIG by slice size ascending,
+    then whole."""
+
+    def describe(tier: str) -> victims.Candidate:
+        preference(tier)  # an unknown tier is an error, not the last to go
+        profile = mig_profile(tier)
+        size = parse_mig_profile(profile)[0] if profile is not None else 0
+        return victims.Candidate(tier, tier=tier, slice_size=size)
+
+    return victims.order(tiers, describe)
 
 
 def _better(a: str, b: str) -> bool:
-    return tier_rank(a) < tier_rank(b)
+    return preference(a) < preference(b)
 
 
 def _describe(counts: Mapping[str, int], *, skip: str | None = None) -> str:

@@ -13,8 +13,12 @@ returns the decision and the next state. The steps, in order:
    - the queue drain reads the saturation signal as demand in requests per second (the load,
      plus the queue's growth, plus the waiting requests drained over a horizon) and votes with
      the load target (`model.QueueDrainConfig`);
-   - the burst path raises a vote to the short-window value when that asks for `threshold`
-     times the serving capacity, skipping the scale-up cooldown (`model.BurstConfig`).
+   - the burst path raises a vote to what the newest fresh sample asks for (the queue's rise
+     over its short mean counted as arrivals) when that is `threshold` times the capacity asked
+     for, skipping the scale-up cooldown (`model.BurstConfig`).
+   With a latency SLO (`model.SloConfig`, set per service), every vote in requests per second
+   is then raised to the fewest replicas that keep the SLO at that rate (`core.queueing`); the
+   decision's detail says what the SLO asked for, and a scale-up it drives has the reason `slo`.
 2. **Data.** A missing or stale signal does not vote. Nothing fresh: hold. Something missing:
    never scale down; scale up only on what is fresh.
 3. **Bounds.** Clamp to [min, max]; a count outside the bounds is brought back at once.
@@ -43,9 +47,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from autoscaler.core import model
+from autoscaler.core import model, queueing
 from autoscaler.core.model import Bound, Contribution, Decision, Kind, Reason, Signal
 
 # Ratios computed from floats can land a hair above an integer: 2.0000000001 must ask for 2.
@@ -59,12 +64,13 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
-    """Ours: the seed policy plus the burst fast path, the trend look-ahead and the queue read
-    as demand."""
+    """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
+    as demand and the seasonal forecast (which votes only where its backtest says so)."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
+        "forecast": model.ForecastConfig(),
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -80,6 +86,15 @@ class _Votes:
     burst: bool
     recent_ratios: dict[Signal, float]
     """Each vote's ratio on the burst window alone (only with the burst path on)."""
+    slo: _SloVote | None = None
+    """The latency SLO's sizing (only with `config.slo`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _SloVote:
+    desired: int | None
+    """Replicas the SLO needs; None when the vote abstains (see `detail`)."""
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +124,8 @@ class _Tick:
         bound: Bound | None = None,
         cooldown_until_s: float | None = None,
     ) -> tuple[Decision, model.PolicyState]:
+        if self.votes.slo is not None and reason is not Reason.PAUSED:
+            detail = f"{detail}; {self.votes.slo.detail}"
         decision = Decision(
             current=self.current,
             desired=desired,
@@ -118,6 +135,7 @@ class _Tick:
             contributions=self.votes.contributions,
             bound=bound,
             cooldown_until_s=cooldown_until_s,
+            forecast=self.observation.forecast,
         )
         state = self.state
         if kind is Kind.SCALE_UP:
@@ -223,13 +241,17 @@ def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision,
     capped = _quota_capped(tick, desired)
     if capped is not None:
         return capped
+    detail = f"{name} ratio {driver.ratio:.2f} asks for {driver.desired}"
     if votes.burst:
         reason = Reason.BURST
     elif driver.estimator == "forecast":
         reason = Reason.FORECAST
+    elif driver.estimator == "slo":
+        reason = Reason.SLO
+    elif driver.estimator == "seasonal":
+        reason = Reason.SEASONAL
     else:
         reason = Reason.ABOVE_TARGET
-    detail = f"{name} ratio {driver.ratio:.2f} asks for {driver.desired}"
     return tick.verdict(desired, Kind.SCALE_UP, reason, detail, bound=bound)
 
 
@@ -303,10 +325,8 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
     serving = observation.serving
     contributions: dict[Signal, Contribution] = {}
     missing: list[Signal] = []
-    wanted: int | None = None
-    driver: Signal | None = None
     burst = False
-    recent_ratios: dict[Signal, float] = {}
+    recent: dict[Signal, tuple[float, float]] = {}
     load_value: float | None = None
     for signal in model.PRIMARY_SIGNALS:
         target = config.target(signal)
@@ -326,9 +346,11 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
             value, estimator = _queue_demand(config, config.queue_drain, est, load_value)
         else:
             value, estimator = _estimate(config, est, observation.startup_s)
+            if signal is Signal.LOAD:
+                value, estimator = _seasonal(config, observation.forecast, value, estimator)
         if config.burst is not None:
-            burst_value = _burst_value(config, signal, est, load_value)
-            recent_ratios[signal] = _ratio(burst_value, target, serving)
+            burst_value = _burst_value(config, config.burst, signal, est, load_value)
+            recent[signal] = (_recent_value(config, signal, est, load_value), target)
             asked = target * max(serving, observation.replicas)
             if burst_value > 0 and burst_value >= config.burst.threshold_ratio * asked:
                 burst = True
@@ -342,12 +364,139 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
         contributions[signal] = Contribution(
             ratio=ratio, desired=desired, estimator=estimator, estimate=value
         )
-        # On a tied vote the higher ratio drives: the deadband reads the driver's ratio, and a
-        # signal inside the deadband must not mask one above it that asks for as many replicas.
-        tie_won = desired == wanted and driver is not None and ratio > contributions[driver].ratio
-        if wanted is None or desired > wanted or tie_won:
-            wanted, driver = desired, signal
-    return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios)
+    slo: _SloVote | None = None
+    sized: dict[Signal, Callable[[float], int]] = {}
+    if config.slo is not None and Signal.LOAD in contributions and Signal.LOAD not in missing:
+        slo, sized = _size_for_slo(config, config.slo, observation, contributions)
+    recent_ratios = {
+        signal: _ratio(value, target, serving) for signal, (value, target) in recent.items()
+    }
+    for signal, size in sized.items():
+        if signal in recent and serving > 0:
+            by_slo = size(recent[signal][0]) / serving
+            recent_ratios[signal] = max(recent_ratios[signal], by_slo)
+    wanted, driver = _leading(contributions)
+    return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios, slo)
+
+
+def _leading(contributions: dict[Signal, Contribution]) -> tuple[int | None, Signal | None]:
+    """The largest vote and the signal that casts it.
+
+    On a tied vote the higher ratio drives: the deadband reads the driver's ratio, and a signal
+    inside the deadband must not mask one above it that asks for as many replicas.
+    """
+    wanted: int | None = None
+    driver: Signal | None = None
+    for signal, vote in contributions.items():
+        if vote.desired is None:
+            continue
+        tie_won = (
+            vote.desired == wanted
+            and driver is not None
+            and vote.ratio > contributions[driver].ratio
+        )
+        if wanted is None or vote.desired > wanted or tie_won:
+            wanted, driver = vote.desired, signal
+    return wanted, driver
+
+
+def _size_for_slo(
+    config: model.PolicyConfig,
+    slo: model.SloConfig,
+    observation: model.Observation,
+    contributions: dict[Signal, Contribution],
+) -> tuple[_SloVote, dict[Signal, Callable[[float], int]]]:
+    """Raise every vote in requests per second to the replicas that keep the latency SLO at
+    that rate (`SloConfig`), in place in `contributions`; the vote it returns is the load's.
+
+    A floor under the targets: a fixed utilisation under-provisions a small service, where the
+    queueing model asks for the headroom its randomness needs, and the floor lets a large
+    service run at a higher utilisation target safely (square-root staffing: the headroom the
+    SLO needs shrinks, relatively, as the service grows). The load's vote (its mean, look-ahead
+    or burst value) and the queue read as demand are both rates, so both are sized by it; a
+    queue counted per replica is left as it is. Also returns, per signal it sized, how it sizes
+    a rate (for the last seconds' check before a scale-down).
+    """
+    fitted = _fit_slo_model(slo, observation)
+    if isinstance(fitted, str):
+        return _SloVote(None, f"slo: {fitted}"), {}
+    capacity, slots, burstiness = fitted
+
+    def size(arrival_rps: float) -> int | None:
+        return queueing.replicas_for_wait(
+            slots=slots,
+            arrival_rps=arrival_rps,
+            capacity_rps=capacity,
+            burstiness=burstiness,
+            quantile=slo.quantile,
+            budget_s=slo.wait_budget_s,
+            most=config.max_replicas,
+        )
+
+    def size_or_past_max(arrival_rps: float) -> int:
+        needed = size(arrival_rps)
+        if needed is None:  # more than the bounds allow: ask past them, and the bound says so
+            return max(config.max_replicas + 1, math.ceil(arrival_rps / capacity))
+        return needed
+
+    serving = observation.serving
+    percentile = f"p{slo.quantile * 100:g}"
+    if slo.service_time_s:
+        what = f"{percentile} latency {slo.target_latency_s:g} s"
+    else:
+        what = f"{percentile} queueing delay {slo.target_latency_s:g} s"
+    about = f"{capacity:.3g} rps per replica, burstiness {burstiness:.2f}"
+    rates = {Signal.LOAD: "slo"}
+    if config.queue_drain and config.target_load_per_replica:
+        rates[Signal.SATURATION] = "queue-slo"
+    vote: _SloVote | None = None
+    sizers: dict[Signal, Callable[[float], int]] = {}
+    for signal, estimator in rates.items():
+        contribution = contributions.get(signal)
+        if contribution is None or contribution.desired is None:
+            continue
+        arrival = contribution.estimate
+        needed = size_or_past_max(arrival)
+        if needed > config.max_replicas:
+            detail = f"slo: {what} at {arrival:.3g} rps is out of reach ({about})"
+        else:
+            detail = f"slo: {what} at {arrival:.3g} rps needs {needed} ({about})"
+        sizers[signal] = size_or_past_max
+        if vote is None:
+            vote = _SloVote(needed, detail)
+        if needed <= contribution.desired:
+            continue
+        ratio = needed / serving if serving > 0 else math.inf
+        if contribution.estimator == "burst":
+            estimator = "burst"  # the burst's reason and hold still apply
+        contributions[signal] = Contribution(ratio, needed, estimator, arrival)
+    return vote or _SloVote(None, "slo: no rate to size for"), sizers
+
+
+def _fit_slo_model(
+    slo: model.SloConfig, observation: model.Observation
+) -> tuple[float, int, float] | str:
+    """A replica's capacity (rps), its concurrent requests and the burstiness, fitted to the
+    service's own measurements; or why the vote abstains."""
+    serving = observation.serving
+    queue = observation.signal(Signal.SATURATION)
+    queue_known = queue.fresh and math.isfinite(queue.mean)
+    served = observation.signal(Signal.LOAD).mean
+    capacity = slo.replica_capacity_rps
+    if capacity is None:
+        # Saturated, every serving replica with requests waiting: the served rate is capacity.
+        if not (queue_known and serving > 0 and queue.mean >= serving and served > 0):
+            return "replica capacity not measured yet (not saturated)"
+        capacity = served / serving
+    slots = max(1, round(capacity * slo.service_time_s))
+    burstiness = slo.min_burstiness
+    if queue_known and serving > 0:
+        modelled = queueing.mean_queue(
+            replicas=serving, slots=slots, arrival_rps=served, capacity_rps=capacity
+        )
+        if slo.fit_min_queue <= modelled < math.inf:
+            burstiness = min(slo.max_burstiness, max(slo.min_burstiness, queue.mean / modelled))
+    return capacity, slots, burstiness
 
 
 def _estimate(
@@ -365,15 +514,30 @@ def _estimate(
     return est.mean + growth * horizon, "forecast"
 
 
+def _seasonal(
+    config: model.PolicyConfig, vote: model.ForecastVote | None, value: float, estimator: str
+) -> tuple[float, str]:
+    """The load estimate, raised to the seasonal forecast's when that votes and is higher."""
+    if config.forecast is None or vote is None or not vote.on:
+        return value, estimator
+    if vote.load_per_s > value:
+        return vote.load_per_s, "seasonal"
+    return value, estimator
+
+
 def _queue_demand(
     config: model.PolicyConfig,
     drain: model.QueueDrainConfig,
     queue: model.SignalEstimate,
     load_rps: float,
+    *,
+    waiting: float | None = None,
 ) -> tuple[float, str]:
-    """Requests per second the queue says the service must carry (see `QueueDrainConfig`)."""
+    """Requests per second the queue says the service must carry (see `QueueDrainConfig`), with
+    `waiting` requests in the queue (default: its short mean)."""
     growth = queue.trend_per_s - drain.confidence_z * queue.trend_stderr_per_s
-    waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
+    if waiting is None:
+        waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
     backlog = _backlog(config, waiting, load_rps, drain.drain_s)
     demand = load_rps + max(0.0, growth) + backlog / drain.drain_s
     return demand, "queue-demand"
@@ -394,9 +558,37 @@ def _backlog(config: model.PolicyConfig, waiting: float, load_rps: float, drain_
 
 
 def _burst_value(
+    config: model.PolicyConfig,
+    burst: model.BurstConfig,
+    signal: Signal,
+    est: model.SignalEstimate,
+    load_rps: float | None,
+) -> float:
+    """What the newest fresh sample asks for, in the vote's units.
+
+    The newest sample rather than the short mean: a mean over the burst window takes most of
+    the window to show a step, and a 5x step must be answered within seconds. The queue's
+    newest growth is the newest sample's rise over the short mean, spread over that mean's lag
+    (half its window): the part of the arrivals the served rate cannot show yet. Only a rise
+    counts, and the burst still has to ask for `threshold_ratio` times the capacity asked for,
+    so the noise of a flat load does not fire it.
+    """
+    newest = est.last if est.fresh and math.isfinite(est.last) else est.burst_mean
+    if not math.isfinite(newest):
+        return 0.0
+    if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:
+        rise = newest - est.burst_mean if math.isfinite(est.burst_mean) else 0.0
+        surge_rps = max(0.0, rise) / (burst.window_s / 2.0)
+        demand, _ = _queue_demand(config, config.queue_drain, est, load_rps, waiting=newest)
+        return demand + surge_rps
+    return newest
+
+
+def _recent_value(
     config: model.PolicyConfig, signal: Signal, est: model.SignalEstimate, load_rps: float | None
 ) -> float:
-    """What the last few seconds ask for, in the vote's units."""
+    """What the last few seconds (the burst window's mean) ask for, in the vote's units: a
+    scale-down waits until these too are below target."""
     if not math.isfinite(est.burst_mean):
         return 0.0
     if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:

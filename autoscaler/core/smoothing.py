@@ -1,11 +1,12 @@
 """Sliding windows of samples per service and signal, and their smoothed estimates
 (docs/architecture.md, "Smoothing").
 
-One `Windows` holds, for every service row and every signal, the last `window_s` seconds of
-samples in a ring buffer (one slot per tick; NaN where a sample is missing). `estimate` reduces
-each window to an exponentially weighted mean, the weighted linear trend through it, and a short
-plain mean for the burst path, for all rows at once: the work is a handful of matrix products over
-the buffer, never a Python loop per sample, so a tick over 10,000 services stays cheap.
+One `Windows` holds, for every service row and every signal, the recent samples in a ring buffer
+(one slot per tick; a missing sample is marked so). `estimate` reduces each row's window (its
+own length, or `window_s`) to an exponentially weighted mean, the weighted linear trend through
+it, and a short plain mean for the burst path, for all rows at once: the work is a handful of
+matrix products over the buffer, never a Python loop per sample, so a tick over 10,000 services
+stays cheap.
 
 The deadband (docs/architecture.md, "The replica count") is applied by the policy, which knows the
 targets.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -26,9 +28,10 @@ from autoscaler.core import model
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
+BoolArray = npt.NDArray[np.bool_]
 
 _EMPTY_TICK = np.iinfo(np.int64).min // 2
-# Distinct half-lives whose weight matrices are kept (services rarely use more than a few).
+# Distinct half-lives and windows whose weight matrices are kept (services use only a few).
 _MAX_BASES = 64
 
 
@@ -98,36 +101,57 @@ class Windows:
 
     Rows are handed out by `rows_for` and recycled by `forget`. `record` writes one tick;
     ticks that were never recorded (a slow loop skipped them) read as missing samples.
+
+    Each row may have its own window (`estimate`'s `window_s`): the ring holds the longest
+    window asked for so far, at least `config.window_s`, and a shorter window gives its
+    older slots no weight. Memory per row and signal is 9 bytes per slot: the value (float64,
+    so that estimates are those of the samples as given) and a one-byte "present" mask; the
+    squares the trend's error needs are made at estimate time, a block of rows at a time.
     """
 
     def __init__(self, config: SmoothingConfig, *, n_signals: int = len(model.Signal)) -> None:
         self.config = config
         self._n_signals = n_signals
         self._slots = config.slots
-        # Values with 0 where missing, and a 0/1 mask: the estimates are then plain matrix
+        # Values with 0 where missing, and a presence mask: the estimates are then plain matrix
         # products over contiguous memory, with no NaN handling per tick.
         self._val: FloatArray = np.zeros((0, n_signals, self._slots))
-        self._ok: FloatArray = np.zeros((0, n_signals, self._slots))
-        # Squares of the values, kept at record time for the residual variance of the trend.
-        self._sq: FloatArray = np.zeros((0, n_signals, self._slots))
+        self._ok: BoolArray = np.zeros((0, n_signals, self._slots), dtype=np.bool_)
         self._slot_tick = np.full(self._slots, _EMPTY_TICK, dtype=np.int64)
         self._last_tick: int | None = None
         self._row_of: dict[model.ServiceId, int] = {}
         self._free: list[int] = []
-        self._bases: dict[float, FloatArray] = {}
+        self._bases: dict[tuple[float, int], FloatArray] = {}
 
     def __len__(self) -> int:
         return len(self._row_of)
 
+    @property
+    def slots(self) -> int:
+        """Ticks the ring holds: the longest window asked for so far."""
+        return self._slots
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the buffers hold."""
+        return int(self._val.nbytes + self._ok.nbytes + self._slot_tick.nbytes)
+
     def rows_for(self, ids: Sequence[model.ServiceId]) -> IntArray:
         """The buffer rows of these services, allocating rows for new ones."""
         rows = np.empty(len(ids), dtype=np.intp)
+        new: list[int] = []
         for i, sid in enumerate(ids):
             row = self._row_of.get(sid)
             if row is None:
+                new.append(i)
+            else:
+                rows[i] = row
+        if new:
+            self._reserve(len(self._row_of) + len(new) - len(self._free))
+            for i in new:
                 row = self._allocate()
-                self._row_of[sid] = row
-            rows[i] = row
+                self._row_of[ids[i]] = row
+                rows[i] = row
         return rows
 
     def forget(self, ids: Iterable[model.ServiceId]) -> None:
@@ -136,8 +160,7 @@ class Windows:
             row = self._row_of.pop(sid, None)
             if row is not None:
                 self._val[row] = 0.0
-                self._ok[row] = 0.0
-                self._sq[row] = 0.0
+                self._ok[row] = False
                 self._free.append(row)
 
     def known(self) -> set[model.ServiceId]:
@@ -158,23 +181,33 @@ class Windows:
             for t in range(start, tick + 1):
                 slot = t % self._slots
                 self._val[:, :, slot] = 0.0
-                self._ok[:, :, slot] = 0.0
+                self._ok[:, :, slot] = False
                 self._slot_tick[slot] = t
             self._last_tick = tick
         if len(rows):
             slot = tick % self._slots
             ok = ~np.isnan(values)
-            clean = np.where(ok, values, 0.0)
-            self._val[rows, :, slot] = clean
+            self._val[rows, :, slot] = np.where(ok, values, 0.0)
             self._ok[rows, :, slot] = ok
-            self._sq[rows, :, slot] = clean * clean
 
-    def estimate(self, now_s: float, rows: IntArray, half_life_s: FloatArray) -> Estimates:
-        """Smoothed estimates at `now_s` for `rows`, each with its own half-life (seconds).
+    def estimate(
+        self,
+        now_s: float,
+        rows: IntArray,
+        half_life_s: FloatArray,
+        window_s: FloatArray | None = None,
+    ) -> Estimates:
+        """Smoothed estimates at `now_s` for `rows`, each with its own half-life and window
+        (seconds; NaN or None for `config.window_s`).
 
-        A half-life of `inf` gives the plain mean over the window.
+        A half-life of `inf` gives the plain mean over the window. A window longer than the ring
+        grows it: the samples it held are kept, and the older ones were never recorded.
         """
         n = len(rows)
+        windows = self._window_slots(n, window_s)
+        longest = int(windows.max()) if n else 0
+        if longest > self._slots:
+            self._resize(longest)
         shape = (n, self._n_signals)
         out = {k: np.full(shape, np.nan) for k in _OUTPUTS}
         fresh = np.zeros(shape, dtype=bool)
@@ -184,47 +217,90 @@ class Windows:
 
         tick = self._tick(now_s)
         age_ticks = tick - self._slot_tick
-        in_window = (age_ticks >= 0) & (age_ticks < self._slots)
-        # Each slot's row in the per-half-life basis; row `slots` (all zeros) is out of window.
-        age_index = np.where(in_window, age_ticks, self._slots)
+        in_ring = (age_ticks >= 0) & (age_ticks < self._slots)
+        # Each slot's row in the per-half-life basis; row `slots` (all zeros) is out of the ring.
+        age_index = np.where(in_ring, age_ticks, self._slots)
 
-        if _is_prefix(rows):  # the usual case: a view, no copy
-            val, ok, sq = self._val[:n], self._ok[:n], self._sq[:n]
-        else:
-            val, ok, sq = self._val[rows], self._ok[rows], self._sq[rows]
         current_slot = tick % self._slots
+        prefix = _is_prefix(rows)
         if self._slot_tick[current_slot] == tick:
-            fresh = ok[:, :, current_slot] > 0
-            last = np.where(fresh, val[:, :, current_slot], np.nan)
+            now_rows = slice(0, n) if prefix else rows  # the usual case: a view, no copy
+            fresh = self._ok[now_rows, :, current_slot]
+            last = np.where(fresh, self._val[now_rows, :, current_slot], np.nan)
 
-        # One weight matrix per distinct half-life; services rarely have more than a few.
-        if n == 1 or bool(np.all(half_life_s == half_life_s[0])):
-            groups, inverse = half_life_s[:1], None
+        # One weight matrix per distinct half-life and window; services use only a few.
+        if n == 1 or bool(np.all(half_life_s == half_life_s[0]) and np.all(windows == windows[0])):
+            groups, inverse = [(float(half_life_s[0]), int(windows[0]))], None
         else:
-            groups, inverse = np.unique(half_life_s, return_inverse=True)
-        k = self._n_signals
-        for g, half_life in enumerate(groups):
-            members = slice(None) if inverse is None else np.flatnonzero(inverse == g)
-            basis = self._basis(float(half_life))[age_index]  # (slots, 7)
-            # Weighted sums as matrix products over the buffer, (rows, signals, columns):
-            # of the weights and their moments (mask), of the values, of the squared values.
-            m = (ok[members].reshape(-1, self._slots) @ basis).reshape(-1, k, _BASIS_COLUMNS)
-            s = (val[members].reshape(-1, self._slots) @ basis[:, :4]).reshape(-1, k, 4)
-            sxx = (sq[members].reshape(-1, self._slots) @ basis[:, 0]).reshape(-1, k)
-            for name, column in _fit(m, s, sxx).items():
-                out[name][members] = column
+            keys = np.stack([half_life_s, windows.astype(np.float64)], axis=1)
+            unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            groups = [(float(h), int(w)) for h, w in unique]
+        for g, (half_life, window) in enumerate(groups):
+            members = np.arange(n) if inverse is None else np.flatnonzero(inverse == g)
+            basis = self._basis(half_life, window)[age_index]  # (slots, 7)
+            for start in range(0, len(members), self._block_rows):
+                block = members[start : start + self._block_rows]
+                picked: IntArray | slice = rows[block]
+                if prefix and inverse is None:  # the usual case: a view of the buffer, no copy
+                    picked = slice(int(block[0]), int(block[-1]) + 1)
+                for name, column in self._reduce(picked, basis).items():
+                    out[name][block] = column
         return Estimates(**out, last=last, fresh=fresh)
 
-    def _basis(self, half_life_s: float) -> FloatArray:
-        """Per age in ticks (0..slots-1, then a zero row for "out of the window"): the weight
-        w, w x tau, w x tau^2 (tau = -age in seconds), the burst-window indicator, and
-        w^2, w^2 x tau, w^2 x tau^2 for the variance of the trend.
+    @property
+    def _block_rows(self) -> int:
+        """Rows reduced at once: their temporaries stay near 8 MiB whatever the fleet size."""
+        return max(1, (1 << 20) // (self._n_signals * self._slots))
 
-        Built once per half-life: the ages of the slots change every tick, their weights do not.
+    def _reduce(self, picked: IntArray | slice, basis: FloatArray) -> dict[str, FloatArray]:
+        """The estimates of a block of rows, from weighted sums that are matrix products over
+        the buffer, (rows, signals, columns): of the weights and their moments (mask), of the
+        values, of the squared values."""
+        k, slots = self._n_signals, self._slots
+        val = self._val[picked].reshape(-1, slots)
+        ok = self._ok[picked].reshape(-1, slots).astype(np.float64)
+        m = (ok @ basis).reshape(-1, k, _BASIS_COLUMNS)
+        s = (val @ basis[:, :4]).reshape(-1, k, 4)
+        sxx = (np.square(val) @ basis[:, 0]).reshape(-1, k)
+        return _fit(m, s, sxx)
+
+    def _window_slots(self, n: int, window_s: FloatArray | None) -> IntArray:
+        """Each row's window in ticks: at least one, `config.window_s` where not given."""
+        if window_s is None:
+            return np.full(n, self.config.slots, dtype=np.intp)
+        given = np.where(np.isnan(window_s), self.config.window_s, window_s)
+        if not bool(np.all(given > 0)) or not bool(np.all(np.isfinite(given))):
+            raise ValueError("every window must be finite and > 0 seconds")
+        return np.maximum(1, np.round(given / self.config.tick_s)).astype(np.intp)
+
+    def _resize(self, slots: int) -> None:
+        """Grow the ring to `slots` ticks, each recorded tick kept in its new slot."""
+        val = np.zeros((self._val.shape[0], self._n_signals, slots))
+        ok = np.zeros((self._ok.shape[0], self._n_signals, slots), dtype=np.bool_)
+        slot_tick = np.full(slots, _EMPTY_TICK, dtype=np.int64)
+        for old, t in enumerate(self._slot_tick.tolist()):
+            if t != _EMPTY_TICK:
+                new = t % slots
+                val[:, :, new] = self._val[:, :, old]
+                ok[:, :, new] = self._ok[:, :, old]
+                slot_tick[new] = t
+        self._val, self._ok, self._slot_tick, self._slots = val, ok, slot_tick, slots
+        self._bases.clear()
+
+    def _basis(self, half_life_s: float, window: int) -> FloatArray:
+        """Per age in ticks (0..slots-1, then a zero row for "out of the ring"): the weight
+        w, w x tau, w x tau^2 (tau = -age in seconds), the burst-window indicator, and
+        w^2, w^2 x tau, w^2 x tau^2 for the variance of the trend. Ages of `window` ticks or
+        more weigh nothing.
+
+        Built once per half-life and window: the ages of the slots change every tick, their
+        weights do not.
         """
-        basis = self._bases.get(half_life_s)
+        basis = self._bases.get((half_life_s, window))
         if basis is None:
-            age_s = np.append(np.arange(self._slots) * self.config.tick_s, np.inf)
+            ages = np.arange(self._slots)
+            age_s = np.append(np.where(ages < window, ages * self.config.tick_s, np.inf), np.inf)
             tau = -np.where(np.isfinite(age_s), age_s, 0.0)  # seconds relative to now, <= 0
             burst = (age_s < self.config.burst_window_s).astype(np.float64)
             w = _decay(age_s, half_life_s)
@@ -232,22 +308,28 @@ class Windows:
             basis = np.stack([w, w * tau, w * tau * tau, burst, w2, w2 * tau, w2 * tau * tau], 1)
             if len(self._bases) >= _MAX_BASES:
                 self._bases.clear()
-            self._bases[half_life_s] = basis
+            self._bases[half_life_s, window] = basis
         return basis
 
     def _tick(self, now_s: float) -> int:
         return math.floor(now_s / self.config.tick_s + 1e-9)
 
+    def _reserve(self, rows: int) -> None:
+        """Room for `rows` rows: exactly that many at first (a fleet arrives at once), then an
+        eighth more than asked, so that services arriving one by one copy the buffers rarely."""
+        size = self._val.shape[0]
+        if rows <= size:
+            return
+        if size:
+            rows = max(rows, size + size // 8)
+        self._val = _grown(self._val, rows)
+        self._ok = _grown(self._ok, rows)
+
     def _allocate(self) -> int:
         if self._free:
             return self._free.pop()
         row = len(self._row_of)
-        size = self._val.shape[0]
-        if row >= size:
-            shape = (max(8, 2 * size), *self._val.shape[1:])
-            self._val = _grown(self._val, shape)
-            self._ok = _grown(self._ok, shape)
-            self._sq = _grown(self._sq, shape)
+        self._reserve(row + 1)
         return row
 
 
@@ -289,8 +371,11 @@ def _fit(m: FloatArray, s: FloatArray, sxx: FloatArray) -> dict[str, FloatArray]
         }
 
 
-def _grown(a: FloatArray, shape: tuple[int, ...]) -> FloatArray:
-    out = np.zeros(shape)
+_Buffer = TypeVar("_Buffer", FloatArray, "BoolArray")
+
+
+def _grown(a: _Buffer, rows: int) -> _Buffer:
+    out = np.zeros((rows, *a.shape[1:]), dtype=a.dtype)
     out[: a.shape[0]] = a
     return out
 

@@ -36,6 +36,9 @@ class Scenario:
     """When the load steps up, for the time-to-capacity metric."""
     step_s: float | None = None
     """How long the raised load lasts after `step_at_s`; None: until the end."""
+    past: Arrivals | None = None
+    """Arrivals per second before the trace begins, the last ending at second 0: what the
+    service's load history holds (the seasonal forecast reads it), never replayed."""
 
     @property
     def duration_s(self) -> int:

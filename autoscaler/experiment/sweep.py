@@ -48,10 +48,10 @@ import numpy.typing as npt
 from autoscaler import baselines, logs, ports
 from autoscaler.baselines import kpa
 from autoscaler.experiment import equal_slo, variants
+from autoscaler.experiment import run as sim_run
 from autoscaler.experiment import scenario as scenario_
 from autoscaler.experiment.scenario import Scenario
 from autoscaler.sim import policies as sim_policies
-from autoscaler.sim import run as sim_run
 from autoscaler.sim.params import SimParams
 
 FloatArray = npt.NDArray[np.float64]
@@ -212,7 +212,9 @@ def decider_for(task: Task, params: SimParams) -> ports.Policy | None:
 def evaluate(task: Task, scenario: Scenario, base: SimParams) -> Run:
     """Simulate one task and measure it."""
     params = params_for(task, scenario, base)
-    result = sim_run.simulate(scenario.arrivals, params, policy=decider_for(task, params))
+    result = sim_run.simulate(
+        scenario.arrivals, params, policy=decider_for(task, params), past=scenario.past
+    )
     summary = result.summary
     series = result.timeseries
     requests = float(summary["requests"])

@@ -25,6 +25,7 @@ not model traffic or metrics (`traffic` and `metrics` do, driven by `world`).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import heapq
 import itertools
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoscaler import errors, ports
-from autoscaler.core import model, placement
+from autoscaler.core import model, placement, victims
 from autoscaler.sim.params import NodeSpec
 
 # How many recent start-ups the observed start-up time averages over.
@@ -48,7 +49,7 @@ _EPS = 1e-9
 
 
 class Phase(enum.IntEnum):
-    """Where a pod is in its life. The value is its rank in the scale-down victim order."""
+    """Where a pod is in its life, in the order of `victims.Stage`."""
 
     PENDING = 0
     """Created, waiting for a free GPU: costs nothing, serves nothing."""
@@ -95,6 +96,10 @@ class ServiceSpec:
     need: placement.Need | None = None
     """Placement on a cluster described by tier: its pods go where `core.placement.plan` puts
     them. None: every pod waits for a whole card, first come first served."""
+    ramp: ports.RampTarget | None = None
+    """The warm-up gate and traffic ramp, when the service has them (`set_ramp`)."""
+    window_s: float | None = None
+    """Its smoothing window; None for the loop's."""
 
 
 @dataclass(slots=True, eq=False)
@@ -243,8 +248,10 @@ class ServiceState:
         return sum(self.startups_s) / len(self.startups_s) if self.startups_s else None
 
     def workload(self) -> ports.Workload:
+        """The service's record, the same object until something about it changes."""
         if self._workload is None:
             spec = self.spec
+            namespace, _, deployment = spec.id.rpartition("/")
             self._workload = ports.Workload(
                 id=spec.id,
                 policy=spec.policy,
@@ -254,6 +261,12 @@ class ServiceState:
                 startup_s=self.startup_s,
                 admissible=self.admissible,
                 core_rate=self.core_rate,
+                window_s=spec.window_s,
+                namespace=namespace,
+                deployment=deployment,
+                pods=frozenset(p.name for p in self.pods if p.phase is Phase.SERVING),
+                ramp=spec.ramp,
+                placement=spec.need,
             )
         return self._workload
 
@@ -261,11 +274,30 @@ class ServiceState:
         self._workload = None
 
 
+_STAGES = {
+    Phase.PENDING: victims.Stage.PENDING,
+    Phase.STARTING: victims.Stage.STARTING,
+    Phase.WARMING: victims.Stage.WARMING,
+    Phase.SERVING: victims.Stage.SERVING,
+}
+
+
 def victim_order(pods: Iterable[Pod]) -> list[Pod]:
-    """The order scale-down removes pods in: pending, then starting, then warming, then
-    serving; within each phase the lowest pod-deletion-cost first (as a ReplicaSet does), then
-    the newest, so the least invested pod goes first."""
-    return sorted(pods, key=lambda p: (p.phase, p.deletion_cost, -p.created_s, -p.serial))
+    """The order scale-down removes pods in (`core.victims`): pending, then starting, then
+    warming, then serving; within each phase the lowest pod-deletion-cost first (as a
+    ReplicaSet does), then the newest, so the least invested pod goes first."""
+    return victims.order(pods, _candidate)
+
+
+def _candidate(pod: Pod) -> victims.Candidate:
+    return victims.Candidate(
+        pod.name,
+        stage=_STAGES[pod.phase],
+        tier=pod.tier,
+        deletion_cost=pod.deletion_cost,
+        created_s=pod.created_s,
+        serial=pod.serial,
+    )
 
 
 class SimCluster:
@@ -376,6 +408,14 @@ class SimCluster:
 
     def service(self, service: model.ServiceId) -> ServiceState:
         return self._service(service)
+
+    def set_ramp(self, service: model.ServiceId, ramp: ports.RampTarget) -> None:
+        """Give a service the warm-up gate and traffic ramp (or new ramp settings, or a new
+        saved state): its record carries them from the next `workloads()` on."""
+        svc = self._service(service)
+        svc.spec = dataclasses.replace(svc.spec, ramp=ramp)
+        svc.changed()
+        self._workloads = None
 
     def services(self) -> tuple[ServiceState, ...]:
         return tuple(self._services.values())

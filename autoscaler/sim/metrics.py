@@ -19,6 +19,14 @@ answers the loop's query from the last scrape, as a Prometheus instant query wou
   the last second, clipped to [0, 100]; NaN when nothing is serving. Load and queue of a service
   with no serving pods are still known (nothing served, the queue as it is).
 
+It is also the seasonal forecast's history (`ports.HistorySource`): `load_history` gives the
+served rate per step from the counter as scraped, and before the simulation began from the
+trace's past (`add_service(past_rps=...)`), never from anything at or after the time asked.
+
+A service in token mode also has token signals, named and computed as a vLLM server's
+(`token_signals`, `TokenSignals`): what the policy side reads for token and KV-cache votes. They
+sit beside the three signals above and change none of them.
+
 Tests switch the whole source off (`sample` raises `ObservationError`, as when Prometheus is
 unreachable; scraping goes on) or blank one signal (NaN) for a time range.
 
@@ -38,7 +46,8 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler import errors, ports
-from autoscaler.core import model
+from autoscaler.core import forecast, model
+from autoscaler.sim import tokens as tokens_
 
 _NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # one per model.Signal
 # Scrape times are compared with this slack (float rounding of the clock).
@@ -72,6 +81,38 @@ class Reading(NamedTuple):
         return self.in_service + self.queue
 
 
+class TokenReading(NamedTuple):
+    """What a scrape finds for one service in token mode."""
+
+    prompt_tokens_total: float
+    """`vllm:prompt_tokens_total`: prompt tokens prefilled (monotonic)."""
+    generation_tokens_total: float
+    """`vllm:generation_tokens_total`: output tokens decoded (monotonic)."""
+    kv_cache_usage_ratio: float
+    """`vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` before vLLM 0.10), a ratio in
+    [0, 1] despite its name: cache held over the serving replicas' cache; NaN with none."""
+    ttft_histogram: npt.NDArray[np.float64]
+    """`vllm:time_to_first_token_seconds` bucket counts (cumulative over the run)."""
+    tpot_histogram: npt.NDArray[np.float64]
+    """`vllm:time_per_output_token_seconds` bucket counts (cumulative over the run)."""
+
+
+class TokenSignals(NamedTuple):
+    """The token signals of one service at the last scrape, as PromQL over vLLM's series
+    gives them; NaN where the window holds too little (a missing series is never zero load)."""
+
+    kv_cache_usage_ratio: float
+    """`avg(vllm:kv_cache_usage_perc)`."""
+    prompt_tokens_per_s: float
+    """`sum(rate(vllm:prompt_tokens_total[window]))`."""
+    generation_tokens_per_s: float
+    """`sum(rate(vllm:generation_tokens_total[window]))`."""
+    ttft_p95_s: float
+    """`histogram_quantile(0.95, sum(rate(vllm:time_to_first_token_seconds_bucket[window])))`."""
+    tpot_p95_s: float
+    """`histogram_quantile(0.95, sum(rate(vllm:time_per_output_token_seconds_bucket[window])))`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Outage:
     """A time range `[start_s, end_s)` in which metrics are missing.
@@ -90,10 +131,26 @@ class Outage:
 
 
 class _Series:
-    __slots__ = ("concurrency", "latest", "load", "offset", "samples")
+    __slots__ = (
+        "added_s",
+        "concurrency",
+        "counter_s",
+        "counter_v",
+        "latest",
+        "load",
+        "offset",
+        "past",
+        "samples",
+    )
 
-    def __init__(self, max_samples: int, load: LoadQuery) -> None:
+    def __init__(self, max_samples: int, load: LoadQuery, added_s: float) -> None:
         self.samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        self.counter_s: list[float] = []
+        self.counter_v: list[float] = []
+        """Every scrape of the served counter, for the history."""
+        self.added_s = added_s
+        self.past: npt.NDArray[np.float64] | None = None
+        """Requests per second in the seconds before `added_s` (the trace's past)."""
         self.latest: tuple[float, float, float] = _NAN_ROW
         self.offset = 0.0
         """Counter value before the simulation (the seeded history)."""
@@ -117,6 +174,7 @@ class SimMetrics:
         self._outages: list[Outage] = []
         self._queries = 0
         self.next_scrape_s: float | None = None
+        self._tokens: dict[model.ServiceId, deque[tuple[float, TokenReading]]] = {}
 
     @property
     def queries(self) -> int:
@@ -131,12 +189,20 @@ class SimMetrics:
         history_rps: float | None = None,
         load: LoadQuery = LoadQuery.SERVED_RATE,
         service_time_s: float = 0.0,
+        past_rps: npt.NDArray[np.float64] | None = None,
     ) -> None:
         """Start scraping a service whose LOAD signal reads `load`. With `history_rps`, its
         counter already has a window of history at that steady rate (a service that was running
         before the simulation began), and `history_rps x service_time_s` requests are running;
-        without, the counter is fresh and its rate reads low until the window has filled."""
-        series = _Series(self._max_samples, load)
+        without, the counter is fresh and its rate reads low until the window has filled.
+        `past_rps` is the load of the seconds before `now_s`, the last one ending at `now_s`:
+        the history a Prometheus would hold for a service that ran before the simulation."""
+        series = _Series(self._max_samples, load, now_s)
+        if past_rps is not None:
+            past = np.asarray(past_rps, dtype=np.float64)
+            if past.ndim != 1 or not bool(np.all(np.isfinite(past)) and np.all(past >= 0)):
+                raise ValueError("past_rps must be a 1-D array of finite values >= 0")
+            series.past = past
         if history_rps is not None:
             if not (math.isfinite(history_rps) and history_rps >= 0):
                 raise ValueError("history_rps must be finite and >= 0")
@@ -167,6 +233,11 @@ class SimMetrics:
             if samples and samples[-1][0] >= now_s - _EPS:
                 samples.pop()  # the history seeded at this very time
             samples.append((now_s, series.offset + reading.served_total))
+            if series.counter_s and series.counter_s[-1] >= now_s - _EPS:
+                series.counter_s.pop()
+                series.counter_v.pop()
+            series.counter_s.append(now_s)
+            series.counter_v.append(reading.served_total)
             gpu = reading.gpu_util_pct
             if not math.isnan(gpu):
                 gpu = min(100.0, max(0.0, gpu))
@@ -175,6 +246,45 @@ class SimMetrics:
         if self.next_scrape_s is not None:
             while self.next_scrape_s <= now_s + _EPS:
                 self.next_scrape_s += self.scrape_interval_s
+
+    def scrape_tokens(self, now_s: float, readings: Mapping[model.ServiceId, TokenReading]) -> None:
+        """Record one scrape of the token series of every service listed."""
+        for service, reading in readings.items():
+            samples = self._tokens.setdefault(service, deque(maxlen=self._max_samples))
+            if samples and samples[-1][0] >= now_s - _EPS:
+                samples.pop()
+            samples.append((now_s, reading))
+
+    def token_signals(self, service: model.ServiceId, now_s: float) -> TokenSignals:
+        """The service's token signals at `now_s` from its scrapes within the rate window.
+
+        Raises `ObservationError` while the whole source is switched off, as `sample` does;
+        a service with no token series (the request model) reads NaN throughout."""
+        for outage in self._outages:
+            if outage.signal is None and outage.covers(now_s):
+                raise errors.ObservationError(
+                    f"simulated metrics outage from {outage.start_s:g}s to {outage.end_s:g}s"
+                )
+        samples = self._tokens.get(service)
+        if not samples:
+            return TokenSignals(math.nan, math.nan, math.nan, math.nan, math.nan)
+        window = self.rate_window_s
+        latest = samples[-1][1]
+        prompt = [(t, r.prompt_tokens_total) for t, r in samples]
+        generation = [(t, r.generation_tokens_total) for t, r in samples]
+        inside = [(t, r) for t, r in samples if now_s - window < t <= now_s + _EPS]
+        ttft = tpot = math.nan
+        if len(inside) >= 2:
+            first, last = inside[0][1], inside[-1][1]
+            ttft = tokens_.histogram_quantile(last.ttft_histogram - first.ttft_histogram, 0.95)
+            tpot = tokens_.histogram_quantile(last.tpot_histogram - first.tpot_histogram, 0.95)
+        return TokenSignals(
+            latest.kv_cache_usage_ratio,
+            extrapolated_rate(prompt, at_s=now_s, window_s=window),
+            extrapolated_rate(generation, at_s=now_s, window_s=window),
+            ttft,
+            tpot,
+        )
 
     def switch_off(self, start_s: float, end_s: float) -> None:
         """Make `sample` raise `ObservationError` for `now_s` in [start_s, end_s)."""
@@ -215,6 +325,32 @@ class SimMetrics:
             for i, workload in enumerate(workloads):
                 if outage.service is None or outage.service == workload.id:
                     values[i, outage.signal] = math.nan
+
+    async def load_history(
+        self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> dict[model.ServiceId, forecast.History]:
+        """The served rate per `step_s` over the last `span_s`: the steps wholly before `now_s`
+        only, as a range query ending at `now_s` would give. Services whose LOAD is not the
+        served rate have none."""
+        if not (step_s > 0 and span_s > 0):
+            raise ValueError("span_s and step_s must be > 0")
+        for outage in self._outages:
+            if outage.signal is None and outage.covers(now_s):
+                raise errors.ObservationError("simulated metrics outage: no range query")
+        end = math.floor(now_s / step_s + _EPS)
+        first = math.floor((now_s - span_s) / step_s + _EPS)
+        edges = np.arange(first, end + 1, dtype=np.float64) * step_s
+        found: dict[model.ServiceId, forecast.History] = {}
+        for workload in workloads:
+            series = self._series.get(workload.id)
+            if series is None or series.load is not LoadQuery.SERVED_RATE or end <= first:
+                continue
+            values = np.full(end - first, np.nan)
+            if series.past is not None:
+                _fill_from_past(values, edges, series.past, series.added_s)
+            _fill_from_counter(values, edges, series.counter_s, series.counter_v)
+            found[workload.id] = forecast.History(float(edges[0]), step_s, values)
+        return found
 
     def concurrency(self, service: model.ServiceId) -> float:
         """Running plus waiting requests of `service` at the last scrape, whatever its LOAD
@@ -265,3 +401,39 @@ def extrapolated_rate(
     if to_end_s >= threshold_s:
         to_end_s = average_s / 2
     return increase * (sampled_s + to_start_s + to_end_s) / sampled_s / window_s
+
+
+def _fill_from_past(
+    values: npt.NDArray[np.float64],
+    edges: npt.NDArray[np.float64],
+    past: npt.NDArray[np.float64],
+    ends_s: float,
+) -> None:
+    """Each step wholly inside the past (per-second rates ending at `ends_s`) gets its mean."""
+    begins_s = ends_s - len(past)
+    totals = np.concatenate(([0.0], np.cumsum(past)))
+    lo, hi = edges[:-1], edges[1:]
+    inside = (lo >= begins_s - _EPS) & (hi <= ends_s + _EPS)
+    a = np.round(lo[inside] - begins_s).astype(np.int64)
+    b = np.round(hi[inside] - begins_s).astype(np.int64)
+    values[inside] = (totals[b] - totals[a]) / np.maximum(b - a, 1)
+
+
+def _fill_from_counter(
+    values: npt.NDArray[np.float64],
+    edges: npt.NDArray[np.float64],
+    at_s: Sequence[float],
+    counter: Sequence[float],
+) -> None:
+    """Each step wholly inside the scraped span gets the counter's increase over it, per
+    second (the counter read between scrapes as a straight line, as `increase()` does)."""
+    if len(at_s) < 2:
+        return
+    times = np.asarray(at_s, dtype=np.float64)
+    totals = np.asarray(counter, dtype=np.float64)
+    lo, hi = edges[:-1], edges[1:]
+    inside = (lo >= times[0] - _EPS) & (hi <= times[-1] + _EPS)
+    if not bool(np.any(inside)):
+        return
+    increase = np.interp(hi[inside], times, totals) - np.interp(lo[inside], times, totals)
+    values[inside] = increase / (hi[inside] - lo[inside])

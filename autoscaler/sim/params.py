@@ -6,7 +6,9 @@ it is written into `summary.json` so a result can be reproduced.
 With `ramp` set, new pods pass the warm-up gate and the traffic ramp (docs/architecture.md,
 "The warm-up gate and the traffic ramp") run by the ramp driver; `faults` make chosen pods slow or
 failing (the bad-pod scenario). Without either, a run is exactly the plain model: pods serve once
-warm, every replica alike.
+warm, every replica alike. With `tokens` set, replicas serve tokens rather than requests (the
+token mode, `sim.tokens`: continuous batching, prefill and decode rates, a KV-cache budget, a
+TTFT SLO); without, the request model serves, unchanged.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from autoscaler.sim.tokens import TokenConfig
 
 TIMESERIES_COLUMNS = (
     "t_s",
@@ -70,6 +74,11 @@ A failed or rejected request also counts as an SLO miss."""
 PLACEMENT_SUMMARY_KEYS = frozenset({"placement"})
 """Keys `summary.json` adds on a cluster described by tier (`SimParams.nodes`): `placement`,
 pod-seconds holding a slot per tier (`tier_replica_s`) and the last plan's reason."""
+
+TOKEN_SUMMARY_KEYS = frozenset({"tokens"})
+"""Keys `summary.json` adds in token mode (`SimParams.tokens`): `tokens`, the prompt and
+generation tokens served and the whole run's p95 TTFT (`p95_latency_s` is the TTFT too, and
+`slo_misses` counts requests over the TTFT SLO)."""
 
 RAMP_ROUTERS = ("none", "istio", "gateway-api", "smi")
 """The traffic routers a simulated ramp can use (the `traffic-router` annotation's values)."""
@@ -249,7 +258,17 @@ class SimParams:
     """The namespace's ResourceQuota `hard` entries, e.g. (("requests.nvidia.com/gpu", 8),);
     used is counted from the simulated pods."""
 
+    # The server model (docs/simulator.md, "Token mode").
+    tokens: TokenConfig | None = None
+    """None: the request model (`replica_capacity_rps`, `service_time_s`, `slo_latency_s`).
+    Set: the token mode, a replica's prefill and decode rates, KV-cache budget and the TTFT SLO
+    (its `queue_timeout_s` replaces this one's); the run needs each second's prompt and output
+    tokens. `replica_capacity_rps` still sizes the opening replicas and the policies' request
+    targets, as an operator's request-rate target would."""
+
     def __post_init__(self) -> None:
+        if self.tokens is not None and self.detailed:
+            raise ValueError("the token mode models every replica alike: no ramp, no faults")
         if self.placement not in PLACEMENTS:
             raise ValueError(
                 f"unknown placement {self.placement!r}; known: {', '.join(PLACEMENTS)}"

@@ -87,7 +87,25 @@ def seed_config(params: SimParams) -> model.PolicyConfig:
 
 
 def default_config(params: SimParams) -> model.PolicyConfig:
-    return policy.default(max_replicas=params.max_replicas, **_targets(params))
+    return policy.default(
+        max_replicas=params.max_replicas, slo=slo_config(params), **_targets(params)
+    )
+
+
+def slo_config(params: SimParams) -> model.SloConfig:
+    """The simulation's SLO as the service owner would annotate it: the latency limit at the
+    quantile the benchmark holds every policy to (at most 1 % over it), the latency of a request
+    that does not wait, and the replica's capacity (the same mu the other policies' targets are
+    fractions of)."""
+    return model.SloConfig(
+        target_latency_s=params.slo_latency_s,
+        quantile=SLO_QUANTILE,
+        service_time_s=params.service_time_s,
+        replica_capacity_rps=params.replica_capacity_rps,
+    )
+
+
+SLO_QUANTILE = 0.99
 
 
 def hpa_decider(params: SimParams, arrivals: FloatArray) -> ports.Policy:

@@ -25,6 +25,7 @@ Kubernetes or Prometheus client.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -103,7 +104,7 @@ class SimRampCluster:
 
     def __init__(self, cluster: cluster_.SimCluster) -> None:
         self._cluster = cluster
-        self._targets: dict[model.ServiceId, ports.RampTarget] = {}
+        self._targets: set[model.ServiceId] = set()
         self._saved: dict[model.ServiceId, str] = {}
         self.events: list[RecordedEvent] = []
         self.reclaimed: Counter[model.ServiceId] = Counter()
@@ -114,8 +115,8 @@ class SimRampCluster:
     def add(self, target: ports.RampTarget) -> None:
         if target.service in self._targets:
             raise ValueError(f"service {target.service} already has a ramp")
-        self._cluster.service(target.service)  # KeyError for a service the cluster lacks
-        self._targets[target.service] = target
+        self._cluster.set_ramp(target.service, target)  # KeyError for a service it lacks
+        self._targets.add(target.service)
 
     def has(self, service: model.ServiceId) -> bool:
         return service in self._targets
@@ -126,7 +127,7 @@ class SimRampCluster:
     # -- the port ---------------------------------------------------------------------------
 
     def ramp_targets(self) -> Sequence[ports.RampTarget]:
-        return [self._with_saved(t) for t in self._targets.values()]
+        return [w.ramp for w in self._cluster.workloads() if w.ramp is not None]
 
     def pods(self, service: model.ServiceId) -> Sequence[ports.PodInfo]:
         return [
@@ -164,6 +165,10 @@ class SimRampCluster:
         if self._saved.get(service) != text:
             self._saved[service] = text
             self.saves += 1
+            # As the annotation on a Deployment: the service's next record carries it.
+            ramp = self._cluster.service(service).spec.ramp
+            if ramp is not None:
+                self._cluster.set_ramp(service, dataclasses.replace(ramp, saved=text))
 
     def record(self, service: model.ServiceId, type_: str, reason: str, message: str) -> None:
         if type_ not in ("Normal", "Warning"):
@@ -174,20 +179,6 @@ class SimRampCluster:
         if service not in self._targets:
             raise errors.ActuationError(f"no ramped service {service}")
         return service
-
-    def _with_saved(self, target: ports.RampTarget) -> ports.RampTarget:
-        saved = self._saved.get(target.service)
-        if saved == target.saved:
-            return target
-        return ports.RampTarget(
-            service=target.service,
-            route=target.route,
-            traffic=target.traffic,
-            warmup=target.warmup,
-            metrics=target.metrics,
-            dry_run=target.dry_run,
-            saved=saved,
-        )
 
 
 class SimRouter:

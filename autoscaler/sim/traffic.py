@@ -182,7 +182,7 @@ class Traffic:
 
     def unmet_at_end(self) -> float:
         """Requests waiting now that cannot meet the SLO any more: a run that ends here counts
-        them as misses (the rule is `autoscaler.sim.report`'s).
+        them as misses (the rule is `autoscaler.experiment.run_report`'s).
 
         The queue is served on, in order, at the last second's capacity and with nobody else
         arriving: a request whose wait then exceeds the SLO's, or that would reach the timeout,

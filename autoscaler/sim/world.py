@@ -15,6 +15,11 @@ Ports for the loop: `world.cluster` (`ports.Cluster`), `world.metrics` (`ports.M
 `world.routers` (`ports.TrafficRouter` by name), `world.health` (`ports.HealthSource`) and
 `world.prober` (`ports.WarmupProber`).
 
+A service whose params set `tokens` is served by the token model (`tokens.TokenTraffic`): its
+serving replicas batch requests against prefill, decode and KV-cache limits, the `p95_latency_s`
+column holds the TTFT, and each scrape also records the token signals a vLLM server exports
+(`metrics.TokenSignals`). Other services keep the request model, exactly as before.
+
 A service whose params set `ramp` or `faults` is modelled per pod (`traffic.SplitTraffic`): each
 second, the arrivals are split between the stable and the warming set by the router's weight
 (every ready pod alike without a split), each set serves its own queue with its pods' own
@@ -44,13 +49,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import annotations as contract
 from autoscaler import metricnames, ports
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model, placement
 from autoscaler.sim import cluster as cluster_
 from autoscaler.sim import metrics as metrics_
 from autoscaler.sim import policies
 from autoscaler.sim import ramp as ramp_
+from autoscaler.sim import tokens as tokens_
 from autoscaler.sim import traffic as traffic_
 from autoscaler.sim.params import TIMESERIES_COLUMNS, SimParams
 
@@ -88,6 +94,7 @@ class _Feed:
         "service_time_s",
         "split",
         "state",
+        "tokens",
         "traffic",
         "utilisation_pct",
     )
@@ -120,7 +127,9 @@ class _Feed:
         self.ramp_rows = array("d")
         """`RAMP_COLUMNS` per second, flat (per-pod model only)."""
         self.utilisation_pct = math.nan
-        """GPU utilisation of the serving pods in the last second (per-pod model only)."""
+        """GPU utilisation of the serving pods in the last second (per-pod and token models)."""
+        self.tokens: tokens_.TokenTraffic | None = None
+        """The token model, for a service in token mode (then `traffic` is unused)."""
 
 
 class World:
@@ -171,6 +180,8 @@ class World:
         policy_config: model.PolicyConfig | None = None,
         replicas: int | None = None,
         warm_start: bool = True,
+        past: Sequence[float] | FloatArray | None = None,
+        token_mix: tokens_.TokenMix | None = None,
     ) -> model.ServiceId:
         """Add a service fed by `arrivals` (requests per second, from now on, already scaled).
 
@@ -180,13 +191,19 @@ class World:
         metrics have a window of history at the opening load, as for a service that was
         running before; without, its counters start fresh. With `params.ramp` its new pods
         pass the warm-up gate and the ramp; `params.faults` count pods from the first one
-        created after these.
+        created after these. `past` (requests per second, already scaled) is the load of the
+        seconds before now: the metrics' load history holds it, the forecast's only view of
+        the trace beyond what the simulation has served. In token mode (`params.tokens`),
+        `token_mix` gives each second's prompt and output tokens (already scaled like
+        `arrivals`).
         """
         p = params or self.params
         sid = model.ServiceId(service)
         if sid in self._by_id:
             raise ValueError(f"service {sid} already exists")
         values = np.asarray(arrivals, dtype=np.float64)
+        if (p.tokens is None) != (token_mix is None):
+            raise ValueError("token_mix goes with params.tokens (the token mode), and only there")
         config = policy_config or policies.lookup(p.policy).config(p)
         n = initial_replicas(values, p) if replicas is None else replicas
         spec = cluster_.ServiceSpec(
@@ -211,6 +228,8 @@ class World:
         feed = _Feed(sid, traffic, state, p.replica_capacity_rps, p.service_time_s)
         if p.detailed:
             self._model_per_pod(feed, values, traffic_config, p, initial=len(state.pods))
+        if p.tokens is not None and token_mix is not None:
+            feed.tokens = tokens_.TokenTraffic(values, token_mix, p.tokens)
         self._feeds.append(feed)
         self._by_id[sid] = feed
         history: float | None = None
@@ -223,6 +242,7 @@ class World:
             history_rps=history,
             load=load,
             service_time_s=p.service_time_s,
+            past_rps=None if past is None else np.asarray(past, dtype=np.float64),
         )
         utilisation = math.nan
         running = 0.0
@@ -231,11 +251,18 @@ class World:
             if state.serving > 0:
                 utilisation = 100.0 * history / (state.serving_speed * feed.capacity_rps)
         self.metrics.scrape(float(self._t), {sid: metrics_.Reading(0.0, 0.0, utilisation, running)})
+        if feed.tokens is not None:
+            self.metrics.scrape_tokens(float(self._t), {sid: _token_reading(feed.tokens)})
         return sid
 
-    def traffic(self, service: model.ServiceId) -> traffic_.Traffic | traffic_.SplitTraffic:
-        """The service's queues: `SplitTraffic` when it is modelled per pod."""
+    def traffic(
+        self, service: model.ServiceId
+    ) -> traffic_.Traffic | traffic_.SplitTraffic | tokens_.TokenTraffic:
+        """The service's queues: `SplitTraffic` when it is modelled per pod, `TokenTraffic` in
+        token mode."""
         feed = self._by_id[service]
+        if feed.tokens is not None:
+            return feed.tokens
         return feed.traffic if feed.split is None else feed.split
 
     def router_of(self, service: model.ServiceId) -> ramp_.SimRouter | None:
@@ -296,6 +323,9 @@ class World:
             if feed.split is not None:
                 self._second_per_pod(t, feed, feed.split)
                 continue
+            if feed.tokens is not None:
+                self._second_tokens(t, feed, feed.tokens)
+                continue
             state = feed.state
             _, starting, warming, serving = state.counts
             holding = starting + warming + serving
@@ -322,6 +352,29 @@ class World:
         self._t = now = t + 1
         if self.metrics.scrape_due(now):
             self._scrape(float(now))
+
+    def _second_tokens(self, t: int, feed: _Feed, tokens: tokens_.TokenTraffic) -> None:
+        state = feed.state
+        _, starting, warming, serving = state.counts
+        holding = starting + warming + serving
+        second = tokens.step(state.serving_speed)
+        feed.last_served = second.served
+        feed.utilisation_pct = 100.0 * second.busy_ratio
+        feed.rows.extend(
+            (
+                t,
+                second.arrivals,
+                second.served,
+                second.dropped,
+                state.desired,
+                holding,
+                serving,
+                state.serving_speed * feed.capacity_rps,
+                second.p95_latency_s,
+                holding / _SECONDS_PER_HOUR,
+                second.slo_misses,
+            )
+        )
 
     def _second_per_pod(self, t: int, feed: _Feed, split: traffic_.SplitTraffic) -> None:
         state = feed.state
@@ -385,7 +438,15 @@ class World:
 
     def _scrape(self, now_s: float) -> None:
         readings: dict[model.ServiceId, metrics_.Reading] = {}
+        token_readings: dict[model.ServiceId, metrics_.TokenReading] = {}
         for feed in self._feeds:
+            if feed.tokens is not None:
+                tokens = feed.tokens
+                readings[feed.id] = metrics_.Reading(
+                    tokens.served, tokens.queue, feed.utilisation_pct, tokens.running
+                )
+                token_readings[feed.id] = _token_reading(tokens)
+                continue
             traffic: traffic_.Traffic | traffic_.SplitTraffic = feed.traffic
             serving = feed.state.counts[cluster_.Phase.SERVING]
             # Mean utilisation over the pods serving now: one that just joined has done nothing.
@@ -400,6 +461,20 @@ class World:
                 traffic.served, traffic.queue, utilisation, running
             )
         self.metrics.scrape(now_s, readings)
+        if token_readings:
+            self.metrics.scrape_tokens(now_s, token_readings)
+
+
+def _token_reading(tokens: tokens_.TokenTraffic) -> metrics_.TokenReading:
+    """What a vLLM server's token series read now (the histograms copied: they keep growing)."""
+    capacity = tokens.replicas * tokens.config.kv_cache_tokens
+    return metrics_.TokenReading(
+        prompt_tokens_total=tokens.prompt_tokens_total,
+        generation_tokens_total=tokens.generation_tokens_total,
+        kv_cache_usage_ratio=tokens.cached_tokens / capacity if capacity > 0 else math.nan,
+        ttft_histogram=tokens.ttft_histogram.copy(),
+        tpot_histogram=tokens.tpot_histogram.copy(),
+    )
 
 
 class SimClock:
@@ -468,6 +543,20 @@ def ramp_target(service: model.ServiceId, params: SimParams) -> ports.RampTarget
         raise ValueError("the params set no ramp router")
     namespace, _, deployment = service.rpartition("/")
     namespace = namespace or "default"
+    traffic = contract.TrafficConfig(
+        router=contract.TrafficRouter(params.ramp),
+        steps_pct=params.ramp_steps_pct,
+        step_interval_s=params.ramp_step_interval_s,
+        max_error_rate=params.ramp_max_error_rate,
+        max_p95_latency_s=params.ramp_max_p95_latency_s,
+        max_p95_ratio=params.ramp_max_p95_ratio,
+    )
+    warmup = contract.WarmupConfig(
+        path=WARMUP_PATH,
+        port=WARMUP_PORT,
+        requests=params.warmup_requests,
+        deadline_s=params.warmup_deadline_s,
+    )
     return ports.RampTarget(
         service=service,
         route=ports.RouteTarget(
@@ -476,20 +565,9 @@ def ramp_target(service: model.ServiceId, params: SimParams) -> ports.RampTarget
             deployment=deployment,
             pod_labels={"app": deployment},
         ),
-        traffic=contract.TrafficConfig(
-            router=contract.TrafficRouter(params.ramp),
-            steps_pct=params.ramp_steps_pct,
-            step_interval_s=params.ramp_step_interval_s,
-            max_error_rate=params.ramp_max_error_rate,
-            max_p95_latency_s=params.ramp_max_p95_latency_s,
-            max_p95_ratio=params.ramp_max_p95_ratio,
-        ),
-        warmup=contract.WarmupConfig(
-            path=WARMUP_PATH,
-            port=WARMUP_PORT,
-            requests=params.warmup_requests,
-            deadline_s=params.warmup_deadline_s,
-        ),
+        traffic=traffic,
+        warmup=warmup,
+        config=contract.ramp_config(traffic, warmup),
         metrics=metricnames.PRESETS[SERVER_PRESET],
         dry_run=False,
         saved=None,

@@ -33,14 +33,19 @@ async def health_for() -> AsyncIterator[Callable[..., prometheus.HealthQueries]]
     """Makes `HealthQueries` on a URL; closes them after the test."""
     made: list[prometheus.HealthQueries] = []
 
-    def make(url: str, **kwargs: Any) -> prometheus.HealthQueries:
-        source = prometheus.HealthQueries(url, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs)
+    def make(
+        url: str, *, timeout_s: float = prometheus.DEFAULT_TIMEOUT_S, **kwargs: Any
+    ) -> prometheus.HealthQueries:
+        client = prometheus.Client(url, timeout_s=timeout_s)
+        source = prometheus.HealthQueries(
+            client, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
+        )
         made.append(source)
         return source
 
     yield make
     for source in made:
-        await source.close()
+        await source.client.close()
 
 
 async def wait_for_full_window(stack: Stack, namespace: str, pods: int) -> None:

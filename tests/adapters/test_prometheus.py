@@ -22,6 +22,8 @@ from autoscaler.core import model
 
 LOAD, SATURATION, CAPACITY = model.Signal.LOAD, model.Signal.SATURATION, model.Signal.CAPACITY
 VLLM = prometheus.PRESETS["vllm"]
+NOWHERE = prometheus.Client("http://127.0.0.1:9")
+"""A client that never sends: its session opens at the first query."""
 HOSTILE = [
     'a"} or vector(1) #',
     'a",pod=~".*',
@@ -37,28 +39,31 @@ HOSTILE = [
 ]
 
 
-class FakePodIndex:
-    """An in-memory `PodIndex`."""
-
-    def __init__(self, services: Mapping[model.ServiceId, prometheus.ServingPods]) -> None:
-        self.services = dict(services)
-
-    def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
-        return self.services.get(service)
-
-
 def serving(
     namespace: str, *pods: str, metrics: prometheus.MetricNames = VLLM
 ) -> prometheus.ServingPods:
     return prometheus.ServingPods(namespace, frozenset(pods), metrics)
 
 
-def workloads(*services: str) -> list[ports.Workload]:
+def workloads(services: Mapping[str, prometheus.ServingPods], *ids: str) -> list[ports.Workload]:
+    """The records of `ids`, each naming its pods as `services` says (none when absent)."""
     config = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
-    return [
-        ports.Workload(model.ServiceId(s), config, half_life_s=math.inf, replicas=2, serving=2)
-        for s in services
-    ]
+    found = []
+    for s in ids:
+        where = services.get(s)
+        found.append(
+            ports.Workload(
+                model.ServiceId(s),
+                config,
+                half_life_s=math.inf,
+                replicas=2,
+                serving=2,
+                namespace="" if where is None else where.namespace,
+                pods=frozenset() if where is None else where.pods,
+                metrics=None if where is None else where.metrics,
+            )
+        )
+    return found
 
 
 SourceFactory = Callable[..., prometheus.MetricsSource]
@@ -66,22 +71,22 @@ SourceFactory = Callable[..., prometheus.MetricsSource]
 
 @pytest.fixture
 async def source_for() -> AsyncIterator[SourceFactory]:
-    """Makes adapters reading a `FakePodIndex` of the given services; closes them after the test."""
+    """Makes adapters; closes them after the test."""
     made: list[prometheus.MetricsSource] = []
 
     def make(
-        url: str, services: Mapping[str, prometheus.ServingPods], **kwargs: Any
+        url: str, *, timeout_s: float = prometheus.DEFAULT_TIMEOUT_S, **kwargs: Any
     ) -> prometheus.MetricsSource:
-        index = FakePodIndex({model.ServiceId(k): v for k, v in services.items()})
+        client = prometheus.Client(url, timeout_s=timeout_s)
         source = prometheus.MetricsSource(
-            url, index, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
+            client, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
         )
         made.append(source)
         return source
 
     yield make
     for source in made:
-        await source.close()
+        await source.client.close()
 
 
 async def sample_until(
@@ -125,7 +130,7 @@ def test_metric_names_outside_the_grammar_are_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="not a Prometheus metric name"):
         prometheus.MetricNames(requests="r", queue=bad)
     with pytest.raises(ValueError, match="not a Prometheus metric name"):
-        prometheus.MetricsSource("http://127.0.0.1:9", FakePodIndex({}), gpu_metric=bad)
+        prometheus.MetricsSource(NOWHERE, gpu_metric=bad)
 
 
 def test_queries_quote_pod_names_and_group_servers_by_metric_name() -> None:
@@ -172,7 +177,7 @@ def test_long_pod_lists_fall_back_to_namespace_selection() -> None:
 
 def test_limits_default_to_multiples_of_the_scrape_interval() -> None:
     """Values older than 3 scrape intervals are stale; rates span 4 intervals."""
-    source = prometheus.MetricsSource("http://127.0.0.1:9", FakePodIndex({}), scrape_interval_s=15)
+    source = prometheus.MetricsSource(NOWHERE, scrape_interval_s=15)
 
     assert (source.max_age_s, source.rate_window_s) == (45.0, 60.0)
 
@@ -209,10 +214,8 @@ async def test_rates_and_queues_come_back_per_service(
     stack.upper.set_vllm(a, "chat-0", rate_per_s=1.0, finished_reason="length")
     stack.lower.set_vllm(a, "chat-1", rate_per_s=4.0, waiting=4)
     stack.upper.set_vllm(b, "chat-0", rate_per_s=7.0, waiting=5)  # same pod name, other namespace
-    source = source_for(
-        stack.prometheus.url,
-        {"a/chat": serving(a, "chat-0", "chat-1"), "b/chat": serving(b, "chat-0")},
-    )
+    services = {"a/chat": serving(a, "chat-0", "chat-1"), "b/chat": serving(b, "chat-0")}
+    source = source_for(stack.prometheus.url)
     # A rate reads low until its window has filled: wait for samples older than the window.
     full = f"{source.rate_window_s + 2 * server.SCRAPE_INTERVAL_S:g}"
     await stack.prometheus.wait_for_series(
@@ -222,7 +225,7 @@ async def test_rates_and_queues_come_back_per_service(
         ),
     )
 
-    values = await source.sample(workloads("a/chat", "b/chat"), 0.0)
+    values = await source.sample(workloads(services, "a/chat", "b/chat"), 0.0)
 
     assert values[:, LOAD] == pytest.approx([7.0, 7.0], rel=0.1)
     assert values[:, SATURATION].tolist() == [7.0, 5.0]
@@ -242,9 +245,9 @@ async def test_pods_not_in_the_index_are_ignored(
     stack.upper.set_vllm(other, "lm-0", waiting=10000)  # a managed pod name, another namespace
     await wait_for_series(stack, f'vllm:num_requests_waiting{{namespace=~"{a}|{other}"}}', 5)
     services = {"a/chat": serving(a, "chat-0", "chat-1"), "b/lm": serving(f"{unique}-b", "lm-0")}
-    source = source_for(stack.prometheus.url, services, max_pod_matcher_chars=max_pod_matcher_chars)
+    source = source_for(stack.prometheus.url, max_pod_matcher_chars=max_pod_matcher_chars)
 
-    values = await source.sample(workloads("a/chat", "b/lm"), 0.0)
+    values = await source.sample(workloads(services, "a/chat", "b/lm"), 0.0)
 
     assert values[0, SATURATION] == 3.0
     assert np.isnan(values[1]).all()
@@ -264,9 +267,11 @@ async def test_services_without_series_read_nan_never_zero(
         "b/quiet": serving(f"{unique}-b", "quiet-0"),
         "c/empty": serving(f"{unique}-c"),
     }
-    source = source_for(stack.prometheus.url, services)
+    source = source_for(stack.prometheus.url)
 
-    values = await source.sample(workloads("a/chat", "b/quiet", "c/empty", "d/unknown"), 0.0)
+    values = await source.sample(
+        workloads(services, "a/chat", "b/quiet", "c/empty", "d/unknown"), 0.0
+    )
 
     assert values[0, SATURATION] == 4.0
     assert values[0, CAPACITY] == 70.0
@@ -291,9 +296,9 @@ async def test_gpu_utilisation_reads_either_hostname_label_and_renamed_pods(
         "b/chat": serving(b, "chat-0"),
         "c/chat": serving(c, "chat-0"),
     }
-    source = source_for(stack.prometheus.url, services)
+    source = source_for(stack.prometheus.url)
 
-    values = await source.sample(workloads("a/chat", "b/chat", "c/chat"), 0.0)
+    values = await source.sample(workloads(services, "a/chat", "b/chat", "c/chat"), 0.0)
 
     # Pod means (50, 80), then the mean over the service's pods.
     assert values[:, CAPACITY].tolist() == [65.0, 30.0, 90.0]
@@ -309,10 +314,10 @@ async def test_one_query_per_signal_per_tick_whatever_the_number_of_services(
             f"ns/s{i}": serving(f"{unique}-{i % 7}", f"s{i}-0", f"s{i}-1", metrics=kinds[i % 4])
             for i in range(count)
         }
-        source = source_for(stack.prometheus.url, services)
+        source = source_for(stack.prometheus.url)
         received = stack.prometheus.http_requests("/api/v1/query")
 
-        await source.sample(workloads(*services), 0.0)
+        await source.sample(workloads(services, *services), 0.0)
 
         assert stack.prometheus.http_requests("/api/v1/query") - received == 3
         assert source.queries_sent == len(source.last_queries) == 3
@@ -329,9 +334,9 @@ async def test_hostile_names_from_the_index_never_reach_promql(
         "a/chat": serving(a, "chat-0", *HOSTILE),
         "b/chat": serving('b"} or vector(1) #', "chat-0"),
     }
-    source = source_for(stack.prometheus.url, services)
+    source = source_for(stack.prometheus.url)
 
-    values = await source.sample(workloads("a/chat", "b/chat"), 0.0)
+    values = await source.sample(workloads(services, "a/chat", "b/chat"), 0.0)
 
     assert values[0, SATURATION] == 2.0
     assert np.isnan(values[1]).all()
@@ -366,8 +371,8 @@ async def test_a_dropped_series_reads_nan_after_prometheus_marks_it_stale(
     """When an exporter stops serving a pod, its values turn NaN (Prometheus's staleness marker)."""
     a = f"{unique}-a"
     stack.upper.set_vllm(a, "chat-0", waiting=6)
-    source = source_for(stack.prometheus.url, {"a/chat": serving(a, "chat-0")})
-    load = workloads("a/chat")
+    source = source_for(stack.prometheus.url)
+    load = workloads({"a/chat": serving(a, "chat-0")}, "a/chat")
     await sample_until(source, load, lambda v: v[0, SATURATION] == 6.0, "queue read")
 
     stack.upper.drop(a, "chat-0")
@@ -383,8 +388,8 @@ async def test_a_series_older_than_the_limit_reads_nan_though_prometheus_still_h
     # An explicit, frozen timestamp: Prometheus keeps the series (no staleness marker) and its
     # 5-minute lookback still answers it, but the sample ages.
     stack.upper.set_vllm(a, "chat-0", waiting=9, timestamp_s=time.time())
-    source = source_for(stack.prometheus.url, {"a/chat": serving(a, "chat-0")})
-    load = workloads("a/chat")
+    source = source_for(stack.prometheus.url)
+    load = workloads({"a/chat": serving(a, "chat-0")}, "a/chat")
     await sample_until(source, load, lambda v: v[0, SATURATION] == 9.0, "queue read while fresh")
 
     await sample_until(source, load, lambda v: bool(np.isnan(v[0, SATURATION])), "queue stale")
@@ -397,8 +402,8 @@ async def test_a_stopped_prometheus_raises_observation_error(
     lone_prometheus: server.Prometheus, unique: str, source_for: SourceFactory
 ) -> None:
     """Connection refused is an `ObservationError` raised from the library's exception."""
-    source = source_for(lone_prometheus.url, {"a/chat": serving(f"{unique}-a", "chat-0")})
-    load = workloads("a/chat")
+    source = source_for(lone_prometheus.url)
+    load = workloads({"a/chat": serving(f"{unique}-a", "chat-0")}, "a/chat")
     assert np.isnan(await source.sample(load, 0.0)).all()  # answered: no series yet
 
     lone_prometheus.stop()
@@ -434,10 +439,10 @@ async def test_a_broken_answer_raises_observation_error(
     """HTTP errors, bad JSON and malformed results raise `ObservationError` from their cause,
     and none of them is taken for a refused query."""
     async with stub.answering(status, body, content_type) as url:
-        source = source_for(url, {"a/chat": serving("ns-a", "chat-0")})
+        source = source_for(url)
 
         with pytest.raises(errors.ObservationError, match=message) as caught:
-            await source.sample(workloads("a/chat"), 0.0)
+            await source.sample(workloads({"a/chat": serving("ns-a", "chat-0")}, "a/chat"), 0.0)
 
     assert not isinstance(caught.value, prometheus.QueryRejected)
     assert isinstance(caught.value.__cause__, cause)
@@ -450,12 +455,12 @@ async def test_a_silent_prometheus_times_out_as_observation_error(
 ) -> None:
     """A server that never answers costs one deadline, then an `ObservationError`."""
     with stub.silent() as url:
-        source = source_for(url, {"a/chat": serving("ns-a", "chat-0")}, timeout_s=0.2)
+        source = source_for(url, timeout_s=0.2)
 
         with pytest.raises(
             errors.ObservationError, match=r"no whole answer within 0\.2 s"
         ) as caught:
-            await source.sample(workloads("a/chat"), 0.0)
+            await source.sample(workloads({"a/chat": serving("ns-a", "chat-0")}, "a/chat"), 0.0)
 
     assert isinstance(caught.value.__cause__, TimeoutError)
 
@@ -464,11 +469,11 @@ async def test_a_dripping_prometheus_is_cut_at_the_deadline(source_for: SourceFa
     """A server that sends its headers, then one byte every 0.1 s, costs one 0.3 s deadline."""
     loop = asyncio.get_running_loop()
     async with stub.dripping(byte_every_s=0.1) as drip:
-        source = source_for(drip.url, {"a/chat": serving("ns-a", "chat-0")}, timeout_s=0.3)
+        source = source_for(drip.url, timeout_s=0.3)
         started = loop.time()
 
         with pytest.raises(errors.ObservationError, match=r"no whole answer within 0\.3 s"):
-            await source.sample(workloads("a/chat"), 0.0)
+            await source.sample(workloads({"a/chat": serving("ns-a", "chat-0")}, "a/chat"), 0.0)
 
         took_s = loop.time() - started
     assert drip.bytes_sent >= 1  # the answer had begun: a per-read timeout never fires

@@ -17,7 +17,7 @@ from autoscaler import errors
 from autoscaler.adapters import prometheus
 from autoscaler.core import model
 
-from .test_prometheus import FakePodIndex, serving, workloads
+from .test_prometheus import serving, workloads
 
 SATURATION = model.Signal.SATURATION
 VLLM = prometheus.PRESETS["vllm"]
@@ -75,26 +75,26 @@ async def gate(stack: Stack) -> AsyncIterator[gate_.Gate]:
 
 async def read_queue(url: str, access: prometheus.Access, namespace: str) -> float:
     """One service's queue, read once through a fresh `MetricsSource` with `access`."""
-    index = FakePodIndex({model.ServiceId("a/chat"): serving(namespace, "chat-0")})
+    services = {"a/chat": serving(namespace, "chat-0")}
     source = prometheus.MetricsSource(
-        url, index, scrape_interval_s=server.SCRAPE_INTERVAL_S, access=access
+        prometheus.Client(url, access=access), scrape_interval_s=server.SCRAPE_INTERVAL_S
     )
     try:
-        values = await source.sample(workloads("a/chat"), 0.0)
+        values = await source.sample(workloads(services, "a/chat"), 0.0)
     finally:
-        await source.close()
+        await source.client.close()
     return float(values[0, SATURATION])
 
 
 async def read_in_flight(url: str, access: prometheus.Access, namespace: str) -> dict[str, float]:
     """The drain's in-flight count of one pod, through a fresh `HealthQueries` with `access`."""
     health = prometheus.HealthQueries(
-        url, scrape_interval_s=server.SCRAPE_INTERVAL_S, access=access
+        prometheus.Client(url, access=access), scrape_interval_s=server.SCRAPE_INTERVAL_S
     )
     try:
         return await health.in_flight(namespace, VLLM, ["chat-0"])
     finally:
-        await health.close()
+        await health.client.close()
 
 
 async def queue_scraped(stack: Stack, prometheus_: server.Prometheus, namespace: str) -> None:
@@ -224,11 +224,12 @@ async def test_a_rotated_token_file_is_read_at_the_next_query(
         bearer_token=prometheus.SecretFile(token, setting="TOKEN"),
         headers={"X-Scope-OrgID": TENANT},
     )
-    index = FakePodIndex({model.ServiceId("a/chat"): serving(unique, "chat-0")})
+    services = {"a/chat": serving(unique, "chat-0")}
     source = prometheus.MetricsSource(
-        gate.url, index, scrape_interval_s=server.SCRAPE_INTERVAL_S, access=access
+        prometheus.Client(gate.url, access=access),
+        scrape_interval_s=server.SCRAPE_INTERVAL_S,
     )
-    load = workloads("a/chat")
+    load = workloads(services, "a/chat")
     try:
         assert (await source.sample(load, 0.0))[0, SATURATION] == 3.0
         gate.token = "second-token"  # the old token expires
@@ -240,7 +241,7 @@ async def test_a_rotated_token_file_is_read_at_the_next_query(
 
         assert (await source.sample(load, 0.0))[0, SATURATION] == 3.0
     finally:
-        await source.close()
+        await source.client.close()
 
 
 def test_a_token_file_rewritten_in_place_is_read_again(tmp_path: Path) -> None:

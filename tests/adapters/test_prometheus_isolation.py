@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -13,8 +14,6 @@ from prom.fixtures import Stack
 from autoscaler import errors, metricnames, ports
 from autoscaler.adapters import prometheus
 from autoscaler.core import model
-
-from .test_prometheus import FakePodIndex
 
 LOAD, SATURATION = model.Signal.LOAD, model.Signal.SATURATION
 VLLM = metricnames.PRESETS["vllm"]
@@ -29,17 +28,29 @@ def past_validation(requests: str) -> metricnames.MetricNames:
     return names
 
 
-def workloads(services: list[str]) -> list[ports.Workload]:
+def workloads(
+    services: Mapping[model.ServiceId, prometheus.ServingPods],
+) -> list[ports.Workload]:
+    """One record per service, naming its pods and metrics as `services` says."""
     config = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
     return [
-        ports.Workload(model.ServiceId(s), config, half_life_s=math.inf, replicas=1, serving=1)
-        for s in services
+        ports.Workload(
+            s,
+            config,
+            half_life_s=math.inf,
+            replicas=1,
+            serving=1,
+            namespace=where.namespace,
+            pods=where.pods,
+            metrics=where.metrics,
+        )
+        for s, where in services.items()
     ]
 
 
-def source(url: str, index: FakePodIndex, **kwargs: float) -> prometheus.MetricsSource:
+def source(url: str, **kwargs: float) -> prometheus.MetricsSource:
     return prometheus.MetricsSource(
-        url, index, scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
+        prometheus.Client(url), scrape_interval_s=server.SCRAPE_INTERVAL_S, **kwargs
     )  # type: ignore[arg-type]
 
 
@@ -70,9 +81,8 @@ async def test_a_service_that_breaks_the_shared_query_is_found_and_read_apart(
         f'count_over_time(vllm:request_success_total{{namespace="{namespace}"}}[4s])',
         lambda result: len(result) == 7 and all(float(s["value"][1]) >= 3 for s in result),
     )
-    index = FakePodIndex(services)
-    reader = source(stack.prometheus.url, index)
-    load = workloads(names)
+    reader = source(stack.prometheus.url)
+    load = workloads(services)
     try:
         values = await reader.sample(load, 0.0)
         first_tick = reader.queries_sent
@@ -96,9 +106,10 @@ async def test_a_service_that_breaks_the_shared_query_is_found_and_read_apart(
         assert set(reader.rejected) == {bad}
 
         # Its owner fixes the name: it rejoins the shared query at once.
-        index.services[model.ServiceId(bad)] = prometheus.ServingPods(
+        services[model.ServiceId(bad)] = prometheus.ServingPods(
             namespace, frozenset({f"{bad}-0"}), VLLM
         )
+        load = workloads(services)
         before = reader.queries_sent
         values = await reader.sample(load, 0.0)
 
@@ -106,7 +117,7 @@ async def test_a_service_that_breaks_the_shared_query_is_found_and_read_apart(
         assert np.isfinite(values[:, LOAD]).all()
         assert reader.rejected == {}
     finally:
-        await reader.close()
+        await reader.client.close()
 
 
 @pytest.mark.parametrize(
@@ -120,12 +131,12 @@ async def test_an_outage_fails_the_tick_without_bisecting(status: int, body: str
         for i in range(16)
     }
     async with stub.answering(status, body, "application/json") as url:
-        reader = source(url, FakePodIndex(services))
+        reader = source(url)
         try:
             with pytest.raises(errors.ObservationError) as caught:
-                await reader.sample(workloads(list(services)), 0.0)
+                await reader.sample(workloads(services), 0.0)
         finally:
-            await reader.close()
+            await reader.client.close()
 
     assert not isinstance(caught.value, prometheus.QueryRejected)
     assert reader.queries_sent == SIGNALS
@@ -139,13 +150,13 @@ async def test_a_prometheus_refusing_every_query_costs_a_bounded_number_of_queri
         for i in range(100)
     }
     async with stub.answering(400, BAD_DATA, "application/json") as url:
-        reader = source(url, FakePodIndex(services), max_isolation_queries=10)
+        reader = source(url, max_isolation_queries=10)
         try:
             for _ in range(3):
                 with pytest.raises(prometheus.QueryRejected, match="bad_data: parse error"):
-                    await reader.sample(workloads(list(services)), 0.0)
+                    await reader.sample(workloads(services), 0.0)
         finally:
-            await reader.close()
+            await reader.client.close()
 
     assert reader.queries_sent <= 3 * (SIGNALS + 10)
     assert reader.rejected == {}

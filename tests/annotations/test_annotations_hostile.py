@@ -3,8 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler import annotations as ann
-from autoscaler.annotations import PREFIX
+from autoscaler import metricnames
+from autoscaler.contract import annotations as ann
+from autoscaler.contract.annotations import PREFIX
 
 BASE = {
     ann.ENABLED_KEY: "true",
@@ -105,7 +106,7 @@ def test_any_text_in_any_key_never_raises_and_stays_safe(key: str, value: str) -
     names = result.metrics
     for name in (names.requests, names.queue, names.errors, names.latency):
         if name is not None:
-            assert ann.METRIC_NAME.fullmatch(name)
+            assert metricnames.METRIC_NAME.fullmatch(name)
     assert result.project.isprintable()
 
 

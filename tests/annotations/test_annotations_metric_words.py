@@ -2,9 +2,9 @@
 
 import pytest
 
-from autoscaler import annotations as ann
 from autoscaler import metricnames
-from autoscaler.annotations import PREFIX
+from autoscaler.contract import annotations as ann
+from autoscaler.contract.annotations import PREFIX
 
 BASE = {
     ann.ENABLED_KEY: "true",

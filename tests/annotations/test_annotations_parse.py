@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from autoscaler import annotations as ann
 from autoscaler import metricnames
-from autoscaler.annotations import (
+from autoscaler.contract import annotations as ann
+from autoscaler.contract.annotations import (
     PREFIX,
     Invalid,
     Mode,
@@ -68,6 +68,7 @@ def test_defaults_follow_the_design() -> None:
         burst=model.BurstConfig(threshold_ratio=1.5),
         lookahead=model.LookaheadConfig(),
         queue_drain=model.QueueDrainConfig(),
+        forecast=model.ForecastConfig(),
     )
     assert (config.window_s, config.half_life_s) == (300.0, 30.0)
     assert config.server is Server.VLLM
@@ -90,9 +91,10 @@ def test_every_design_key_is_a_setting() -> None:
     """Every key of the docs/annotations.md table (and `policy`, `paused`, `paused-replicas`) is a
     setting, and no other."""
     expected = {
-        "enabled", "mode", "paused", "paused-replicas", "policy", "min-replicas",
+        "enabled", "mode", "paused", "paused-replicas", "policy", "forecast", "min-replicas",
         "max-replicas", "server",
         "target-qps-per-replica", "target-queue-per-replica", "target-gpu-utilization",
+        "target-p95-latency", "target-p95-queue-delay", "service-time", "replica-capacity",
         "metric-requests", "metric-queue", "metric-errors", "metric-latency",
         "window", "half-life", "deadband", "scale-up-cooldown", "scale-down-cooldown",
         "scale-down-max-ratio", "traffic-router", "traffic-steps", "traffic-step-interval",
@@ -498,9 +500,9 @@ def test_presets_are_valid_metric_names() -> None:
     for names in metricnames.PRESETS.values():
         for name in (names.requests, names.queue, names.errors):
             assert name is not None
-            assert ann.METRIC_NAME.fullmatch(name), name
-        assert names.latency is None or ann.METRIC_NAME.fullmatch(names.latency)
-        assert names.error_label is None or ann.METRIC_NAME.fullmatch(names.error_label)
+            assert metricnames.METRIC_NAME.fullmatch(name), name
+        assert names.latency is None or metricnames.METRIC_NAME.fullmatch(names.latency)
+        assert names.error_label is None or metricnames.METRIC_NAME.fullmatch(names.error_label)
 
 
 def test_every_preset_server_has_the_adapters_names() -> None:
@@ -548,3 +550,32 @@ def test_bad_pause_values_name_the_key_value_and_rule(key: str, value: str, rule
     assert isinstance(result, Invalid)
     (problem,) = result.problems
     assert problem.message == f'{PREFIX}{key}="{value}": {rule}'
+
+
+def test_the_ramp_settings_are_the_core_s_from_the_parse_on() -> None:
+    """Router `none` is gate only, no warm-up path means warm once running, and the rest map
+    one to one onto the ramp's core settings."""
+    config = ok({"traffic-steps": "20,100", "max-error-rate": "0.05", "warmup-deadline": "2m"})
+    assert config.ramp == ann.ramp_config(config.traffic, config.warmup)
+    assert config.ramp.gate_only
+    assert not config.ramp.warmup_probe
+    assert config.ramp.steps_pct == (20, 100)
+    assert config.ramp.max_error_rate == 0.05
+    assert config.ramp.warmup_deadline_s == 120.0
+    probed = ok({"traffic-router": "istio", "warmup-path": "/v1/models"})
+    assert not probed.ramp.gate_only
+    assert probed.ramp.warmup_probe
+
+
+def test_ramp_settings_the_core_refuses_are_invalid_at_parse_time() -> None:
+    """Settings past the contract's own checks that the ramp refuses make the service invalid,
+    naming the key, instead of failing at every tick of the ramp."""
+    valid = ann.Annotations.model_validate(MINIMAL)
+    unchecked = valid.model_copy(update={"traffic_steps_pct": (50, 30)})
+
+    result = ann._service(unchecked, namespace="ml")
+
+    assert isinstance(result, Invalid)
+    (problem,) = result.problems
+    assert problem.key == PREFIX + "traffic-steps"
+    assert "steps_pct must increase" in problem.rule

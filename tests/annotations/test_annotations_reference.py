@@ -4,16 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler import annotations as ann
 from autoscaler import metricnames
+from autoscaler.contract import annotations
+from autoscaler.contract import reference as ann
 
 ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = (
     f"docs/annotations.md differs from the model. Put the lines "
     f"{ann.REFERENCE_BEGIN} and {ann.REFERENCE_END} in docs/annotations.md, then run "
-    "`.venv/bin/python -m autoscaler.annotations --update docs/annotations.md` from the "
+    "`.venv/bin/python -m autoscaler.contract.reference --update docs/annotations.md` from the "
     "repository root "
-    "(or paste the output of `python -m autoscaler.annotations` between them)."
+    "(or paste the output of `python -m autoscaler.contract.reference` between them)."
 )
 
 
@@ -29,8 +30,8 @@ def test_the_reference_matches_the_model() -> None:
 def test_reference_lists_every_key_with_its_rule() -> None:
     """Every setting appears in the table with its default and the rule its errors quote."""
     reference = ann.reference_markdown()
-    for key, rule in ann.RULES.items():
-        short = key.removeprefix(ann.PREFIX)
+    for key, rule in annotations.RULES.items():
+        short = key.removeprefix(annotations.PREFIX)
         row = next(line for line in reference.splitlines() if line.startswith(f"| `{short}` |"))
         cell = rule.replace("|", "\\|")
         assert row.endswith(f"| {cell} |")

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscaler import annotations as ann
+from autoscaler.contract import annotations as ann
+from autoscaler.contract import values
 
 
 @pytest.mark.parametrize(
@@ -27,7 +28,7 @@ from autoscaler import annotations as ann
 )
 def test_duration_forms(text: str, seconds: float) -> None:
     """Go-style durations and plain seconds parse to seconds."""
-    assert ann.parse_duration(text) == seconds
+    assert values.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize(
@@ -50,14 +51,14 @@ def test_duration_forms(text: str, seconds: float) -> None:
 )
 def test_duration_rejects(text: str) -> None:
     """Words, days, signs, repeated or reordered units and other scripts' digits are refused."""
-    assert ann.parse_duration(text) is None
+    assert values.parse_duration(text) is None
 
 
 @given(st.integers(min_value=0, max_value=10 * 86_400_000))
 def test_duration_round_trip(ms: int) -> None:
     """Every whole-millisecond duration prints to text that parses back to itself."""
     seconds = ms / 1000
-    assert ann.parse_duration(ann.format_duration(seconds)) == seconds
+    assert values.parse_duration(values.format_duration(seconds)) == seconds
 
 
 @given(
@@ -71,12 +72,12 @@ def test_duration_components_add_up(h: int, m: int, s: int, ms: int) -> None:
     parts = [(h, "h"), (m, "m"), (s, "s"), (ms, "ms")]
     text = "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
     expected = h * 3600 + m * 60 + s + ms / 1000
-    assert ann.parse_duration(text) == pytest.approx(expected, abs=1e-9)
+    assert values.parse_duration(text) == pytest.approx(expected, abs=1e-9)
 
 
 def test_format_duration_reads_like_go() -> None:
     """Durations print in the shortest Go-style spelling."""
-    assert [ann.format_duration(s) for s in (0, 0.25, 30, 60, 90, 300, 5400, 61.5)] == [
+    assert [values.format_duration(s) for s in (0, 0.25, 30, 60, 90, 300, 5400, 61.5)] == [
         "0s",
         "250ms",
         "30s",
@@ -105,18 +106,18 @@ _SUFFIX_BYTES = {
 def test_quantity_is_bytes_rounded_up_to_mib(number: int, suffix: str) -> None:
     """A whole quantity with any suffix is its bytes, rounded up to whole MiB."""
     expected = math.ceil(number * _SUFFIX_BYTES[suffix] / 2**20)
-    assert ann.parse_quantity_mib(f"{number}{suffix}") == expected
+    assert values.parse_quantity_mib(f"{number}{suffix}") == expected
 
 
 @given(st.integers(min_value=1, max_value=4 * 2**20))
 def test_quantity_round_trip(mib: int) -> None:
     """Every size in MiB prints as a quantity that parses back to itself."""
-    assert ann.parse_quantity_mib(ann.format_quantity(mib)) == mib
+    assert values.parse_quantity_mib(values.format_quantity(mib)) == mib
 
 
 def test_format_quantity_uses_the_largest_whole_unit() -> None:
     """Sizes print as Ti, Gi or Mi, whichever is whole."""
-    assert [ann.format_quantity(m) for m in (1, 1536, 12288, 2**20)] == [
+    assert [values.format_quantity(m) for m in (1, 1536, 12288, 2**20)] == [
         "1Mi",
         "1536Mi",
         "12Gi",
@@ -127,13 +128,13 @@ def test_format_quantity_uses_the_largest_whole_unit() -> None:
 @pytest.mark.parametrize("text", ["12GB", "12gi", "1e9", "100m", "-1Gi", "12 Gi", "Gi", ".5Gi"])
 def test_quantity_rejects(text: str) -> None:
     """Suffixes Kubernetes does not know, exponents, milli and signs are refused."""
-    assert ann.parse_quantity_mib(text) is None
+    assert values.parse_quantity_mib(text) is None
 
 
 @given(st.integers(min_value=1, max_value=86_400_000))
 def test_cooldown_annotation_round_trip(ms: int) -> None:
     """A cooldown written with format_duration is read back as the same number of seconds."""
-    text = ann.format_duration(ms / 1000)
+    text = values.format_duration(ms / 1000)
     result = ann.parse(
         {
             ann.ENABLED_KEY: "true",

@@ -10,7 +10,7 @@ import pytest
 from autoscaler.experiment import sweep
 from bench import scenarios
 
-NEW = ("diurnal-noise", "pareto-bursts", "code-assist")
+NEW = ("diurnal-noise", "pareto-bursts", "code-assist", "workday")
 PER_REPLICA = sweep.BASE.target_load_per_replica
 LOWEST_TARGET = sweep.GRID[0] * sweep.BASE.replica_capacity_rps
 
@@ -92,3 +92,20 @@ def test_code_assist_alternates_quiet_and_busy_minutes_with_short_spikes() -> No
         ratio = curve[start] / minute_level[start // 60]
         assert scenarios.CODE_SPIKE_FACTOR[0] - 1e-9 <= ratio <= 9.0  # overlapping spikes stack
     assert spiking.mean() < 0.15
+
+
+def test_workday_replays_a_morning_with_its_days_before_as_the_past() -> None:
+    """The replay starts at 07:00 of the third day; its past is everything before, quiet at
+    night and busy by day, and only the replay rises past the night's level."""
+    workday = scenarios.build("workday", sweep.BASE)
+    start, end = scenarios.WORKDAY_REPLAY_S
+    assert workday.past is not None
+    assert len(workday.past) == scenarios.WORKDAY_PAST_DAYS * scenarios.DAY_S + start
+    assert len(workday.arrivals) == end - start
+    past = minute_means(workday.past) / PER_REPLICA
+    noon = [day * 1440 + 12 * 60 for day in range(scenarios.WORKDAY_PAST_DAYS)]
+    assert all(past[m] > 20 for m in noon)
+    assert past[-60:].mean() < 8  # the night before the replay
+    replay = minute_means(workday.arrivals) / PER_REPLICA
+    assert replay[:30].mean() < 8
+    assert replay[-30:].mean() > 20

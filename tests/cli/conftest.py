@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from autoscaler import cli
-from autoscaler.sim import trace
+from autoscaler.experiment import trace
 
 from .builders import write_trace
 

@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pytest
 
 from autoscaler import cli, settings
-from autoscaler.sim import run as sim_run
+from autoscaler.experiment import run as sim_run
 from autoscaler.sim.params import SUMMARY_KEYS, TIMESERIES_COLUMNS
 
 from .builders import write_trace

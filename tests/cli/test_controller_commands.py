@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from autoscaler import explain
-from autoscaler.annotations import PREFIX, STATE_KEY, STATUS_KEY
+from autoscaler.contract.annotations import PREFIX, STATE_KEY, STATUS_KEY
 
 from .conftest import Outcome
 
@@ -163,6 +163,39 @@ def test_explain_escapes_what_the_annotations_say() -> None:
     assert signal.split() == ["load\\r", "-", "-", "-", "missing"]
     epoch, minute = "1970-01-01T00:00:00Z", "1970-01-01T00:01:00Z"
     assert f"  last scale-up  {epoch}; scale-up cooldown ends {minute}" in out
+
+
+def test_explain_says_whether_the_forecast_votes_and_why() -> None:
+    """The seasonal forecast's vote is one line, on or off with its reason, and a JSON object."""
+    status = {
+        "current": 3,
+        "desired": 3,
+        "kind": "steady",
+        "reason": "at-desired",
+        "contributions": {},
+        "forecast": {"on": False, "load": None, "why": "2.0 h of load history; needs 1.3 d"},
+        "time": "2025-01-01T00:00:00Z",
+    }
+    notes = {**MANAGED, STATUS_KEY: json.dumps(status)}
+    code, out, _ = explained(notes)
+    assert code == 0
+    assert "  forecast       off: 2.0 h of load history; needs 1.3 d" in out
+    found = json.loads(explain_json(notes))
+    assert found["decision"]["forecast"] == {
+        "on": False,
+        "load": None,
+        "why": "2.0 h of load history; needs 1.3 d",
+    }
+
+
+def explain_json(notes: dict[str, str]) -> str:
+    deployment: dict[str, Any] = {
+        "metadata": {"name": "chat", "namespace": "ml", "annotations": notes},
+        "spec": {"replicas": 3},
+    }
+    out, err = io.StringIO(), io.StringIO()
+    explain.main("ml", "chat", deployment, out, err, json_output=True)
+    return out.getvalue()
 
 
 def test_explain_reports_a_status_that_is_not_json() -> None:

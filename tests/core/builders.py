@@ -23,17 +23,20 @@ def estimate(
     level: float | None = None,
     trend_per_s: float = 0.0,
     burst_mean: float | None = None,
+    last: float | None = None,
     fresh: bool = True,
     trend_stderr_per_s: float = 0.0,
     mean_age_s: float = 0.0,
 ) -> SignalEstimate:
-    """A smoothed signal that sits at `value`: a fresh flat window unless told otherwise."""
+    """A smoothed signal that sits at `value`: a fresh flat window unless told otherwise. The
+    newest sample is the burst window's mean unless told otherwise."""
+    recent = value if burst_mean is None else burst_mean
     return SignalEstimate(
         mean=value,
         level=value if level is None else level,
         trend_per_s=trend_per_s,
-        burst_mean=value if burst_mean is None else burst_mean,
-        last=value if fresh else math.nan,
+        burst_mean=recent,
+        last=(recent if last is None else last) if fresh else math.nan,
         fresh=fresh,
         trend_stderr_per_s=trend_stderr_per_s,
         mean_age_s=mean_age_s,

@@ -352,6 +352,120 @@ def test_quota_for_multi_card_replicas_counts_cards() -> None:
     assert placement.admissible(Need(None, cards=2), Snapshot(), counts(whole=2), quota) == 4
 
 
+# Examples: upkeep ---------------------------------------------------------------------------
+
+
+def test_a_model_larger_than_every_card_is_unsatisfiable_and_says_so() -> None:
+    """A model above every card's memory is refused with the largest card named."""
+    totals = Snapshot((whole_node("w", 8),))
+    assert placement.unsatisfiable(Need(memory_mib=200 * GIB), totals) == (
+        "model-memory 204800 MiB exceeds every GPU card in the cluster (largest 81920 MiB)"
+    )
+    assert placement.unsatisfiable(Need(memory_mib=200 * GIB, cards=4), totals) is None
+    assert placement.unsatisfiable(Need(memory_mib=60 * GIB), totals) is None
+
+
+def test_unsatisfiable_judges_only_with_gpu_nodes_and_a_known_need() -> None:
+    """No GPU node, or no model memory under auto, is never judged unsatisfiable."""
+    assert placement.unsatisfiable(Need(memory_mib=200 * GIB), Snapshot()) is None
+    assert placement.unsatisfiable(Need(memory_mib=None), Snapshot((whole_node("w", 1),))) is None
+
+
+def test_a_pinned_tier_the_cluster_lacks_is_unsatisfiable() -> None:
+    """`placement: mig` or `shared` without a fitting slice or share names the tier and rule."""
+    totals = Snapshot((whole_node("w", 2), mig_node("m", g1_10gb=7)))
+    mig = placement.unsatisfiable(Need(memory_mib=30 * GIB, mode="mig"), totals)
+    assert mig is not None
+    assert mig.startswith("placement mig: no MIG slice in the cluster fits")
+    shared = placement.unsatisfiable(Need(memory_mib=GIB, mode="shared"), totals)
+    assert shared is not None
+    assert shared.startswith("placement shared: no time-sliced GPU")
+    assert placement.unsatisfiable(Need(memory_mib=5 * GIB, mode="mig"), totals) is None
+
+
+def test_a_service_below_whole_with_free_cards_is_replanned() -> None:
+    """Replicas on a share while whole cards are free ask for a re-plan of the same total."""
+    need = Need(memory_mib=6 * GIB)
+    current = counts(whole=1, shared=1)
+    written = {WHOLE: 1, SHARED: 1}
+    action = placement.replan(need, fragmented(), current, asked=2, quota=None, written=written)
+    assert action == placement.Upkeep(placement.Chore.REPLAN, desired=2)
+
+
+def test_settled_tiers_and_unlanded_writes_are_not_replanned() -> None:
+    """Whole replicas alone, a plan that changes nothing, or a write not landed: no re-plan."""
+    need = Need(memory_mib=6 * GIB)
+    full = Snapshot((whole_node("w", 0), shared_node("s", 3, free_memory_mib=8 * GIB)))
+
+    def again(current: Mapping[str, TierCount], written: Mapping[str, int] | None) -> object:
+        return placement.replan(need, full, current, asked=2, quota=None, written=written)
+
+    assert again(counts(whole=2), {WHOLE: 2}) is None
+    assert again(counts(whole=1, shared=1), {WHOLE: 1, SHARED: 1}) is None  # nowhere better
+    assert again(counts(whole=1, shared=1), {WHOLE: 2}) is None  # the write has not landed
+    assert (
+        placement.replan(
+            need, fragmented(), counts(whole=1, shared=1), asked=2, quota=None, written={WHOLE: 2}
+        )
+        is None
+    )
+
+
+def test_a_total_short_of_the_ask_is_replanned_only_after_an_own_write() -> None:
+    """Fewer replicas than asked is re-planned after the caller's write, not before any."""
+    need = Need(memory_mib=None)
+    snapshot = Snapshot((whole_node("w", 2),))
+    current = counts(whole=1)
+    assert placement.replan(need, snapshot, current, asked=3, quota=None, written=None) is None
+    action = placement.replan(need, snapshot, current, asked=3, quota=None, written={WHOLE: 1})
+    assert action == placement.Upkeep(placement.Chore.REPLAN, desired=3)
+
+
+def test_the_policy_sees_the_asked_total_while_a_move_up_surges() -> None:
+    """While the tiers are as written the asked total is reported, else the tiers' sum."""
+    specs = {WHOLE: 2, SHARED: 1, MIG_3G: 0}
+    assert placement.reported_replicas(specs, written={WHOLE: 2, SHARED: 1}, asked=2) == 2
+    assert placement.reported_replicas(specs, written={WHOLE: 1, SHARED: 1}, asked=2) == 3
+    assert placement.reported_replicas(specs, written=None, asked=2) == 3
+    assert placement.reported_replicas(specs, written={WHOLE: 2, SHARED: 1}, asked=None) == 3
+
+
+def test_stale_siblings_are_synced_and_idle_ones_deleted_after_the_grace() -> None:
+    """An old template is rewritten; an empty sibling goes once empty for the idle grace."""
+    stale = placement.Sibling("u1", "web-shared", replicas=1, pods=1, template_current=False)
+    empty = placement.Sibling("u2", "web-mig-3g.40gb", replicas=0, pods=0, template_current=True)
+
+    chores, since = placement.tend_siblings(
+        [stale, empty], empty_since={}, now_s=100.0, idle_grace_s=120.0
+    )
+    assert chores == [placement.Upkeep(placement.Chore.SYNC, "web-shared")]
+    assert since == {"u2": 100.0}
+
+    chores, since = placement.tend_siblings(
+        [empty], empty_since=since, now_s=219.0, idle_grace_s=120.0
+    )
+    assert chores == []
+    chores, since = placement.tend_siblings(
+        [empty], empty_since=since, now_s=220.0, idle_grace_s=120.0
+    )
+    assert chores == [placement.Upkeep(placement.Chore.DELETE, "web-mig-3g.40gb")]
+    assert since == {"u2": 100.0}
+
+
+def test_a_sibling_that_fills_again_starts_its_idle_time_over() -> None:
+    """Pods or replicas end the idle time: the next empty spell starts from zero."""
+    empty = placement.Sibling("u", "web-shared", replicas=0, pods=0, template_current=True)
+    busy = dataclasses.replace(empty, pods=1)
+    _, since = placement.tend_siblings([empty], empty_since={}, now_s=0.0, idle_grace_s=60.0)
+    _, since = placement.tend_siblings([busy], empty_since=since, now_s=30.0, idle_grace_s=60.0)
+    assert since == {}
+    chores, since = placement.tend_siblings(
+        [empty], empty_since=since, now_s=70.0, idle_grace_s=60.0
+    )
+    assert chores == []
+    assert since == {"u": 70.0}
+
+
 # Examples: names and values -----------------------------------------------------------------
 
 
@@ -365,7 +479,9 @@ def test_tier_names_resources_and_ranks() -> None:
         "nvidia.com/mig-3g.40gb",
         "nvidia.com/gpu.shared",
     ]
-    assert [placement.tier_rank(t) for t in (WHOLE, MIG_1G, SHARED)] == [0, 1, 2]
+    assert [placement.preference(t) for t in (WHOLE, MIG_1G, SHARED)] == [0, 1, 2]
+    assert placement.is_tier(MIG_1G)
+    assert not placement.is_tier("mig-oops")
     assert placement.mig_profile_memory_mib("1g.10gb") == 9536
     assert placement.mig_tier("1g.10gb+me") == "mig-1g.10gb+me"
 
@@ -373,8 +489,9 @@ def test_tier_names_resources_and_ranks() -> None:
 @pytest.mark.parametrize("bad", ["mig-3g", "gpu", "mig-0g.5gb", "", "3g.40gb"])
 def test_unknown_tiers_are_refused(bad: str) -> None:
     """A tier name that is not whole, shared or mig-<g>g.<mem>gb raises ValueError."""
+    assert not placement.is_tier(bad)
     with pytest.raises(ValueError, match=r"tier|MIG profile"):
-        placement.tier_rank(bad)
+        placement.preference(bad)
 
 
 def test_bad_values_are_refused_with_the_rule() -> None:
@@ -622,7 +739,7 @@ def test_scale_down_keeps_the_serving_count_and_retires_the_worst_tier_first(
         # scale-down keeps the larger slice, which serves more.)
         profile = placement.mig_profile(tier)
         size = placement.parse_mig_profile(profile)[0] if profile is not None else 0
-        return (tier in order, -placement.tier_rank(tier), size)
+        return (tier in order, -placement.preference(tier), size)
 
     for tier, now in current.items():
         if result.replicas[tier] < now.replicas - now.pending:

@@ -447,6 +447,43 @@ def test_short_mean_below_the_threshold_is_no_burst() -> None:
     assert next_state == state
 
 
+def test_burst_judges_the_newest_sample_not_the_short_mean() -> None:
+    """A newest sample at twice the capacity fires the burst while the short mean still lags."""
+    config = builders.config(burst=BURST, max_replicas=20)
+    observation = builders.observation(load=estimate(45.0, burst_mean=50.0, last=80.0))
+    state = builders.state(last_scale_up_s=NOW_S - 10, last_scale_change_s=NOW_S - 10)
+    decision, _ = decide(config, observation, state)
+    assert (decision.kind, decision.reason, decision.desired) == (Kind.SCALE_UP, Reason.BURST, 8)
+
+
+def test_a_short_mean_above_the_threshold_with_the_newest_sample_below_is_no_burst() -> None:
+    """A burst that is over by the newest sample leaves the up cooldown in force."""
+    config = builders.config(burst=BURST, max_replicas=20)
+    observation = builders.observation(load=estimate(45.0, burst_mean=80.0, last=45.0))
+    state = builders.state(last_scale_up_s=NOW_S - 10, last_scale_change_s=NOW_S - 10)
+    decision, _ = decide(config, observation, state)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+
+
+def test_a_queue_rising_over_its_short_mean_fires_the_burst() -> None:
+    """The queue's newest rise over its short mean counts as arrivals the served rate cannot
+    show yet; the same queue without the rise is no burst."""
+    config = builders.config(
+        burst=model.BurstConfig(threshold_ratio=1.5),
+        queue_drain=QueueDrainConfig(),
+        target_queue_per_replica=2.0,
+        max_replicas=20,
+    )
+    state = builders.state(last_scale_up_s=NOW_S - 10, last_scale_change_s=NOW_S - 10)
+    rising = estimate(0.0, burst_mean=10.0, last=100.0)
+    decision, _ = decide(config, builders.observation(load=30.0, queue=rising), state)
+    assert (decision.kind, decision.reason, decision.desired) == (Kind.SCALE_UP, Reason.BURST, 7)
+
+    steady = estimate(0.0, burst_mean=100.0, last=100.0)
+    decision, _ = decide(config, builders.observation(load=30.0, queue=steady), state)
+    assert decision.reason is not Reason.BURST
+
+
 def test_burst_is_ignored_without_a_burst_config() -> None:
     """The seed policy scales on the smoothed mean only, whatever the short mean says."""
     observation = builders.observation(load=estimate(45.0, burst_mean=400.0))
@@ -527,7 +564,8 @@ def test_lookahead_never_lowers_the_estimate(trend_per_s: float, trend_stderr_pe
 
 
 def test_seed_is_the_default_with_every_extension_off() -> None:
-    """The seed policy is the default one with the burst path, look-ahead and queue drain off."""
+    """The seed policy is the default one with the burst path, look-ahead, queue drain and
+    seasonal forecast off."""
     seed = policy.seed(max_replicas=8, target_load_per_replica=5.0)
     ours = policy.default(max_replicas=8, target_load_per_replica=5.0)
     assert ours.lookahead == LookaheadConfig()
@@ -535,7 +573,7 @@ def test_seed_is_the_default_with_every_extension_off() -> None:
     differing = [
         f.name for f in dataclasses.fields(seed) if getattr(seed, f.name) != getattr(ours, f.name)
     ]
-    assert set(differing) == {"burst", "lookahead", "queue_drain"}
+    assert set(differing) == {"burst", "lookahead", "queue_drain", "forecast"}
     assert all(getattr(seed, name) is None for name in differing)
 
 

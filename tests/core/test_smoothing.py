@@ -262,6 +262,65 @@ def test_each_row_gets_its_own_half_life() -> None:
     assert batch.mean[0, 0] > batch.mean[1, 0] > batch.mean[2, 0]
 
 
+def test_each_row_gets_its_own_window() -> None:
+    """Two services with one history and windows of 10 s and 60 s, estimated in one call,
+    match a plain per-service computation over their own windows."""
+    series = [float((7 * t) % 11) + 0.5 * t for t in range(90)]
+    w = windows(window_s=300.0)
+    rows = w.rows_for(ids("short", "long"))
+    for t, value in enumerate(series):
+        w.record(float(t), rows, np.full((2, 1), value))
+    now = float(len(series) - 1)
+
+    batch = w.estimate(now, rows, np.array([INF, 20.0]), np.array([10.0, 60.0]))
+
+    for i, (window, half_life) in enumerate(((10, INF), (60, 20.0))):
+        values = np.array(series[-window:])
+        ages = np.arange(window)[::-1]
+        weights = np.ones(window) if math.isinf(half_life) else 2.0 ** (-ages / half_life)
+        tau = -ages.astype(float)
+        mean = float(np.sum(weights * values) / np.sum(weights))
+        tbar = float(np.sum(weights * tau) / np.sum(weights))
+        slope = float(np.sum(weights * (tau - tbar) * values) / np.sum(weights * (tau - tbar) ** 2))
+        assert batch.mean[i, 0] == pytest.approx(mean, rel=1e-12)
+        assert batch.trend_per_s[i, 0] == pytest.approx(slope, rel=1e-9)
+        alone = windows(window_s=float(window))
+        alone_rows = alone.rows_for(ids("alone"))
+        for t, value in enumerate(series):
+            alone.record(float(t), alone_rows, np.array([[value]]))
+        plain = alone.estimate(now, alone_rows, np.array([half_life]))
+        for got, want in zip(fields(batch), fields(plain), strict=True):
+            np.testing.assert_allclose(got[i], want[0], rtol=1e-12)
+    assert batch.mean[0, 0] != pytest.approx(batch.mean[1, 0], rel=1e-3)
+
+
+def test_a_window_longer_than_the_ring_grows_it_and_keeps_what_it_held() -> None:
+    """Asking for 20 s of a 10 s ring keeps the 10 samples held and holds 20 from then on."""
+    w = windows(window_s=10.0)
+    rows = w.rows_for(ids("a"))
+    for t in range(15):
+        w.record(float(t), rows, np.array([[float(t)]]))
+
+    grown = w.estimate(14.0, rows, np.array([INF]), np.array([20.0]))
+
+    assert w.slots == 20
+    assert scalar(grown.mean) == pytest.approx(np.mean(np.arange(5.0, 15.0)))
+    for t in range(15, 40):
+        w.record(float(t), rows, np.array([[float(t)]]))
+    later = w.estimate(39.0, rows, np.array([INF]), np.array([20.0]))
+    assert scalar(later.mean) == pytest.approx(np.mean(np.arange(20.0, 40.0)))
+    default = w.estimate(39.0, rows, np.array([INF]))
+    assert scalar(default.mean) == pytest.approx(np.mean(np.arange(30.0, 40.0)))
+
+
+def test_rows_are_allocated_exactly_for_a_fleet_that_arrives_at_once() -> None:
+    """A thousand services at once take a thousand rows of 9 bytes per slot and signal, not
+    a power of two."""
+    w = windows(window_s=300.0, n_signals=4)
+    w.rows_for(ids(*(f"s{i}" for i in range(1_000))))
+    assert w.nbytes == 1_000 * 4 * 300 * 9 + 300 * 8
+
+
 def test_signals_are_smoothed_independently() -> None:
     """Each signal column has its own samples, missing values and estimates."""
     w = Windows(SmoothingConfig())

@@ -24,8 +24,8 @@ import pydantic
 import pytest
 import yaml
 
-from autoscaler import annotations as ann
 from autoscaler import settings, validate
+from autoscaler.contract import annotations as ann
 from autoscaler.core import shards
 
 from .support import (

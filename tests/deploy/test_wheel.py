@@ -93,7 +93,8 @@ def test_the_wheel_carries_the_package_its_data_and_the_console_script(wheel: Pa
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         scripts = archive.read(entry_points).decode()
     traces = {
-        p.relative_to(ROOT).as_posix() for p in (ROOT / "autoscaler/sim/traces").glob("*.csv.gz")
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "autoscaler/experiment/traces").glob("*.csv.gz")
     }
     assert traces
     assert traces <= set(names)

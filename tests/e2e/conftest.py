@@ -15,8 +15,9 @@ from kube.emulator import Kube
 from prom.fixtures import Stack, prometheus_binary, prometheus_stack, stack, unique
 
 from .support import CallLog, Controllers, SteppedClock, controllers
+from .wedged import wedged
 
-__all__ = ["prometheus_binary", "prometheus_stack", "stack", "unique"]
+__all__ = ["prometheus_binary", "prometheus_stack", "stack", "unique", "wedged"]
 
 _CALLS = pytest.StashKey[CallLog]()
 _SCENARIOS = pytest.StashKey[set[str]]()

@@ -22,7 +22,7 @@ from kube.kubelet import POD_IP, FakeCluster
 from prom import server
 from prom.fixtures import Stack
 
-from autoscaler.annotations import RAMP_KEY
+from autoscaler.contract.annotations import RAMP_KEY
 
 from .support import (
     DEPLOYMENTS,

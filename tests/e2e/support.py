@@ -27,7 +27,7 @@ from kube.kubelet import FakeCluster
 from prom import exporter, server
 
 from autoscaler import app, settings
-from autoscaler.annotations import PREFIX, STATE_KEY, STATUS_KEY
+from autoscaler.contract.annotations import PREFIX, STATE_KEY, STATUS_KEY
 
 WALL_S = 1_750_000_000.0
 """Where the stepped clock starts: Unix seconds, as the production loop clock."""

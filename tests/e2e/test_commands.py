@@ -22,7 +22,7 @@ from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
 from autoscaler import cli
-from autoscaler.annotations import PREFIX
+from autoscaler.contract.annotations import PREFIX
 
 from .support import (
     LEASE_NAMESPACE,

@@ -8,7 +8,7 @@ from kube.kubelet import FakeCluster
 from prom import server
 from prom.fixtures import Stack
 
-from autoscaler.annotations import PREFIX
+from autoscaler.contract.annotations import PREFIX
 
 from .support import (
     SCALE_DOWN_COOLDOWN_S,
@@ -31,7 +31,8 @@ async def test_an_invalid_annotation_is_reported_and_the_others_keep_scaling(
     clock: SteppedClock,
     unique: str,
 ) -> None:
-    """A bad value gets InvalidConfig Events and no writes, and the neighbour keeps scaling."""
+    """A bad value gets counted InvalidConfig Events and no writes, and the neighbour keeps
+    scaling."""
     kubelet.add_node("gpu-1", gpus=16)
     namespace = f"{unique}-c"
     bad_notes = managed(**{"max-replicas": "ten"})
@@ -76,6 +77,13 @@ async def test_an_invalid_annotation_is_reported_and_the_others_keep_scaling(
     await events.wait_idle()
     assert len(good.events("SuccessfulRescale")) == 2
     assert bad.status() is None
+    # What became of each Event is exported, a repeat's count patched in place.
+    registry = running.controller.telemetry.registry
+    for outcome in ("created", "patched"):
+        exported = registry.get_sample_value(
+            "autoscaler_kubernetes_events_total", {"outcome": outcome}
+        )
+        assert exported == events.counts[outcome] >= 1
 
 
 async def test_no_scale_down_while_prometheus_is_down_and_recovery_after(

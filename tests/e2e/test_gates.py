@@ -14,7 +14,7 @@ import pytest
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.annotations import PREFIX
+from autoscaler.contract.annotations import PREFIX
 
 from .ramped import NONE, WARM, Ramped, WarmupEndpoint, endpoint
 from .support import DEPLOYMENTS, Controllers, Running

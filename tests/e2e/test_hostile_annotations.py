@@ -8,7 +8,7 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.annotations import CORRUPT_STATE, RAMP_KEY, STATE_KEY, quote
+from autoscaler.contract.annotations import CORRUPT_STATE, RAMP_KEY, STATE_KEY, quote
 
 from .support import (
     DEPLOYMENTS,

@@ -39,8 +39,9 @@ async def test_the_controller_scales_through_an_auth_gateway_and_logs_no_secret(
     unique: str,
     tmp_path: Path,
 ) -> None:
-    """With a token file and a tenant header set, queries pass the gate and the load scales up;
-    the start log names the kind of credentials and the header, never the token."""
+    """With a token file and a tenant header set, the one client of the metrics and the health
+    queries passes the gate and the load scales up; the start log names the kind of credentials
+    and the header, never the token."""
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     kubelet.add_node("gpu-1", gpus=8)
@@ -60,3 +61,5 @@ async def test_the_controller_scales_through_an_auth_gateway_and_logs_no_secret(
     assert "bearer" in started["prometheus_access"]
     assert "X-Scope-OrgID" in started["prometheus_access"]
     assert TOKEN not in repr(logs)
+    controller = cluster.running[-1].controller
+    assert controller.health.client is controller.metrics.client is controller.prometheus

@@ -3,25 +3,12 @@ must scale: the real controller on the API emulator and a real Prometheus, stepp
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
 from .support import Controllers
 from .wedged import WedgedEndpoint, run_beside_wedged_pods
-
-
-@pytest.fixture
-async def wedged() -> AsyncIterator[WedgedEndpoint]:
-    endpoint = WedgedEndpoint()
-    await endpoint.start()
-    try:
-        yield endpoint
-    finally:
-        await endpoint.stop()
 
 
 async def test_a_wedged_pod_delays_no_tick_and_its_neighbour_scales(

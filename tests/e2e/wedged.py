@@ -4,8 +4,10 @@ A model server wedged in its warm-up: the TCP handshake succeeds, the request go
 byte comes back. `release()` makes it answer every request held and every later one with 200,
 as a server that got unstuck. It counts what it saw, and waits for it without polling.
 
-`run_beside_wedged_pods` is the scenario the e2e and fault tests share: wedged new pods of one
-service, a neighbour that must scale, and a controller ticking on the stepped clock.
+`wedged` is the pytest fixture (registered by the e2e and fault conftests, imported by the
+loop's probe tests); `run_beside_wedged_pods` is the scenario the e2e and fault tests share:
+wedged new pods of one service, a neighbour that must scale, and a controller ticking on the
+stepped clock.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import AsyncIterator
 
+import pytest
 from kube.emulator import Kube
 from kube.kubelet import POD_IP, FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.rollout import PROBE_CONCURRENCY
+from autoscaler.ramp_driver import PROBE_CONCURRENCY
 
 from .support import (
     DEPLOYMENTS,
@@ -160,12 +164,12 @@ async def run_beside_wedged_pods(
         await cluster.clock.advance(1.0)  # a tick awaiting a probe times this out
         delayed += controller.ticks != ticks + 1
         await kubelet.settle()
-    rollouts = controller.rollouts
-    assert rollouts is not None
+    ramps = controller.ramps
+    assert ramps is not None
     return Beside(
         ticks=controller.ticks - before,
         ticks_delayed=delayed,
-        probes_in_flight=rollouts.probes_in_flight,
+        probes_in_flight=ramps.probes_in_flight,
         neighbour_replicas=neighbour.replicas,
     )
 
@@ -178,3 +182,13 @@ class Beside:
     """Seconds after which the tick due had not returned."""
     probes_in_flight: int
     neighbour_replicas: int
+
+
+@pytest.fixture
+async def wedged() -> AsyncIterator[WedgedEndpoint]:
+    endpoint = WedgedEndpoint()
+    await endpoint.start()
+    try:
+        yield endpoint
+    finally:
+        await endpoint.stop()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from e2e.conftest import _fresh_logging, clock, cluster
 from e2e.support import CallLog
+from e2e.wedged import wedged
 from prom.fixtures import prometheus_binary, prometheus_stack, stack, unique
 
 from .figures import Figures, markdown
@@ -24,6 +25,7 @@ __all__ = [
     "prometheus_stack",
     "stack",
     "unique",
+    "wedged",
 ]
 
 _HERE = Path(__file__).parent

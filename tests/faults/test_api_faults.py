@@ -45,7 +45,7 @@ from kube.emulator import CHAOS_KINDS, Kube, Write
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.annotations import PREFIX
+from autoscaler.contract.annotations import PREFIX
 
 from .figures import Figures
 

@@ -5,7 +5,7 @@ Every annotation the controller reads, the service owner's settings and its own 
 random JSON, random text) and a hand-made hostile corpus (huge integers, 1e400, deep nesting,
 NaN and Infinity, wrong types, huge strings, unicode, NUL, duplicate keys) go through the real
 entry points: `annotations.parse`, `validate.validate_text`, `codec.parse_state`,
-`codec.read_status` and `same_status`, `core.rollout.loads` and `explain.main`. A crash is any
+`codec.read_status` and `same_status`, `core.ramp.loads` and `explain.main`. A crash is any
 exception but the documented one (`ValueError` from `parse_state` and `loads`, none from the
 others) or a message that is not one bounded, printable line.
 """
@@ -22,11 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler import annotations as contract
 from autoscaler import explain, validate
-from autoscaler.adapters.kubernetes import codec
-from autoscaler.core import model
-from autoscaler.core import rollout as core
+from autoscaler.contract import annotations as contract
+from autoscaler.contract import codec
+from autoscaler.core import model, ramp
 
 from .figures import Figures
 
@@ -59,9 +58,9 @@ VALID_STATUS = codec.dumps(
         "time": "2025-06-15T00:00:00Z",
     }
 )
-VALID_RAMP = core.dumps(
-    core.RampState(
-        phase=core.Phase.RAMPING,
+VALID_RAMP = ramp.dumps(
+    ramp.RampState(
+        phase=ramp.Phase.RAMPING,
         cohort=("chat-1", "chat-2"),
         step=1,
         step_started_s=1.75e9,
@@ -70,7 +69,7 @@ VALID_RAMP = core.dumps(
         deadlines={"chat-3": 1.75e9 + 600},
         passed=("chat-4",),
         failures=1,
-        drain=core.Drain(3, (core.Victim("chat-5", warm=True, stable=False),), 1.0, None),
+        drain=ramp.Drain(3, (ramp.Victim("chat-5", warm=True, stable=False),), 1.0, None),
     )
 )
 
@@ -273,7 +272,7 @@ def read_status(text: str) -> None:
 
 def load_ramp(text: str) -> None:
     try:
-        core.loads(text)
+        ramp.loads(text)
     except ValueError as e:
         check_message(contract.Problem(contract.RAMP_KEY, text, str(e)).message)
 

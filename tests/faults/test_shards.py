@@ -27,7 +27,7 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.annotations import PREFIX
+from autoscaler.contract.annotations import PREFIX
 from autoscaler.core import shards
 
 from .figures import Figures

@@ -5,8 +5,6 @@ its replicas. The promise: no tick waits for a probe, and the neighbour is decid
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from e2e.support import Controllers
 from e2e.wedged import WedgedEndpoint, run_beside_wedged_pods
@@ -14,23 +12,13 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.rollout import PROBE_CONCURRENCY
+from autoscaler.ramp_driver import PROBE_CONCURRENCY
 
 from .figures import Figures
 
 MAX_WARMUP_REQUESTS = 1_000
 """The annotation contract's upper bound on `warmup-requests`."""
 SECONDS = 10
-
-
-@pytest.fixture
-async def wedged() -> AsyncIterator[WedgedEndpoint]:
-    endpoint = WedgedEndpoint()
-    await endpoint.start()
-    try:
-        yield endpoint
-    finally:
-        await endpoint.stop()
 
 
 @pytest.mark.parametrize("pods", [1, 10, 50])

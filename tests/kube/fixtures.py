@@ -6,6 +6,8 @@
   `kube.expire_next_watch()`, `kube.fail(...)`, `kube.compact()`, `kube.store` (in-process).
 - `kubelet`: the fake controllers and kubelet over the same store; `await kubelet.reconcile()`.
 - `kube_clock`: the simulated clock both of them read; only the test advances it.
+- `api`, `core`, `apps`: a kubernetes-asyncio client on `kube` (one per test: building one costs
+  an SSL context) and its CoreV1 and AppsV1 APIs.
 
 Registered for every test by the root conftest.
 """
@@ -16,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import TypeVar
 
 import pytest
+from kubernetes_asyncio import client
 
 from .emulator import Emulator, Kube, serve
 from .kubelet import FakeClock, FakeCluster
@@ -40,6 +43,21 @@ async def kube(tmp_path: pathlib.Path, kube_clock: FakeClock) -> AsyncIterator[K
 @pytest.fixture
 def kubelet(kube: Kube, kube_clock: FakeClock) -> FakeCluster:
     return FakeCluster(kube.store, clock=kube_clock)
+
+
+@pytest.fixture
+async def api(kube: Kube) -> client.ApiClient:
+    return kube.api_client()
+
+
+@pytest.fixture
+def core(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture
+def apps(api: client.ApiClient) -> client.AppsV1Api:
+    return client.AppsV1Api(api)
 
 
 async def wait_next(events: AsyncIterator[T], *, timeout_s: float = 5.0) -> T:

@@ -40,21 +40,6 @@ def pod(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[st
 
 
 @pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    return kube.api_client()
-
-
-@pytest.fixture
-def core(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
-
-
-@pytest.fixture
-def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
-
-
-@pytest.fixture
 def custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 

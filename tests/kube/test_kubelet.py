@@ -4,7 +4,6 @@ import math
 import re
 from typing import Any
 
-import pytest
 from kubernetes_asyncio import client, watch
 
 from .emulator import Kube
@@ -49,21 +48,6 @@ def deployment(
             },
         },
     }
-
-
-@pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    return kube.api_client()
-
-
-@pytest.fixture
-def core(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
-
-
-@pytest.fixture
-def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
 
 
 async def pods(core: client.CoreV1Api, **selectors: str) -> list[client.V1Pod]:

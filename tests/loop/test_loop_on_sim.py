@@ -12,7 +12,8 @@ import pytest
 from autoscaler import loop
 from autoscaler.core import model
 from autoscaler.core.model import Signal
-from autoscaler.sim import run, world
+from autoscaler.experiment import run
+from autoscaler.sim import world
 from autoscaler.sim.params import SimParams
 
 # A fixed start-up delay keeps every run deterministic; the rest are the simulator's defaults

@@ -12,16 +12,17 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
-import pytest
-from e2e.wedged import WedgedEndpoint
+from e2e.wedged import WedgedEndpoint, wedged
 from structlog.testing import capture_logs
 
-from autoscaler import ports, rollout
+from autoscaler import ports, ramp_driver
 from autoscaler.adapters import warmup
-from autoscaler.core import model
-from autoscaler.core import rollout as core
+from autoscaler.contract import annotations as contract
+from autoscaler.core import model, ramp
 
-from .test_rollout_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
+from .test_ramp_driver import OTHER, SERVICE, FakeProber, Rig, ramp_target
+
+__all__ = ["wedged"]  # the fixture
 
 LOOPBACK = "127.0.0.1"
 HOUR_S = 3_600.0
@@ -42,23 +43,13 @@ class Probers:
         return await prober.probe(ip, port, path, requests, timeout_s)
 
 
-@pytest.fixture
-async def wedged() -> AsyncIterator[WedgedEndpoint]:
-    endpoint = WedgedEndpoint()
-    await endpoint.start()
-    try:
-        yield endpoint
-    finally:
-        await endpoint.stop()
-
-
 @contextlib.asynccontextmanager
 async def wired(
     rig: Rig, *, concurrency: int = 16, deadline_s: float = HOUR_S
-) -> AsyncIterator[rollout.RampDriver]:
+) -> AsyncIterator[ramp_driver.RampDriver]:
     """The rig's driver on the real prober for loopback pods; closed (probes cancelled) after."""
     probers = Probers(rig.prober)
-    rig.driver = rollout.RampDriver(
+    rig.driver = ramp_driver.RampDriver(
         cluster=rig.cluster,
         pods=rig.cluster,
         routers={"istio": rig.router},
@@ -79,7 +70,9 @@ async def wired(
 def target(service: model.ServiceId, **warmup_fields: object) -> ports.RampTarget:
     """A ramped service whose pods are probed on their own port (the wedged one's, for some)."""
     made = ramp_target(service, port=None)
-    return dataclasses.replace(made, warmup=dataclasses.replace(made.warmup, **warmup_fields))  # type: ignore[arg-type]
+    warmup = dataclasses.replace(made.warmup, **warmup_fields)  # type: ignore[arg-type]
+    config = contract.ramp_config(made.traffic, warmup)
+    return dataclasses.replace(made, warmup=warmup, config=config)
 
 
 def wedge(rig: Rig, endpoint: WedgedEndpoint, service: model.ServiceId = SERVICE) -> str:
@@ -93,7 +86,7 @@ async def step(rig: Rig) -> None:
     """One tick on the injected clock, without waiting for any probe."""
     rig.now += 1.0
     rig.cluster.start_all()
-    await rig.driver.reconcile(rig.now, [])
+    await rig.driver.reconcile(rig.now, rig.cluster.workloads())
 
 
 async def ticks_until_stable(rig: Rig, service: model.ServiceId, pod: str) -> int:
@@ -182,7 +175,7 @@ async def test_the_per_pod_deadline_ends_a_probe_and_reprobing_stops_at_the_warm
     assert asked[-1] < reclaimed_s
     assert len(timed_out) == len(asked) == wedged.requests
     assert ("reclaim", stuck) in rig.journal
-    assert rig.journal.of("event")[0][2] == core.WARMUP_TIMED_OUT
+    assert rig.journal.of("event")[0][2] == ramp.WARMUP_TIMED_OUT
     assert stuck not in rig.cluster.pod_sets[SERVICE]
 
 

@@ -14,7 +14,8 @@ import structlog
 
 from autoscaler import cli
 from autoscaler.core import model, placement, policy
-from autoscaler.sim import run, world
+from autoscaler.experiment import run
+from autoscaler.sim import world
 from autoscaler.sim.cluster import Lifecycle, ServiceSpec, SimCluster
 from autoscaler.sim.params import (
     FRAGMENTED,

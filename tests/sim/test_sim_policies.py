@@ -15,7 +15,8 @@ import structlog
 
 from autoscaler import cli
 from autoscaler.baselines import hpa, keda, kpa, oracle
-from autoscaler.sim import policies, run
+from autoscaler.experiment import run
+from autoscaler.sim import policies
 from autoscaler.sim.params import SimParams
 
 PARAMS = SimParams(min_replicas=3, max_replicas=40, startup_s=100.0, warmup_s=5.0)

@@ -15,9 +15,10 @@ import pytest
 import structlog
 
 from autoscaler import cli, errors, metricnames, ports
-from autoscaler.core import model, rollout
-from autoscaler.sim import run, world
+from autoscaler.core import model, ramp
+from autoscaler.experiment import run
 from autoscaler.sim import traffic as traffic_
+from autoscaler.sim import world
 from autoscaler.sim.params import RAMP_SUMMARY_KEYS, SUMMARY_KEYS, PodFault, SimParams
 
 VLLM = metricnames.PRESETS["vllm"]
@@ -473,10 +474,12 @@ def test_ramp_off_keeps_the_plain_model_numbers() -> None:
 
     assert set(result.summary) == SUMMARY_KEYS
     s = result.summary
-    assert s["slo_misses"] == pytest.approx(3571.743842364574, rel=1e-12)
-    assert s["p95_latency_s"] == pytest.approx(34.2931481234146, rel=1e-12)
-    assert s["gpu_hours"] == pytest.approx(6.984444444444445, rel=1e-12)
-    assert s["scale_events"] == 6
+    # The default policy's numbers since its burst path judges the newest sample and it sizes
+    # for the bench's SLO (a policy change, not a simulator one).
+    assert s["slo_misses"] == pytest.approx(2506.46653144055, rel=1e-12)
+    assert s["p95_latency_s"] == pytest.approx(23.60966557123972, rel=1e-12)
+    assert s["gpu_hours"] == pytest.approx(7.135, rel=1e-12)
+    assert s["scale_events"] == 3
 
 
 def test_per_pod_model_with_normal_pods_matches_the_plain_model() -> None:
@@ -553,10 +556,10 @@ async def test_ramp_walks_its_steps_then_promotes() -> None:
     sim, sid = await ramped(FAST, to=5)
 
     writes = [(at_s, pct) for at_s, _, pct in sim.routers["istio"].writes]
-    expected = [rollout.share_pct(p, 1, 4) for p in FAST.ramp_steps_pct] + [0]
+    expected = [ramp.share_pct(p, 1, 4) for p in FAST.ramp_steps_pct] + [0]
     assert [pct for _, pct in writes] == expected == [2, 6, 10, 20, 0]
     times = [at_s for at_s, _ in writes]
-    dwell_s = rollout.RampConfig().min_dwell_ratio * FAST.ramp_step_interval_s
+    dwell_s = ramp.RampConfig().min_dwell_ratio * FAST.ramp_step_interval_s
     assert all(b - a >= dwell_s for a, b in itertools.pairwise(times[:4]))
     assert reasons(sim).count("RampPromoted") == 1
     assert "RampRolledBack" not in reasons(sim)

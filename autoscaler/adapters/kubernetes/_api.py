@@ -5,6 +5,13 @@ list of thousands of pods deserialises several times faster, and the caches keep
 sent. Every call goes through `call_json`, which turns a failure into `ApiException` (HTTP
 statuses) or a transport error, and `failure` maps either to `KubeApiError`.
 
+The adapters call through a `Caller`: the one place where a call is made with its deadline, its
+failure mapped to `KubeApiError` (naming the operation and the object) and counted through the
+error callback. A status the caller expects as an answer (a 404 on a read that may find
+nothing) is not a failure: `call_allowing` returns None for it and counts nothing. The informers'
+list+watch loop is the one exception: a watch is a stream, not a call, and the loop catches
+`CALL_ERRORS` itself to relist on a 410 and back off.
+
 Every write goes through `write_json`, fenced by the Lease of the service it is for: it asks its
 `Fence` about that service (`namespace/name` of the managed Deployment; the bucket Leases'
 `leads`, false once the renew deadline of the service's bucket has passed by this replica's own
@@ -19,9 +26,10 @@ It must not cache, retry or decide anything.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Final
 
 import aiohttp
@@ -45,6 +53,10 @@ DEFAULT_REQUEST_TIMEOUT_S: Final = 10.0
 TRANSPORT_ERRORS: Final = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 """What a call raises when no HTTP answer came back (refused, reset, timed out)."""
 
+CALL_ERRORS: Final = (ApiException, *TRANSPORT_ERRORS, ValueError)
+"""What a call raises when it failed: an HTTP error status, no answer, or an answer that is not
+a JSON object."""
+
 
 class KubeApiError(errors.ActuationError):
     """A Kubernetes API call failed; `status` is the HTTP status, None when none came back."""
@@ -64,8 +76,71 @@ def ignore_error(_: str) -> None:
 
 
 def always(_: str) -> bool:
-    """The default fence: every write is allowed (a lone instance, tests)."""
+    """The fence of a caller that is not fenced by a Lease (the electors themselves, a lone
+    instance, tests): every write is allowed."""
     return True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Caller:
+    """How one adapter calls the API: its write fence, its error count and its deadline.
+
+    Every failure leaves as `KubeApiError` with the HTTP status (None when no answer came back)
+    and is counted through `on_error`, told the operation (`deployments.patch`).
+    """
+
+    fence: Fence = always
+    """Asked about the write's service immediately before each write is sent (`write_json`)."""
+    on_error: ErrorCallback = ignore_error
+    request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S
+
+    async def call(
+        self,
+        operation: str,
+        target: str,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        write: bool = False,
+        service: str | None = None,
+        **kwargs: Any,
+    ) -> Obj:
+        """The answer's JSON; a `write` is fenced by the Lease of `service` (`namespace/name`;
+        `target` when None, for a call on the service's own Deployment). `target` names the
+        object in the error."""
+        answer = await self.call_allowing(
+            (), operation, target, fn, *args, write=write, service=service, **kwargs
+        )
+        assert answer is not None  # nothing is allowed, so every failure raised
+        return answer
+
+    async def call_allowing(
+        self,
+        allow: Collection[int],
+        operation: str,
+        target: str,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        write: bool = False,
+        service: str | None = None,
+        **kwargs: Any,
+    ) -> Obj | None:
+        """As `call`, but None (and nothing counted) when the HTTP status is one of `allow`."""
+        try:
+            if write:
+                return await write_json(
+                    self.fence,
+                    target if service is None else service,
+                    fn,
+                    *args,
+                    request_timeout_s=self.request_timeout_s,
+                    **kwargs,
+                )
+            return await call_json(fn, *args, request_timeout_s=self.request_timeout_s, **kwargs)
+        except CALL_ERRORS as e:
+            if isinstance(e, ApiException) and e.status in allow:
+                return None
+            self.on_error(operation)
+            raise failure(operation, target, e) from e
 
 
 async def call_json(
@@ -207,12 +282,6 @@ def parse_time(text: object) -> float | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return moment.timestamp()
-
-
-def format_time(unix_s: float) -> str:
-    """RFC 3339 with second precision in UTC, as `metav1.Time` serialises."""
-    moment = datetime.datetime.fromtimestamp(unix_s, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_micro_time(unix_s: float) -> str:

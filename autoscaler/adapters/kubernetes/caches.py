@@ -28,10 +28,10 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client
 
-from autoscaler import annotations as contract
 from autoscaler import clock as clock_
 from autoscaler.adapters.kubernetes import _api, informer
 from autoscaler.adapters.kubernetes._api import Obj
+from autoscaler.contract import annotations as contract
 
 OWNER: Final = "owner"
 """Index of objects by the uid of their controlling owner."""

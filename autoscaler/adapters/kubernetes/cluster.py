@@ -1,14 +1,19 @@
-"""The Kubernetes API behind the `Cluster` port and the Prometheus adapter's `PodIndex`.
+"""The Kubernetes API behind the `Cluster` port.
 
 `workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
 "true"` whose bucket Lease this replica leads (`owned`; every one, with a single Lease), its
-annotations parsed by the contract (once per distinct content), its serving pods found by
-owner. A Deployment with invalid annotations is skipped, with one `config.invalid`
-log line and one Warning Event `InvalidConfig` per distinct set of problems; so is one that a
-HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of replicas: the Event
-names the other). A `state`
-annotation that cannot be read (`codec.parse_state`) is treated as absent, with one
-`state.invalid` log line and one Warning Event `CorruptState` when first seen.
+annotations parsed by the contract (once per distinct content), its serving pods
+found by owner, all of it on one `ports.Workload` per service (docs/architecture.md, "The
+records of a tick"): the metrics source reads the pods and metric names from it, the ramp
+adapter its ramp settings. A record is built again only when the informers report a change to
+what it was built from, or after the controller's own write to it; otherwise the same object
+is returned; a service whose bucket moves to or from this replica is built again or dropped,
+with what was remembered about it. A Deployment with invalid annotations is skipped, with one
+`config.invalid` log line and one Warning Event `InvalidConfig` per distinct set of problems;
+so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of
+replicas: the Event names the other). A `state` annotation that cannot be read
+(`codec.parse_state`) is treated as absent, with one `state.invalid` log line and one Warning
+Event `CorruptState` when first seen.
 
 Writes: `scale` patches the Deployment's `scale` subresource with the resourceVersion its
 replicas were read at (a 409 on a moved status is sent again at the new version; on changed
@@ -49,14 +54,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
-import autoscaler.annotations as contract
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters import prometheus
-from autoscaler.adapters.kubernetes import _api, caches, codec, events, informer, placement
+from autoscaler.adapters.kubernetes import _api, annotate, caches, events, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
+from autoscaler.contract import annotations as contract
+from autoscaler.contract import codec
 from autoscaler.core import model
 
 __all__ = [
@@ -86,17 +90,96 @@ _ParseKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Managed:
-    """One managed service as the last `workloads()` saw it."""
+class _Built:
+    """One managed service's record and what it was built from, reused while none of that
+    changes (`KubeCluster.workloads`)."""
 
-    namespace: str
-    name: str
+    deployment: Obj
+    """The cached owner Deployment it was built from."""
+    tiers: frozenset[str]
+    """The names of the owner's tier Deployments: a change to any of them or their pods
+    rebuilds the record."""
+    workload: ports.Workload | None
+    """None for a service that is not managed (invalid annotations, another autoscaler)."""
+    config: contract.ServiceConfig | None
+    view: placement.View | None
+    layout: tuple[object, ...] | None
+    """The GPU capacity it was placed against (nodes, pods on them, quotas); None when it
+    holds no GPU."""
+    parse_key: _ParseKey
+    state_text: str | None
+    """The `state` annotation it was built with, and what that text was read as."""
+    state_read: tuple[model.PolicyState | None, int | None] = (None, None)
+    problems: tuple[str, ...] = ()
+    """The messages of the `InvalidConfig` Event posted for it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Target:
+    """A managed service as a write needs it: its record, settings and placement view."""
+
+    workload: ports.Workload
     config: contract.ServiceConfig
-    serving: frozenset[str]
+    view: placement.View
+
+
+_WINDOW_KEY: Final = contract.PREFIX + "window"
+
+
+def _parse_key(namespace: str, notes: Mapping[str, str]) -> _ParseKey:
+    """The settings a parse depends on: the namespace and the annotations under the prefix."""
+    settings = tuple(
+        sorted(
+            (k, v)
+            for k, v in notes.items()
+            if k.startswith(contract.PREFIX) and k not in contract.CONTROLLER_KEYS
+        )
+    )
+    return (namespace, settings)
+
+
+def _controller(obj: Obj) -> tuple[str, str] | None:
+    """The kind and name of the object's controlling owner."""
+    for ref in _api.meta(obj).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return str(ref.get("kind")), str(ref.get("name"))
+    return None
+
+
+def _everything(_: str) -> bool:
+    return True
+
+
+def _key_of(service: model.ServiceId) -> tuple[str, str]:
+    """The (namespace, name) of a service's owner Deployment."""
+    namespace, _, name = service.partition("/")
+    return namespace, name
+
+
+def _unmanaged(deployment: Obj, key: _ParseKey, problems: tuple[str, ...]) -> _Built:
+    """The entry of a Deployment that opts in and is not managed, with the problems said."""
+    tiers = frozenset({_api.name(deployment)})
+    return _Built(deployment, tiers, None, None, None, None, key, None, problems=problems)
+
+
+def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Snapshots by identity (a new one is made on every change), counters by value."""
+    return all(x is y or (isinstance(x, int) and x == y) for x, y in zip(a, b, strict=True))
 
 
 WARMING_LABEL: Final = contract.WARMING_LABEL
 STABLE_LABEL: Final = contract.STABLE_LABEL
+RAMP_LABELS: Final = frozenset({WARMING_LABEL, STABLE_LABEL})
+
+
+def is_gated(template: Obj) -> bool:
+    """Whether a pod template opts into the warm-up gate: the `warm` readiness gate, or the
+    `warming` label its new pods start with."""
+    labels = _api.meta(template).get("labels") or {}
+    if labels.get(WARMING_LABEL) == "true":
+        return True
+    gates = _api.spec(template).get("readinessGates") or ()
+    return any(isinstance(g, dict) and g.get("conditionType") == contract.WARM_GATE for g in gates)
 
 
 def is_serving(pod: Obj) -> bool:
@@ -147,20 +230,14 @@ async def read_deployment(
 
     None when it does not exist; any other failure is a `KubeApiError` with the HTTP status.
     """
-    operation = "deployments.get"
-    try:
-        return await _api.call_json(
-            client.AppsV1Api(api).read_namespaced_deployment,
-            name,
-            namespace,
-            request_timeout_s=request_timeout_s,
-        )
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise _api.failure(operation, f"{namespace}/{name}", e) from e
-    except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-        raise _api.failure(operation, f"{namespace}/{name}", e) from e
+    return await _api.Caller(request_timeout_s=request_timeout_s).call_allowing(
+        (404,),
+        "deployments.get",
+        f"{namespace}/{name}",
+        client.AppsV1Api(api).read_namespaced_deployment,
+        name,
+        namespace,
+    )
 
 
 LIST_PAGE = 500
@@ -176,6 +253,7 @@ async def list_deployments(
     """The Deployments of `namespace` (None: all namespaces) as the API serialises them, read
     once, page by page (for `autoscaler list`); a failure is a `KubeApiError`."""
     apps = client.AppsV1Api(api)
+    calls = _api.Caller(request_timeout_s=request_timeout_s)
     operation = "deployments.list"
     target = namespace or "all namespaces"
     found: list[Obj] = []
@@ -184,22 +262,14 @@ async def list_deployments(
         kwargs: dict[str, Any] = {"limit": LIST_PAGE}
         if token:
             kwargs["_continue"] = token
-        try:
-            if namespace is None:
-                page = await _api.call_json(
-                    apps.list_deployment_for_all_namespaces,
-                    request_timeout_s=request_timeout_s,
-                    **kwargs,
-                )
-            else:
-                page = await _api.call_json(
-                    apps.list_namespaced_deployment,
-                    namespace,
-                    request_timeout_s=request_timeout_s,
-                    **kwargs,
-                )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            raise _api.failure(operation, target, e) from e
+        if namespace is None:
+            page = await calls.call(
+                operation, target, apps.list_deployment_for_all_namespaces, **kwargs
+            )
+        else:
+            page = await calls.call(
+                operation, target, apps.list_namespaced_deployment, namespace, **kwargs
+            )
         items = page.get("items")
         found.extend(item for item in items or () if isinstance(item, dict))
         token = (page.get("metadata") or {}).get("continue")
@@ -208,7 +278,7 @@ async def list_deployments(
 
 
 class KubeCluster:
-    """`ports.Cluster` and `prometheus.PodIndex` over the caches; see the module docstring."""
+    """`ports.Cluster` over the caches; see the module docstring."""
 
     def __init__(
         self,
@@ -231,6 +301,7 @@ class KubeCluster:
         core_weights: Mapping[str, float] = placement.DEFAULT_CORE_WEIGHTS,
         on_tiers: placement.TierCallback | None = None,
         on_fallback: placement.FallbackCallback | None = None,
+        on_event: events.OutcomeCallback | None = None,
     ) -> None:
         """Build the caches and the Event recorder on `api`; `run()` fills and follows them.
 
@@ -240,21 +311,24 @@ class KubeCluster:
         (`idle_tier_grace_s` before it is deleted). `may_write(service)` is asked before every
         write for a service (the bucket Leases' `leads`); `owned()`, asked once per
         `workloads()`, says which services this replica acts on (it leads their bucket): the
-        others are skipped, and nothing is remembered about them. `core_weights` are core-hours
-        per card-hour by GPU product; `on_tiers` and `on_fallback` are told of placements
-        (telemetry).
+        others are skipped, and nothing is remembered about them. `core_weights` are
+        core-hours per card-hour by GPU product; `on_tiers` and `on_fallback` are told of
+        placements, `on_event` of what became of each Event (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
         self._wall_now = wall_now
         self._may_write = may_write
-        self._owned = owned or (lambda: _everything)
+        self._owned = owned
         self._on_api_error = on_api_error
         self._recent_pods = recent_pods
-        self._conflict_attempts = max(1, conflict_attempts)
-        self._request_timeout_s = request_timeout_s
         self._rng = rng or random.Random()
-        self._conflict_backoff = informer.Backoff(initial_s=0.05, max_s=1.0)
+        self._calls = _api.Caller(
+            fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s
+        )
+        self._conflicts = annotate.ConflictRetry(
+            clock=self.clock, rng=self._rng, attempts=max(1, conflict_attempts)
+        )
         self._apps = client.AppsV1Api(api)
         self.caches = caches.Caches(
             api,
@@ -269,11 +343,11 @@ class KubeCluster:
         self.events = events.EventRecorder(
             api,
             instance=identity,
+            calls=self._calls,
+            clock=self.clock,
             wall_now=wall_now,
-            may_write=may_write,
             dry_run=dry_run,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
+            on_outcome=on_event,
         )
         self.placement = placement.Ladder(
             api,
@@ -290,9 +364,23 @@ class KubeCluster:
             on_fallback=on_fallback,
         )
         self._parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
-        self._states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
-        self._invalid: dict[str, tuple[str, ...]] = {}
-        self._managed: dict[model.ServiceId, _Managed] = {}
+        self._built: dict[tuple[str, str], _Built] = {}
+        """Every Deployment that opts in, by (namespace, name), and its record."""
+        self._owner_of: dict[tuple[str, str], tuple[str, str]] = {}
+        """The owner Deployment of each tier Deployment (itself for the owner's own tier)."""
+        self._with_siblings: set[tuple[str, str]] = set()
+        self._layout: tuple[object, ...] | None = None
+        self._managed: list[ports.Workload] = []
+        self._elsewhere: dict[tuple[str, str], model.ServiceId] = {}
+        """Deployments that opt in but whose bucket another replica leads: not built."""
+        self._present: set[model.ServiceId] = set()
+        self._dirty: set[tuple[str, str]] = set()
+        """(namespace, Deployment) whose records the informers have reported a change to."""
+        self.caches.deployments.add_handler(self._deployment_changed)
+        self.caches.replicasets.add_handler(self._replicaset_changed)
+        self.caches.pods.add_handler(self._pod_changed)
+        for informer_ in (self.caches.hpas, self.caches.scaled_objects):
+            informer_.add_handler(self._scaler_changed)
         self._last_set: dict[model.ServiceId, int] = {}
         self._written_version: dict[model.ServiceId, str] = {}
         self._written_replicas: dict[model.ServiceId, int] = {}
@@ -305,12 +393,15 @@ class KubeCluster:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Fill and follow the caches, post Events and keep the tier Deployments until
-        cancelled."""
+        """Fill and follow the caches and post Events until cancelled."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self.caches.run())
             group.create_task(self.events.run())
-            group.create_task(self.placement.run(replan=self._replan))
+
+    async def tend(self) -> None:
+        """Carry out the upkeep of the tier Deployments that the last `workloads()` found
+        (template sync, idle deletion, a re-plan); the loop calls it once per tick."""
+        await self.placement.tend(replan=self._replan)
 
     @property
     def synced(self) -> bool:
@@ -323,67 +414,242 @@ class KubeCluster:
     # -- reads -------------------------------------------------------------------------------------
 
     def workloads(self) -> list[ports.Workload]:
-        """The managed services, from the caches; see the module docstring."""
-        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
-        states: dict[str, tuple[model.PolicyState | None, int | None]] = {}
-        invalid: dict[str, tuple[str, ...]] = {}
-        managed: dict[model.ServiceId, _Managed] = {}
-        found: list[ports.Workload] = []
-        owns = self._owned()
-        for deployment in self.caches.deployments.items():
-            notes = _api.annotations_of(deployment)
-            if not contract.opted_in(notes) or placement.is_sibling(deployment):
-                continue
-            namespace, name = _api.namespace(deployment), _api.name(deployment)
-            service = model.ServiceId(f"{namespace}/{name}")
-            if not owns(service):  # another replica leads its bucket
-                continue
-            config = self._parse(namespace, notes, parsed)
-            if isinstance(config, contract.Invalid):
-                self._report_invalid(service, deployment, config, invalid)
-                continue
-            others = self.caches.other_scalers(namespace, name)
-            if others:
-                self._report_invalid(service, deployment, _contested(others), invalid)
-                continue
-            tiers = self.placement.view(service, deployment, config)
-            serving = tiers.serving
-            state = self._state(service, deployment, notes.get(contract.STATE_KEY), states)
-            asked = self._last_set.get(service)
-            managed[service] = _Managed(
-                namespace,
-                name,
-                config,
-                frozenset(_api.name(pod) for pod in serving),
-            )
-            found.append(
-                ports.Workload(
-                    id=service,
-                    policy=config.policy,
-                    half_life_s=config.half_life_s,
-                    replicas=self.placement.reported_replicas(service, tiers, asked),
-                    serving=len(serving),
-                    startup_s=startup_s(serving, recent=self._recent_pods),
-                    state=state,
-                    admissible=tiers.admissible,
-                    admissible_reason=(
-                        model.Reason.QUOTA if tiers.problem is None else model.Reason.NO_PLACEMENT
-                    ),
-                    core_rate=tiers.core_rate,
-                    project=config.project,
-                )
-            )
-            active = not self.dry_run and config.mode is not contract.Mode.DRY_RUN
-            if config.policy.pause is not None:
-                # Paused: a count set by hand is the one to keep (no re-plan, no override).
-                asked = None
-                if not self._lags(service):
-                    self._last_set[service] = tiers.replicas
-            self.placement.observe(service, deployment, tiers, asked=asked, active=active)
-        self._parsed, self._states, self._invalid, self._managed = parsed, states, invalid, managed
-        self._forget(managed.keys())
-        self.placement.wake()
-        return found
+        """The managed services, from the caches; see the module docstring.
+
+        Work is proportional to change: a service's record is built again only when the
+        informers have reported a change to its Deployments, ReplicaSets or pods (or, for one
+        on GPUs, to the nodes, the pods bound to them or the quotas), or after this controller
+        wrote to it. Every other service's record is the object the last call returned.
+        """
+        dirty, self._dirty = self._dirty, set()
+        owns = _everything if self._owned is None else self._owned()
+        if self._owned is not None:  # a bucket that moved: its services are built or dropped
+            dirty.update(k for k, sid in self._elsewhere.items() if owns(sid))
+            dirty.update((w.namespace, w.deployment) for w in self._managed if not owns(w.id))
+        layout = self.placement.capacity.layout()
+        moved = self._layout is not None and not _same_layout(self._layout, layout)
+        self._layout = layout
+        touched: dict[tuple[str, str], None] = {}
+        for key in dirty:
+            owner = self._owner_of.get(key)
+            if owner is not None:
+                touched[owner] = None
+            touched[key] = None
+        if moved:  # the GPU services were placed against capacity that has changed
+            for key, entry in self._built.items():
+                if entry.layout is not None:
+                    touched[key] = None
+        for key in touched:
+            self._update(key, layout, owns)
+        if touched:
+            self._managed = [e.workload for e in self._built.values() if e.workload is not None]
+            present = {w.id for w in self._managed}
+            if present != self._present:
+                self._forget(present)
+                self._present = present
+            self._prune_parsed()
+        for key in self._with_siblings:
+            # Idle sibling Deployments expire with time, not with a change: look every call.
+            entry = self._built[key]
+            workload, config, view = entry.workload, entry.config, entry.view
+            if key not in touched and workload and config and view:
+                self._observe(workload.id, entry.deployment, config, view)
+        self.placement.end_round()
+        return self._managed
+
+    def _update(
+        self, key: tuple[str, str], layout: tuple[object, ...], owns: Callable[[str], bool]
+    ) -> None:
+        """Build again the entry of the Deployment `key` (namespace, name), or drop it when it is
+        gone, no longer opts in, is a placement tier, or another replica leads its bucket."""
+        namespace, name = key
+        deployment = self.caches.deployment(namespace, name)
+        old = self._built.get(key)
+        notes = {} if deployment is None else _api.annotations_of(deployment)
+        self._elsewhere.pop(key, None)
+        if deployment is None or not contract.opted_in(notes) or placement.is_sibling(deployment):
+            if old is not None:
+                self._drop(key, old)
+            return
+        service = model.ServiceId(f"{namespace}/{name}")
+        if not owns(service):  # another replica leads its bucket
+            self._elsewhere[key] = service
+            if old is not None:
+                self._drop(key, old)
+            return
+        if old is not None and _api.uid(old.deployment) != _api.uid(deployment):
+            self._drop(key, old)  # deleted and created again: a new Deployment
+            old = None
+        entry = self._build(service, deployment, notes, old, layout)
+        if old is not None:
+            for tier in old.tiers - entry.tiers:
+                self._owner_of.pop((namespace, tier), None)
+        for tier in entry.tiers:
+            self._owner_of[namespace, tier] = key
+        self._built[key] = entry
+        if entry.view is not None and len(entry.view.tiers) > 1:
+            self._with_siblings.add(key)
+        else:
+            self._with_siblings.discard(key)
+
+    def _drop(self, key: tuple[str, str], old: _Built) -> None:
+        del self._built[key]
+        self._with_siblings.discard(key)
+        for tier in old.tiers:
+            if self._owner_of.get((key[0], tier)) == key:
+                del self._owner_of[key[0], tier]
+
+    def _prune_parsed(self) -> None:
+        """Forget parses no service uses any more, once they outnumber those in use."""
+        if len(self._parsed) <= 64 + 2 * len(self._built):
+            return
+        used = {entry.parse_key for entry in self._built.values()}
+        self._parsed = {k: v for k, v in self._parsed.items() if k in used}
+
+    def _build(
+        self,
+        service: model.ServiceId,
+        deployment: Obj,
+        notes: Mapping[str, str],
+        old: _Built | None,
+        layout: tuple[object, ...],
+    ) -> _Built:
+        """One service's record from the caches; `old` is its entry before this change."""
+        namespace, name = _api.namespace(deployment), _api.name(deployment)
+        key = _parse_key(namespace, notes)
+        config = self._parse(key, notes)
+        state_text = notes.get(contract.STATE_KEY)
+        said = () if old is None else old.problems
+        if isinstance(config, contract.Invalid):
+            problems = self._report_invalid(service, deployment, config, said)
+            return _unmanaged(deployment, key, problems)
+        others = self.caches.other_scalers(namespace, name)
+        if others:
+            problems = self._report_invalid(service, deployment, _contested(others), said)
+            return _unmanaged(deployment, key, problems)
+        view = self.placement.view(service, deployment, config)
+        serving = view.serving
+        if old is not None and old.state_text == state_text:
+            state_read = old.state_read
+        else:
+            state_read = self._state(service, deployment, state_text)
+        state, replicas = state_read
+        if replicas is not None:
+            self._last_set.setdefault(service, replicas)
+        if config.policy.pause is not None and not self._lags(service):
+            # Paused: a count set by hand is the one to keep (no re-plan, no override).
+            self._last_set[service] = view.replicas
+        workload = ports.Workload(
+            id=service,
+            policy=config.policy,
+            half_life_s=config.half_life_s,
+            replicas=self.placement.reported_replicas(service, view, self._last_set.get(service)),
+            serving=len(serving),
+            startup_s=startup_s(serving, recent=self._recent_pods),
+            state=state,
+            admissible=view.admissible,
+            admissible_reason=(
+                model.Reason.QUOTA if view.problem is None else model.Reason.NO_PLACEMENT
+            ),
+            core_rate=view.core_rate,
+            project=config.project,
+            dry_run=config.mode is contract.Mode.DRY_RUN,
+            window_s=config.window_s if _WINDOW_KEY in notes else None,
+            namespace=namespace,
+            deployment=name,
+            pods=frozenset(_api.name(pod) for pod in serving),
+            metrics=config.metrics,
+            ramp=self._ramp_target(service, deployment, config),
+            placement=view.need,
+        )
+        self._observe(service, deployment, config, view)
+        gpu = view.need is not None or view.core_rate > 0
+        return _Built(
+            deployment,
+            frozenset(_api.name(tier.deployment) for tier in view.tiers),
+            workload,
+            config,
+            view,
+            layout if gpu else None,
+            key,
+            state_text,
+            state_read,
+        )
+
+    def _observe(
+        self,
+        service: model.ServiceId,
+        deployment: Obj,
+        config: contract.ServiceConfig,
+        view: placement.View,
+    ) -> None:
+        active = not self.dry_run and config.mode is not contract.Mode.DRY_RUN
+        asked = None if config.policy.pause is not None else self._last_set.get(service)
+        self.placement.observe(service, deployment, view, asked=asked, active=active)
+
+    def _ramp_target(
+        self, service: model.ServiceId, deployment: Obj, config: contract.ServiceConfig
+    ) -> ports.RampTarget | None:
+        """The service's ramp settings when its pod template opts into the warm-up gate."""
+        template = _api.spec(deployment).get("template") or {}
+        if not is_gated(template):
+            return None
+        labels = _api.meta(template).get("labels") or {}
+        route = ports.RouteTarget(
+            service=service,
+            namespace=_api.namespace(deployment),
+            deployment=_api.name(deployment),
+            pod_labels={str(k): str(v) for k, v in labels.items() if k not in RAMP_LABELS},
+        )
+        return ports.RampTarget(
+            service=service,
+            route=route,
+            traffic=config.traffic,
+            warmup=config.warmup,
+            config=config.ramp,
+            metrics=config.metrics,
+            dry_run=self.dry_run or config.mode is contract.Mode.DRY_RUN,
+            saved=_api.annotations_of(deployment).get(contract.RAMP_KEY),
+        )
+
+    def _deployment_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        """Informer handler: a Deployment is its own record's, and a tier's its owner's too."""
+        for obj in (old, new):
+            if obj is not None:
+                namespace = _api.namespace(obj)
+                self._dirty.add((namespace, _api.name(obj)))
+                owner = _controller(obj)
+                if owner is not None and owner[0] == "Deployment":
+                    self._dirty.add((namespace, owner[1]))
+
+    def _replicaset_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        owner = None if obj is None else _controller(obj)
+        if obj is not None and owner is not None and owner[0] == "Deployment":
+            self._dirty.add((_api.namespace(obj), owner[1]))
+
+    def _pod_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        owner = None if obj is None else _controller(obj)
+        if obj is None or owner is None or owner[0] != "ReplicaSet":
+            return
+        namespace = _api.namespace(obj)
+        replicaset = self.caches.replicasets.get(namespace, owner[1])
+        found = None if replicaset is None else _controller(replicaset)
+        if found is not None and found[0] == "Deployment":
+            self._dirty.add((namespace, found[1]))
+        else:
+            # The ReplicaSet is not cached (yet, or any more): a Deployment's ReplicaSet is
+            # named after it, with a hash of the template appended.
+            self._dirty.add((namespace, owner[1].rpartition("-")[0]))
+
+    def _scaler_changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
+        """Informer handler: an HPA or a ScaledObject may take or release a Deployment."""
+        del kind
+        for obj in (old, new):
+            for target in () if obj is None else caches.target_values(obj):
+                namespace, _, name = target.partition("/")
+                self._dirty.add((namespace, name))
 
     def _forget(self, present: Collection[model.ServiceId]) -> None:
         """Drop what is remembered about services no longer managed."""
@@ -398,22 +664,20 @@ class KubeCluster:
     def forget_unless(self, keep: Callable[[model.ServiceId], bool]) -> None:
         """Drop what is remembered about the managed services `keep` refuses: another replica
         acts on them now (their bucket Lease moved), so it would be stale if they came back."""
-        self._forget([service for service in self._managed if keep(service)])
+        kept = {service for service in self._present if keep(service)}
+        if kept == self._present:
+            return
+        self._dirty.update(_key_of(service) for service in self._present - kept)
+        self._forget(kept)
 
-    def serving_pods(self, service: model.ServiceId) -> prometheus.ServingPods | None:
-        """The serving pods the last `workloads()` found for `service` (`PodIndex`)."""
-        managed = self._managed.get(service)
-        if managed is None:
-            return None
-        return prometheus.ServingPods(managed.namespace, managed.serving, managed.config.metrics)
+    def workload(self, service: model.ServiceId) -> ports.Workload | None:
+        """The record the last `workloads()` built for `service`; None when it is not managed."""
+        entry = self._built.get(_key_of(service))
+        return None if entry is None else entry.workload
 
-    def managed_services(self) -> list[model.ServiceId]:
-        """The services the last `workloads()` found, in its order (for the ramp)."""
-        return list(self._managed)
-
-    def managed(self, service: model.ServiceId) -> _Managed | None:
-        """Namespace, Deployment name and config of a service the last `workloads()` found."""
-        return self._managed.get(service)
+    def managed(self) -> list[ports.Workload]:
+        """The records the last `workloads()` returned, in its order (for the ramp)."""
+        return self._managed
 
     def may_write(self, service: str) -> bool:
         """Whether this instance may write for `service` now (it leads the service's Lease)."""
@@ -425,23 +689,12 @@ class KubeCluster:
         return self._on_api_error
 
     def _parse(
-        self,
-        namespace: str,
-        notes: Mapping[str, str],
-        parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid],
+        self, key: _ParseKey, notes: Mapping[str, str]
     ) -> contract.ServiceConfig | contract.Invalid:
-        settings = tuple(
-            sorted(
-                (k, v)
-                for k, v in notes.items()
-                if k.startswith(contract.PREFIX) and k not in contract.CONTROLLER_KEYS
-            )
-        )
-        key = (namespace, settings)
-        result = parsed.get(key) or self._parsed.get(key)
+        """The annotations parsed, once per namespace and distinct settings."""
+        result = self._parsed.get(key)
         if result is None:
-            result = contract.parse(notes, namespace=namespace)
-        parsed[key] = result
+            result = self._parsed[key] = contract.parse(notes, namespace=key[0])
         return result
 
     def _report_invalid(
@@ -449,49 +702,39 @@ class KubeCluster:
         service: model.ServiceId,
         deployment: Obj,
         config: contract.Invalid,
-        invalid: dict[str, tuple[str, ...]],
-    ) -> None:
-        uid = _api.uid(deployment)
+        said: tuple[str, ...],
+    ) -> tuple[str, ...]:
+        """Log and post the problems, unless they are those already said for this Deployment."""
         messages = tuple(problem.message for problem in config.problems)
-        invalid[uid] = messages
-        if self._invalid.get(uid) == messages:
-            return
+        if said == messages:
+            return messages
         log.warning("config.invalid", service=service, problems=list(messages))
         self.events.record(deployment, events.WARNING, INVALID, str(config))
+        return messages
 
     def _state(
-        self,
-        service: model.ServiceId,
-        deployment: Obj,
-        text: str | None,
-        states: dict[str, tuple[model.PolicyState | None, int | None]],
-    ) -> model.PolicyState | None:
-        """The policy state in the `state` annotation; None (a new service's) when it is absent
-        or corrupt. A corrupt text gets a log line and a `CorruptState` Event once, when first
-        seen: the next publish replaces it."""
+        self, service: model.ServiceId, deployment: Obj, text: str | None
+    ) -> tuple[model.PolicyState | None, int | None]:
+        """The policy state in the `state` annotation and the replicas it says were set; None
+        (a new service's) when it is absent or corrupt. A corrupt text gets a log line and a
+        `CorruptState` Event when first seen (the entry keeps what it was read as): the next
+        publish replaces it."""
         if text is None:
-            return None
-        known = states.get(text) or self._states.get(text)
-        if known is None:
-            try:
-                known = codec.parse_state(text)
-            except ValueError as e:
-                problem = contract.Problem(contract.STATE_KEY, text, str(e))
-                log.warning(
-                    "state.invalid",
-                    service=service,
-                    key=contract.STATE_KEY,
-                    value=contract.quote(text),
-                    rule=str(e),
-                )
-                message = f"{problem.message}; ignored, the state is rebuilt as for a new service"
-                self.events.record(deployment, events.WARNING, contract.CORRUPT_STATE, message)
-                known = (None, None)
-        states[text] = known
-        state, replicas = known
-        if replicas is not None:
-            self._last_set.setdefault(service, replicas)
-        return state
+            return (None, None)
+        try:
+            return codec.parse_state(text)
+        except ValueError as e:
+            problem = contract.Problem(contract.STATE_KEY, text, str(e))
+            log.warning(
+                "state.invalid",
+                service=service,
+                key=contract.STATE_KEY,
+                value=contract.quote(text),
+                rule=str(e),
+            )
+            message = f"{problem.message}; ignored, the state is rebuilt as for a new service"
+            self.events.record(deployment, events.WARNING, contract.CORRUPT_STATE, message)
+            return (None, None)
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -502,8 +745,8 @@ class KubeCluster:
         Raises `placement.UnplaceableError` (an `ActuationError`) for a service that no GPU in
         the cluster could run: it keeps its size.
         """
-        managed, deployment = self._target(service)
-        if self.dry_run or managed.config.mode is contract.Mode.DRY_RUN:
+        target, deployment = self._target(service)
+        if self.dry_run or target.config.mode is contract.Mode.DRY_RUN:
             log.info(
                 "scale.skipped_dry_run",
                 service=service,
@@ -513,22 +756,24 @@ class KubeCluster:
             return
         self._require_leader(service)
         async with self.placement.lock(service):
-            tiers = self.placement.view(service, deployment, managed.config)
+            # The view `workloads()` built: the informers have reported no change since.
+            tiers = target.view
             last = self._last_set.get(service)
             observed = self.placement.reported_replicas(service, tiers, last)
             self._check_override(service, deployment, observed, replicas)
             placed = replicas
             if tiers.need is None:
-                await self._scale_owner(service, managed, replicas)
+                await self._scale_owner(service, target.workload, replicas)
             else:
                 plan = await self.placement.apply(
                     service,
                     deployment,
                     tiers,
                     replicas,
-                    scale_owner=lambda n: self._scale_owner(service, managed, n),
+                    scale_owner=lambda n: self._scale_owner(service, target.workload, n),
                 )
                 placed = min(replicas, plan.total)
+            self._dirty.add((target.workload.namespace, target.workload.deployment))
             self._last_set[service] = replicas
             self._scaled[service] = placed
             self._announce_drained(service, deployment, replicas, placed)
@@ -561,7 +806,7 @@ class KubeCluster:
             self.events.record(deployment, events.WARNING, OVERRIDDEN, message)
 
     async def _scale_owner(
-        self, service: model.ServiceId, managed: _Managed, replicas: int
+        self, service: model.ServiceId, workload: ports.Workload, replicas: int
     ) -> None:
         """Patch the owner's `scale` with the resourceVersion its replicas were read at.
 
@@ -570,38 +815,35 @@ class KubeCluster:
         conflict is raised for the loop to decide again from what is there now.
         """
         operation = "deployments/scale.patch"
-        cached = self.caches.deployment(managed.namespace, managed.name)
+        cached = self.caches.deployment(workload.namespace, workload.deployment)
         if cached is None:
             raise KubeApiError(operation, f"{service} is not a managed Deployment")
         if self._lags(service):  # the cache has not seen our own last write yet
             version, based_on = self._written_version[service], self._written_replicas[service]
         else:
             version, based_on = _api.resource_version(cached), spec_replicas(cached)
-        for attempt in range(1, self._conflict_attempts + 1):
+        for attempt in range(1, self._conflicts.attempts + 1):
             body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
             try:
-                answer = await _api.write_json(
-                    self._may_write,
+                answer = await self._calls.call(
+                    operation,
                     service,
                     self._apps.patch_namespaced_deployment_scale,
-                    managed.name,
-                    managed.namespace,
+                    workload.deployment,
+                    workload.namespace,
                     body,
+                    write=True,
+                    service=service,
                     _content_type=_api.MERGE_PATCH,
-                    request_timeout_s=self._request_timeout_s,
                 )
-            except ApiException as e:
-                self._on_api_error(operation)
-                if e.status != 409 or attempt == self._conflict_attempts:
-                    raise _api.failure(operation, service, e) from e
-            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-                self._on_api_error(operation)
-                raise _api.failure(operation, service, e) from e
+            except KubeApiError as e:
+                if e.status != 409 or attempt == self._conflicts.attempts:
+                    raise
             else:
                 self._written_version[service] = _api.resource_version(answer)
                 self._written_replicas[service] = replicas
                 return
-            current = await self._read(service, managed)
+            current = await self._read(service, workload)
             if spec_replicas(current) != based_on:
                 log.info("scale.conflicted", service=service, found=spec_replicas(current))
                 raise KubeApiError(
@@ -614,13 +856,15 @@ class KubeCluster:
 
     async def _replan(self, service: model.ServiceId, desired: int) -> None:
         """Distribute the policy's last total again (the ladder's upkeep, under its lock)."""
-        managed = self._managed.get(service)
-        deployment = (
-            None if managed is None else self.caches.deployment(managed.namespace, managed.name)
-        )
-        if managed is None or deployment is None or managed.config.mode is contract.Mode.DRY_RUN:
+        entry = self._built.get(_key_of(service))
+        if entry is None or entry.workload is None or entry.config is None:
             return
-        tiers = self.placement.view(service, deployment, managed.config)
+        workload, config = entry.workload, entry.config
+        deployment = self.caches.deployment(workload.namespace, workload.deployment)
+        if deployment is None or config.mode is contract.Mode.DRY_RUN:
+            return
+        # Upkeep runs beside the ticks, after the caches may have moved: read the tiers afresh.
+        tiers = self.placement.view(service, deployment, config)
         if tiers.need is None or tiers.problem is not None:
             return
         await self.placement.apply(
@@ -628,14 +872,15 @@ class KubeCluster:
             deployment,
             tiers,
             desired,
-            scale_owner=lambda n: self._scale_owner(service, managed, n),
+            scale_owner=lambda n: self._scale_owner(service, workload, n),
         )
+        self._dirty.add((workload.namespace, workload.deployment))
 
     async def publish(
         self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
     ) -> None:
         """Write the status and state annotations when they changed, and post the Events."""
-        managed, deployment = self._target(service)
+        target, deployment = self._target(service)
         if self.dry_run:
             log.info("publish.skipped_dry_run", service=service, desired=decision.desired)
             return
@@ -645,17 +890,17 @@ class KubeCluster:
         if placed is not None:
             document["placement"] = placed
         state_text = codec.state_text(state, replicas=self._last_set.get(service))
-        await self._annotate(service, managed, deployment, document, state_text)
-        self._announce(service, managed, deployment, decision)
+        await self._annotate(service, deployment, document, state_text)
+        self._announce(service, target.config, deployment, decision)
 
-    def _target(self, service: model.ServiceId) -> tuple[_Managed, Obj]:
-        managed = self._managed.get(service)
-        deployment = (
-            None if managed is None else self.caches.deployment(managed.namespace, managed.name)
-        )
-        if managed is None or deployment is None:
-            raise KubeApiError("deployments.get", f"{service} is not a managed Deployment")
-        return managed, deployment
+    def _target(self, service: model.ServiceId) -> tuple[_Target, Obj]:
+        entry = self._built.get(_key_of(service))
+        if entry is not None and entry.workload is not None:
+            workload = entry.workload
+            deployment = self.caches.deployment(workload.namespace, workload.deployment)
+            if deployment is not None and entry.config is not None and entry.view is not None:
+                return _Target(workload, entry.config, entry.view), deployment
+        raise KubeApiError("deployments.get", f"{service} is not a managed Deployment")
 
     def _require_leader(self, service: model.ServiceId) -> None:
         if not self._may_write(service):
@@ -666,10 +911,12 @@ class KubeCluster:
     def _lags(self, service: model.ServiceId) -> bool:
         """Whether the cache has not yet seen the controller's own last scale write."""
         written = self._written_version.get(service)
-        deployment = self._managed.get(service)
-        if written is None or deployment is None:
+        entry = self._built.get(_key_of(service))
+        if written is None or entry is None:
             return False
-        cached = self.caches.deployment(deployment.namespace, deployment.name)
+        cached = self.caches.deployment(
+            _api.namespace(entry.deployment), _api.name(entry.deployment)
+        )
         try:
             # resourceVersions are opaque by contract but etcd's are increasing integers;
             # when they are not, assume the cache is current.
@@ -680,77 +927,42 @@ class KubeCluster:
     async def _annotate(
         self,
         service: model.ServiceId,
-        managed: _Managed,
         deployment: Obj,
         document: dict[str, object],
         state_text: str,
     ) -> None:
-        operation = "deployments.patch"
-        current = deployment
+        def written(found: Mapping[str, str]) -> bool:
+            return (
+                codec.same_status(found.get(contract.STATUS_KEY), document)
+                and found.get(contract.STATE_KEY) == state_text
+            )
+
         # Right after its own scale write the cache usually lags by that write: patching from
         # its version would only earn a 409 and a re-read.
-        version = (
-            self._written_version[service]
-            if self._lags(service)
-            else _api.resource_version(current)
+        await annotate.patch_annotations(
+            self._calls,
+            self._apps,
+            deployment,
+            {contract.STATUS_KEY: codec.dumps(document), contract.STATE_KEY: state_text},
+            target=service,
+            retry=self._conflicts,
+            version=self._written_version[service] if self._lags(service) else None,
+            written=written,
         )
-        for attempt in range(1, self._conflict_attempts + 1):
-            notes = _api.annotations_of(current)
-            if (
-                codec.same_status(notes.get(contract.STATUS_KEY), document)
-                and notes.get(contract.STATE_KEY) == state_text
-            ):
-                return
-            body = {
-                "metadata": {
-                    "resourceVersion": version,
-                    "annotations": {
-                        contract.STATUS_KEY: codec.dumps(document),
-                        contract.STATE_KEY: state_text,
-                    },
-                }
-            }
-            try:
-                await _api.write_json(
-                    self._may_write,
-                    service,
-                    self._apps.patch_namespaced_deployment,
-                    managed.name,
-                    managed.namespace,
-                    body,
-                    _content_type=_api.MERGE_PATCH,
-                    request_timeout_s=self._request_timeout_s,
-                )
-                return
-            except ApiException as e:
-                self._on_api_error(operation)
-                if e.status != 409 or attempt == self._conflict_attempts:
-                    raise _api.failure(operation, service, e) from e
-            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-                self._on_api_error(operation)
-                raise _api.failure(operation, service, e) from e
-            log.info("publish.conflicted", service=service, attempt=attempt)
-            await self.clock.sleep(self._conflict_backoff.delay_s(attempt, self._rng))
-            current = await self._read(service, managed)
-            version = _api.resource_version(current)
 
-    async def _read(self, service: model.ServiceId, managed: _Managed) -> Obj:
-        operation = "deployments.get"
-        try:
-            return await _api.call_json(
-                self._apps.read_namespaced_deployment,
-                managed.name,
-                managed.namespace,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, service, e) from e
+    async def _read(self, service: model.ServiceId, workload: ports.Workload) -> Obj:
+        return await self._calls.call(
+            "deployments.get",
+            service,
+            self._apps.read_namespaced_deployment,
+            workload.deployment,
+            workload.namespace,
+        )
 
     def _announce(
         self,
         service: model.ServiceId,
-        managed: _Managed,
+        config: contract.ServiceConfig,
         deployment: Obj,
         decision: model.Decision,
     ) -> None:
@@ -765,7 +977,7 @@ class KubeCluster:
         if decision.changes and scaled == decision.desired:
             message = f"New size: {decision.desired}; reason: {why}"
             self.events.record(deployment, events.NORMAL, RESCALED, message)
-        elif decision.changes and managed.config.mode is contract.Mode.DRY_RUN:
+        elif decision.changes and config.mode is contract.Mode.DRY_RUN:
             message = f"Would set size: {decision.desired} (dry-run); reason: {why}"
             self.events.record(deployment, events.NORMAL, DRY_RUN_RESCALE, message)
         elif decision.changes and not (
@@ -787,10 +999,6 @@ class KubeCluster:
             self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)
-
-
-def _everything(_: str) -> bool:
-    return True
 
 
 def _contested(others: list[str]) -> contract.Invalid:
@@ -818,5 +1026,5 @@ def _held_already(deployment: Obj, decision: model.Decision) -> bool:
 
 if TYPE_CHECKING:
 
-    def _implements_the_ports(cluster: KubeCluster) -> tuple[ports.Cluster, prometheus.PodIndex]:
-        return cluster, cluster  # mypy checks both structural types here
+    def _implements_the_port(cluster: KubeCluster) -> ports.Cluster:
+        return cluster  # mypy checks the structural type here

@@ -23,7 +23,6 @@ from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio import watch
-from kubernetes_asyncio.client import ApiException
 
 from autoscaler import clock as clock_
 from autoscaler.adapters.kubernetes import _api
@@ -224,12 +223,13 @@ class Informer:
                     await self._relist(index)
                 operation = f"{self.kind}.watch"
                 healthy = await self._watch(index)
-            except ApiException as e:
-                if e.status == 404 and self._optional:
+            except _api.CALL_ERRORS as e:
+                status = _api.status_of(e)
+                if status == 404 and self._optional:
                     self._not_served(index)
                     await self.clock.sleep(self._absent_retry_s)
                     continue
-                if e.status == 410:
+                if status == 410:
                     # The history the watch needed is gone: relist now, back off if it repeats.
                     progress.resource_version = None
                     progress.expiries += 1
@@ -237,8 +237,6 @@ class Informer:
                     if progress.expiries > 1:
                         await self._sleep_after_failure(progress, operation, e)
                     continue
-                await self._fail(progress, operation, e)
-            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
                 await self._fail(progress, operation, e)
             else:
                 progress.expiries = 0

@@ -46,7 +46,6 @@ from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
 from autoscaler import clock as clock_
 from autoscaler.adapters.kubernetes import _api
@@ -132,8 +131,8 @@ class LeaderElector:
         self.release_on_cancel = release_on_cancel
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
-        self._on_api_error = on_api_error
-        self._request_timeout_s = request_timeout_s
+        # Not fenced: taking and renewing the Lease is what makes this replica the leader.
+        self._calls = _api.Caller(on_error=on_api_error, request_timeout_s=request_timeout_s)
         self._rng = rng or random.Random()
         self._first_delay_s = first_delay_s
         self._defer_s = defer_s
@@ -352,28 +351,16 @@ class LeaderElector:
     ) -> Obj | None:
         """Call the API on the Lease: None for a 404 read; raise `_ConflictError` on 409."""
         args = (self.name, self.namespace, *body) if named else (self.namespace, *body)
+        allow = (404,) if operation == "leases.get" else ()
         try:
-            return await _api.call_json(method, *args, request_timeout_s=self._request_timeout_s)
-        except ApiException as e:
-            if e.status == 404 and operation == "leases.get":
-                return None
-            self._on_api_error(operation)
+            return await self._calls.call_allowing(
+                allow, operation, self._lease_name, method, *args
+            )
+        except _api.KubeApiError as e:
             if e.status == 409:
                 raise _ConflictError from e
-            self._log_failure(operation, e)
+            log.warning("lease.failed", operation=operation, status=e.status, error=str(e))
             raise _FailedError from e
-        except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            self._log_failure(operation, e)
-            raise _FailedError from e
-
-    def _log_failure(self, operation: str, error: BaseException) -> None:
-        log.warning(
-            "lease.failed",
-            operation=operation,
-            status=_api.status_of(error),
-            error=str(_api.failure(operation, self._lease_name, error)),
-        )
 
 
 class BucketLeases:

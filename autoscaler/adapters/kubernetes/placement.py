@@ -44,12 +44,15 @@ first), the owner through its caller's `scale` path. A replica placed below `who
 Normal Event `PlacementFallback`; a service whose `model-memory` or `placement` no node in the
 cluster can satisfy gets one Warning Event `PlacementUnsatisfiable` and is held at its size.
 
-Maintenance (template sync, idle deletion, and re-planning a service whose plan is not settled:
-a move back up the ladder, pods stuck pending, a quota that freed up) is found by `observe`, from
-the caches, each time the controller reads its workloads, and carried out by `run` in the
-background, one service at a time, never alongside a `scale` of the same service.
+Upkeep (template sync, idle deletion, and re-planning a service whose plan is not settled: a
+move back up the ladder, pods stuck pending, a quota that freed up) is decided by
+`core.placement` (`tend_siblings`, `replan`, and `unsatisfiable` for the hold above) from what
+`observe` reads in the caches each time the controller reads its workloads, and carried out by
+`tend`, which the loop calls once per tick after its own writes: one chore at a time, never
+alongside a `scale` of the same service, and none for a service written since it was observed.
 
-It decides nothing: how many replicas go where is `core.placement.plan`'s.
+This module decides nothing: it reads the caches into core values and carries out what
+`core.placement` returns.
 """
 
 from __future__ import annotations
@@ -64,12 +67,11 @@ from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
-import autoscaler.annotations as contract
 from autoscaler import errors
 from autoscaler.adapters.kubernetes import _api, caches, events
 from autoscaler.adapters.kubernetes._api import KubeApiError, Obj
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 from autoscaler.core import placement as ladder
 
@@ -173,10 +175,7 @@ def is_sibling(deployment: Obj) -> bool:
     if _api.controller_uid(deployment) is None:
         return False
     tier = tier_of(deployment)
-    try:
-        return ladder.tier_rank(tier) > 0
-    except ValueError:
-        return False
+    return ladder.is_tier(tier) and ladder.preference(tier) > 0
 
 
 def sibling_name(owner_name: str, tier: str) -> str:
@@ -355,6 +354,11 @@ class Capacity:
         assert self._totals is not None
         return self._totals
 
+    def layout(self) -> tuple[object, ...]:
+        """What every GPU service's view depends on beyond its own objects: the same objects
+        (compared by identity) for as long as no node, GPU pod on a node or quota changed."""
+        return (self.snapshot(), self.totals(), self.quota_changes)
+
     def node(self, name: str) -> ladder.NodeCapacity | None:
         self._refresh()
         return self._free.get(name)
@@ -414,41 +418,6 @@ class Capacity:
         node = self.node(node_name) or ladder.NodeCapacity(node_name, "", 0, 0)
         weight = ladder.core_weight(node.product, self.weights)
         return weight * ladder.tier_fraction(_tier_of_resource(resource, node), node)
-
-
-def unsatisfiable(need: ladder.Need, totals: ladder.Snapshot) -> str | None:
-    """Why no GPU in the cluster could ever run one replica; None when one could, or when the
-    cluster shows no GPU node at all (nothing to judge by)."""
-    if not totals.nodes or (need.memory_mib is None and need.mode in ("auto", "whole")):
-        return None
-    fits = ladder.free_by_tier(need, totals)
-    below = any(count > 0 for tier, count in fits.items() if tier != ladder.WHOLE)
-    memory = need.memory_mib
-    if need.mode in ("auto", "whole"):
-        assert memory is not None
-        cards = [n.card_memory_mib for n in totals.nodes if n.whole_free > 0]
-        if any(m == 0 or m * need.cards >= memory for m in cards):
-            return None
-        if need.mode == "auto" and below:
-            return None
-        largest = max((n.card_memory_mib for n in totals.nodes), default=0)
-        return (
-            f"model-memory {memory} MiB exceeds every GPU card in the cluster (largest "
-            f"{largest} MiB{f' x {need.cards}' if need.cards > 1 else ''})"
-        )
-    if need.mode == "mig":
-        if any(tier.startswith(ladder.MIG_PREFIX) and n > 0 for tier, n in fits.items()):
-            return None
-        return (
-            f"placement mig: no MIG slice in the cluster fits model-memory {memory} MiB with "
-            f"{need.headroom_ratio:.0%} headroom (and below a quarter of its card)"
-        )
-    if fits.get(ladder.SHARED, 0) > 0:
-        return None
-    return (
-        f"placement shared: no time-sliced GPU in the cluster has room for model-memory "
-        f"{memory} MiB with {need.headroom_ratio:.0%} headroom"
-    )
 
 
 def _tier_of_resource(resource: str, node: ladder.NodeCapacity) -> str:
@@ -625,17 +594,16 @@ class View:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Job:
-    """Maintenance found by `observe`, done by `run`."""
+    """A chore `observe` found for one service, carried out by `tend`."""
 
-    kind: str
-    """`sync` (rewrite a sibling's template), `delete` (an idle sibling) or `plan` (re-plan)."""
+    upkeep: ladder.Upkeep
     service: model.ServiceId
     namespace: str
     owner: str
-    target: str = ""
-    """The sibling (sync, delete)."""
-    desired: int = 0
-    """The policy's total (plan)."""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.upkeep.chore.value, self.namespace, self.upkeep.target or self.owner
 
 
 class Ladder:
@@ -669,8 +637,9 @@ class Ladder:
         self._wall_now = wall_now
         self._may_write = may_write
         self._is_serving = is_serving
-        self._on_api_error = on_api_error
-        self._request_timeout_s = request_timeout_s
+        self._calls = _api.Caller(
+            fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s
+        )
         self.idle_grace_s = idle_grace_s
         self.headroom_ratio = headroom_ratio
         self._on_tiers = on_tiers
@@ -682,7 +651,7 @@ class Ladder:
         self._problems: dict[model.ServiceId, str] = {}
         self._empty_since: dict[str, float] = {}
         """Sibling uid -> when it was first seen empty (0 replicas, no pods)."""
-        self._still_empty: set[str] = set()
+        self._still_empty: dict[str, float] = {}
         self._jobs: dict[tuple[str, str, str], _Job] = {}
         self._verdicts_for: ladder.Snapshot | None = None
         self._verdicts: dict[ladder.Need, str | None] = {}
@@ -690,7 +659,6 @@ class Ladder:
         self._headroom: dict[tuple[ladder.Need, str, tuple[tuple[str, int], ...]], int | None] = {}
         self._cards: dict[tuple[str, str], int] = {}
         self._cards_next: dict[tuple[str, str], int] = {}
-        self._wake = asyncio.Event()
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -769,21 +737,13 @@ class Ladder:
         if totals is not self._verdicts_for:
             self._verdicts_for, self._verdicts = totals, {}
         if need not in self._verdicts:
-            self._verdicts[need] = unsatisfiable(need, totals)
+            self._verdicts[need] = ladder.unsatisfiable(need, totals)
         return self._verdicts[need]
 
     def reported_replicas(self, service: model.ServiceId, view: View, asked: int | None) -> int:
-        """The replicas to report to the policy: while the tiers are as this controller last
-        wrote them, the total the policy asked for (a move up the ladder surges above it for a
-        while); otherwise what the tiers ask for."""
-        total = view.replicas
+        """The replicas to report to the policy (`core.placement.reported_replicas`)."""
         written = self._written.get(service)
-        if asked is None or written is None:
-            return total
-        specs = {t: n for t, n in view.specs().items() if n}
-        if specs != {t: n for t, n in written.items() if n}:
-            return total
-        return min(total, asked)
+        return ladder.reported_replicas(view.specs(), written=written, asked=asked)
 
     def plan_of(self, service: model.ServiceId) -> ladder.Plan | None:
         """The last plan written for the service."""
@@ -823,48 +783,44 @@ class Ladder:
         if not active:
             return
         namespace, name = _api.namespace(owner), _api.name(owner)
-        digest: str | None = None
-        now_s = self._wall_now()
-        for tier in view.tiers[1:]:
-            sibling_obj = tier.deployment
-            target = _api.name(sibling_obj)
-            if digest is None:
-                digest = template_hash(owner)
-            if _api.annotations_of(sibling_obj).get(TEMPLATE_HASH_KEY) != digest:
-                self._queue(_Job("sync", service, namespace, name, target))
-            uid = _api.uid(sibling_obj)
-            if tier.replicas == 0 and not tier.pods:
-                self._still_empty.add(uid)
-                since = self._empty_since.setdefault(uid, now_s)
-                if now_s - since >= self.idle_grace_s:
-                    self._queue(_Job("delete", service, namespace, name, target))
-            else:
-                self._empty_since.pop(uid, None)
+        chores, empty = ladder.tend_siblings(
+            self._siblings(owner, view),
+            empty_since=self._empty_since,
+            now_s=self._wall_now(),
+            idle_grace_s=self.idle_grace_s,
+        )
+        self._still_empty.update(empty)
         placeable = view.need is not None and view.problem is None
-        if placeable and asked is not None and self._unsettled(service, view, asked):
-            self._queue(_Job("plan", service, namespace, name, desired=asked))
+        if placeable and asked is not None:
+            assert view.need is not None
+            again = ladder.replan(
+                view.need,
+                self.capacity.snapshot(),
+                view.counts(),
+                asked=asked,
+                quota=self.capacity.quota(namespace),
+                written=self._written.get(service),
+            )
+            if again is not None:
+                chores.append(again)
+        for chore in chores:
+            job = _Job(chore, service, namespace, name)
+            self._jobs.setdefault(job.key, job)
 
-    def _unsettled(self, service: model.ServiceId, view: View, asked: int) -> bool:
-        """Whether a plan for `asked` now would change the tiers (only once the caches show
-        what was last written, so a write is never repeated before it has landed)."""
-        written = self._written.get(service)
-        specs = view.specs()
-        if written is not None and {t: n for t, n in specs.items() if n} != {
-            t: n for t, n in written.items() if n
-        }:
-            return False
-        counts = view.counts()
-        below = any(t != ladder.WHOLE and c.replicas for t, c in counts.items())
-        stuck = any(c.pending for c in counts.values())
-        # Short of the total only counts after this process's own write: a count changed by
-        # hand before it is the policy's to see, and the override's to announce.
-        short = written is not None and view.replicas < asked
-        if not (below or stuck or short):
-            return False
-        assert view.need is not None
-        quota = self.capacity.quota(_api.namespace(view.tiers[0].deployment))
-        plan = ladder.plan(view.need, self.capacity.snapshot(), counts, asked, quota)
-        return any(specs.get(t, 0) != n for t, n in plan.replicas.items())
+    @staticmethod
+    def _siblings(owner: Obj, view: View) -> list[ladder.Sibling]:
+        digest = template_hash(owner) if len(view.tiers) > 1 else ""
+        return [
+            ladder.Sibling(
+                uid=_api.uid(tier.deployment),
+                name=_api.name(tier.deployment),
+                replicas=tier.replicas,
+                pods=len(tier.pods),
+                template_current=_api.annotations_of(tier.deployment).get(TEMPLATE_HASH_KEY)
+                == digest,
+            )
+            for tier in view.tiers[1:]
+        ]
 
     def forget(self, present: Iterable[model.ServiceId]) -> None:
         """Drop what is remembered about services no longer managed."""
@@ -873,18 +829,10 @@ class Ladder:
             for service in [s for s in memory if s not in keep]:
                 del memory[service]
 
-    def wake(self) -> None:
-        """Let `run` do the upkeep `observe` found; called once per round of `observe`."""
-        self._empty_since = {
-            uid: since for uid, since in self._empty_since.items() if uid in self._still_empty
-        }
-        self._still_empty = set()
+    def end_round(self) -> None:
+        """Close a round of `observe` (one per `workloads()`): what it found is `tend`'s to do."""
+        self._empty_since, self._still_empty = self._still_empty, {}
         self._cards, self._cards_next = self._cards_next, {}
-        if self._jobs:
-            self._wake.set()
-
-    def _queue(self, job: _Job) -> None:
-        self._jobs.setdefault((job.kind, job.namespace, job.target or job.owner), job)
 
     def _report_problem(self, service: model.ServiceId, owner: Obj, problem: str | None) -> None:
         if problem is None:
@@ -926,6 +874,9 @@ class Ladder:
         cluster could run the service, `KubeApiError` when a write fails (the tiers written
         before it stay; the next plan starts from them).
         """
+        # What `observe` found for this service was judged before this write: `tend` would
+        # act on a picture this write changes (the next round finds what is still needed).
+        self._jobs = {key: job for key, job in self._jobs.items() if job.service != service}
         if view.problem is not None:
             raise UnplaceableError(f"{service}: {view.problem}; kept at {view.replicas} replicas")
         assert view.need is not None
@@ -983,21 +934,17 @@ class Ladder:
             self.events.record(owner, events.WARNING, LIMITED, message)
 
     async def _scale(self, service: model.ServiceId, deployment: Obj, replicas: int) -> None:
-        operation = "deployments/scale.patch"
-        try:
-            await _api.write_json(
-                self._may_write,
-                service,
-                self._apps.patch_namespaced_deployment_scale,
-                _api.name(deployment),
-                _api.namespace(deployment),
-                {"spec": {"replicas": replicas}},
-                _content_type=_api.MERGE_PATCH,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{service} ({_api.name(deployment)})", e) from e
+        await self._calls.call(
+            "deployments/scale.patch",
+            f"{service} ({_api.name(deployment)})",
+            self._apps.patch_namespaced_deployment_scale,
+            _api.name(deployment),
+            _api.namespace(deployment),
+            {"spec": {"replicas": replicas}},
+            write=True,
+            service=service,
+            _content_type=_api.MERGE_PATCH,
+        )
 
     async def _create(self, service: model.ServiceId, owner: Obj, tier: str, replicas: int) -> None:
         namespace, name = _api.namespace(owner), sibling_name(_api.name(owner), tier)
@@ -1009,53 +956,51 @@ class Ladder:
             )
             self.events.record(owner, events.WARNING, NAME_TAKEN, message)
             raise KubeApiError("deployments.create", f"{service}: {message}", status=409)
-        operation = "deployments.create"
-        try:
-            await _api.write_json(
-                self._may_write,
-                service,
-                self._apps.create_namespaced_deployment,
-                namespace,
-                sibling(owner, tier, replicas=replicas),
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{service} ({name})", e) from e
+        await self._calls.call(
+            "deployments.create",
+            f"{service} ({name})",
+            self._apps.create_namespaced_deployment,
+            namespace,
+            sibling(owner, tier, replicas=replicas),
+            write=True,
+            service=service,
+        )
         log.info("tier.created", service=service, deployment=name, replicas=replicas)
 
     # -- upkeep ----------------------------------------------------------------------------------
 
-    async def run(self, *, replan: Callable[[model.ServiceId, int], Awaitable[None]]) -> None:
-        """Do the upkeep `observe` finds, whenever `wake` is called, until cancelled.
+    async def tend(self, *, replan: Callable[[model.ServiceId, int], Awaitable[None]]) -> None:
+        """Carry out the chores the last round of `observe` found, one at a time.
 
         `replan(service, desired)` distributes the policy's total again (the cluster's own path
-        to `apply`, which keeps the owner's bookkeeping), under the service's lock. A failed job
-        is logged and found again by a later `observe`.
+        to `apply`, which keeps the owner's bookkeeping), under the service's lock. A failed
+        chore is logged and found again by a later `observe`; nothing is written while this
+        instance may not write.
         """
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            jobs, self._jobs = list(self._jobs.values()), {}
-            for job in jobs:
-                if not self._may_write(job.service):
-                    continue
-                try:
-                    async with self.lock(job.service):
-                        if job.kind == "sync":
-                            await self._sync(job)
-                        elif job.kind == "delete":
-                            await self._delete(job)
-                        else:
-                            await replan(job.service, job.desired)
-                except errors.ActuationError as e:
-                    log.warning(
-                        "tier.upkeep_failed", service=job.service, job=job.kind, error=str(e)
-                    )
+        jobs, self._jobs = list(self._jobs.values()), {}
+        for job in jobs:
+            if not self._may_write(job.service):
+                continue
+            try:
+                async with self.lock(job.service):
+                    chore = job.upkeep.chore
+                    if chore is ladder.Chore.SYNC:
+                        await self._sync(job)
+                    elif chore is ladder.Chore.DELETE:
+                        await self._delete(job)
+                    else:
+                        await replan(job.service, job.upkeep.desired)
+            except errors.ActuationError as e:
+                log.warning(
+                    "tier.upkeep_failed",
+                    service=job.service,
+                    job=job.upkeep.chore.value,
+                    error=str(e),
+                )
 
     async def _sync(self, job: _Job) -> None:
         owner = self.caches.deployment(job.namespace, job.owner)
-        current = self.caches.deployment(job.namespace, job.target)
+        current = self.caches.deployment(job.namespace, job.upkeep.target)
         if owner is None or current is None or _api.controller_uid(current) != _api.uid(owner):
             return
         digest = template_hash(owner)
@@ -1072,60 +1017,50 @@ class Ladder:
             {"op": "replace", "path": "/spec/template", "value": sibling_template(owner, tier)},
             {"op": "add", "path": "/metadata/annotations", "value": notes},
         ]
-        operation = "deployments.patch"
-        try:
-            await _api.write_json(
-                self._may_write,
-                job.service,
-                self._apps.patch_namespaced_deployment,
-                job.target,
-                job.namespace,
-                body,
-                _content_type=_JSON_PATCH,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{job.service} ({job.target})", e) from e
-        log.info("tier.synced", service=job.service, deployment=job.target, template=digest)
+        await self._calls.call(
+            "deployments.patch",
+            f"{job.service} ({job.upkeep.target})",
+            self._apps.patch_namespaced_deployment,
+            job.upkeep.target,
+            job.namespace,
+            body,
+            write=True,
+            service=job.service,
+            _content_type=_JSON_PATCH,
+        )
+        log.info("tier.synced", service=job.service, deployment=job.upkeep.target, template=digest)
 
     async def _delete(self, job: _Job) -> None:
-        current = self.caches.deployment(job.namespace, job.target)
+        current = self.caches.deployment(job.namespace, job.upkeep.target)
         if current is None or not is_sibling(current):
             return
         if _api.spec(current).get("replicas") != 0 or self.caches.pods_of(current):
             return
-        operation = "deployments.delete"
         body = {
             "preconditions": {
                 "uid": _api.uid(current),
                 "resourceVersion": _api.resource_version(current),
             }
         }
-        try:
-            await _api.write_json(
-                self._may_write,
-                job.service,
-                self._apps.delete_namespaced_deployment,
-                job.target,
-                job.namespace,
-                body=body,
-                request_timeout_s=self._request_timeout_s,
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{job.service} ({job.target})", e) from e
-        except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, f"{job.service} ({job.target})", e) from e
+        deleted = await self._calls.call_allowing(
+            (404,),
+            "deployments.delete",
+            f"{job.service} ({job.upkeep.target})",
+            self._apps.delete_namespaced_deployment,
+            job.upkeep.target,
+            job.namespace,
+            body=body,
+            write=True,
+            service=job.service,
+        )
+        if deleted is None:  # gone already
+            return
         self._empty_since.pop(_api.uid(current), None)
-        log.info("tier.deleted", service=job.service, deployment=job.target)
+        log.info("tier.deleted", service=job.service, deployment=job.upkeep.target)
 
 
 def _rank(tier: str) -> tuple[int, str]:
-    return ladder.tier_rank(tier), tier
+    return ladder.preference(tier), tier
 
 
 def _rank_item(item: tuple[str, int]) -> tuple[int, str]:

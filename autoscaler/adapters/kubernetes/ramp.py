@@ -2,9 +2,10 @@
 "The warm-up gate and the traffic ramp"): `ports.RampCluster`.
 
 Built on a `KubeCluster`: its caches, Event recorder, leader and dry-run checks and error count,
-and the services its last `workloads()` found. The ramp targets are the gated ones among them:
-those whose pod template carries the `autoscaler.dsec.io/warm` readiness gate or the `warming`
-label (docs/architecture.md, "The warm-up gate and the traffic ramp"). Any other service has nothing
+and the records its last `workloads()` built. The gated services among them are those whose
+record has ramp settings (`Workload.ramp`): their pod template carries the
+`autoscaler.dsec.io/warm` readiness gate or the `warming` label (docs/architecture.md, "The
+warm-up gate and the traffic ramp"). Any other service has nothing
 to gate, ramp or drain (no pod of it ever leaves the Service's endpoints before it is deleted), so
 its scale writes go straight through. Reads come from the caches. A service's pods are those of its
 Deployment and of its placement-tier siblings (Deployments in its namespace whose controlling owner
@@ -45,17 +46,17 @@ import math
 import random
 import time
 from collections.abc import Callable, Collection, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
-import autoscaler.annotations as contract
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters.kubernetes import _api, cluster, events, informer, placement
+from autoscaler.adapters.kubernetes import _api, annotate, cluster, events, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
+from autoscaler.contract import annotations as contract
+from autoscaler.contract import codec
 from autoscaler.core import gates, model
 
 __all__ = [
@@ -81,14 +82,11 @@ OPENED_REASON: Final = "GateOpened"
 """The warm condition's reason when the gate was opened without a ramp (`core.gates`)."""
 TIER_LABEL: Final = placement.TIER_LABEL
 WHOLE_TIER: Final = "whole"
-RAMP_LABELS: Final = frozenset({cluster.WARMING_LABEL, cluster.STABLE_LABEL})
+RAMP_LABELS: Final = cluster.RAMP_LABELS
 DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
 LOWEST_DELETION_COST: Final = str(-(2**31))
 """The lowest cost the annotation takes (an int32): the ReplicaSet removes this pod first."""
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
-
-_Managed = cluster._Managed
-"""A service as `KubeCluster.workloads()` last saw it: namespace, Deployment name, config."""
 
 
 def pod_info(pod: Obj, *, offset_s: float = 0.0) -> ports.PodInfo:
@@ -111,14 +109,7 @@ def pod_info(pod: Obj, *, offset_s: float = 0.0) -> ports.PodInfo:
     )
 
 
-def is_gated(template: Obj) -> bool:
-    """Whether a pod template opts into the warm-up gate: the `warm` readiness gate, or the
-    `warming` label its new pods start with."""
-    labels = _api.meta(template).get("labels") or {}
-    if labels.get(cluster.WARMING_LABEL) == "true":
-        return True
-    gates = _api.spec(template).get("readinessGates") or ()
-    return any(isinstance(g, dict) and g.get("conditionType") == WARM_CONDITION for g in gates)
+is_gated = cluster.is_gated
 
 
 def first_port(pod: Obj) -> int | None:
@@ -188,10 +179,12 @@ class KubeRamp:
         self._apps = client.AppsV1Api(api)
         self._clock = clock
         self._wall_now = wall_now
-        self._conflict_attempts = max(1, conflict_attempts)
-        self._request_timeout_s = request_timeout_s
-        self._rng = rng or random.Random()
-        self._conflict_backoff = informer.Backoff(initial_s=0.05, max_s=1.0)
+        self._calls = _api.Caller(
+            fence=kube.may_write, on_error=kube.on_api_error, request_timeout_s=request_timeout_s
+        )
+        self._conflicts = annotate.ConflictRetry(
+            clock=kube.clock, rng=rng or random.Random(), attempts=max(1, conflict_attempts)
+        )
         self._saved: dict[model.ServiceId, tuple[str, str]] = {}
         """The ramp text last written per service, with the resourceVersion of that write."""
         self._opened: dict[tuple[str, str], str] = {}
@@ -200,35 +193,9 @@ class KubeRamp:
     # -- reads -------------------------------------------------------------------------------------
 
     def ramp_targets(self) -> list[ports.RampTarget]:
-        """The gated services the last `workloads()` found, with their ramp settings."""
-        targets = []
-        for service in self._kube.managed_services():
-            found = self._find(service)
-            if found is None:
-                continue
-            managed, deployment = found
-            template = _api.spec(deployment).get("template") or {}
-            labels = _api.meta(template).get("labels") or {}
-            if not is_gated(template):
-                continue
-            route = ports.RouteTarget(
-                service=service,
-                namespace=managed.namespace,
-                deployment=managed.name,
-                pod_labels={str(k): str(v) for k, v in labels.items() if k not in RAMP_LABELS},
-            )
-            targets.append(
-                ports.RampTarget(
-                    service=service,
-                    route=route,
-                    traffic=managed.config.traffic,
-                    warmup=managed.config.warmup,
-                    metrics=managed.config.metrics,
-                    dry_run=self._dry_run(managed),
-                    saved=_api.annotations_of(deployment).get(contract.RAMP_KEY),
-                )
-            )
-        return targets
+        """The ramp settings of the gated services the last `workloads()` found (the records'
+        `Workload.ramp`, which the loop hands the driver)."""
+        return [w.ramp for w in self._kube.managed() if w.ramp is not None]
 
     def pods(self, service: model.ServiceId) -> list[ports.PodInfo]:
         """Every pod of the service, in every placement tier, from the caches; by name."""
@@ -239,13 +206,13 @@ class KubeRamp:
         pods = [pod_info(pod, offset_s=offset_s) for pod in self._pods_of(found[1])]
         return sorted(pods, key=lambda pod: pod.name)
 
-    def _find(self, service: model.ServiceId) -> tuple[_Managed, Obj] | None:
-        """The service as the last `workloads()` saw it, and its Deployment in the cache."""
-        managed = self._kube.managed(service)
-        if managed is None:
+    def _find(self, service: model.ServiceId) -> tuple[ports.Workload, Obj] | None:
+        """The service's record from the last `workloads()`, and its Deployment in the cache."""
+        workload = self._kube.workload(service)
+        if workload is None:
             return None
-        deployment = self._caches.deployment(managed.namespace, managed.name)
-        return None if deployment is None else (managed, deployment)
+        deployment = self._caches.deployment(workload.namespace, workload.deployment)
+        return None if deployment is None else (workload, deployment)
 
     def _tiers(self, owner: Obj) -> Iterator[Obj]:
         """The owner's Deployment and its placement-tier siblings."""
@@ -278,7 +245,7 @@ class KubeRamp:
             current.get("lastTransitionTime")
             if current is not None and current.get("status") == status
             else None
-        ) or _api.format_time(self._wall_now())
+        ) or codec.format_time(self._wall_now())
         condition = {
             "type": WARM_CONDITION,
             "status": status,
@@ -286,7 +253,7 @@ class KubeRamp:
             "message": message,
             "lastTransitionTime": transition,
         }
-        await self._call(
+        await self._calls.call(
             operation,
             f"{managed.namespace}/{pod}",
             self._core.patch_namespaced_pod_status,
@@ -294,7 +261,8 @@ class KubeRamp:
             managed.namespace,
             {"status": {"conditions": [condition]}},
             _content_type=STRATEGIC_MERGE_PATCH,
-            writes_for=service,
+            write=True,
+            service=service,
         )
 
     async def set_labels(
@@ -310,7 +278,7 @@ class KubeRamp:
         if all((labels.get(key) == "true") == value for key, value in wanted.items()):
             return
         patch = {key: "true" if value else None for key, value in wanted.items()}
-        await self._call(
+        await self._calls.call(
             operation,
             f"{managed.namespace}/{pod}",
             self._core.patch_namespaced_pod,
@@ -318,7 +286,8 @@ class KubeRamp:
             managed.namespace,
             {"metadata": {"labels": patch}},
             _content_type=_api.MERGE_PATCH,
-            writes_for=service,
+            write=True,
+            service=service,
         )
 
     async def mark_victim(self, service: model.ServiceId, pod: str) -> None:
@@ -346,14 +315,15 @@ class KubeRamp:
             return
         try:
             await self._mark(service, managed.namespace, target)
-            await self._call(
+            await self._calls.call(
                 operation,
                 f"{managed.namespace}/{pod}",
                 self._core.delete_namespaced_pod,
                 pod,
                 managed.namespace,
                 body={"preconditions": {"uid": _api.uid(target)}},
-                writes_for=service,
+                write=True,
+                service=service,
             )
         except KubeApiError as e:
             # 409: the precondition failed, so the pod of that uid is gone (another took its
@@ -366,7 +336,7 @@ class KubeRamp:
         if _api.annotations_of(pod).get(DELETION_COST) == LOWEST_DELETION_COST:
             return
         name = _api.name(pod)
-        await self._call(
+        await self._calls.call(
             "pods.patch",
             f"{namespace}/{name}",
             self._core.patch_namespaced_pod,
@@ -374,7 +344,8 @@ class KubeRamp:
             namespace,
             {"metadata": {"annotations": {DELETION_COST: LOWEST_DELETION_COST}}},
             _content_type=_api.MERGE_PATCH,
-            writes_for=service,
+            write=True,
+            service=service,
         )
 
     async def save_ramp(self, service: model.ServiceId, text: str) -> None:
@@ -384,49 +355,20 @@ class KubeRamp:
         if found is None:
             raise KubeApiError(operation, f"{service} is not a managed Deployment")
         managed, current = found
-        if not self._may_write(service, managed, operation, managed.name):
+        if not self._may_write(service, managed, operation, managed.deployment):
             return
         if self._saved_already(service, current, text):
             return
-        version = _api.resource_version(current)
-        for attempt in range(1, self._conflict_attempts + 1):
-            if _api.annotations_of(current).get(contract.RAMP_KEY) == text:
-                return
-            body = {
-                "metadata": {"resourceVersion": version, "annotations": {contract.RAMP_KEY: text}}
-            }
-            try:
-                answer = await _api.write_json(
-                    self._kube.may_write,
-                    service,
-                    self._apps.patch_namespaced_deployment,
-                    managed.name,
-                    managed.namespace,
-                    body,
-                    _content_type=_api.MERGE_PATCH,
-                    request_timeout_s=self._request_timeout_s,
-                )
-            except ApiException as e:
-                self._kube.on_api_error(operation)
-                if e.status != 409 or attempt == self._conflict_attempts:
-                    raise _api.failure(operation, service, e) from e
-            except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-                self._kube.on_api_error(operation)
-                raise _api.failure(operation, service, e) from e
-            else:
-                self._saved[service] = (text, _api.resource_version(answer))
-                return
-            log.info("ramp.save_conflicted", service=service, attempt=attempt)
-            await self._kube.clock.sleep(self._conflict_backoff.delay_s(attempt, self._rng))
-            current = await self._call(
-                "deployments.get",
-                service,
-                self._apps.read_namespaced_deployment,
-                managed.name,
-                managed.namespace,
-                writes_for=None,
-            )
-            version = _api.resource_version(current)
+        answer = await annotate.patch_annotations(
+            self._calls,
+            self._apps,
+            current,
+            {contract.RAMP_KEY: text},
+            target=service,
+            retry=self._conflicts,
+        )
+        if answer is not None:
+            self._saved[service] = (text, _api.resource_version(answer))
 
     def _saved_already(self, service: model.ServiceId, cached: Obj, text: str) -> bool:
         """Whether `text` is on the Deployment, or was written by a save the cache lags behind."""
@@ -497,11 +439,11 @@ class KubeRamp:
         (opted in and valid, but not seen by the last `workloads()`)."""
         namespace, name = _api.namespace(deployment), _api.name(deployment)
         service = model.ServiceId(f"{namespace}/{name}")
-        managed = self._kube.managed(service)
+        managed = self._kube.workload(service)
         if self._kube.dry_run:
             return gates.Custody.DRY_RUN
         if managed is not None:
-            if managed.config.mode is contract.Mode.DRY_RUN:
+            if managed.dry_run:
                 return gates.Custody.SERVICE_DRY_RUN
             return gates.Custody.RAMP if service in ramped else gates.Custody.NOT_GATED
         notes = _api.annotations_of(deployment)
@@ -524,9 +466,9 @@ class KubeRamp:
             "status": "True",
             "reason": OPENED_REASON,
             "message": message,
-            "lastTransitionTime": _api.format_time(self._wall_now()),
+            "lastTransitionTime": codec.format_time(self._wall_now()),
         }
-        answer = await self._call(
+        answer = await self._calls.call(
             operation,
             f"{gate.namespace}/{gate.pod}",
             self._core.patch_namespaced_pod_status,
@@ -534,7 +476,8 @@ class KubeRamp:
             gate.namespace,
             {"status": {"conditions": [condition]}},
             _content_type=STRATEGIC_MERGE_PATCH,
-            writes_for=service,
+            write=True,
+            service=service,
         )
         self._opened[gate.namespace, gate.pod] = _api.resource_version(answer)
 
@@ -550,7 +493,9 @@ class KubeRamp:
 
     # -- write plumbing ----------------------------------------------------------------------------
 
-    def _pod(self, service: model.ServiceId, pod: str, operation: str) -> tuple[_Managed, Obj]:
+    def _pod(
+        self, service: model.ServiceId, pod: str, operation: str
+    ) -> tuple[ports.Workload, Obj]:
         """The service and one of its pods from the caches; a `KubeApiError` for any other pod."""
         found = self._find(service)
         if found is None:
@@ -575,11 +520,11 @@ class KubeRamp:
             for replicaset in self._caches.replicasets_of(deployment)
         }
 
-    def _dry_run(self, managed: _Managed) -> bool:
-        return self._kube.dry_run or managed.config.mode is contract.Mode.DRY_RUN
+    def _dry_run(self, managed: ports.Workload) -> bool:
+        return self._kube.dry_run or managed.dry_run
 
     def _may_write(
-        self, service: model.ServiceId, managed: _Managed, operation: str, name: str
+        self, service: model.ServiceId, managed: ports.Workload, operation: str, name: str
     ) -> bool:
         """False in dry-run (logged); `NotLeaderError` on a follower; True otherwise."""
         if self._dry_run(managed):
@@ -596,34 +541,6 @@ class KubeRamp:
                 f"{service}: this instance does not lead its Lease; nothing written"
             )
         return True
-
-    async def _call(
-        self,
-        operation: str,
-        target: str,
-        fn: Any,
-        *args: Any,
-        writes_for: str | None,
-        **kwargs: Any,
-    ) -> Obj:
-        """The answer's JSON; a write (`writes_for` names its service; None for a read) is
-        fenced by the Lease of that service's bucket (`_api.write_json`)."""
-        try:
-            if writes_for is not None:
-                return await _api.write_json(
-                    self._kube.may_write,
-                    writes_for,
-                    fn,
-                    *args,
-                    request_timeout_s=self._request_timeout_s,
-                    **kwargs,
-                )
-            return await _api.call_json(
-                fn, *args, request_timeout_s=self._request_timeout_s, **kwargs
-            )
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._kube.on_api_error(operation)
-            raise _api.failure(operation, target, e) from e
 
 
 if TYPE_CHECKING:

@@ -16,19 +16,19 @@ router creates, and the read / create / patch / delete calls with the project's 
   router wants; fields the API server or a person added are left alone.
 
 Library errors leave as `KubeApiError` (an `errors.ActuationError` carrying the HTTP status),
-each failed call counted through `on_api_error`. It decides nothing about weights or steps.
+each failed call counted, through the one `_api.Caller` the routers share (its fence, error count
+and deadline). It decides nothing about weights or steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client import ApiException
 
 from autoscaler import errors, ports
 from autoscaler.adapters.kubernetes import _api
@@ -232,17 +232,12 @@ class MeshClient:
     def __init__(
         self,
         api: client.ApiClient,
-        *,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: _api.Fence = _api.always,
+        calls: _api.Caller | None = None,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
-        self._on_api_error = on_api_error
-        self._request_timeout_s = request_timeout_s
-        self._may_write = may_write
+        self._calls = calls or _api.Caller()
         self._owners: dict[tuple[str, str], OwnerService] = {}
 
     # -- the owner's Service -------------------------------------------------------------------
@@ -261,7 +256,7 @@ class MeshClient:
                 return self._owners[key]
             log.info("route.service_lost", service=target.service, name=cached.name)
             del self._owners[key]
-        listed = await self._call(
+        listed = await self._calls.call(
             "services.list", target.service, self._core.list_namespaced_service, target.namespace
         )
         items = [item for item in listed.get("items") or () if isinstance(item, dict)]
@@ -283,7 +278,7 @@ class MeshClient:
     async def get(self, resource: Resource, target: ports.RouteTarget, name: str) -> Obj | None:
         """The object, or None when it does not exist."""
         call, args = self._reader(resource, target.namespace, name)
-        return await self._call_allowing(
+        return await self._calls.call_allowing(
             {404}, f"{resource.plural}.get", target.service, call, *args
         )
 
@@ -297,6 +292,18 @@ class MeshClient:
                 f"{target.service}: {resource.kind} {target.namespace}/{name} exists and is not "
                 f"managed by the autoscaler (no {MANAGED_BY_LABEL}={MANAGED_BY} label); "
                 "rename or remove it to let the traffic ramp create its own"
+            )
+        return found
+
+    async def route(self, resource: Resource, target: ports.RouteTarget) -> Obj:
+        """The target's route object of `resource`; `RouteError` when it is absent (`ensure`
+        creates it) or not the autoscaler's."""
+        name = route_name(target)
+        found = await self.get_ours(resource, target, name)
+        if found is None:
+            raise RouteError(
+                f"{target.service}: {resource.kind} {target.namespace}/{name} is absent; "
+                "ensure() creates it"
             )
         return found
 
@@ -330,12 +337,13 @@ class MeshClient:
         # and the object is the autoscaler's alone.
         body = {"spec": spec}
         call, args = self._patcher(resource, target.namespace, name, body)
-        patched = await self._call(
+        patched = await self._calls.call(
             f"{resource.plural}.patch",
             target.service,
             call,
             *args,
-            write_for=target.service,
+            write=True,
+            service=target.service,
             _content_type=_api.MERGE_PATCH,
         )
         log.info("route.patched", service=target.service, kind=resource.kind, name=name)
@@ -360,13 +368,14 @@ class MeshClient:
             call = self._custom.delete_namespaced_custom_object
             args = (resource.group, resource.version, target.namespace, resource.plural, name)
         # 404: gone already; 409: the uid changed, so what has that name now is not what we read.
-        await self._call_allowing(
+        await self._calls.call_allowing(
             {404, 409},
             f"{resource.plural}.delete",
             target.service,
             call,
             *args,
-            write_for=target.service,
+            write=True,
+            service=target.service,
             body=body,
         )
         log.info("route.deleted", service=target.service, kind=resource.kind, name=name)
@@ -383,7 +392,7 @@ class MeshClient:
     async def delete_set_services(self, target: ports.RouteTarget) -> None:
         """Delete the autoscaler's `-stable`/`-warming` Services owned by the target's
         Deployment, found by label, so nothing else (not even the owner's Service) is needed."""
-        listed = await self._call(
+        listed = await self._calls.call(
             "services.list",
             target.service,
             self._core.list_namespaced_service,
@@ -405,7 +414,7 @@ class MeshClient:
 
     async def _owner_reference(self, target: ports.RouteTarget) -> Obj:
         """An ownerReference to the Deployment, read now so its uid is current."""
-        deployment = await self._call(
+        deployment = await self._calls.call(
             "deployments.get",
             target.service,
             self._apps.read_namespaced_deployment,
@@ -441,13 +450,14 @@ class MeshClient:
         else:
             call = self._custom.create_namespaced_custom_object
             args = (resource.group, resource.version, target.namespace, resource.plural, body)
-        created = await self._call_allowing(
+        created = await self._calls.call_allowing(
             {409},
             f"{resource.plural}.create",
             target.service,
             call,
             *args,
-            write_for=target.service,
+            write=True,
+            service=target.service,
         )
         if created is not None:
             log.info("route.created", service=target.service, kind=resource.kind, name=name)
@@ -491,60 +501,7 @@ class MeshClient:
         )
 
     def _require_leader(self, target: ports.RouteTarget) -> None:
-        if not self._may_write(target.service):
+        if not self._calls.fence(target.service):
             raise NotLeaderError(
                 f"{target.service}: this instance does not lead its Lease; no route written"
             )
-
-    async def _call(
-        self,
-        operation: str,
-        what: str,
-        fn: Callable[..., Awaitable[Any]],
-        *args: Any,
-        write_for: str | None = None,
-        **kwargs: Any,
-    ) -> Obj:
-        """The answer's JSON; any failure raises `KubeApiError`. A write (`write_for` names
-        the service) is fenced by the Lease of that service's bucket (`_api.write_json`)."""
-        try:
-            return await self._send(fn, *args, write_for=write_for, **kwargs)
-        except (ApiException, *_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, what, e) from e
-
-    async def _call_allowing(
-        self,
-        allow: Collection[int],
-        operation: str,
-        what: str,
-        fn: Callable[..., Awaitable[Any]],
-        *args: Any,
-        write_for: str | None = None,
-        **kwargs: Any,
-    ) -> Obj | None:
-        """As `_call`, but None (and nothing counted) when the HTTP status is one of `allow`."""
-        try:
-            return await self._send(fn, *args, write_for=write_for, **kwargs)
-        except ApiException as e:
-            if e.status in allow:
-                return None
-            self._on_api_error(operation)
-            raise _api.failure(operation, what, e) from e
-        except (*_api.TRANSPORT_ERRORS, ValueError) as e:
-            self._on_api_error(operation)
-            raise _api.failure(operation, what, e) from e
-
-    async def _send(
-        self, fn: Callable[..., Awaitable[Any]], *args: Any, write_for: str | None, **kwargs: Any
-    ) -> Obj:
-        if write_for is not None:
-            return await _api.write_json(
-                self._may_write,
-                write_for,
-                fn,
-                *args,
-                request_timeout_s=self._request_timeout_s,
-                **kwargs,
-            )
-        return await _api.call_json(fn, *args, request_timeout_s=self._request_timeout_s, **kwargs)

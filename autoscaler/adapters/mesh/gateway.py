@@ -46,16 +46,9 @@ class GatewayRouter:
         self,
         api: client.ApiClient,
         *,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: _api.Fence = _api.always,
+        calls: _api.Caller | None = None,
     ) -> None:
-        self._mesh = _objects.MeshClient(
-            api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
-        )
+        self._mesh = _objects.MeshClient(api, calls)
 
     async def ensure(self, target: ports.RouteTarget) -> None:
         """Create the two Services, then the HTTPRoute with all traffic on stable; an existing
@@ -77,13 +70,7 @@ class GatewayRouter:
     async def set_weights(self, target: ports.RouteTarget, warming_pct: int) -> None:
         """Patch the HTTPRoute's backend weights when they differ from `warming_pct`."""
         stable, warming = _objects.split(warming_pct)
-        name = _objects.route_name(target)
-        stored = await self._mesh.get_ours(HTTP_ROUTES, target, name)
-        if stored is None:
-            raise _objects.RouteError(
-                f"{target.service}: HTTPRoute {target.namespace}/{name} is absent; "
-                "ensure() creates it"
-            )
+        stored = await self._mesh.route(HTTP_ROUTES, target)
         owner = await self._mesh.owner_service(target, verify=False)
         spec = route_spec(owner, _route_port(target, owner), stable, warming)
         await self._mesh.patch_spec(HTTP_ROUTES, target, stored, spec)

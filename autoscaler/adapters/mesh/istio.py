@@ -48,18 +48,11 @@ class IstioRouter:
         self,
         api: client.ApiClient,
         *,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: _api.Fence = _api.always,
+        calls: _api.Caller | None = None,
         version: str = "v1",
         cluster_domain: str = "cluster.local",
     ) -> None:
-        self._mesh = _objects.MeshClient(
-            api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
-        )
+        self._mesh = _objects.MeshClient(api, calls)
         self.destination_rules = _objects.Resource(
             GROUP, version, "destinationrules", "DestinationRule"
         )
@@ -89,13 +82,7 @@ class IstioRouter:
     async def set_weights(self, target: ports.RouteTarget, warming_pct: int) -> None:
         """Patch the VirtualService's weights when they differ from `warming_pct`."""
         stable, warming = _objects.split(warming_pct)
-        name = _objects.route_name(target)
-        stored = await self._mesh.get_ours(self.virtual_services, target, name)
-        if stored is None:
-            raise _objects.RouteError(
-                f"{target.service}: VirtualService {target.namespace}/{name} is absent; "
-                "ensure() creates it"
-            )
+        stored = await self._mesh.route(self.virtual_services, target)
         owner = await self._mesh.owner_service(target, verify=False)
         spec = virtual_service_spec(self._host(target, owner), stable, warming)
         await self._mesh.patch_spec(self.virtual_services, target, stored, spec)

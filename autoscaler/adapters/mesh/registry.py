@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler import ports
 from autoscaler.adapters.kubernetes import _api
 from autoscaler.adapters.mesh import gateway, istio, none, smi
+from autoscaler.contract import annotations as contract
 
 __all__ = ["routers"]
 
@@ -25,29 +25,24 @@ def routers(
     smi_version: str = "v1alpha2",
     cluster_domain: str = "cluster.local",
 ) -> dict[contract.TrafficRouter, ports.TrafficRouter]:
-    """Every router, keyed by the annotation's value; `may_write(service)` is asked before each
-    write for a service (the bucket Leases' `leads`)."""
+    """Every router, keyed by the annotation's value, all calling through one `_api.Caller`:
+    `may_write(service)` is asked before each write for a service (the bucket Leases' `leads`)."""
+    calls = _api.Caller(fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s)
     return {
         contract.TrafficRouter.NONE: none.NoRouter(),
         contract.TrafficRouter.ISTIO: istio.IstioRouter(
             api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
+            calls=calls,
             version=istio_version,
             cluster_domain=cluster_domain,
         ),
         contract.TrafficRouter.GATEWAY_API: gateway.GatewayRouter(
             api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
+            calls=calls,
         ),
         contract.TrafficRouter.SMI: smi.SmiRouter(
             api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
+            calls=calls,
             version=smi_version,
         ),
     }

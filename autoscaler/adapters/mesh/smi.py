@@ -45,19 +45,12 @@ class SmiRouter:
         self,
         api: client.ApiClient,
         *,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-        may_write: _api.Fence = _api.always,
+        calls: _api.Caller | None = None,
         version: str = "v1alpha2",
     ) -> None:
         if version not in _VERSIONS:
             raise ValueError(f"TrafficSplit version must be one of {_VERSIONS}, not {version!r}")
-        self._mesh = _objects.MeshClient(
-            api,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-            may_write=may_write,
-        )
+        self._mesh = _objects.MeshClient(api, calls)
         self.traffic_splits = _objects.Resource(GROUP, version, "trafficsplits", "TrafficSplit")
 
     async def ensure(self, target: ports.RouteTarget) -> None:
@@ -79,13 +72,7 @@ class SmiRouter:
     async def set_weights(self, target: ports.RouteTarget, warming_pct: int) -> None:
         """Patch the TrafficSplit's backend weights when they differ from `warming_pct`."""
         stable, warming = _objects.split(warming_pct)
-        name = _objects.route_name(target)
-        stored = await self._mesh.get_ours(self.traffic_splits, target, name)
-        if stored is None:
-            raise _objects.RouteError(
-                f"{target.service}: TrafficSplit {target.namespace}/{name} is absent; "
-                "ensure() creates it"
-            )
+        stored = await self._mesh.route(self.traffic_splits, target)
         owner = await self._mesh.owner_service(target, verify=False)
         await self._mesh.patch_spec(
             self.traffic_splits, target, stored, split_spec(owner, stable, warming)

@@ -18,11 +18,12 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler import errors, ports
 from autoscaler.adapters import prometheus
-from autoscaler.adapters.kubernetes import _api, cluster, codec
+from autoscaler.adapters.kubernetes import _api, cluster
 from autoscaler.clock import ManualClock
+from autoscaler.contract import annotations as contract
+from autoscaler.contract import codec
 from autoscaler.core import model
 from autoscaler.loop import Loop
 
@@ -33,17 +34,6 @@ WEB = model.ServiceId(f"{NS}/web")
 
 class MakeCluster(Protocol):
     def __call__(self, **kwargs: Any) -> Awaitable[cluster.KubeCluster]: ...
-
-
-@pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    # One client per test: building one costs an SSL context (about 0.1 s).
-    return kube.api_client()
-
-
-@pytest.fixture
-async def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
 
 
 @pytest.fixture
@@ -151,8 +141,9 @@ async def test_workloads_report_replicas_serving_and_startup_from_pods(
     assert web.policy.max_replicas == 10
     assert web.policy.target_load_per_replica == 5.0
     assert web.state is None
-    serving = made.serving_pods(WEB)
+    serving = made.workload(WEB)
     assert serving is not None
+    assert (serving.namespace, serving.deployment) == (NS, "web")
     assert serving.metrics == prometheus.PRESETS["vllm"]
     assert len(serving.pods) == 3
     assert all(pod.startswith("web-") and not pod.startswith("web-mig-") for pod in serving.pods)
@@ -162,7 +153,7 @@ async def test_workloads_report_replicas_serving_and_startup_from_pods(
     kubelet.set_ready_after(NS, victim, math.inf)
     await kubelet.reconcile()
     await eventually(lambda: made.workloads()[0].serving == 2, made.caches.pods)
-    assert victim not in (made.serving_pods(WEB) or serving).pods
+    assert victim not in (made.workload(WEB) or serving).pods
 
     for _ in range(50):
         made.workloads()
@@ -185,8 +176,72 @@ async def test_workloads_skip_the_services_of_buckets_led_elsewhere(
     await made.events.wait_idle()
 
     assert [w.id for w in found] == [WEB]
-    assert made.managed_services() == [WEB]
+    assert [w.id for w in made.managed()] == [WEB]
     assert await events_of(api, "bad") == []
+
+
+async def test_a_bucket_that_moves_brings_its_services_in_and_takes_them_out(
+    apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Records are kept between calls, yet a service comes in when its bucket is won and goes
+    when it is lost, with no change to its Deployment."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    await apps.create_namespaced_deployment(NS, deployment("api", annotations=settings()))
+    owned = {WEB}
+    made = await make_cluster(owned=lambda: set(owned).__contains__)
+    found = await managed(made, "web", "api")
+    assert [w.id for w in found] == [WEB]
+    web = found[0]
+
+    owned.add(model.ServiceId(f"{NS}/api"))
+    assert sorted(w.id for w in made.workloads()) == [f"{NS}/api", WEB]
+    assert {w.id: w for w in made.workloads()}[WEB] is web
+
+    owned.discard(WEB)
+    assert [w.id for w in made.workloads()] == [f"{NS}/api"]
+
+
+async def test_an_unchanged_service_keeps_its_record_and_a_change_to_its_pod_rebuilds_it(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Records are the same objects call after call until the informers report a change: a pod
+    of `web` leaving the serving set rebuilds `web`'s alone, and so does an edited annotation."""
+    kubelet.add_node("gpu-1", gpus=8)
+    await apps.create_namespaced_deployment(
+        NS, deployment("web", replicas=2, annotations=settings(window="1m"))
+    )
+    await apps.create_namespaced_deployment(
+        NS, deployment("api", replicas=2, annotations=settings())
+    )
+    await kubelet.settle()
+    made = await make_cluster()
+    await eventually(lambda: [w.serving for w in made.workloads()] == [2, 2], made.caches.pods)
+    web, api = sorted(made.workloads(), key=lambda w: w.id, reverse=True)
+    assert (web.window_s, api.window_s) == (60.0, None)
+
+    again = {w.id: w for w in made.workloads()}
+    assert again[WEB] is web
+    assert again[api.id] is api
+
+    # Labelled warming, the pod leaves the serving set; nothing else about `web` changes.
+    victim = sorted(web.pods)[0]
+    labels = {"metadata": {"labels": {cluster.WARMING_LABEL: "true"}}}
+    await client.CoreV1Api(apps.api_client).patch_namespaced_pod(victim, NS, labels)
+    await eventually(
+        lambda: {w.id: w.serving for w in made.workloads()}[WEB] == 1, made.caches.pods
+    )
+    after = {w.id: w for w in made.workloads()}
+    assert after[WEB] is not web
+    assert victim not in after[WEB].pods
+    assert after[api.id] is api
+
+    await apps.patch_namespaced_deployment(
+        "web", NS, {"metadata": {"annotations": {contract.PREFIX + "window": "2m"}}}
+    )
+    await eventually(
+        lambda: {w.id: w.window_s for w in made.workloads()}[WEB] == 120.0, made.caches.deployments
+    )
+    assert {w.id: w for w in made.workloads()}[api.id] is api
 
 
 async def test_invalid_annotations_skip_the_service_with_one_event(

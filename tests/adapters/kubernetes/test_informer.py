@@ -32,11 +32,6 @@ class Recorder:
         self.seen.append((kind, _api.name(obj)))
 
 
-@pytest.fixture
-async def apps(kube: Kube) -> client.AppsV1Api:
-    return client.AppsV1Api(kube.api_client())
-
-
 def deployments_informer(
     apps: client.AppsV1Api, *, clock: Any = None, errors: list[str] | None = None
 ) -> informer.Informer:

@@ -22,11 +22,6 @@ STEP_S = 2.5
 
 
 @pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    return kube.api_client()
-
-
-@pytest.fixture
 def clock() -> StepClock:
     return StepClock()
 

@@ -15,10 +15,10 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler import errors
 from autoscaler.adapters.kubernetes import _api, cluster, placement
 from autoscaler.clock import ManualClock
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 from autoscaler.core import placement as ladder
 
@@ -36,16 +36,6 @@ A800_WEIGHT = 54.0
 
 class MakeCluster(Protocol):
     def __call__(self, **kwargs: Any) -> Awaitable[cluster.KubeCluster]: ...
-
-
-@pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    return kube.api_client()
-
-
-@pytest.fixture
-async def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
 
 
 @pytest.fixture
@@ -245,7 +235,7 @@ async def test_overflow_climbs_down_the_ladder_and_scale_down_climbs_back(
     (web,) = made.workloads()
     assert [w.id for w in made.workloads()] == [WEB]  # the sibling is not a service
     assert (web.replicas, web.serving) == (4, 4)
-    assert len(made.serving_pods(WEB).pods) == 4  # type: ignore[union-attr]
+    assert len(made.workload(WEB).pods) == 4  # type: ignore[union-attr]
 
     await made.scale(WEB, 6)
     shared = stored(kube, "web-shared")
@@ -322,6 +312,7 @@ async def test_an_owner_template_change_reaches_its_tiers(
         ),
     )
     made.workloads()
+    await made.tend()
 
     def synced() -> bool:
         current = made.caches.deployment(NS, f"web-{MIG}") or {}
@@ -337,7 +328,7 @@ async def test_an_owner_template_change_reaches_its_tiers(
     assert kube.requests.count("patch", "deployments") == 2  # the owner's change, the sync
 
     made.workloads()  # in sync now: nothing more to write
-    await asyncio.sleep(0)
+    await made.tend()
     assert kube.requests.count("patch", "deployments") == 2
 
 
@@ -556,15 +547,43 @@ async def test_an_empty_sibling_is_deleted_once_idle(
     assert replicas_of(kube, "web-shared") == 0
 
     made.workloads()
+    await made.tend()
     clock.advance(119)
     made.workloads()
-    await asyncio.sleep(0)
+    await made.tend()
     assert stored(kube, "web-shared") is not None
     clock.advance(1)
     made.workloads()
-    await until(made, lambda: made.caches.deployment(NS, "web-shared") is None)
+    await made.tend()
+    assert stored(kube, "web-shared") is None
     assert kube.requests.count("delete", "deployments") == 1
     assert replicas_of(kube, "web") == 1
+
+
+async def test_a_write_after_the_round_drops_the_chores_it_found(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """An idle tier found due for deletion but scaled up before the upkeep runs is left alone."""
+    add_whole_node(kubelet, gpus=1)
+    add_shared_node(kubelet)
+    body = gpu_deployment("web", replicas=1, annotations=settings(**{"model-memory": "12Gi"}))
+    await apps.create_namespaced_deployment(NS, body)
+    made = await make_cluster(idle_tier_grace_s=0)
+    await settled(kube, kubelet, made)
+    made.workloads()
+    await made.scale(WEB, 2)
+    await settled(kube, kubelet, made)
+    made.workloads()
+    await made.scale(WEB, 1)
+    await settled(kube, kubelet, made)
+    assert replicas_of(kube, "web-shared") == 0
+
+    made.workloads()  # the empty tier is due for deletion at once
+    await made.scale(WEB, 2)  # and takes a replica again before the upkeep runs
+    await made.tend()
+
+    assert kube.requests.count("delete", "deployments") == 0
+    assert replicas_of(kube, "web-shared") == 1
 
 
 async def test_a_name_taken_by_another_deployment_is_never_touched(
@@ -619,13 +638,12 @@ async def test_a_dry_run_service_leaves_its_tiers_alone(
     made = await make_cluster(idle_tier_grace_s=10)
     await settled(kube, kubelet, made)
     made.workloads()
+    await made.tend()  # the stale template: synced for zeta, left for web
+    await settled(kube, kubelet, made)
     clock.advance(60)
-
-    def zeta_tier_gone() -> bool:
-        made.workloads()
-        return made.caches.deployment(NS, "zeta-shared") is None
-
-    await until(made, zeta_tier_gone)
+    made.workloads()
+    await made.tend()
+    assert stored(kube, "zeta-shared") is None
     left = stored(kube, "web-shared")
     assert left is not None
     assert left["metadata"].get("annotations", {}) == {}
@@ -651,14 +669,16 @@ async def test_replicas_move_back_up_when_whole_cards_free_up(
     await settled(kube, kubelet, made)
     (web,) = made.workloads()
     assert web.replicas == 2
-    await until(made, lambda: replicas_of(kube, "web") == 2)
+    await made.tend()
+    assert replicas_of(kube, "web") == 2
     assert replicas_of(kube, "web-shared") == 1  # kept until the new whole replica serves
     (web,) = made.workloads()
     assert web.replicas == 2  # the surge is not news to the policy
 
     await settled(kube, kubelet, made)
     made.workloads()
-    await until(made, lambda: replicas_of(kube, "web-shared") == 0)
+    await made.tend()
+    assert replicas_of(kube, "web-shared") == 0
     assert replicas_of(kube, "web") == 2
 
 

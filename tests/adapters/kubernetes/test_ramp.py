@@ -15,10 +15,11 @@ from kube.emulator import Kube
 from kube.kubelet import EPOCH, FakeClock, FakeCluster
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler import errors, metricnames
 from autoscaler.adapters.kubernetes import _api, cluster, ramp
 from autoscaler.clock import ManualClock
+from autoscaler.contract import annotations as contract
+from autoscaler.contract import codec
 from autoscaler.core import gates, model
 
 from .support import NS, WALL_S, deployment, eventually, running, settings
@@ -65,16 +66,6 @@ def inference(
 
 class MakeRamp(Protocol):
     def __call__(self, **kwargs: Any) -> Awaitable[tuple[cluster.KubeCluster, ramp.KubeRamp]]: ...
-
-
-@pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    return kube.api_client()
-
-
-@pytest.fixture
-async def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
 
 
 @pytest.fixture
@@ -294,7 +285,7 @@ async def test_set_warm_merges_the_condition_by_type_and_opens_the_readiness_gat
         ramp.WARM_REASON,
         "3 of 3 probes answered",
     )
-    assert warm["lastTransitionTime"] == _api.format_time(EPOCH.timestamp())
+    assert warm["lastTransitionTime"] == codec.format_time(EPOCH.timestamp())
     assert _api.condition(stored, "ContainersReady") is not None
     ready = _api.condition(stored, "Ready")
     assert ready is not None

@@ -7,14 +7,8 @@ from typing import Any
 
 import pytest
 from kube.emulator import Kube
-from kubernetes_asyncio import client
 
 from .support import DEPLOYMENTS, NS, SERVICES, deployment, install_crds, service
-
-
-@pytest.fixture
-async def api(kube: Kube) -> client.ApiClient:
-    return kube.api_client()
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 from kube.emulator import Kube
 from kubernetes_asyncio import client
 
-import autoscaler.annotations as contract
 from autoscaler.adapters.mesh import gateway, istio, none, registry, smi
+from autoscaler.contract import annotations as contract
 
 from .support import target
 

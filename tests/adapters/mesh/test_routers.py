@@ -9,7 +9,7 @@ from kube.emulator import Kube
 from kubernetes_asyncio import client
 
 from autoscaler import errors
-from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError
+from autoscaler.adapters.kubernetes._api import Caller, KubeApiError, NotLeaderError
 from autoscaler.adapters.mesh import _objects
 
 from .support import KITS, MANAGED, NS, SERVICES, Kit, service, target
@@ -249,7 +249,7 @@ async def test_api_errors_become_actuation_errors_and_are_counted(
     kube.fail("create", resource, status=403, message="forbidden by the test")
 
     with pytest.raises(KubeApiError) as raised:
-        await kit.router(api, on_api_error=failed.append).ensure(WEB)
+        await kit.router(api, calls=Caller(on_error=failed.append)).ensure(WEB)
 
     assert isinstance(raised.value, errors.ActuationError)
     assert raised.value.status == 403
@@ -258,8 +258,8 @@ async def test_api_errors_become_actuation_errors_and_are_counted(
 
 
 async def test_a_follower_writes_nothing(kit: Kit, kube: Kube, api: client.ApiClient) -> None:
-    """A router whose `may_write` says no raises `NotLeaderError` before any write."""
+    """A router whose fence says no raises `NotLeaderError` before any write."""
     with pytest.raises(NotLeaderError):
-        await kit.router(api, may_write=lambda _: False).ensure(WEB)
+        await kit.router(api, calls=Caller(fence=lambda _: False)).ensure(WEB)
 
     assert kube.requests.count("create") == kube.requests.count("patch") == 0

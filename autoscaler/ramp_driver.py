@@ -1,7 +1,8 @@
 """The ramp driver (docs/architecture.md, "The warm-up gate and the traffic ramp"): runs
-`core.rollout` for every gated service, once per tick.
+`core.ramp` for every gated service, once per tick.
 
-`RampDriver` implements `ports.Rollouts`. For each service of `RampCluster.ramp_targets()` it
+`RampDriver` implements `ports.Ramps`. For each service whose record has ramp settings
+(`Workload.ramp`, built when its annotations were parsed) it
 restores the state persisted on the Deployment on first sight (a restarted controller resumes
 and writes the weights again, so none stays stuck), hands the core the pods and the answers to
 the requests of the last tick, carries out the returned actions in order through the ports (the
@@ -43,7 +44,7 @@ tick with the state it had (every action is safe to repeat); the others go on. A
 dry-run runs the same rules but only logs the writes it would make (reads still happen); its
 state lives in memory and it is not reported to the observer.
 
-It decides nothing: every rule is in `core.rollout`.
+It decides nothing: every rule is in `core.ramp`.
 """
 
 from __future__ import annotations
@@ -57,11 +58,10 @@ from typing import Any, Protocol
 
 import structlog
 
-from autoscaler import annotations as contract
 from autoscaler import errors, ports
+from autoscaler.contract import annotations as contract
 from autoscaler.core import gates as gates_
-from autoscaler.core import model
-from autoscaler.core import rollout as core
+from autoscaler.core import model, ramp
 
 log = structlog.get_logger(__name__)
 
@@ -72,7 +72,7 @@ PROBE_CONCURRENCY = 16
 PROBE_DEADLINE_S = 120.0
 """Seconds one pod's probe may take in all, by default (`settings.WarmupSettings`)."""
 
-_IDLE_TEXT = core.dumps(core.RampState())
+_IDLE_TEXT = ramp.dumps(ramp.RampState())
 """What a service with no persisted state has, in effect."""
 
 
@@ -96,38 +96,19 @@ class RouterMissingError(errors.ActuationError):
     """The service names a traffic router this controller was not given."""
 
 
-class RampConfigError(errors.ActuationError):
-    """Ramp settings the core refuses (the annotation contract's ranges should prevent it)."""
-
-
 _OUTCOME_EVENTS = {
-    core.Outcome.PROMOTED: "ramp.promoted",
-    core.Outcome.ROLLED_BACK: "ramp.rolled_back",
-    core.Outcome.HELD: "ramp.held",
-    core.Outcome.RELEASED: "ramp.released",
+    ramp.Outcome.PROMOTED: "ramp.promoted",
+    ramp.Outcome.ROLLED_BACK: "ramp.rolled_back",
+    ramp.Outcome.HELD: "ramp.held",
+    ramp.Outcome.RELEASED: "ramp.released",
 }
-
-
-def ramp_config(traffic: contract.TrafficConfig, warmup: contract.WarmupConfig) -> core.RampConfig:
-    """The core's settings from a Deployment's annotations; the rest keep their defaults."""
-    return core.RampConfig(
-        steps_pct=traffic.steps_pct,
-        step_interval_s=traffic.step_interval_s,
-        max_error_rate=traffic.max_error_rate,
-        max_p95_latency_s=traffic.max_p95_latency_s,
-        max_p95_ratio=traffic.max_p95_ratio,
-        warmup_probe=warmup.path is not None,
-        warmup_requests=warmup.requests,
-        warmup_deadline_s=warmup.deadline_s,
-        gate_only=traffic.router is contract.TrafficRouter.NONE,
-    )
 
 
 @dataclass(slots=True)
 class _Probe:
     """One pod's probe in flight (or finished and not yet handed to the core)."""
 
-    task: asyncio.Task[core.Probed | None]
+    task: asyncio.Task[ramp.Probed | None]
     """None when the prober failed (an `AutoscalerError`): no answer, the core asks again."""
     round: int
     """The service's probe round that started it: the requests of one tick share a round."""
@@ -139,22 +120,22 @@ class _Probe:
 class _Service:
     """What the driver keeps about one service between ticks."""
 
-    state: core.RampState
+    state: ramp.RampState
     text: str
     """The persisted text as far as this process knows (written by it, or read at first sight)."""
     confirmed: bool = True
     """The cache has shown `text` since it was written."""
     resumed: bool = False
-    probes: dict[str, core.Probed] = field(default_factory=dict)
-    health: tuple[core.Health, core.Health] | None = None
-    pod_health: dict[str, tuple[core.Health, core.Health]] = field(default_factory=dict)
+    probes: dict[str, ramp.Probed] = field(default_factory=dict)
+    health: tuple[ramp.Health, ramp.Health] | None = None
+    pod_health: dict[str, tuple[ramp.Health, ramp.Health]] = field(default_factory=dict)
     settled: bool | None = None
     in_flight: dict[str, float] = field(default_factory=dict)
     reported: tuple[int, int, bool] | None = None
     probing: dict[str, _Probe] = field(default_factory=dict)
     """Probes started and not yet handed over, by pod name."""
     rounds: int = 0
-    serving_probes: dict[str, core.Probed] = field(default_factory=dict)
+    serving_probes: dict[str, ramp.Probed] = field(default_factory=dict)
     """The latest answer of each serving pod probed, handed again with each new pod's answer."""
 
     @property
@@ -170,9 +151,9 @@ class _Service:
 
 @dataclass(frozen=True, slots=True)
 class _Answers:
-    health: tuple[core.Health, core.Health] | None
-    pod_health: dict[str, tuple[core.Health, core.Health]]
-    probes: dict[str, core.Probed]
+    health: tuple[ramp.Health, ramp.Health] | None
+    pod_health: dict[str, tuple[ramp.Health, ramp.Health]]
+    probes: dict[str, ramp.Probed]
     settled: bool | None
 
 
@@ -208,17 +189,11 @@ class RampDriver:
         self._probe_timeout_s = probe_timeout_s
         self._probe_deadline_s = probe_deadline_s
         self._probe_slots = asyncio.Semaphore(probe_concurrency)
-        self._probe_tasks: set[asyncio.Task[core.Probed | None]] = set()
+        self._probe_tasks: set[asyncio.Task[ramp.Probed | None]] = set()
         self._closed = False
         self._services: dict[model.ServiceId, _Service] = {}
-        self._index: dict[model.ServiceId, ports.RampTarget] = {}
-        self._fresh = False
-        """Whether `_index` was built this tick (by `reconcile` or the first `scale`)."""
-        self._configs: dict[
-            tuple[contract.TrafficConfig, contract.WarmupConfig], core.RampConfig
-        ] = {}
 
-    def state_of(self, service: model.ServiceId) -> core.RampState | None:
+    def state_of(self, service: model.ServiceId) -> ramp.RampState | None:
         known = self._services.get(service)
         return None if known is None else known.state
 
@@ -245,11 +220,11 @@ class RampDriver:
         for known in self._services.values():
             known.probing.clear()
 
-    # -- ports.Rollouts --------------------------------------------------------------------------
+    # -- ports.Ramps -----------------------------------------------------------------------------
 
-    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
+    async def scale(self, workload: ports.Workload, replicas: int, current: int) -> None:
         """Scale up at once; scale down only after draining the victims (over later ticks)."""
-        target = self._target(service)
+        service, target = workload.id, workload.ramp
         if target is None:  # not a gated service: nothing to drain
             await self._cluster.scale(service, replicas)
             return
@@ -257,29 +232,21 @@ class RampDriver:
         infos = self._pods.pods(service)
         state = known.state
         in_flight: Mapping[str, float] = {}
-        drainable = state.phase not in core.RAMP_PHASES and state.drain is None
+        drainable = state.phase not in ramp.RAMP_PHASES and state.drain is None
         if replicas < current and drainable and infos:
             in_flight = await self._loads(target, infos)
         pods = [_pod(info, in_flight) for info in infos]
-        answer = core.scale(
-            self._config(target), state, pods=pods, replicas=replicas, current=current
-        )
-        if isinstance(answer, core.Refusal):
+        answer = ramp.scale(target.config, state, pods=pods, replicas=replicas, current=current)
+        if isinstance(answer, ramp.Refusal):
             raise RampBusyError(f"{service}: scale-down to {replicas} waits: {answer.reason}")
         await self._carry_out(target, known, answer, infos)
 
     async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
-        """Advance every gated service's warm-up, ramp and drain by one tick.
-
-        `workloads` is not read: the targets come from the `RampCluster`, which the same
-        `workloads()` call refreshed.
-        """
-        del workloads
+        """Advance every gated service's warm-up, ramp and drain by one tick."""
         if self._gates is not None:
             await self._open_gates(self._gates)
-        targets = self._pods.ramp_targets()
-        self._index = {t.service: t for t in targets}
-        for gone in self._services.keys() - self._index.keys():
+        targets = [w.ramp for w in workloads if w.ramp is not None]
+        for gone in self._services.keys() - {t.service for t in targets}:
             probing = self._services.pop(gone).probing
             self._cancel_probes(probing, list(probing))
         busy: list[tuple[ports.RampTarget, _Service, Sequence[ports.PodInfo]]] = []
@@ -292,7 +259,6 @@ class RampDriver:
             if known.idle and not any(_needs_care(p) for p in infos):
                 continue
             busy.append((target, known, infos))
-        self._fresh = False
         if not busy:
             return
         slots = asyncio.Semaphore(CONCURRENCY)
@@ -363,7 +329,7 @@ class RampDriver:
         known.in_flight = {}
         self._collect_probes(known, infos)
         answers = known.take_answers()
-        tick = core.Tick(
+        tick = ramp.Tick(
             now_s=now_s,
             pods=pods,
             health=answers.health,
@@ -372,23 +338,23 @@ class RampDriver:
             settled=answers.settled,
             resumed=known.resumed,
         )
-        plan = core.advance(self._config(target), known.state, tick)
+        plan = ramp.advance(target.config, known.state, tick)
         await self._carry_out(target, known, plan, infos)
 
     async def _carry_out(
         self,
         target: ports.RampTarget,
         known: _Service,
-        plan: core.Plan,
+        plan: ramp.Plan,
         infos: Sequence[ports.PodInfo],
     ) -> None:
         """Writes in order, then the requested reads; then commit, tell, persist."""
         requests = []
         for action in plan.actions:
-            if isinstance(action, core.REQUESTS):
+            if isinstance(action, ramp.REQUESTS):
                 requests.append(action)
             else:
-                if isinstance(action, core.Reclaim):
+                if isinstance(action, ramp.Reclaim):
                     self._cancel_probes(known.probing, [action.pod])
                 await self._write(target, action)
         known.state = plan.state
@@ -398,7 +364,7 @@ class RampDriver:
         self._tell(target, known, plan)
         await self._persist(target, known)
 
-    async def _write(self, target: ports.RampTarget, action: core.Action) -> None:
+    async def _write(self, target: ports.RampTarget, action: ramp.Action) -> None:
         service = target.service
         event, fields, write = self._describe(target, action)
         if target.dry_run:
@@ -408,38 +374,38 @@ class RampDriver:
         log.info(event, service=service, **fields)
 
     def _describe(
-        self, target: ports.RampTarget, action: core.Action
+        self, target: ports.RampTarget, action: ramp.Action
     ) -> tuple[str, dict[str, Any], Callable[[], Awaitable[None]]]:
         """The log event, its fields and the write (not yet started) for one action."""
         service = target.service
         pods = self._pods
         match action:
-            case core.SetWeights(warming_pct=pct):
+            case ramp.SetWeights(warming_pct=pct):
                 router = self._router(target)
                 write = functools.partial(router.set_weights, target.route, pct)
                 return "ramp.weights_set", {"warming_pct": pct}, write
-            case core.EnsureRoutes():
+            case ramp.EnsureRoutes():
                 router = self._router(target)
                 write = functools.partial(router.ensure, target.route)
                 return "ramp.routes_ensured", {"router": target.traffic.router.value}, write
-            case core.SetWarm(pod=pod, warm=warm, message=message):
+            case ramp.SetWarm(pod=pod, warm=warm, message=message):
                 write = functools.partial(pods.set_warm, service, pod, warm, message)
                 return "ramp.warm_set", {"pod": pod, "warm": warm, "why": message}, write
-            case core.Label(pod=pod, warming=warming, stable=stable):
+            case ramp.Label(pod=pod, warming=warming, stable=stable):
                 write = functools.partial(
                     pods.set_labels, service, pod, warming=warming, stable=stable
                 )
                 return "ramp.labelled", {"pod": pod, "warming": warming, "stable": stable}, write
-            case core.Reclaim(pod=pod, reason=reason):
+            case ramp.Reclaim(pod=pod, reason=reason):
                 write = functools.partial(pods.reclaim, service, pod)
                 return "ramp.reclaimed", {"pod": pod, "why": reason}, write
-            case core.MarkVictim(pod=pod):
+            case ramp.MarkVictim(pod=pod):
                 write = functools.partial(pods.mark_victim, service, pod)
                 return "ramp.victim_marked", {"pod": pod}, write
-            case core.ScaleTo(replicas=replicas):
+            case ramp.ScaleTo(replicas=replicas):
                 write = functools.partial(self._cluster.scale, service, replicas)
                 return "ramp.scaled", {"replicas": replicas}, write
-            case core.Event(type=type_, reason=reason, message=message):
+            case ramp.Event(type=type_, reason=reason, message=message):
                 fields = {"type": type_.value, "reason": reason, "message": message}
                 return (
                     "ramp.event_recorded",
@@ -448,30 +414,30 @@ class RampDriver:
                 )
         raise AssertionError(f"not a write: {action!r}")
 
-    async def _record(self, target: ports.RampTarget, event: core.Event) -> None:
+    async def _record(self, target: ports.RampTarget, event: ramp.Event) -> None:
         self._pods.record(target.service, event.type.value, event.reason, event.message)
 
     async def _ask(
         self,
         target: ports.RampTarget,
         known: _Service,
-        requests: Sequence[core.Action],
+        requests: Sequence[ramp.Action],
         infos: Sequence[ports.PodInfo],
     ) -> None:
         """Make the reads the core asked for; the answers wait for the next tick.
 
         Probes are started, not awaited (see the module docstring)."""
         by_name = {info.name: info for info in infos}
-        probes = [request for request in requests if isinstance(request, core.Probe)]
+        probes = [request for request in requests if isinstance(request, ramp.Probe)]
         if probes:
             known.rounds += 1
             for probe in probes:
                 self._start_probe(target, known, by_name.get(probe.pod))
-            requests = [request for request in requests if not isinstance(request, core.Probe)]
+            requests = [request for request in requests if not isinstance(request, ramp.Probe)]
         if not requests:
             return
 
-        async def ask(request: core.Action) -> None:
+        async def ask(request: ramp.Action) -> None:
             try:
                 await self._answer(target, known, request)
             except errors.AutoscalerError as e:
@@ -492,15 +458,15 @@ class RampDriver:
         self,
         target: ports.RampTarget,
         known: _Service,
-        request: core.Action,
+        request: ramp.Action,
     ) -> None:
         namespace, metrics = target.route.namespace, target.metrics
         match request:
-            case core.MeasureHealth(warming=warming, stable=stable, window_s=window_s):
+            case ramp.MeasureHealth(warming=warming, stable=stable, window_s=window_s):
                 measured = await self._health.health(namespace, metrics, warming, stable, window_s)
                 known.health = (_health(measured[0]), _health(measured[1]))
                 log.debug("ramp.health_measured", service=target.service, window_s=window_s)
-            case core.MeasurePodHealth(pods=names, stable=stable, window_s=window_s):
+            case ramp.MeasurePodHealth(pods=names, stable=stable, window_s=window_s):
                 known.pod_health = await self._pod_health(target, names, stable, window_s)
                 log.debug(
                     "ramp.pod_health_measured",
@@ -508,10 +474,10 @@ class RampDriver:
                     pods=len(names),
                     window_s=window_s,
                 )
-            case core.MeasureInFlight(pods=names):
+            case ramp.MeasureInFlight(pods=names):
                 counts = await self._health.in_flight(namespace, metrics, names)
                 known.in_flight.update(counts)
-            case core.CheckSettled():
+            case ramp.CheckSettled():
                 known.settled = await self._router(target).settled(target.route)
 
     async def _pod_health(
@@ -520,7 +486,7 @@ class RampDriver:
         names: Sequence[str],
         stable: Sequence[str],
         window_s: float,
-    ) -> dict[str, tuple[core.Health, core.Health]]:
+    ) -> dict[str, tuple[ramp.Health, ramp.Health]]:
         """Each pod alone against the stable pods, one query per pod at once; every pod or an
         error (the core asks again), never a partial answer."""
         namespace, metrics = target.route.namespace, target.metrics
@@ -529,7 +495,7 @@ class RampDriver:
             return await self._health.health(namespace, metrics, (name,), stable, window_s)
 
         results = await asyncio.gather(*(one(name) for name in names), return_exceptions=True)
-        answers: dict[str, tuple[core.Health, core.Health]] = {}
+        answers: dict[str, tuple[ramp.Health, ramp.Health]] = {}
         for name, result in zip(names, results, strict=True):
             if isinstance(result, BaseException):
                 raise result
@@ -553,7 +519,7 @@ class RampDriver:
 
     async def _probe_bounded(
         self, target: ports.RampTarget, pod: ports.PodInfo, ip: str
-    ) -> core.Probed | None:
+    ) -> ramp.Probed | None:
         """One pod's probe in a slot, ended after `probe_deadline_s` (all of it counts failed)."""
         async with self._probe_slots:
             try:
@@ -566,7 +532,7 @@ class RampDriver:
                     pod=pod.name,
                     deadline_s=self._probe_deadline_s,
                 )
-                return core.Probed(ok=0, failed=target.warmup.requests)
+                return ramp.Probed(ok=0, failed=target.warmup.requests)
             except errors.AutoscalerError as e:
                 # No answer: the core asks again.
                 log.warning(
@@ -615,20 +581,20 @@ class RampDriver:
             if probe is not None:
                 probe.task.cancel()
 
-    async def _probe(self, target: ports.RampTarget, pod: ports.PodInfo, ip: str) -> core.Probed:
+    async def _probe(self, target: ports.RampTarget, pod: ports.PodInfo, ip: str) -> ramp.Probed:
         warmup = target.warmup
         port = warmup.port if warmup.port is not None else pod.port
         if warmup.path is None or port is None:
             # Nothing to probe: every request counts as failed, and the deadline decides.
             log.warning("ramp.probe_unaddressable", service=target.service, pod=pod.name)
-            return core.Probed(ok=0, failed=warmup.requests)
+            return ramp.Probed(ok=0, failed=warmup.requests)
         result = await self._prober.probe(
             ip, port, warmup.path, warmup.requests, self._probe_timeout_s
         )
         log.debug(
             "ramp.probed", service=target.service, pod=pod.name, ok=result.ok, failed=result.failed
         )
-        return core.Probed(result.ok, result.failed, tuple(result.latencies_s))
+        return ramp.Probed(result.ok, result.failed, tuple(result.latencies_s))
 
     async def _loads(
         self, target: ports.RampTarget, infos: Sequence[ports.PodInfo]
@@ -641,20 +607,20 @@ class RampDriver:
             log.warning("ramp.load_unknown", service=target.service, error=str(e))
             return {}
 
-    def _tell(self, target: ports.RampTarget, known: _Service, plan: core.Plan) -> None:
+    def _tell(self, target: ports.RampTarget, known: _Service, plan: ramp.Plan) -> None:
         service = target.service
         for outcome in plan.outcomes:
             log.info(_OUTCOME_EVENTS[outcome], service=service, dry_run=target.dry_run)
         if self._observer is None or target.dry_run:
             return
         for outcome in plan.outcomes:
-            if outcome is core.Outcome.PROMOTED:
+            if outcome is ramp.Outcome.PROMOTED:
                 self._observer.promoted(service)
-            elif outcome is core.Outcome.ROLLED_BACK:
+            elif outcome is ramp.Outcome.ROLLED_BACK:
                 self._observer.rolled_back(service)
         state = plan.state
         step_pct = 0
-        if state.phase in core.RAMP_PHASES:
+        if state.phase in ramp.RAMP_PHASES:
             steps = target.traffic.steps_pct
             step_pct = steps[min(state.step, len(steps) - 1)]
         reported = (step_pct, state.weight_pct, state.held)
@@ -665,7 +631,7 @@ class RampDriver:
             known.reported = reported
 
     async def _persist(self, target: ports.RampTarget, known: _Service) -> None:
-        text = core.dumps(known.state)
+        text = ramp.dumps(known.state)
         if text == known.text or target.dry_run:
             return
         await self._pods.save_ramp(target.service, text)
@@ -688,7 +654,7 @@ class RampDriver:
                     rule=problem.rule,
                 )
                 message = f"{problem.message}; ignored, the ramp starts over with its weight at 0"
-                warning = core.Event(core.EventType.WARNING, contract.CORRUPT_STATE, message)
+                warning = ramp.Event(ramp.EventType.WARNING, contract.CORRUPT_STATE, message)
                 self._post_event(target, warning)
         return known
 
@@ -703,14 +669,14 @@ class RampDriver:
         log.warning("ramp.state_edited", service=target.service, deleted=target.saved is None)
         known.text = seen  # so the state is written again at the next persist
         if target.saved is None and known.state.held:
-            plan = core.release(known.state, "the saved ramp state was deleted")
+            plan = ramp.release(known.state, "the saved ramp state was deleted")
             known.state = plan.state
             for action in plan.actions:
-                if isinstance(action, core.Event):
+                if isinstance(action, ramp.Event):
                     self._post_event(target, action)
             self._tell(target, known, plan)
 
-    def _post_event(self, target: ports.RampTarget, event: core.Event) -> None:
+    def _post_event(self, target: ports.RampTarget, event: ramp.Event) -> None:
         """Post an Event on the service's Deployment; in dry-run, only log it."""
         fields = {"type": event.type.value, "reason": event.reason}
         if target.dry_run:
@@ -718,23 +684,6 @@ class RampDriver:
             return
         self._pods.record(target.service, event.type.value, event.reason, event.message)
         log.info("ramp.event_recorded", service=target.service, **fields)
-
-    def _target(self, service: model.ServiceId) -> ports.RampTarget | None:
-        if not self._fresh:
-            self._index = {t.service: t for t in self._pods.ramp_targets()}
-            self._fresh = True
-        return self._index.get(service)
-
-    def _config(self, target: ports.RampTarget) -> core.RampConfig:
-        key = (target.traffic, target.warmup)
-        config = self._configs.get(key)
-        if config is None:
-            try:
-                config = ramp_config(target.traffic, target.warmup)
-            except ValueError as e:
-                raise RampConfigError(f"{target.service}: unusable ramp settings: {e}") from e
-            self._configs[key] = config
-        return config
 
     def _router(self, target: ports.RampTarget) -> ports.TrafficRouter:
         name = target.traffic.router.value
@@ -750,13 +699,13 @@ def _restore(target: ports.RampTarget) -> tuple[_Service, contract.Problem | Non
     Text that cannot be read is also a fresh start, with the problem to report.
     """
     if target.saved is None:
-        return _Service(core.RampState(), _IDLE_TEXT), None
+        return _Service(ramp.RampState(), _IDLE_TEXT), None
     try:
-        state = core.loads(target.saved)
+        state = ramp.loads(target.saved)
     except ValueError as e:
         # Unknown weights: start afresh and write them again (to 0) at the first tick.
         problem = contract.Problem(contract.RAMP_KEY, target.saved, str(e))
-        return _Service(core.RampState(), target.saved, resumed=True), problem
+        return _Service(ramp.RampState(), target.saved, resumed=True), problem
     return _Service(state, target.saved, resumed=not state.quiet), None
 
 
@@ -766,8 +715,8 @@ def _needs_care(pod: ports.PodInfo) -> bool:
     return not pod.terminating and (pod.warming or (pod.warm and not pod.stable))
 
 
-def _pod(info: ports.PodInfo, in_flight: Mapping[str, float]) -> core.Pod:
-    return core.Pod(
+def _pod(info: ports.PodInfo, in_flight: Mapping[str, float]) -> ramp.Pod:
+    return ramp.Pod(
         name=info.name,
         running=info.running,
         warm=info.warm,
@@ -780,5 +729,5 @@ def _pod(info: ports.PodInfo, in_flight: Mapping[str, float]) -> core.Pod:
     )
 
 
-def _health(health: ports.GroupHealth) -> core.Health:
-    return core.Health(health.requests, health.error_rate, health.p95_s)
+def _health(health: ports.GroupHealth) -> ramp.Health:
+    return ramp.Health(health.requests, health.error_rate, health.p95_s)

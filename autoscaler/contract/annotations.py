@@ -4,36 +4,40 @@ truth.
 A service owner opts in by annotating their inference Deployment under `autoscaler.dsec.io/`.
 `parse` turns those annotations into a `ServiceConfig` (the core's `PolicyConfig` plus what the
 adapters need) or an `Invalid` listing every `Problem`; the reference table in
-docs/annotations.md is generated from the same model (`reference_markdown`,
-`python -m autoscaler.annotations`).
+docs/annotations.md is generated from the same model (`contract.reference`). The quoting and the
+problems are in `contract.text`, the value parsers in `contract.values`; the names a message
+needs (`quote`, `escape`, `Problem`, `Invalid`) are re-exported here, where every caller looks.
 
 Annotation values are untrusted text. Every value is parsed strictly (no float for a count, no
 `yes` for `true`), metric names are checked against the Prometheus name grammar before they can
 reach a query, and a value only ever appears in a message through `quote`, which escapes control
-characters and truncates. This module never logs, never performs I/O (except `main`, the
-reference's generator) and never raises on bad input: bad input is data.
+characters and truncates. This module never logs, never performs I/O and never raises on bad
+input: bad input is data.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import enum
-import itertools
-import math
-import re
-import sys
-import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic import model_validator as _model_validator
 from pydantic_core import PydanticCustomError
 
 from autoscaler import metricnames
+from autoscaler.contract import values
+from autoscaler.contract.text import QUOTE_LIMIT as QUOTE_LIMIT
+from autoscaler.contract.text import Invalid as Invalid
+from autoscaler.contract.text import Problem as Problem
+from autoscaler.contract.text import escape as escape
+from autoscaler.contract.text import quote as quote
+from autoscaler.contract.text import show_key as show_key
 from autoscaler.core import model, policy
+from autoscaler.core.ramp import RampConfig
 
 PREFIX = "autoscaler.dsec.io/"
 STATUS_KEY = PREFIX + "status"
@@ -64,8 +68,6 @@ it names the key, the value and the rule broken, and the state is rebuilt as for
 REFERENCE_BEGIN = "<!-- annotations:begin -->"
 REFERENCE_END = "<!-- annotations:end -->"
 
-QUOTE_LIMIT = 80
-"""Characters of an offending value shown in a message (after escaping)."""
 
 T = TypeVar("T")
 
@@ -95,6 +97,12 @@ class PolicyName(enum.Enum):
     """The seed policy plus the burst fast path and the trend look-ahead."""
 
 
+class Forecast(enum.Enum):
+    AUTO = "auto"
+    """The seasonal forecast votes while its backtest says it beats the reactive estimate."""
+    OFF = "off"
+
+
 class TrafficRouter(enum.Enum):
     NONE = "none"
     ISTIO = "istio"
@@ -109,419 +117,52 @@ class Placement(enum.Enum):
     SHARED = "shared"
 
 
-# ---------------------------------------------------------------------------------------------
-# Quoting: the only way an annotation value (or key) reaches a message.
-
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,252}")
-
-
-def _escape_char(ch: str) -> str:
-    if ch in _ESCAPES:
-        return _ESCAPES[ch]
-    if ch.isprintable():
-        return ch
-    # Control, format (bidi overrides), separator and unassigned characters never pass raw.
-    code = ord(ch)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def _escaped(text: str, limit: int) -> tuple[str, bool]:
-    """`text` escaped and cut to `limit` characters, never inside an escape; and whether cut."""
-    pieces: list[str] = []
-    used = 0
-    for ch in text:
-        piece = _escape_char(ch)
-        if used + len(piece) > limit:
-            return "".join(pieces), True
-        pieces.append(piece)
-        used += len(piece)
-    return "".join(pieces), False
-
-
-def escape(text: str, *, limit: int = QUOTE_LIMIT) -> str:
-    """`text` with control characters, quotes and backslashes escaped, cut after `limit`.
-
-    A cut text ends in `...` and says how long the original was, so a 10 kB value costs a log
-    line about 100 characters.
-    """
-    shown, cut = _escaped(text, limit)
-    return f"{shown}... ({len(text)} characters)" if cut else shown
-
-
-def quote(value: str, *, limit: int = QUOTE_LIMIT) -> str:
-    """`value` escaped (see `escape`) in double quotes: how a value appears in a message."""
-    shown, cut = _escaped(value, limit)
-    return f'"{shown}..." ({len(value)} characters)' if cut else f'"{shown}"'
-
-
-def show_key(key: str) -> str:
-    """An annotation key for a message: as is when it is plain, else quoted."""
-    return key if _PLAIN_KEY.fullmatch(key) else quote(key)
-
-
-# ---------------------------------------------------------------------------------------------
-# Problems
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class Problem:
-    """One thing wrong with a Deployment's annotations: which key, which value, which rule.
-
-    `key` and `value` are the raw text; only `message` (and `str`) is fit for logs and Events.
-    """
-
-    key: str
-    value: str | None
-    rule: str
-
-    @property
-    def message(self) -> str:
-        if self.value is None:
-            return f"{show_key(self.key)}: {self.rule}"
-        return f"{show_key(self.key)}={quote(self.value)}: {self.rule}"
-
-    def __str__(self) -> str:
-        return self.message
-
-    def __repr__(self) -> str:
-        return f"Problem({self.message!r})"
-
-
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """The annotations cannot be used: the service is skipped with an `InvalidConfig` Event."""
-
-    problems: tuple[Problem, ...]
-
-    def __str__(self) -> str:
-        return "; ".join(p.message for p in self.problems)
-
-
-# ---------------------------------------------------------------------------------------------
-# Value parsers. Each has the rule in plain words; the same text goes into error messages and
-# into the reference table, so the two cannot drift apart.
-
-_NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,12})?"
-# [0-9], never \d: \d matches other scripts' digits, which int() and Decimal() accept.
-_DECIMAL = re.compile(_NUMBER)
-_WHOLE = re.compile(r"[0-9]{1,9}")
-_DURATION = re.compile(
-    rf"(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m(?!s))?(?:(?P<s>{_NUMBER})s)?(?:(?P<ms>{_NUMBER})ms)?"
-)
-_DURATION_UNITS_S = {"h": Decimal(3600), "m": Decimal(60), "s": Decimal(1), "ms": Decimal("0.001")}
-_QUANTITY = re.compile(rf"(?P<number>{_NUMBER})(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
-_QUANTITY_BYTES = {
-    None: 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-_MIB = 2**20
-METRIC_NAME = metricnames.METRIC_NAME
-_METRIC_NAME_MAX = 200
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_STEPS = re.compile(r"[0-9]{1,3}(?: *, *[0-9]{1,3}){0,99}")
-_PATH_CHARS = re.compile(r"/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*")
-_PATH_MAX = 1024
-_MAX_TEXT = 64
-"""Longest value any numeric parser looks at; longer text is rejected before any regex."""
-
-
-def _fail(rule: str) -> PydanticCustomError:
-    return PydanticCustomError("annotation", rule)
-
-
-def _text(raw: object, rule: str, *, limit: int = _MAX_TEXT) -> str:
-    if not isinstance(raw, str) or len(raw) > limit:
-        raise _fail(rule)
-    return raw
-
-
-def format_duration(seconds: float) -> str:
-    """Go-style text for a duration: `30s`, `5m`, `1h30m`, `250ms`, `1m0.5s`."""
-    ms = round(seconds * 1000)
-    if not math.isclose(ms / 1000, seconds, rel_tol=0, abs_tol=1e-9):
-        return f"{Decimal(repr(seconds)).normalize():f}s"
-    if ms == 0:
-        return "0s"
-    hours, rest = divmod(ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    out = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
-    if rest and not out and rest < 1000:
-        return f"{rest}ms"
-    if rest:
-        out += f"{(Decimal(rest) / 1000).normalize():f}s"
-    return out
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds for `30s`, `5m`, `1h30m`, `250ms`, `1.5h` or a plain number of seconds; else None.
-
-    Units run from hours down to milliseconds, each at most once (Go accepts `5m5m`; a typo
-    more likely than a wish). Days are not a unit, as in Go.
-    """
-    if len(text) > _MAX_TEXT:
-        return None
-    if _DECIMAL.fullmatch(text):
-        return float(Decimal(text))
-    match = _DURATION.fullmatch(text)
-    if match is None or not any(match.groupdict().values()):
-        return None
-    total = sum(
-        (Decimal(v) * _DURATION_UNITS_S[unit] for unit, v in match.groupdict().items() if v),
-        Decimal(0),
-    )
-    return float(total)
-
-
-def format_quantity(mib: int) -> str:
-    """Kubernetes quantity text for a size in MiB: `12Gi`, `1Ti`, `1500Mi`."""
-    for suffix, size in (("Ti", 2**20), ("Gi", 2**10)):
-        if mib % size == 0:
-            return f"{mib // size}{suffix}"
-    return f"{mib}Mi"
-
-
-def parse_quantity_bytes(text: str) -> int | None:
-    """Bytes (rounded up) in a Kubernetes memory quantity like `12Gi`, `24000Mi`, `16G`; else None.
-
-    Plain numbers are bytes, as in Kubernetes. Exponent forms (`12e9`) and milli (`m`) are not
-    accepted: neither is a sensible way to write a model's memory.
-    """
-    if len(text) > _MAX_TEXT:
-        return None
-    match = _QUANTITY.fullmatch(text)
-    if match is None:
-        return None
-    return math.ceil(Decimal(match["number"]) * _QUANTITY_BYTES[match["suffix"]])
-
-
-def parse_quantity_mib(text: str) -> int | None:
-    """MiB (rounded up) in a Kubernetes memory quantity; None when it is not one."""
-    size = parse_quantity_bytes(text)
-    return None if size is None else -(-size // _MIB)
-
-
-@dataclass(frozen=True, slots=True)
-class _Parser(Generic[T]):
-    """Turns one annotation value (a string) into a typed value, or raises with `rule`."""
-
-    rule: str
-    convert: Callable[[str], T | None]
-    """Returns None for text that breaks the rule."""
-    show: Callable[[T], str]
-    """The canonical annotation text of a value, for defaults in the reference."""
-    limit: int = _MAX_TEXT
-
-    def __call__(self, raw: object) -> T:
-        value = self.convert(_text(raw, self.rule, limit=self.limit))
-        if value is None:
-            raise _fail(self.rule)
-        return value
-
-
-def _flag() -> _Parser[bool]:
-    table = {"true": True, "false": False}
-    return _Parser('must be "true" or "false"', table.get, lambda v: "true" if v else "false")
-
-
-def _choice(choices: type[enum.Enum]) -> _Parser[Any]:
-    table = {member.value: member for member in choices}
-    names = ", ".join(table)
-    return _Parser(f"must be one of: {names}", table.get, lambda v: str(v.value))
-
-
-def _whole(lo: int, hi: int, *, why: str = "") -> _Parser[int]:
-    def convert(text: str) -> int | None:
-        if not _WHOLE.fullmatch(text):
-            return None
-        value = int(text)
-        return value if lo <= value <= hi else None
-
-    rule = f"must be a whole number from {lo} to {hi}" + (f" ({why})" if why else "")
-    return _Parser(rule, convert, str)
-
-
-def _number(
-    lo: float,
-    hi: float | None,
-    *,
-    lo_open: bool = False,
-    hi_open: bool = False,
-    percent: bool = False,
-) -> _Parser[float]:
-    def convert(text: str) -> float | None:
-        if percent and text.endswith("%"):
-            text = text[:-1]
-        if not _DECIMAL.fullmatch(text):
-            return None
-        value = float(Decimal(text))
-        above = value > lo if lo_open else value >= lo
-        below = hi is None or (value < hi if hi_open else value <= hi)
-        return value if above and below else None
-
-    low = f"> {lo:g}" if lo_open else f">= {lo:g}"
-    if hi is None:
-        bounds = low
-    elif not lo_open and not hi_open:
-        bounds = f"from {lo:g} to {hi:g}"
-    else:
-        bounds = f"{low} and {'<' if hi_open else '<='} {hi:g}"
-    kind = "a number of percent" if percent else "a decimal number"
-    return _Parser(f"must be {kind} {bounds}", convert, lambda v: f"{v:g}")
-
-
-def _duration(lo_s: float, hi_s: float, *, zero: bool = False) -> _Parser[float]:
-    def convert(text: str) -> float | None:
-        seconds = parse_duration(text)
-        if seconds is None:
-            return None
-        if seconds == 0:
-            return 0.0 if zero else None
-        return seconds if lo_s <= seconds <= hi_s else None
-
-    lo = "0s" if zero else format_duration(lo_s)
-    rule = (
-        "must be a duration such as 30s, 5m, 1h30m or 250ms (or plain seconds), "
-        f"from {lo} to {format_duration(hi_s)}"
-    )
-    return _Parser(rule, convert, format_duration)
-
-
-def _quantity(lo_mib: int, hi_mib: int) -> _Parser[int]:
-    def convert(text: str) -> int | None:
-        # Bounds on bytes, not rounded MiB: `12000` (bytes, meant as MiB) must not pass as 1Mi.
-        size = parse_quantity_bytes(text)
-        if size is None or not lo_mib * _MIB <= size <= hi_mib * _MIB:
-            return None
-        return -(-size // _MIB)
-
-    rule = (
-        "must be a Kubernetes memory quantity such as 12Gi or 24000Mi, "
-        f"from {format_quantity(lo_mib)} to {format_quantity(hi_mib)}"
-    )
-    return _Parser(rule, convert, format_quantity)
-
-
-def _metric_name() -> _Parser[str]:
-    def convert(text: str) -> str | None:
-        return text if metricnames.is_metric_name(text) else None
-
-    reserved = ", ".join(sorted(metricnames.RESERVED_WORDS))
-    rule = (
-        "must be a Prometheus metric name: a letter, _ or : followed by letters, digits, _ or :, "
-        f"at most {_METRIC_NAME_MAX} characters (a name, not a query), and not a word PromQL "
-        f"reserves ({reserved}; in any case)"
-    )
-    return _Parser(rule, convert, str, limit=_METRIC_NAME_MAX)
-
-
-def _label_value() -> _Parser[str]:
-    def convert(text: str) -> str | None:
-        return text if _LABEL_VALUE.fullmatch(text) else None
-
-    rule = (
-        "must be a Kubernetes label value: 1 to 63 letters, digits, -, _ or ., "
-        "starting and ending with a letter or digit"
-    )
-    return _Parser(rule, convert, str)
-
-
-def _steps() -> _Parser[tuple[int, ...]]:
-    def convert(text: str) -> tuple[int, ...] | None:
-        if not _STEPS.fullmatch(text):
-            return None
-        steps = tuple(int(part) for part in text.split(","))
-        increasing = all(a < b for a, b in itertools.pairwise(steps))
-        if not increasing or steps[0] < 1 or steps[-1] != 100:
-            return None
-        return steps
-
-    rule = (
-        "must be percentages like 10,30,50,100: whole numbers from 1, strictly increasing, "
-        "ending at 100"
-    )
-    return _Parser(rule, convert, lambda v: ",".join(map(str, v)), limit=400)
-
-
-def _url_path() -> _Parser[str]:
-    def convert(text: str) -> str | None:
-        if not _PATH_CHARS.fullmatch(text) or text.startswith("//"):
-            return None
-        decoded = urllib.parse.unquote(text)
-        if any(not ch.isprintable() or ch in "\\?#" for ch in decoded):
-            return None
-        if any(segment in (".", "..") for segment in decoded.split("/")):
-            return None
-        return text
-
-    rule = (
-        "must be an absolute URL path such as /health: starting with a single /, at most "
-        f"{_PATH_MAX} characters of letters, digits, -._~!$&'()*+,;=:@/ or %XX escapes; "
-        "no scheme, host, query, fragment, . or .. segment, or control character"
-    )
-    return _Parser(rule, convert, str, limit=_PATH_MAX)
-
-
 # Bounds. Each says what is absurd for that setting, not what is merely unusual.
 _MAX_REPLICAS = 10_000
 _DAY_S = 86_400.0
 _HOUR_S = 3_600.0
 _MAX_MODEL_MIB = 4 * 2**20  # 4Ti: beyond any node's total GPU memory today.
 
-_FLAG = _flag()
-_MODE = _choice(Mode)
-_SERVER = _choice(Server)
-_POLICY = _choice(PolicyName)
-_ROUTER = _choice(TrafficRouter)
-_PLACEMENT = _choice(Placement)
+_FLAG = values.flag()
+_MODE = values.choice(Mode)
+_SERVER = values.choice(Server)
+_POLICY = values.choice(PolicyName)
+_ROUTER = values.choice(TrafficRouter)
+_FORECAST = values.choice(Forecast)
+_PLACEMENT = values.choice(Placement)
 # Scale to zero needs a wake-up signal that does not come from the service's own pods.
-_MIN_REPLICAS = _whole(
+_MIN_REPLICAS = values.whole(
     1,
     _MAX_REPLICAS,
     why="not 0: a service at 0 replicas has no pods, so no metrics, and would hold there "
     "on missing data forever",
 )
-_MAX_REPLICAS_P = _whole(1, _MAX_REPLICAS)
+_MAX_REPLICAS_P = values.whole(1, _MAX_REPLICAS)
 # Any count, as KEDA's `paused-replicas`: an incident may need 0 (free the GPUs) or more than
 # max-replicas; the service is paused there, so the bounds that the policy keeps do not apply.
-_PAUSED_REPLICAS = _whole(0, _MAX_REPLICAS)
-_TARGET = _number(0, None, lo_open=True)
-_GPU_PCT = _number(0, 100, lo_open=True, percent=True)
-_METRIC = _metric_name()
-_WINDOW = _duration(10.0, _HOUR_S)
-_HALF_LIFE = _duration(1.0, _HOUR_S)
-_DEADBAND = _number(0, 1, hi_open=True)
-_COOLDOWN = _duration(0.0, _DAY_S, zero=True)
-_DOWN_RATIO = _number(0, 1, lo_open=True)
-_STEPS_P = _steps()
-_STEP_INTERVAL = _duration(1.0, _HOUR_S)
-_ERROR_RATE = _number(0, 1)
-_P95 = _duration(0.001, _HOUR_S)
-_P95_RATIO = _number(1, 100)
-_PATH = _url_path()
-_PORT = _whole(1, 65_535)
-_WARMUP_REQUESTS = _whole(1, 1_000)
-_DEADLINE = _duration(10.0, 6 * _HOUR_S)
-_MEMORY = _quantity(1, _MAX_MODEL_MIB)
-_PROJECT = _label_value()
+_PAUSED_REPLICAS = values.whole(0, _MAX_REPLICAS)
+_TARGET = values.number(0, None, lo_open=True)
+_GPU_PCT = values.number(0, 100, lo_open=True, percent=True)
+_METRIC = values.metric_name()
+_WINDOW = values.duration(10.0, _HOUR_S)
+_HALF_LIFE = values.duration(1.0, _HOUR_S)
+_DEADBAND = values.number(0, 1, hi_open=True)
+_COOLDOWN = values.duration(0.0, _DAY_S, zero=True)
+_DOWN_RATIO = values.number(0, 1, lo_open=True)
+_STEPS_P = values.steps()
+_STEP_INTERVAL = values.duration(1.0, _HOUR_S)
+_ERROR_RATE = values.number(0, 1)
+_P95 = values.duration(0.001, _HOUR_S)
+_P95_RATIO = values.number(1, 100)
+_PATH = values.url_path()
+_PORT = values.whole(1, 65_535)
+_WARMUP_REQUESTS = values.whole(1, 1_000)
+_DEADLINE = values.duration(10.0, 6 * _HOUR_S)
+_MEMORY = values.quantity(1, _MAX_MODEL_MIB)
+_PROJECT = values.label_value()
 
 
-def _v(parser: _Parser[Any]) -> BeforeValidator:
+def _v(parser: values.Parser[Any]) -> BeforeValidator:
     return BeforeValidator(parser)
 
 
@@ -575,6 +216,15 @@ class Annotations(BaseModel):
         "scale-down cap); `default` adds a burst fast path and a look-ahead by the pod start-up "
         "time.",
     )
+    forecast: Annotated[Forecast, _v(_FORECAST)] = Field(
+        Forecast.AUTO,
+        alias="forecast",
+        description="Seasonal pre-scaling (policy `default` only): `auto` scales up ahead of the "
+        "load expected one pod start-up from now, read from the same time yesterday (or last "
+        "week) in Prometheus, while a rolling backtest shows it predicts better than the live "
+        "load; without enough history, or when it predicts worse, it stays off and the "
+        "decision says why. `off` never does.",
+    )
     min_replicas: Annotated[int, _v(_MIN_REPLICAS)] = Field(
         2, alias="min-replicas", description="Fewest replicas, even with no load."
     )
@@ -602,6 +252,31 @@ class Annotations(BaseModel):
         alias="target-gpu-utilization",
         description="Capacity guard, percent (DCGM GPU utilisation): above it, no scale-down; "
         "it never scales up on its own.",
+    )
+    target_p95_latency_s: Annotated[float | None, _v(_P95)] = Field(
+        None,
+        alias="target-p95-latency",
+        description="`default` policy: latency SLO, end to end (needs `service-time`); the "
+        "replicas never fall below what keeps the P95 under it at the observed rate (an M/G/c "
+        "queueing model fitted to the service's queue).",
+    )
+    target_p95_queue_delay_s: Annotated[float | None, _v(_P95)] = Field(
+        None,
+        alias="target-p95-queue-delay",
+        description="`default` policy: the SLO as the P95 of the time a request waits before "
+        "service, instead of `target-p95-latency`.",
+    )
+    service_time_s: Annotated[float | None, _v(_P95)] = Field(
+        None,
+        alias="service-time",
+        description="Latency of a request that does not wait, for `target-p95-latency`.",
+    )
+    replica_capacity_rps: Annotated[float | None, _v(_TARGET)] = Field(
+        None,
+        alias="replica-capacity",
+        description="Requests per second one replica completes at most, for the SLO's model; "
+        "without it, measured while every replica has requests waiting (until then the SLO "
+        "does not vote).",
     )
     metric_requests: Annotated[str | None, _v(_METRIC)] = Field(
         None,
@@ -722,7 +397,7 @@ class Annotations(BaseModel):
 
     @_model_validator(mode="after")
     def _check_across_keys(self) -> Annotations:
-        problems = tuple(p for check in _CROSS_RULES for p in check.check(self))
+        problems = tuple(p for check in CROSS_RULES for p in check.check(self))
         if problems:
             raise PydanticCustomError("annotations", "rules across keys", {"problems": problems})
         return self
@@ -739,7 +414,7 @@ def _value(key: str, a: Annotations) -> str:
     """The canonical text of a field's value, for a cross-field problem."""
     name = _FIELD_BY_KEY[key]
     raw = getattr(a, name)
-    return _PARSERS[name].show(raw)
+    return PARSERS[name].show(raw)
 
 
 def _bounds(a: Annotations) -> list[Problem]:
@@ -792,7 +467,50 @@ def _placement(a: Annotations) -> list[Problem]:
     return [Problem(PREFIX + "model-memory", None, rule)]
 
 
-_CROSS_RULES = (
+_SLO_TARGETS = ("target-p95-latency", "target-p95-queue-delay")
+
+
+def _slo(a: Annotations) -> list[Problem]:
+    targets = [key for key in _SLO_TARGETS if getattr(a, _FIELD_BY_KEY[key]) is not None]
+    if len(targets) > 1:
+        rule = f"only one of {PREFIX}target-p95-latency, {PREFIX}target-p95-queue-delay"
+        return [Problem(PREFIX + key, _value(key, a), rule) for key in targets]
+    if targets and a.policy is not PolicyName.DEFAULT:
+        rule = f"only with {PREFIX}policy default: seed is the plain formula"
+        return [Problem(PREFIX + targets[0], _value(targets[0], a), rule)]
+    if a.target_p95_latency_s is not None:
+        if a.service_time_s is None:
+            rule = f"required with {PREFIX}target-p95-latency: the latency of a request that "
+            return [Problem(PREFIX + "service-time", None, rule + "does not wait")]
+        if a.service_time_s >= a.target_p95_latency_s:
+            rule = f"must be below {PREFIX}target-p95-latency ({a.target_p95_latency_s:g}s)"
+            return [Problem(PREFIX + "service-time", _value("service-time", a), rule)]
+    problems = []
+    if a.service_time_s is not None and a.target_p95_latency_s is None:
+        rule = f"has no effect without {PREFIX}target-p95-latency"
+        problems.append(Problem(PREFIX + "service-time", _value("service-time", a), rule))
+    if a.replica_capacity_rps is not None and not targets:
+        rule = f"has no effect without {PREFIX}target-p95-latency or {PREFIX}target-p95-queue-delay"
+        problems.append(Problem(PREFIX + "replica-capacity", _value("replica-capacity", a), rule))
+    return problems
+
+
+def _slo_config(a: Annotations) -> model.SloConfig | None:
+    if a.target_p95_latency_s is not None:
+        return model.SloConfig(
+            target_latency_s=a.target_p95_latency_s,
+            service_time_s=a.service_time_s or 0.0,
+            replica_capacity_rps=a.replica_capacity_rps,
+        )
+    if a.target_p95_queue_delay_s is not None:
+        return model.SloConfig(
+            target_latency_s=a.target_p95_queue_delay_s,
+            replica_capacity_rps=a.replica_capacity_rps,
+        )
+    return None
+
+
+CROSS_RULES = (
     _CrossRule("`min-replicas` ≤ `max-replicas`.", _bounds),
     _CrossRule(
         "At least one of `target-qps-per-replica`, `target-queue-per-replica`; with both, the "
@@ -807,29 +525,35 @@ _CROSS_RULES = (
     ),
     _CrossRule("`warmup-port` only with `warmup-path`.", _warmup),
     _CrossRule("`placement: mig` or `shared` needs `model-memory`.", _placement),
+    _CrossRule(
+        "At most one of `target-p95-latency`, `target-p95-queue-delay`, and only with `policy: "
+        "default`; `target-p95-latency` needs `service-time` below it; `service-time` and "
+        "`replica-capacity` only with a latency SLO.",
+        _slo,
+    ),
 )
 
 
-def _parser_of(field_name: str) -> _Parser[Any]:
+def _parser_of(field_name: str) -> values.Parser[Any]:
     for meta in Annotations.model_fields[field_name].metadata:
-        if isinstance(meta, BeforeValidator) and isinstance(meta.func, _Parser):
+        if isinstance(meta, BeforeValidator) and isinstance(meta.func, values.Parser):
             return meta.func
     raise AssertionError(f"field {field_name} has no annotation parser")
 
 
-def _alias_of(field_name: str) -> str:
+def alias_of(field_name: str) -> str:
     alias = Annotations.model_fields[field_name].alias
     assert alias is not None
     return alias
 
 
-_PARSERS: dict[str, _Parser[Any]] = {name: _parser_of(name) for name in Annotations.model_fields}
-_FIELD_BY_KEY: dict[str, str] = {_alias_of(name): name for name in Annotations.model_fields}
+PARSERS: dict[str, values.Parser[Any]] = {
+    name: _parser_of(name) for name in Annotations.model_fields
+}
+_FIELD_BY_KEY: dict[str, str] = {alias_of(name): name for name in Annotations.model_fields}
 SETTING_KEYS: tuple[str, ...] = tuple(PREFIX + key for key in _FIELD_BY_KEY)
 """Every key a service owner may set, in the order of the reference table."""
-RULES: Mapping[str, str] = {
-    PREFIX + key: _PARSERS[name].rule for key, name in _FIELD_BY_KEY.items()
-}
+RULES: Mapping[str, str] = {PREFIX + key: PARSERS[name].rule for key, name in _FIELD_BY_KEY.items()}
 """The rule of every setting, by full key, in the words the error messages use."""
 ENABLED_KEY = PREFIX + "enabled"
 
@@ -891,6 +615,9 @@ class ServiceConfig:
     metrics: metricnames.MetricNames
     traffic: TrafficConfig
     warmup: WarmupConfig
+    ramp: RampConfig
+    """`traffic` and `warmup` as the ramp's state machine takes them, built here so that a
+    setting it refuses is an `Invalid` at parse time rather than an error at every tick."""
     placement: Placement
     model_memory_mib: int | None
     project: str
@@ -940,6 +667,36 @@ def parse(annotations: Mapping[str, str], *, namespace: str) -> ServiceConfig | 
     return _service(parsed, namespace=namespace)
 
 
+_RAMP_FIELD_KEYS = {
+    "steps_pct": "traffic-steps",
+    "step_interval_s": "traffic-step-interval",
+    "max_error_rate": "max-error-rate",
+    "max_p95_latency_s": "max-p95-latency",
+    "max_p95_ratio": "max-p95-ratio",
+    "warmup_requests": "warmup-requests",
+    "warmup_deadline_s": "warmup-deadline",
+}
+"""The ramp core's settings that come from an annotation, by the name its errors start with."""
+
+
+def ramp_config(traffic: TrafficConfig, warmup: WarmupConfig) -> RampConfig:
+    """The ramp's core settings from a Deployment's; the rest keep the core's defaults.
+
+    Raises `ValueError` for settings the core refuses (the ranges above should prevent it).
+    """
+    return RampConfig(
+        steps_pct=traffic.steps_pct,
+        step_interval_s=traffic.step_interval_s,
+        max_error_rate=traffic.max_error_rate,
+        max_p95_latency_s=traffic.max_p95_latency_s,
+        max_p95_ratio=traffic.max_p95_ratio,
+        warmup_probe=warmup.path is not None,
+        warmup_requests=warmup.requests,
+        warmup_deadline_s=warmup.deadline_s,
+        gate_only=traffic.router is TrafficRouter.NONE,
+    )
+
+
 def _problems(error: ValidationError, settings: Mapping[str, str]) -> list[Problem]:
     problems: list[Problem] = []
     for detail in error.errors():
@@ -950,7 +707,7 @@ def _problems(error: ValidationError, settings: Mapping[str, str]) -> list[Probl
         short = str(detail["loc"][0]) if detail["loc"] else ""
         key = PREFIX + short
         if detail["type"] == "missing":
-            rule = _PARSERS[_FIELD_BY_KEY[short]].rule
+            rule = PARSERS[_FIELD_BY_KEY[short]].rule
             problems.append(Problem(key, None, f"required; {rule}"))
             continue
         raw = settings.get(short)
@@ -959,7 +716,7 @@ def _problems(error: ValidationError, settings: Mapping[str, str]) -> list[Probl
     return problems
 
 
-def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
+def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
     build = policy.default if a.policy is PolicyName.DEFAULT else policy.seed
     paused = a.paused or a.paused_replicas is not None
     config = build(
@@ -973,8 +730,33 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
         scale_up_cooldown_s=a.scale_up_cooldown_s,
         scale_down_cooldown_s=a.scale_down_cooldown_s,
         scale_down_max_ratio=a.scale_down_max_ratio,
+        slo=_slo_config(a),
     )
+    if a.forecast is Forecast.OFF:
+        config = dataclasses.replace(config, forecast=None)
     metrics = _metric_names(a)
+    traffic = TrafficConfig(
+        router=a.traffic_router,
+        steps_pct=a.traffic_steps_pct,
+        step_interval_s=a.traffic_step_interval_s,
+        max_error_rate=a.max_error_rate,
+        max_p95_latency_s=a.max_p95_latency_s,
+        max_p95_ratio=a.max_p95_ratio,
+    )
+    warmup = WarmupConfig(
+        path=a.warmup_path,
+        port=a.warmup_port,
+        requests=a.warmup_requests,
+        deadline_s=a.warmup_deadline_s,
+    )
+    try:
+        ramp = ramp_config(traffic, warmup)
+    except ValueError as e:
+        # The ranges above should make this unreachable; if they ever fall short, the service
+        # is refused here with the key to fix, not on every tick of the ramp.
+        field = str(e).split(" ", 1)[0]
+        key = PREFIX + _RAMP_FIELD_KEYS.get(field, "traffic-steps")
+        return Invalid((Problem(key, None, f"refused by the traffic ramp: {e}"),))
     return ServiceConfig(
         enabled=a.enabled,
         mode=a.mode,
@@ -984,150 +766,10 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig:
         half_life_s=a.half_life_s,
         server=a.server,
         metrics=metrics,
-        traffic=TrafficConfig(
-            router=a.traffic_router,
-            steps_pct=a.traffic_steps_pct,
-            step_interval_s=a.traffic_step_interval_s,
-            max_error_rate=a.max_error_rate,
-            max_p95_latency_s=a.max_p95_latency_s,
-            max_p95_ratio=a.max_p95_ratio,
-        ),
-        warmup=WarmupConfig(
-            path=a.warmup_path,
-            port=a.warmup_port,
-            requests=a.warmup_requests,
-            deadline_s=a.warmup_deadline_s,
-        ),
+        traffic=traffic,
+        warmup=warmup,
+        ramp=ramp,
         placement=a.placement,
         model_memory_mib=a.model_memory_mib,
         project=a.project if a.project is not None else namespace,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# The reference in docs/annotations.md
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _default_text(name: str) -> str:
-    info = Annotations.model_fields[name]
-    if info.is_required():
-        return "required"
-    if name == "project":
-        return "the namespace"
-    if info.default is None:
-        return "—"
-    return f"`{_PARSERS[name].show(info.default)}`"
-
-
-def _names_text(*names: str | None, label: str | None = None, values: Sequence[str] = ()) -> str:
-    shown = [f"`{name}`" for name in names if name is not None]
-    if label is not None and len(shown) == 1:
-        alternatives = "|".join(values)
-        shown = [f'`{names[0]}{{{label}=~"{alternatives}"}}`']
-    return " + ".join(shown) if shown else "—"
-
-
-def reference_markdown() -> str:
-    """The annotation reference (docs/annotations.md), from `Annotations` and the presets."""
-    lines = [
-        f"All keys take the prefix `{PREFIX}`; values are strings (quote numbers and booleans "
-        "in YAML). An invalid value skips the service with a Warning Event `InvalidConfig` "
-        "that names the key, the value and the rule. Check manifests offline with "
-        "`autoscaler validate -f deploy.yaml`.",
-        "",
-        "| key | meaning | default | rule |",
-        "|---|---|---|---|",
-    ]
-    for name, info in Annotations.model_fields.items():
-        key = f"`{_alias_of(name)}`"
-        meaning = info.description or ""
-        rule = _PARSERS[name].rule
-        lines.append(f"| {key} | {_cell(meaning)} | {_cell(_default_text(name))} | {_cell(rule)} |")
-    lines += ["", "Rules across keys:", ""]
-    lines += [f"- {rule.summary}" for rule in _CROSS_RULES]
-    lines += [
-        "",
-        "Metric presets (`server`), checked against each server's metric sources:",
-        "",
-        "| server | requests (counter) | errors (counter) | queue (gauge) | latency |",
-        "|---|---|---|---|---|",
-    ]
-    for server, names in metricnames.PRESETS.items():
-        latency = "—" if names.latency is None else f"`{names.latency}` (histogram, s)"
-        row = (
-            server,
-            _names_text(names.requests),
-            _names_text(names.errors, label=names.error_label, values=names.error_values),
-            _names_text(names.queue),
-            latency,
-        )
-        lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
-    lines += [
-        "",
-        f"The controller writes `{STATUS_KEY}` (its last decision, JSON), `{STATE_KEY}` "
-        f"(cooldowns, for restarts) and `{RAMP_KEY}` (the traffic ramp's progress); they are "
-        f"not settings. When `{STATE_KEY}` or `{RAMP_KEY}` cannot be read (over its size "
-        "limit, nested deeper than 8, or a number no float holds), a Warning Event "
-        f"`{CORRUPT_STATE}` names the key, the value and the rule, and the state is rebuilt as "
-        "for a new service.",
-        "",
-        "A Deployment has one owner of `spec.replicas`: one that a HorizontalPodAutoscaler or a "
-        "KEDA ScaledObject also scales (its `scaleTargetRef` names it) is not managed, whatever "
-        "its annotations; the controller writes nothing to it and posts a Warning Event "
-        "`InvalidConfig` naming the other autoscaler.",
-        "",
-        f'While `{PREFIX}paused` is `"true"` or `{PREFIX}paused-replicas` is set, each decision '
-        "is a hold with the reason `paused` (in the status annotation, `autoscaler explain`, a "
-        "`ScaleHeld` Event and the logs), and the gauge `autoscaler_paused` is 1; the one "
-        "exception is the change to `paused-replicas`, made once. The warm-up gate, the traffic "
-        "ramp and a scale-down already draining its victims go on: pods already created finish "
-        "their ramp rather than stay at 0 % of the traffic.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def replace_section(document: str, section: str) -> str | None:
-    """`document` with the text between the reference markers replaced; None without markers."""
-    begin, end = document.find(REFERENCE_BEGIN), document.find(REFERENCE_END)
-    if begin < 0 or end < begin:
-        return None
-    head = document[: begin + len(REFERENCE_BEGIN)]
-    return head + "\n" + section + document[end:]
-
-
-def section_of(document: str) -> str | None:
-    """The text between the reference markers, without the newline after the first; None without."""
-    begin, end = document.find(REFERENCE_BEGIN), document.find(REFERENCE_END)
-    if begin < 0 or end < begin:
-        return None
-    return document[begin + len(REFERENCE_BEGIN) : end].removeprefix("\n")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m autoscaler.annotations [--update FILE]`: print the reference, or splice it
-    into FILE (docs/annotations.md) between the markers."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        sys.stdout.write(reference_markdown())
-        return 0
-    if len(args) != 2 or args[0] != "--update":
-        sys.stderr.write("usage: python -m autoscaler.annotations [--update docs/annotations.md]\n")
-        return 2
-    path = args[1]
-    with open(path, encoding="utf-8") as f:
-        document = f.read()
-    updated = replace_section(document, reference_markdown())
-    if updated is None:
-        sys.stderr.write(f"{path}: add the lines {REFERENCE_BEGIN} and {REFERENCE_END} first\n")
-        return 2
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(updated)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 
 import pytest
+from adapters.kubernetes.support import WALL_S
 
-from autoscaler.adapters.kubernetes import codec
+from autoscaler.contract import codec
 from autoscaler.core import model
-
-from .support import WALL_S
 
 
 def test_state_round_trips_with_the_replicas_last_set() -> None:
@@ -127,6 +127,28 @@ def test_status_is_compact_json_and_its_time_is_not_a_change() -> None:
     assert not codec.same_status(text, {**later, "desired": 4})
     assert not codec.same_status(None, later)
     assert not codec.same_status("{", later)
+
+
+def test_status_carries_the_forecasts_vote() -> None:
+    """The status says whether the seasonal forecast voted, what it expected and why."""
+    vote = model.ForecastVote(on=True, load_per_s=12.345678, why="12.3/s expected in 120 s")
+    decision = model.Decision(
+        current=3,
+        desired=5,
+        kind=model.Kind.SCALE_UP,
+        reason=model.Reason.SEASONAL,
+        detail="load ratio 1.60 asks for 5",
+        forecast=vote,
+    )
+    document = codec.status_document(decision, time_s=WALL_S)
+    assert document["reason"] == "seasonal"
+    assert document["forecast"] == {"on": True, "load": 12.3457, "why": vote.why}
+    off = dataclasses.replace(decision, forecast=model.ForecastVote.off("no load history"))
+    document = json.loads(codec.dumps(codec.status_document(off, time_s=WALL_S)))
+    assert document["forecast"] == {"on": False, "load": None, "why": "no load history"}
+    assert "forecast" not in codec.status_document(
+        dataclasses.replace(decision, forecast=None), time_s=WALL_S
+    )
 
 
 def test_a_pause_round_trips_in_the_state() -> None:

@@ -1,10 +1,12 @@
 """How fast the simulator runs: simulated seconds per wall-clock (and CPU) second.
 
-`python -m autoscaler.sim.speed [--days 7]` replays the bundled trace with each policy, a
+`python -m bench.speed [--days 7]` replays the bundled trace with each policy, a
 synthetic multi-day trace with the default policy, and the same synthetic trace through the
-world alone (no loop), and prints one line per run. Timings are printed, never asserted
-(docs/benchmark.md). Like the CLI, it sets logging to warnings so the loop's per-decision lines are
-not what gets measured.
+world alone (no loop), and prints one line per run. `--tokens` times the token mode instead:
+the bundled hour per request (its prompt and output tokens) at four times its rate, through the
+loop and through the world alone, beside the same hour in request mode. Timings are printed,
+never asserted (docs/benchmark.md). Like the CLI, it sets logging to warnings so the loop's
+per-decision lines are not what gets measured.
 
 It must not write files or change what it measures: it only times `run.simulate`.
 """
@@ -23,7 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler import logs
-from autoscaler.sim import run, world
+from autoscaler.experiment import run, trace
+from autoscaler.sim import tokens, world
 from autoscaler.sim.params import SimParams
 
 FloatArray = npt.NDArray[np.float64]
@@ -34,7 +37,7 @@ _DAY_S = 86_400
 
 def bundled_trace() -> FloatArray:
     """The bundled trace as requests per second (its `t_seconds,requests` rows summed)."""
-    path = resources.files("autoscaler.sim") / "traces" / BUNDLED
+    path = resources.files("autoscaler.experiment") / "traces" / BUNDLED
     with gzip.open(str(path), "rt") as f:
         table = np.loadtxt(f, delimiter=",", skiprows=1, ndmin=2)
     seconds = table[:, 0].astype(np.int64)
@@ -77,20 +80,25 @@ def timed(label: str, simulated_s: float, work: Callable[[], object]) -> Timing:
     return Timing(label, simulated_s, time.perf_counter() - wall, time.process_time() - cpu)
 
 
-def world_only(arrivals: FloatArray, params: SimParams) -> None:
+def world_only(
+    arrivals: FloatArray, params: SimParams, token_mix: tokens.TokenMix | None = None
+) -> None:
     """The simulator's own share: the world moved second by second, nobody deciding."""
     sim = world.World(params)
-    sim.add_service("bench/inference", arrivals, params)
+    sim.add_service("bench/inference", arrivals, params, token_mix=token_mix)
     for _ in range(len(arrivals)):
         sim.advance(1.0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autoscaler.sim.speed", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__)
     parser.add_argument("--days", type=float, default=7.0, help="synthetic trace length")
+    parser.add_argument("--tokens", action="store_true", help="time the token mode")
     args = parser.parse_args(argv)
     logs.configure(json=True, level="warning")
 
+    if args.tokens:
+        return _time_tokens()
     base = SimParams()
     bundled = bundled_trace()
     synthetic = synthetic_trace(days=args.days)
@@ -108,6 +116,31 @@ def main(argv: list[str] | None = None) -> int:
         functools.partial(world_only, synthetic, base),
     )
     print(timing.line(), flush=True)
+    return 0
+
+
+TOKEN_RATE_SCALE = 4.0
+"""The bundled hour at four times its rate: a peak of about 35 replicas in token mode."""
+TOKEN_MU_RPS = 3.74
+"""What one replica serves on the Azure mix within the TTFT SLO (docs/simulator.md)."""
+
+
+def _time_tokens() -> int:
+    summed = trace.per_second(trace.load_per_request(trace.bundled_per_request()))
+    scale = TOKEN_RATE_SCALE
+    arrivals = summed.requests * scale
+    mix = tokens.TokenMix(summed.prompt_tokens * scale, summed.output_tokens * scale)
+    requests = SimParams(replica_capacity_rps=TOKEN_MU_RPS, max_replicas=100)
+    token_mode = dataclasses.replace(requests, tokens=tokens.TokenConfig())
+    label = "azure x4"
+    for mode, params, token_mix in (
+        ("requests", requests, None),
+        ("tokens", token_mode, mix),
+    ):
+        loop = functools.partial(run.simulate, arrivals, params, token_mix=token_mix)
+        print(timed(f"{label}, {mode}, loop", len(arrivals), loop).line(), flush=True)
+        alone = functools.partial(world_only, arrivals, params, token_mix)
+        print(timed(f"{label}, {mode}, world only", len(arrivals), alone).line(), flush=True)
     return 0
 
 

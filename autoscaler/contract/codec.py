@@ -9,19 +9,23 @@ meanwhile. Unknown keys in `state` are ignored, so a newer controller may add so
 Both are read back from a Deployment a tenant can edit: through `untrusted.loads`, so bad text
 of any size or shape is a `ValueError` naming the rule it breaks, never another exception.
 
+The readers for people (`explain`, `list`) are here too: `document` gives the JSON object of a
+controller annotation or the `Problem` with it, and `annotations_of`, `count`, `finite` and
+`readable_time` read the plain parts of a Deployment as every reader does.
+
 Pure functions: no I/O, no clock (times come in as arguments).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-import autoscaler.annotations as contract
 from autoscaler import untrusted
-from autoscaler.adapters.kubernetes import _api
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 
 TIME_KEY: Final = "time"
@@ -62,9 +66,15 @@ def status_document(decision: model.Decision, *, time_s: float) -> dict[str, Any
     }
     if decision.bound is not None:
         document["bound"] = decision.bound.value
+    if decision.forecast is not None:
+        document["forecast"] = {
+            "on": decision.forecast.on,
+            "load": _number(decision.forecast.load_per_s),
+            "why": decision.forecast.why,
+        }
     if decision.cooldown_until_s is not None and math.isfinite(decision.cooldown_until_s):
-        document["cooldownUntil"] = _api.format_time(decision.cooldown_until_s)
-    document[TIME_KEY] = _api.format_time(time_s)
+        document["cooldownUntil"] = format_time(decision.cooldown_until_s)
+    document[TIME_KEY] = format_time(time_s)
     return document
 
 
@@ -134,3 +144,48 @@ def parse_state(text: str) -> tuple[model.PolicyState, int | None]:
         counts[key] = count
     state = model.PolicyState(**fields, paused_replicas=counts[_PAUSED_REPLICAS])
     return state, counts["replicas"]
+
+
+def format_time(unix_s: float) -> str:
+    """RFC 3339 with second precision in UTC, as `metav1.Time` serialises."""
+    moment = datetime.datetime.fromtimestamp(unix_s, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def readable_time(unix_s: float) -> str | None:
+    """`format_time` for a number read from an annotation: None when no date has it."""
+    try:
+        return format_time(unix_s)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def document(key: str, text: str, limit_bytes: int) -> dict[str, Any] | contract.Problem:
+    """The JSON object in the controller annotation `key`, or the problem with it (the rule it
+    breaks, as the `CorruptState` Event words it)."""
+    try:
+        found = untrusted.loads(text, limit_bytes=limit_bytes)
+    except untrusted.UntrustedJsonError as e:
+        return contract.Problem(key, text, e.rule)
+    if not isinstance(found, dict):
+        return contract.Problem(key, text, "not a JSON object")
+    return found
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    """The string annotations of an object read from a file or a list (anything else dropped)."""
+    metadata = obj.get("metadata")
+    notes = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(notes, Mapping):
+        return {}
+    return {str(k): v for k, v in notes.items() if isinstance(v, str)}
+
+
+def count(value: object) -> bool:
+    """Whether a JSON value is a whole number >= 0 (a boolean is not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def finite(value: object) -> bool:
+    """Whether a JSON value is a finite number (a boolean is not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

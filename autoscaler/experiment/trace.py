@@ -7,6 +7,12 @@ never silently filled, and a count is never guessed.
 
 `bundled` finds a trace shipped with the package (the demo's).
 
+`load_per_request` reads a per-request trace, one row per request with its prompt and output
+token counts (`TIMESTAMP,ContextTokens,GeneratedTokens`, the Azure LLM inference trace's own
+columns), under the same strict rules; `per_second` sums it into requests, prompt tokens and
+output tokens per second, what the simulator's token mode replays. `bundled_per_request` finds
+the bundled one.
+
 It does no simulation and no logging.
 """
 
@@ -14,10 +20,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
 import gzip
 import io
 import math
 import zlib
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -39,8 +47,19 @@ DEFAULT_BUNDLED = "azure_llm_2023_conv"
 BUNDLED_ATTRIBUTION = {
     "azure_llm_2023_conv": "Azure LLM inference trace 2023 (conversation), Microsoft, CC-BY-4.0",
 }
-"""Name of each bundled trace -> the attribution its licence asks for."""
+"""Name of each bundled trace -> the attribution its licence asks for. Both files of
+`azure_llm_2023_conv` come from Azure/AzurePublicDataset `data/AzureLLMInferenceTrace_conv.csv`
+(Patel et al., "Splitwise", ISCA 2024), licensed CC-BY-4.0 (`traces/LICENSE-azure-CC-BY-4.0.txt`):
+`.requests.csv.gz` reduced to requests per second, `.per_request.csv.gz` the source's rows
+unchanged."""
 _BUNDLED_SUFFIX = ".requests.csv.gz"
+_PER_REQUEST_SUFFIX = ".per_request.csv.gz"
+
+PER_REQUEST_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_TIMESTAMP, _PROMPT, _OUTPUT = PER_REQUEST_HEADER
+MAX_TOKENS_PER_REQUEST = 10_000_000
+"""The most tokens a request's prompt or output may hold: far above any model's context window;
+a larger count is a corrupt file."""
 
 # Bundled traces stay extracted (only ever needed for a zipped install) until the process ends.
 _extracted = contextlib.ExitStack()
@@ -75,7 +94,7 @@ def load(path: str | Path) -> npt.NDArray[np.float64]:
 
 def bundled(name: str = DEFAULT_BUNDLED) -> Path:
     """The path of a trace shipped with the package, e.g. the demo's `azure_llm_2023_conv`."""
-    traces = resources.files(__package__ or "autoscaler.sim").joinpath("traces")
+    traces = resources.files(__package__ or "autoscaler.experiment").joinpath("traces")
     resource = traces.joinpath(name + _BUNDLED_SUFFIX)
     if not resource.is_file():
         known = sorted(
@@ -85,6 +104,139 @@ def bundled(name: str = DEFAULT_BUNDLED) -> Path:
         )
         raise errors.ConfigError(f"no bundled trace {name!r} (bundled: {', '.join(known)})")
     return _extracted.enter_context(resources.as_file(resource))
+
+
+@dataclass(frozen=True, slots=True)
+class PerRequest:
+    """A per-request trace: one entry per request, in arrival order."""
+
+    arrival_s: npt.NDArray[np.float64]
+    """Arrival time, seconds after the first request."""
+    prompt_tokens: npt.NDArray[np.float64]
+    output_tokens: npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTrace:
+    """A per-request trace summed per second: index = second since the first request."""
+
+    requests: npt.NDArray[np.float64]
+    prompt_tokens: npt.NDArray[np.float64]
+    """Prompt tokens of the requests that arrived in that second (their sum)."""
+    output_tokens: npt.NDArray[np.float64]
+    """Output tokens of the requests that arrived in that second (their sum)."""
+
+
+def load_per_request(path: str | Path) -> PerRequest:
+    """Read a per-request trace (`TIMESTAMP,ContextTokens,GeneratedTokens`).
+
+    `TIMESTAMP` is `YYYY-MM-DD HH:MM:SS[.fraction]`; rows must not go back in time. Token
+    counts are whole numbers, the prompt's at least 1, the output's at least 0, neither above
+    `MAX_TOKENS_PER_REQUEST`. Raises `TraceError` naming the file, the 1-based line and the
+    field for anything else, and for the file problems `load` reports.
+    """
+    name = str(path)
+    text = _read_text(Path(path), name)
+    if not text.strip():
+        raise errors.TraceError(name, None, None, "empty file")
+    header, _, body = text.replace("\r\n", "\n").partition("\n")
+    fields = tuple(f.strip() for f in header.split(","))
+    if fields != PER_REQUEST_HEADER:
+        shown = header if len(header) <= 60 else header[:57] + "..."
+        expected = ",".join(PER_REQUEST_HEADER)
+        raise errors.TraceError(name, 1, None, f"unknown header {shown!r}: expected {expected!r}")
+    lines = body.rstrip().split("\n") if body.strip() else []
+    if not lines:
+        raise errors.TraceError(name, None, None, "no data rows after the header")
+    arrival = np.empty(len(lines), dtype=np.float64)
+    prompt = np.empty(len(lines), dtype=np.float64)
+    output = np.empty(len(lines), dtype=np.float64)
+    first: datetime.datetime | None = None
+    for i, line in enumerate(lines):
+        lineno = i + 2
+        if not line.strip():
+            raise errors.TraceError(name, lineno, None, "empty line")
+        row = line.split(",")
+        if len(row) != len(PER_REQUEST_HEADER):
+            raise errors.TraceError(
+                name,
+                lineno,
+                None,
+                f"expected 3 fields ({','.join(PER_REQUEST_HEADER)}), got {len(row)}",
+            )
+        at = _timestamp(name, lineno, row[0])
+        first = first or at
+        arrival[i] = (at - first).total_seconds()
+        if i and arrival[i] < arrival[i - 1]:
+            raise errors.TraceError(
+                name, lineno, _TIMESTAMP, f"goes back in time: {row[0].strip()} is earlier"
+            )
+        prompt[i] = _tokens(name, lineno, _PROMPT, row[1], least=1)
+        output[i] = _tokens(name, lineno, _OUTPUT, row[2], least=0)
+    return PerRequest(arrival, prompt, output)
+
+
+def per_second(requests: PerRequest) -> TokenTrace:
+    """Requests, prompt tokens and output tokens that arrived in each second."""
+    second = np.floor(requests.arrival_s).astype(np.int64)
+    n = int(second[-1]) + 1 if len(second) else 0
+    return TokenTrace(
+        requests=np.bincount(second, minlength=n).astype(np.float64),
+        prompt_tokens=np.bincount(second, weights=requests.prompt_tokens, minlength=n).astype(
+            np.float64
+        ),
+        output_tokens=np.bincount(second, weights=requests.output_tokens, minlength=n).astype(
+            np.float64
+        ),
+    )
+
+
+def bundled_per_request(name: str = DEFAULT_BUNDLED) -> Path:
+    """The path of a per-request trace shipped with the package."""
+    traces = resources.files(__package__ or "autoscaler.experiment").joinpath("traces")
+    resource = traces.joinpath(name + _PER_REQUEST_SUFFIX)
+    if not resource.is_file():
+        known = sorted(
+            entry.name.removesuffix(_PER_REQUEST_SUFFIX)
+            for entry in traces.iterdir()
+            if entry.name.endswith(_PER_REQUEST_SUFFIX)
+        )
+        raise errors.ConfigError(
+            f"no bundled per-request trace {name!r} (bundled: {', '.join(known)})"
+        )
+    return _extracted.enter_context(resources.as_file(resource))
+
+
+def _timestamp(name: str, lineno: int, text: str) -> datetime.datetime:
+    value = text.strip()
+    whole, _, fraction = value.partition(".")
+    try:
+        at = datetime.datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
+        if fraction and not fraction.isdigit():
+            raise ValueError(fraction)
+    except ValueError:
+        raise errors.TraceError(
+            name, lineno, _TIMESTAMP, f"not a time 'YYYY-MM-DD HH:MM:SS[.fraction]': {value!r}"
+        ) from None
+    if fraction:
+        at += datetime.timedelta(microseconds=round(float("0." + fraction) * 1e6))
+    return at
+
+
+def _tokens(name: str, lineno: int, field: str, text: str, *, least: int) -> float:
+    count = _number(name, lineno, field, text)
+    if not count.is_integer():
+        raise errors.TraceError(name, lineno, field, f"not a whole token count: {text.strip()}")
+    if count < least:
+        raise errors.TraceError(name, lineno, field, f"{text.strip()} is below {least}")
+    if count > MAX_TOKENS_PER_REQUEST:
+        raise errors.TraceError(
+            name,
+            lineno,
+            field,
+            f"{text.strip()} is above the limit of {MAX_TOKENS_PER_REQUEST:,} tokens per request",
+        )
+    return count
 
 
 def _read_text(path: Path, name: str) -> str:

@@ -1,4 +1,4 @@
-"""The ramp driver (`autoscaler.rollout`) on in-memory ports, and the loop handing it the scale
+"""The ramp driver (`autoscaler.ramp_driver`) on in-memory ports, and the loop handing it the scale
 writes. The Kubernetes, Prometheus, mesh and simulator sides of these ports are tested with
 their own implementations; here each port is a small fake that writes into one journal, so the
 order of writes across pods and router can be checked."""
@@ -6,7 +6,6 @@ order of writes across pods and router can be checked."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -14,10 +13,9 @@ import numpy.typing as npt
 import pytest
 from structlog.testing import capture_logs
 
-from autoscaler import annotations as contract
-from autoscaler import clock, errors, loop, metricnames, ports, rollout
-from autoscaler.core import model
-from autoscaler.core import rollout as core
+from autoscaler import clock, errors, loop, metricnames, ports, ramp_driver
+from autoscaler.contract import annotations as contract
+from autoscaler.core import model, ramp
 
 SERVICE = model.ServiceId("ns/llm")
 OTHER = model.ServiceId("ns/other")
@@ -26,6 +24,7 @@ THIN = (ports.GroupHealth(5.0, 0.0, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
 ERRORING = (ports.GroupHealth(100.0, 0.2, 0.2), ports.GroupHealth(900.0, 0.001, 0.2))
 
 Entry = tuple[object, ...]
+CONFIG = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
 
 
 def ramp_target(
@@ -36,18 +35,21 @@ def ramp_target(
     port: int | None = 8000,
 ) -> ports.RampTarget:
     namespace, _, name = service.partition("/")
+    traffic = contract.TrafficConfig(
+        router=router,
+        steps_pct=(10, 30, 50, 100),
+        step_interval_s=30.0,
+        max_error_rate=0.01,
+        max_p95_latency_s=None,
+        max_p95_ratio=1.2,
+    )
+    warmup = contract.WarmupConfig(path="/v1/models", port=port, requests=3, deadline_s=600.0)
     return ports.RampTarget(
         service=service,
         route=ports.RouteTarget(service, namespace, name, {"app": name}),
-        traffic=contract.TrafficConfig(
-            router=router,
-            steps_pct=(10, 30, 50, 100),
-            step_interval_s=30.0,
-            max_error_rate=0.01,
-            max_p95_latency_s=None,
-            max_p95_ratio=1.2,
-        ),
-        warmup=contract.WarmupConfig(path="/v1/models", port=port, requests=3, deadline_s=600.0),
+        traffic=traffic,
+        warmup=warmup,
+        config=contract.ramp_config(traffic, warmup),
         metrics=metricnames.PRESETS["vllm"],
         dry_run=dry_run,
         saved=None,
@@ -129,12 +131,17 @@ class FakeCluster:
         if service in self.broken:
             raise errors.ActuationError(f"{service}: 503 from the API server")
 
-    # ports.RampCluster
+    # the records, as the loop hands them to the driver
 
-    def ramp_targets(self) -> Sequence[ports.RampTarget]:
-        return [
-            dataclasses.replace(t, saved=self.saved.get(t.service)) for t in self.targets.values()
-        ]
+    def workloads(self) -> list[ports.Workload]:
+        """One record per service, its ramp settings carrying the state saved last."""
+        return [self.workload(service) for service in self.targets]
+
+    def workload(self, service: model.ServiceId) -> ports.Workload:
+        ramp = dataclasses.replace(self.targets[service], saved=self.saved.get(service))
+        return ports.Workload(service, CONFIG, half_life_s=30.0, replicas=3, serving=3, ramp=ramp)
+
+    # ports.RampCluster
 
     def pods(self, service: model.ServiceId) -> Sequence[ports.PodInfo]:
         return list(self.pod_sets[service].values())
@@ -164,7 +171,7 @@ class FakeCluster:
 
     async def save_ramp(self, service: model.ServiceId, text: str) -> None:
         self._write(service)
-        self.journal.append(("save", core.loads(text).phase.value))
+        self.journal.append(("save", ramp.loads(text).phase.value))
         self.saved[service] = text
 
     def record(self, service: model.ServiceId, type_: str, reason: str, message: str) -> None:
@@ -172,9 +179,6 @@ class FakeCluster:
         self.events.append((service, type_, reason, message))
 
     # ports.Cluster
-
-    def workloads(self) -> Sequence[ports.Workload]:
-        return []
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
         self._write(service)
@@ -284,8 +288,8 @@ class Rig:
             self.cluster.add_service(target, stable=stable)
         self.driver = self.new_driver()
 
-    def new_driver(self) -> rollout.RampDriver:
-        return rollout.RampDriver(
+    def new_driver(self) -> ramp_driver.RampDriver:
+        return ramp_driver.RampDriver(
             cluster=self.cluster,
             pods=self.cluster,
             routers={"istio": self.router},
@@ -302,7 +306,7 @@ class Rig:
         await self.driver.wait_probes_idle()
         self.now += dt_s
         self.cluster.start_all()
-        await self.driver.reconcile(self.now, [])
+        await self.driver.reconcile(self.now, self.cluster.workloads())
 
     async def run_until(self, done: Callable[[], bool], *, limit: int = 1_000) -> None:
         for _ in range(limit):
@@ -311,13 +315,13 @@ class Rig:
             await self.tick()
         raise AssertionError(f"not done after {limit} ticks: {self.state()}")
 
-    def state(self, service: model.ServiceId = SERVICE) -> core.RampState:
-        return self.driver.state_of(service) or core.RampState()
+    def state(self, service: model.ServiceId = SERVICE) -> ramp.RampState:
+        return self.driver.state_of(service) or ramp.RampState()
 
     def weight(self, service: model.ServiceId = SERVICE) -> int:
         return self.router.weights.get(service, 0)
 
-    def phase(self, service: model.ServiceId = SERVICE) -> core.Phase:
+    def phase(self, service: model.ServiceId = SERVICE) -> ramp.Phase:
         return self.state(service).phase
 
 
@@ -340,18 +344,18 @@ async def test_a_new_pod_walks_every_step_and_is_promoted_in_the_safe_order() ->
     ]
     assert writes.index(("warm", new, True)) < writes.index(("ensure", SERVICE))
     assert [e[2] for e in rig.journal.of("event")] == [
-        core.RAMP_STARTED,
-        core.RAMP_STEP,
-        core.RAMP_STEP,
-        core.RAMP_STEP,
-        core.RAMP_STEP,
-        core.RAMP_PROMOTED,
+        ramp.RAMP_STARTED,
+        ramp.RAMP_STEP,
+        ramp.RAMP_STEP,
+        ramp.RAMP_STEP,
+        ramp.RAMP_STEP,
+        ramp.RAMP_PROMOTED,
     ]
     assert rig.journal.of("probe")[0] == ("probe", "10.0.0.4", 8000, "/v1/models")
     assert [call for call in rig.observer.calls if call[0] == "promoted"] == [("promoted",)]
     assert ("ramp", 30, 7, False) in rig.observer.calls
     assert rig.observer.calls[-1] == ("ramp", 0, 0, False)
-    assert core.loads(rig.cluster.saved[SERVICE] or "") == core.RampState()
+    assert ramp.loads(rig.cluster.saved[SERVICE] or "") == ramp.RampState()
 
 
 async def test_a_failing_gate_zeroes_the_weight_before_reclaiming_and_a_fresh_pod_ramps() -> None:
@@ -362,7 +366,7 @@ async def test_a_failing_gate_zeroes_the_weight_before_reclaiming_and_a_fresh_po
     await rig.run_until(lambda: ("reclaim", first) in rig.journal)
     writes = rig.journal.writes()
     assert writes.index(("weights", 0)) < writes.index(("reclaim", first))
-    assert ("event", "Warning", core.RAMP_ROLLED_BACK) in writes
+    assert ("event", "Warning", ramp.RAMP_ROLLED_BACK) in writes
     assert ("rolled_back",) in rig.observer.calls
     rig.health.answer = GOOD
     await rig.run_until(lambda: len(rig.cluster.stable()) == 4)
@@ -381,7 +385,7 @@ async def test_only_the_pod_failing_alone_is_reclaimed_and_the_others_ramp_again
     alone = [entry[1] for entry in rig.journal.of("health") if len(entry[1]) == 1]
     assert sorted(alone) == sorted([(good,), (bad,)])
     assert rig.journal.of("reclaim") == [("reclaim", bad)]
-    assert ("event", "Normal", core.RAMP_PODS_SPARED) in rig.journal
+    assert ("event", "Normal", ramp.RAMP_PODS_SPARED) in rig.journal
     writes = rig.journal.writes()
     assert writes.index(("weights", 0)) < writes.index(("reclaim", bad))
     assert rig.state().failures == 1
@@ -436,9 +440,9 @@ async def test_three_failures_hold_with_a_warning_and_the_observer_told() -> Non
     rig = Rig(stable=3)
     rig.health.answer = ERRORING
     rig.cluster.add_pod()
-    await rig.run_until(lambda: rig.phase() is core.Phase.HELD, limit=2_000)
+    await rig.run_until(lambda: rig.phase() is ramp.Phase.HELD, limit=2_000)
     assert len(rig.journal.of("reclaim")) == 3
-    assert ("event", "Warning", core.RAMP_HELD) in rig.journal
+    assert ("event", "Warning", ramp.RAMP_HELD) in rig.journal
     assert rig.observer.calls[-1] == ("ramp", 0, 0, True)
     assert rig.observer.calls.count(("rolled_back",)) == 3
     assert '"hold_reason"' in (rig.cluster.saved[SERVICE] or "")
@@ -453,7 +457,7 @@ async def test_deleting_the_saved_state_releases_a_hold() -> None:
     rig = Rig(stable=3)
     rig.health.answer = ERRORING
     rig.cluster.add_pod()
-    await rig.run_until(lambda: rig.phase() is core.Phase.HELD, limit=2_000)
+    await rig.run_until(lambda: rig.phase() is ramp.Phase.HELD, limit=2_000)
     for _ in range(5):  # the replacement warms up; the cache shows the last write
         await rig.tick()
     rig.cluster.saved[SERVICE] = None
@@ -462,7 +466,7 @@ async def test_deleting_the_saved_state_releases_a_hold() -> None:
     with capture_logs() as logs:
         await rig.tick()
     assert "ramp.released" in [entry["event"] for entry in logs]
-    assert ("event", "Normal", core.RAMP_RELEASED) in rig.journal
+    assert ("event", "Normal", ramp.RAMP_RELEASED) in rig.journal
     assert rig.observer.calls[told] == ("ramp", 0, 0, False)
     await rig.run_until(lambda: len(rig.cluster.stable()) == 4)
     assert rig.state().failures == 0
@@ -479,7 +483,7 @@ async def test_the_none_router_only_gates() -> None:
         ("warm", new, True),
         ("save", "warming"),
         ("labels", new, False, True),
-        ("event", "Normal", core.RAMP_PROMOTED),
+        ("event", "Normal", ramp.RAMP_PROMOTED),
         ("save", "idle"),
     ]
     assert rig.observer.calls == [("ramp", 0, 0, False), ("promoted",)]
@@ -500,12 +504,12 @@ def at_weight(weight: int) -> Callable[[Rig], bool]:
     return lambda rig: rig.weight() == weight and rig.state().step_started_s is not None
 
 
-def at_stage(stage: core.Stage) -> Callable[[Rig], bool]:
+def at_stage(stage: ramp.Stage) -> Callable[[Rig], bool]:
     return lambda rig: rig.state().stage is stage
 
 
 def rolling_back(rig: Rig) -> bool:
-    return rig.phase() is core.Phase.ROLLING_BACK
+    return rig.phase() is ramp.Phase.ROLLING_BACK
 
 
 @pytest.mark.parametrize(
@@ -515,8 +519,8 @@ def rolling_back(rig: Rig) -> bool:
         (at_weight(7), GOOD, 7),
         (at_weight(12), GOOD, 12),
         (at_weight(25), GOOD, 25),
-        (at_stage(core.Stage.LABELLED), GOOD, 25),
-        (at_stage(core.Stage.UNWEIGHTED), GOOD, 0),
+        (at_stage(ramp.Stage.LABELLED), GOOD, 25),
+        (at_stage(ramp.Stage.UNWEIGHTED), GOOD, 0),
         (rolling_back, ERRORING, 0),
     ],
     ids=["10", "30", "50", "100", "labelled", "unweighted", "rolling-back"],
@@ -543,7 +547,7 @@ async def test_a_restarted_driver_resumes_and_writes_the_weight_again(
     assert rig.weight() == expected
     rig.router.settles = True
     rig.health.answer = GOOD
-    await rig.run_until(lambda: rig.phase() is core.Phase.IDLE and rig.weight() == 0)
+    await rig.run_until(lambda: rig.phase() is ramp.Phase.IDLE and rig.weight() == 0)
     if health is GOOD:
         assert new in rig.cluster.stable()
     else:
@@ -551,7 +555,7 @@ async def test_a_restarted_driver_resumes_and_writes_the_weight_again(
 
 
 def rollback_pending(rig: Rig) -> bool:
-    return rig.health.answer is ERRORING and rig.phase() is core.Phase.RAMPING
+    return rig.health.answer is ERRORING and rig.phase() is ramp.Phase.RAMPING
 
 
 async def test_a_driver_restarted_after_every_saved_change_still_completes_the_ramp() -> None:
@@ -614,7 +618,7 @@ async def test_a_hostile_saved_state_gets_a_warning_event_and_starts_over(
     assert logged["key"] == contract.RAMP_KEY
     assert logged["rule"].startswith(f"ramp state {rule}")
     assert rig.weight() == 0
-    assert core.loads(rig.cluster.saved[SERVICE] or "") == core.RampState()
+    assert ramp.loads(rig.cluster.saved[SERVICE] or "") == ramp.RampState()
 
 
 async def test_a_hostile_saved_state_in_dry_run_is_only_logged() -> None:
@@ -641,11 +645,11 @@ async def test_scale_down_drains_the_lowest_tier_then_scales() -> None:
     names = [rig.cluster.add_pod(stable=True, tier=t) for t in ("whole", "shared", "mig-1g")]
     whole, shared, mig = names
     rig.health.loads = {whole: 0.0, shared: 3.0, mig: 0.0}
-    await rig.driver.scale(SERVICE, 2, 3)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 3)
     assert rig.journal.writes() == [
         ("warm", shared, False),
         ("labels", shared, False, False),
-        ("event", "Normal", core.DRAIN_STARTED),
+        ("event", "Normal", ramp.DRAIN_STARTED),
         ("save", "draining"),
     ]
     for _ in range(10):
@@ -661,7 +665,7 @@ async def test_scale_down_drains_the_lowest_tier_then_scales() -> None:
 async def test_scale_down_with_unknown_in_flight_waits_for_the_grace_period() -> None:
     """No in-flight data is not zero: the drain waits its 60 s of grace."""
     rig = Rig(stable=3)
-    await rig.driver.scale(SERVICE, 2, 3)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 3)
     await rig.tick()
     started = rig.now
     await rig.run_until(lambda: bool(rig.journal.of("scale")))
@@ -672,9 +676,9 @@ async def test_scale_down_during_a_ramp_is_refused_with_the_reason() -> None:
     """While new pods hold traffic, a scale-down raises an `ActuationError` saying why."""
     rig = Rig(stable=3)
     rig.cluster.add_pod()
-    await rig.run_until(lambda: rig.phase() is core.Phase.RAMPING)
-    with pytest.raises(rollout.RampBusyError, match="ramping at the 10 % step"):
-        await rig.driver.scale(SERVICE, 2, 4)
+    await rig.run_until(lambda: rig.phase() is ramp.Phase.RAMPING)
+    with pytest.raises(ramp_driver.RampBusyError, match="ramping at the 10 % step"):
+        await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 4)
     assert rig.journal.of("scale") == []
 
 
@@ -682,16 +686,17 @@ async def test_scale_up_is_immediate_even_during_a_ramp() -> None:
     """A scale-up goes straight to the cluster."""
     rig = Rig(stable=3)
     rig.cluster.add_pod()
-    await rig.run_until(lambda: rig.phase() is core.Phase.RAMPING)
-    await rig.driver.scale(SERVICE, 6, 4)
+    await rig.run_until(lambda: rig.phase() is ramp.Phase.RAMPING)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 6, 4)
     assert rig.journal.of("scale") == [("scale", 6)]
 
 
 async def test_a_service_without_a_ramp_is_scaled_directly() -> None:
-    """A service the ramp cluster does not list is scaled through the cluster at once."""
+    """A service whose record has no ramp settings is scaled through the cluster at once."""
     rig = Rig(stable=3)
     rig.cluster.pod_sets[OTHER] = {}
-    await rig.driver.scale(OTHER, 1, 3)
+    plain = ports.Workload(OTHER, CONFIG, half_life_s=30.0, replicas=3, serving=3)
+    await rig.driver.scale(plain, 1, 3)
     assert rig.journal == [("scale", 1)]
 
 
@@ -705,7 +710,7 @@ async def test_dry_run_writes_nothing_and_logs_what_it_would_do() -> None:
     with capture_logs() as logs:
         for _ in range(300):
             await rig.tick()
-        await rig.driver.scale(SERVICE, 2, 4)
+        await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 4)
         for _ in range(100):
             await rig.tick()
     assert rig.journal.writes() == []
@@ -774,28 +779,13 @@ async def test_a_router_the_controller_lacks_is_an_error_for_that_service_only()
     assert all(e["service"] == OTHER and "'smi'" in e["error"] for e in failures)
 
 
-async def test_ramp_settings_the_core_refuses_are_an_error_for_that_service() -> None:
-    """Steps that do not rise: the ramp logs for that service and a scale-down is refused."""
-    bad = ramp_target(OTHER)
-    bad = dataclasses.replace(bad, traffic=dataclasses.replace(bad.traffic, steps_pct=(50, 30)))
-    rig = Rig(ramp_target(SERVICE), bad, stable=2)
-    rig.cluster.add_pod(OTHER)
-    fine = rig.cluster.add_pod(SERVICE)
-    with capture_logs() as logs:
-        await rig.run_until(lambda: fine in rig.cluster.stable(SERVICE))
-    errors_seen = {e["error"] for e in logs if e["event"] == "ramp.failed"}
-    assert errors_seen == {"ns/other: unusable ramp settings: steps_pct must increase"}
-    with pytest.raises(errors.ActuationError, match="unusable ramp settings"):
-        await rig.driver.scale(OTHER, 1, 3)
-
-
 async def test_a_health_outage_is_asked_again_and_never_passes_the_gate() -> None:
     """Prometheus down at the gate: no step passes; the ramp holds with the weight at 0."""
     rig = Rig(stable=3)
     rig.cluster.add_pod()
     await rig.run_until(lambda: rig.state().step_started_s is not None)
     rig.health.answer = None
-    await rig.run_until(lambda: rig.phase() is core.Phase.HELD)
+    await rig.run_until(lambda: rig.phase() is ramp.Phase.HELD)
     assert rig.weight() == 0
     assert len(rig.journal.of("health")) > 1
     assert [w for _, w in rig.journal.of("weights")] == [2, 0]
@@ -804,15 +794,15 @@ async def test_a_health_outage_is_asked_again_and_never_passes_the_gate() -> Non
 # 5. The loop hands the driver its scale writes -----------------------------------------------
 
 
-class RecordingRollouts:
+class RecordingRamps:
     def __init__(self, *, refuse: bool = False) -> None:
         self.refuse = refuse
         self.calls: list[tuple[object, ...]] = []
 
-    async def scale(self, service: model.ServiceId, replicas: int, current: int) -> None:
-        self.calls.append(("scale", service, replicas, current))
+    async def scale(self, workload: ports.Workload, replicas: int, current: int) -> None:
+        self.calls.append(("scale", workload.id, replicas, current))
         if self.refuse:
-            raise rollout.RampBusyError(f"{service}: new pods are ramping")
+            raise ramp_driver.RampBusyError(f"{workload.id}: new pods are ramping")
 
     async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
         self.calls.append(("reconcile", now_s, len(workloads)))
@@ -847,12 +837,12 @@ class FlatMetrics:
 
 async def test_the_loop_scales_through_the_driver_and_reconciles_after_publishing() -> None:
     """With a driver, the loop's scale goes to it (with the current count), then one reconcile."""
-    cluster, rollouts = BelowMinimum(), RecordingRollouts()
+    cluster, ramps = BelowMinimum(), RecordingRamps()
     the_loop = loop.Loop(
-        cluster=cluster, metrics=FlatMetrics(), clock=clock.ManualClock(5.0), rollouts=rollouts
+        cluster=cluster, metrics=FlatMetrics(), clock=clock.ManualClock(5.0), ramps=ramps
     )
     report = await the_loop.step()
-    assert rollouts.calls == [("scale", SERVICE, 2, 1), ("reconcile", 5.0, 1)]
+    assert ramps.calls == [("scale", SERVICE, 2, 1), ("reconcile", 5.0, 1)]
     assert cluster.scaled == []
     assert report.scaled == (SERVICE,)
     assert cluster.published == [SERVICE]
@@ -860,25 +850,13 @@ async def test_the_loop_scales_through_the_driver_and_reconciles_after_publishin
 
 async def test_a_refused_scale_leaves_the_policy_state_for_the_next_tick() -> None:
     """A `RampBusyError` is a failed scale: the loop keeps its policy state and tries again."""
-    rollouts = RecordingRollouts(refuse=True)
+    ramps = RecordingRamps(refuse=True)
     the_loop = loop.Loop(
-        cluster=BelowMinimum(), metrics=FlatMetrics(), clock=clock.ManualClock(), rollouts=rollouts
+        cluster=BelowMinimum(), metrics=FlatMetrics(), clock=clock.ManualClock(), ramps=ramps
     )
     with capture_logs() as logs:
         report = await the_loop.step()
     assert report.failed == (SERVICE,)
     assert the_loop.state_of(SERVICE) is None
     assert "scale.failed" in [entry["event"] for entry in logs]
-    assert rollouts.calls[-1][0] == "reconcile"
-
-
-def test_the_annotations_map_onto_the_core_settings() -> None:
-    """Router `none` is gate only; no warm-up path means warm once running."""
-    target = ramp_target(router=contract.TrafficRouter.NONE)
-    config = rollout.ramp_config(
-        target.traffic, dataclasses.replace(target.warmup, path=None, port=None)
-    )
-    assert config.gate_only
-    assert not config.warmup_probe
-    assert config.steps_pct == (10, 30, 50, 100)
-    assert math.isclose(config.max_error_rate, 0.01)
+    assert ramps.calls[-1][0] == "reconcile"

@@ -1,11 +1,12 @@
 """Run one policy over one trace on the simulator: `SimParams` and arrivals in, `SimResult` out.
 
-`simulate` builds a world with one service, wires the real `loop.Loop` to it (tick 1 s,
-window 300 s, the service's half-life from `params`), runs one tick per simulated second over
-the whole trace and summarises what happened. Every policy in a comparison gets exactly the
-same model, trace and seed (docs/simulator.md). With `params.ramp`, the ramp driver runs in the loop
-on the world's ramp ports (docs/architecture.md, "The warm-up gate and the traffic ramp"): scale
-writes go through it, and it gates, ramps, promotes, rolls back and drains the service's pods.
+`simulate` builds a world with one service, wires the real `loop.Loop` to it (tick 1 s, window 300
+s, the service's half-life from `params`, the metrics as its load history), runs one tick per
+simulated second over the whole trace and summarises what happened. Every policy in a comparison
+gets exactly the same model, trace and seed (docs/simulator.md). With `params.ramp`, the ramp driver
+runs in the loop on the world's ramp ports (docs/architecture.md, "The warm-up gate and the traffic
+ramp"): scale writes go through it, and it gates, ramps, promotes, rolls back and drains the
+service's pods.
 
 It must not configure logging, print, or write files: the CLI does that with the result.
 """
@@ -21,9 +22,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler import logs, loop, ports, rollout
+from autoscaler import logs, loop, ports, ramp_driver
 from autoscaler.core import model, placement, smoothing
 from autoscaler.sim import policies, world
+from autoscaler.sim import tokens as tokens_
 from autoscaler.sim import traffic as traffic_
 from autoscaler.sim.params import SimParams, SimResult
 
@@ -44,10 +46,16 @@ def simulate(
     *,
     progress: Callable[[float, float], None] | None = None,
     policy: ports.Policy | None = None,
+    past: npt.NDArray[Any] | None = None,
+    token_mix: tokens_.TokenMix | None = None,
 ) -> SimResult:
     """Replay `arrivals` (the trace's requests per second, before `params.rate_scale`)
     through the loop and the virtual cluster; see `simulate_async`."""
-    return asyncio.run(simulate_async(arrivals, params, progress=progress, policy=policy))
+    return asyncio.run(
+        simulate_async(
+            arrivals, params, progress=progress, policy=policy, past=past, token_mix=token_mix
+        )
+    )
 
 
 async def simulate_async(
@@ -56,15 +64,29 @@ async def simulate_async(
     *,
     progress: Callable[[float, float], None] | None = None,
     policy: ports.Policy | None = None,
+    past: npt.NDArray[Any] | None = None,
+    token_mix: tokens_.TokenMix | None = None,
 ) -> SimResult:
     """The same as `simulate`, inside a running event loop.
+
+    `past` (requests per second before the trace begins, before `params.rate_scale`) is what
+    the metrics' load history holds from before the simulation: the seasonal forecast sees it,
+    and of the trace itself only what has been served.
 
     `policy` replaces the decider of the registry's entry for `params.policy`; with it,
     `params.policy` may be a name the registry does not know (it only labels the result, and
     the service's config comes from the `seed` entry). Without it, an unknown name raises
     `ValueError` listing the valid ones. `progress(now_s, total_s)` is called about 100 times.
+    In token mode (`params.tokens`), `token_mix` gives each second's prompt and output tokens,
+    scaled by `params.rate_scale` with the arrivals.
     """
     trace = _checked(arrivals) * params.rate_scale
+    mix = None
+    if token_mix is not None:
+        mix = tokens_.TokenMix(
+            np.asarray(token_mix.prompt_tokens, dtype=np.float64) * params.rate_scale,
+            np.asarray(token_mix.output_tokens, dtype=np.float64) * params.rate_scale,
+        )
     if policy is None:
         entry = policies.lookup(params.policy)
         decider = entry.decider(params, trace)
@@ -75,7 +97,15 @@ async def simulate_async(
             entry = policies.lookup("seed")
         decider = policy
     sim = world.World(params)
-    sim.add_service(SERVICE, trace, params, policy_config=entry.config(params))
+    before = None if past is None else _checked(past, empty=True) * params.rate_scale
+    sim.add_service(
+        SERVICE,
+        trace,
+        params,
+        policy_config=entry.config(params),
+        past=before,
+        token_mix=mix,
+    )
     total_s = float(len(trace))
     sim.clock.report_progress(progress, total_s=total_s)
     await drive(sim, until_s=total_s, policy=decider)
@@ -89,16 +119,17 @@ async def drive(
 
     Every service of the world is managed; `policy` decides for all of them (default: the
     core policy, each service with its own config). When a service has the ramp, the ramp
-    driver runs in the loop (`ramp_driver`). Returns the loop, for its policy states.
+    driver runs in the loop (`new_ramp_driver`). Returns the loop, for its policy states.
     """
-    driver = ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None
+    driver = new_ramp_driver(sim) if sim.ramp_cluster.ramp_targets() else None
     controller = loop.Loop(
         cluster=sim.cluster,
         metrics=sim.metrics,
         clock=sim.clock,
         policy=policy,
         smoothing_config=SMOOTHING,
-        rollouts=driver,
+        ramps=driver,
+        history=sim.metrics,
     )
     simulated = logs.SIM_CLOCK.set(sim.clock.now)
     try:
@@ -110,9 +141,9 @@ async def drive(
     return controller
 
 
-def ramp_driver(sim: world.World) -> rollout.RampDriver:
+def new_ramp_driver(sim: world.World) -> ramp_driver.RampDriver:
     """The project's ramp driver on the world's ramp ports."""
-    return rollout.RampDriver(
+    return ramp_driver.RampDriver(
         cluster=sim.cluster,
         pods=sim.ramp_cluster,
         routers=sim.routers,
@@ -130,7 +161,7 @@ def result_of(sim: world.World, service: model.ServiceId, params: SimParams) -> 
     requests = traffic.arrived
     p95 = traffic.latency_quantile(0.95)
     # The requests still waiting that can no longer meet the SLO are misses too (see
-    # `autoscaler.sim.report`): a burst in the last second must not read as 0 %.
+    # `autoscaler.experiment.run_report`): a burst in the last second must not read as 0 %.
     slo_misses = traffic.slo_misses + traffic.unmet_at_end()
     summary: dict[str, Any] = {
         "requests": requests,
@@ -151,6 +182,12 @@ def result_of(sim: world.World, service: model.ServiceId, params: SimParams) -> 
     }
     if isinstance(traffic, traffic_.SplitTraffic):
         summary |= _per_pod_summary(sim, service, traffic)
+    if isinstance(traffic, tokens_.TokenTraffic):
+        summary["tokens"] = {
+            "prompt_tokens": traffic.prompt_tokens_total,
+            "generation_tokens": traffic.generation_tokens_total,
+            "ttft_p95_s": None if math.isnan(p95) else p95,
+        }
     if params.nodes:
         summary["placement"] = _placement_summary(sim, service)
     return SimResult(
@@ -189,12 +226,12 @@ def _placement_summary(sim: world.World, service: model.ServiceId) -> dict[str, 
 
 
 def _by_rank(tier: str) -> tuple[int, str]:
-    return placement.tier_rank(tier), tier
+    return placement.preference(tier), tier
 
 
-def _checked(arrivals: npt.NDArray[Any]) -> FloatArray:
+def _checked(arrivals: npt.NDArray[Any], *, empty: bool = False) -> FloatArray:
     values = np.asarray(arrivals, dtype=np.float64)
-    if values.ndim != 1 or len(values) == 0:
+    if values.ndim != 1 or (len(values) == 0 and not empty):
         raise ValueError("arrivals must be a non-empty array of requests per second")
     if not bool(np.all(np.isfinite(values)) and np.all(values >= 0)):
         raise ValueError("arrivals must be finite and >= 0")

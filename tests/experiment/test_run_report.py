@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from autoscaler import errors
-from autoscaler.sim import report
+from autoscaler.experiment import run_report as report
 from autoscaler.sim.params import TIMESERIES_COLUMNS, SimParams, SimResult
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from autoscaler import ports
 from autoscaler.core import model
-from autoscaler.sim import policies, run, world
+from autoscaler.experiment import run
+from autoscaler.sim import policies, world
 from autoscaler.sim.params import SUMMARY_KEYS, TIMESERIES_COLUMNS, SimParams
 
 PARAMS = SimParams(startup_sigma=0.0, max_replicas=40)
@@ -19,7 +20,9 @@ PARAMS = SimParams(startup_sigma=0.0, max_replicas=40)
 
 def bundled_trace() -> np.ndarray:
     """The bundled Azure trace as requests per second (t_seconds,requests)."""
-    path = resources.files("autoscaler.sim") / "traces" / "azure_llm_2023_conv.requests.csv.gz"
+    path = (
+        resources.files("autoscaler.experiment") / "traces" / "azure_llm_2023_conv.requests.csv.gz"
+    )
     with gzip.open(str(path), "rt") as f:
         table = np.loadtxt(f, delimiter=",", skiprows=1)
     arrivals = np.zeros(int(table[:, 0].max()) + 1)

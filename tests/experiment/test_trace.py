@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli.builders import write_trace
 
 from autoscaler import errors
-from autoscaler.sim import trace
-
-from .builders import write_trace
+from autoscaler.experiment import trace
 
 HEADER = "t_seconds,requests\n"
 
@@ -158,3 +157,78 @@ def test_non_utf8_text_names_its_line(tmp_path: Path) -> None:
     with pytest.raises(errors.TraceError) as caught:
         trace.load(path)
     assert (caught.value.line, caught.value.problem) == (3, "not UTF-8 text")
+
+
+PER_REQUEST_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def test_bundled_per_request_trace_sums_per_second() -> None:
+    """The bundled per-request hour sums to the same requests per second as the bundled
+    requests trace."""
+    requests = trace.load_per_request(trace.bundled_per_request())
+    assert len(requests.arrival_s) == 19_366
+    assert (trace.bundled_per_request().parent / "LICENSE-azure-CC-BY-4.0.txt").is_file()
+    summed = trace.per_second(requests)
+    counts = trace.load(trace.bundled())
+    n = min(len(counts), len(summed.requests))
+    assert abs(summed.requests[:n].sum() - counts[:n].sum()) <= 0.001 * counts.sum()
+    assert summed.prompt_tokens.sum() == requests.prompt_tokens.sum()
+    assert summed.output_tokens.sum() == requests.output_tokens.sum()
+
+
+def test_per_request_rows_sum_into_their_seconds(tmp_path: Path) -> None:
+    """Requests are counted in the second after the first request in which they arrive."""
+    path = tmp_path / "r.csv"
+    path.write_text(
+        PER_REQUEST_HEADER + "2023-11-16 18:15:46.5,100,10\n2023-11-16 18:15:47.4,50,0\n"
+        "2023-11-16 18:15:48.6805900,7,3\n"
+    )
+    summed = trace.per_second(trace.load_per_request(path))
+    np.testing.assert_array_equal(summed.requests, [2, 0, 1])
+    np.testing.assert_array_equal(summed.prompt_tokens, [150, 0, 7])
+    np.testing.assert_array_equal(summed.output_tokens, [10, 0, 3])
+
+
+BAD_PER_REQUEST = [
+    ("bad-time", "2023-11-16 18:15:46,1,1\nyesterday,1,1\n", 3, "TIMESTAMP", "not a time"),
+    ("backwards", "2023-11-16 18:15:46,1,1\n2023-11-16 18:15:45,1,1\n", 3, "TIMESTAMP", "back"),
+    ("zero-prompt", "2023-11-16 18:15:46,0,1\n", 2, "ContextTokens", "0 is below 1"),
+    ("negative-output", "2023-11-16 18:15:46,1,-1\n", 2, "GeneratedTokens", "-1 is below 0"),
+    ("fraction", "2023-11-16 18:15:46,1.5,1\n", 2, "ContextTokens", "not a whole token count"),
+    ("nan", "2023-11-16 18:15:46,nan,1\n", 2, "ContextTokens", "not a finite number"),
+    ("huge", "2023-11-16 18:15:46,1,1e9\n", 2, "GeneratedTokens", "above the limit"),
+    ("fields", "2023-11-16 18:15:46,1\n", 2, None, "expected 3 fields"),
+    ("blank", "2023-11-16 18:15:46,1,1\n\n2023-11-16 18:15:47,1,1\n", 3, None, "empty line"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "field", "problem"),
+    [case[1:] for case in BAD_PER_REQUEST],
+    ids=[case[0] for case in BAD_PER_REQUEST],
+)
+def test_bad_per_request_trace_names_line_and_field(
+    tmp_path: Path, body: str, line: int, field: str | None, problem: str
+) -> None:
+    """A bad per-request row raises TraceError naming the file, the line and the field."""
+    path = tmp_path / "bad.csv"
+    path.write_text(PER_REQUEST_HEADER + body)
+    with pytest.raises(errors.TraceError) as caught:
+        trace.load_per_request(path)
+    assert (caught.value.path, caught.value.line, caught.value.field) == (str(path), line, field)
+    assert problem in caught.value.problem
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [("", "empty file"), (PER_REQUEST_HEADER, "no data rows"), ("t,a,b\n", "unknown header")],
+    ids=["empty", "header-only", "wrong-header"],
+)
+def test_per_request_trace_without_rows_is_rejected(
+    tmp_path: Path, content: str, problem: str
+) -> None:
+    """An empty file, a header alone or another header is reported, never read as no load."""
+    path = tmp_path / "r.csv"
+    path.write_text(content)
+    with pytest.raises(errors.TraceError, match=problem):
+        trace.load_per_request(path)

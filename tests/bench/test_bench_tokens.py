@@ -1,0 +1,48 @@
+"""The token-mix scenarios: a constant request rate whose prompts grow where the mix shifts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench import tokens
+
+MU_RPS = 3.74
+
+
+def per_request_prompt(built: tokens.TokenScenario, start: int, end: int) -> float:
+    return float(
+        built.mix.prompt_tokens[start:end].sum() / built.scenario.arrivals[start:end].sum()
+    )
+
+
+def test_scenarios_are_seeded() -> None:
+    """Two builds give the same arrivals and token counts."""
+    first, again = tokens.build(MU_RPS), tokens.build(MU_RPS)
+    for name, built in first.items():
+        np.testing.assert_array_equal(built.scenario.arrivals, again[name].scenario.arrivals)
+        np.testing.assert_array_equal(built.mix.prompt_tokens, again[name].mix.prompt_tokens)
+
+
+def test_the_request_rate_stays_constant_while_the_mix_shifts() -> None:
+    """Every scenario has the same mean request rate before and during its shift."""
+    built = tokens.build(MU_RPS)
+    rate = tokens.STABLE_REPLICAS * 0.75 * MU_RPS
+    for scenario in built.values():
+        arrivals = scenario.scenario.arrivals
+        assert abs(arrivals[:900].mean() - rate) < 0.05 * rate
+        assert abs(arrivals[1800:2700].mean() - rate) < 0.05 * rate
+
+
+def test_long_prompts_arrive_only_in_the_shift_scenarios() -> None:
+    """Prompts grow by thousands of tokens in the RAG and code windows, not in the stable mix."""
+    built = tokens.build(MU_RPS)
+    stable = built["tokens-stable"]
+    before = per_request_prompt(stable, 0, 900)
+    assert abs(per_request_prompt(stable, 1800, 2700) - before) < 0.1 * before
+    rag = built["tokens-rag"]
+    assert per_request_prompt(rag, 1800, 2700) - per_request_prompt(rag, 0, 900) > 1500
+    code = built["tokens-code"]
+    assert per_request_prompt(code, 2400, 3600) > 2 * per_request_prompt(code, 0, 900)
+    code_output = code.mix.output_tokens[2400:].sum() / code.scenario.arrivals[2400:].sum()
+    stable_output = stable.mix.output_tokens[2400:].sum() / stable.scenario.arrivals[2400:].sum()
+    assert code_output < 0.6 * stable_output

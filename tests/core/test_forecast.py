@@ -1,0 +1,187 @@
+"""The seasonal forecast: its backtest, its vote, and how the policy takes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.core import forecast, model, policy
+from autoscaler.core.model import Kind, Reason, Signal
+
+from . import builders
+from .builders import estimate
+
+DAY_S = 86_400.0
+STEP_S = 60.0
+CONFIG = model.ForecastConfig()
+
+
+def daily(days: float, *, noise: float = 0.05, seed: int = 3) -> forecast.History:
+    """Per-minute load of a service busy by day and quiet by night, from time 0."""
+    t = np.arange(int(days * DAY_S / STEP_S)) * STEP_S
+    shape = 100.0 - 80.0 * np.cos(2 * np.pi * t / DAY_S)
+    rng = np.random.default_rng(seed)
+    values = shape * np.exp(rng.normal(0.0, noise, len(t)))
+    return forecast.History(0.0, STEP_S, values)
+
+
+def flat(days: float, *, noise: float = 0.1, seed: int = 5) -> forecast.History:
+    """Per-minute load that only wanders around one level."""
+    n = int(days * DAY_S / STEP_S)
+    rng = np.random.default_rng(seed)
+    return forecast.History(0.0, STEP_S, 100.0 * np.exp(rng.normal(0.0, noise, n)))
+
+
+def test_daily_load_passes_the_backtest_with_a_day_period() -> None:
+    """Two days of a daily pattern turn the forecast on, reading the day before."""
+    history = daily(2)
+    scored = forecast.backtest(CONFIG, history, now_s=history.end_s, horizon_s=600.0)
+    assert scored.on, scored.why
+    assert scored.period_s == DAY_S
+    assert scored.forecast_error_ratio < scored.reactive_error_ratio
+    assert "day forecast beats the reactive estimate" in scored.why
+
+
+def test_a_week_of_history_reads_the_week_before() -> None:
+    """With more than a week of history the forecast reads the same time a week earlier."""
+    history = daily(8)
+    scored = forecast.backtest(CONFIG, history, now_s=history.end_s, horizon_s=600.0)
+    assert scored.on, scored.why
+    assert scored.period_s == 7 * DAY_S
+
+
+def test_flat_noisy_load_keeps_the_forecast_off() -> None:
+    """On load with no pattern the forecast does not beat the reactive estimate and stays off."""
+    history = flat(3)
+    scored = forecast.backtest(CONFIG, history, now_s=history.end_s, horizon_s=120.0)
+    assert not scored.on
+    assert "does not beat" in scored.why
+    vote = forecast.vote(CONFIG, history, scored, now_s=history.end_s, horizon_s=120.0)
+    assert not vote.on
+    assert math.isnan(vote.load_per_s)
+    assert vote.why == scored.why
+
+
+def test_short_history_is_off_and_says_how_much_is_needed() -> None:
+    """An hour of history is not enough: the vote is off and names what a day forecast needs."""
+    history = daily(1 / 24)
+    scored = forecast.backtest(CONFIG, history, now_s=history.end_s, horizon_s=120.0)
+    assert not scored.on
+    assert scored.why.startswith("1.0 h of load history; a day forecast needs")
+
+
+def test_missing_history_is_never_read_as_zero() -> None:
+    """A history of NaN is no history, and a gap where the forecast reads gives no vote."""
+    empty = forecast.History(0.0, STEP_S, np.full(3000, np.nan))
+    scored = forecast.backtest(CONFIG, empty, now_s=empty.end_s, horizon_s=120.0)
+    assert not scored.on
+    assert scored.why == "no load history"
+
+    history = daily(3)
+    now = history.end_s
+    scored = forecast.backtest(CONFIG, history, now_s=now, horizon_s=600.0)
+    assert scored.on
+    holed = history.load_per_s.copy()
+    holed[-60:] = np.nan  # the last hour is missing: no recent level
+    gap = dataclasses.replace(history, load_per_s=holed)
+    vote = forecast.vote(CONFIG, gap, scored, now_s=now, horizon_s=600.0)
+    assert not vote.on
+    assert "no load history" in vote.why
+
+
+def test_the_vote_cannot_see_past_now() -> None:
+    """Two histories equal up to now and different after it give the same vote."""
+    history = daily(3)
+    now = 2.5 * DAY_S
+    cut = int(now / STEP_S)
+    changed = history.load_per_s.copy()
+    changed[cut:] *= 5.0
+    other = dataclasses.replace(history, load_per_s=changed)
+    scored = forecast.backtest(CONFIG, history, now_s=now, horizon_s=600.0)
+    scored_other = forecast.backtest(CONFIG, other, now_s=now, horizon_s=600.0)
+    assert scored == scored_other
+    one = forecast.vote(CONFIG, history, scored, now_s=now, horizon_s=600.0)
+    two = forecast.vote(CONFIG, other, scored, now_s=now, horizon_s=600.0)
+    assert one == two
+
+
+def test_the_vote_sees_the_morning_rise_coming() -> None:
+    """Before the daily rise the vote is above the load now, by about the rise over the
+    horizon."""
+    history = daily(3, noise=0.0)
+    now = 2 * DAY_S + 0.25 * DAY_S  # mid-morning: the load rises fastest
+    horizon = 1_200.0
+    scored = forecast.backtest(CONFIG, history, now_s=now, horizon_s=horizon)
+    vote = forecast.vote(CONFIG, history, scored, now_s=now, horizon_s=horizon)
+    assert vote.on
+    load_now = 100.0 - 80.0 * math.cos(2 * math.pi * now / DAY_S)
+    load_then = 100.0 - 80.0 * math.cos(2 * math.pi * (now + horizon) / DAY_S)
+    assert vote.load_per_s > load_now
+    assert abs(vote.load_per_s - load_then) < 0.02 * load_then
+    assert vote.horizon_s == horizon
+
+
+def test_the_horizon_is_the_start_up_time_within_bounds() -> None:
+    """The horizon follows the observed start-up time, the default before one is seen, and
+    stops at the cap."""
+    assert forecast.horizon_s(CONFIG, None) == CONFIG.default_startup_s
+    assert forecast.horizon_s(CONFIG, 120.0) == 120.0
+    assert forecast.horizon_s(CONFIG, 10 * 3600.0) == CONFIG.max_horizon_s
+
+
+def with_forecast(vote: model.ForecastVote | None, load: float = 40.0) -> model.Observation:
+    return builders.observation(signals={Signal.LOAD: estimate(load)}, forecast=vote)
+
+
+def test_the_policy_scales_up_on_the_forecast_with_its_own_reason() -> None:
+    """A forecast that votes above the live load raises the load vote, and the decision says
+    the seasonal forecast drove it."""
+    config = builders.config(forecast=CONFIG)
+    vote = model.ForecastVote(on=True, load_per_s=80.0, why="80/s expected", horizon_s=120.0)
+    decision, _ = policy.decide(config, with_forecast(vote), builders.state())
+    assert decision.kind is Kind.SCALE_UP
+    assert decision.desired == 8
+    assert decision.reason is Reason.SEASONAL
+    assert decision.contributions[Signal.LOAD].estimator == "seasonal"
+    assert decision.forecast == vote
+
+
+def test_an_off_forecast_leaves_the_reactive_vote_and_is_reported() -> None:
+    """An off forecast changes nothing, and the decision carries why it is off."""
+    config = builders.config(forecast=CONFIG)
+    off = model.ForecastVote.off("1.0 h of load history; a day forecast needs 1.5 d")
+    decision, _ = policy.decide(config, with_forecast(off), builders.state())
+    plain, _ = policy.decide(config, with_forecast(None), builders.state())
+    assert (decision.kind, decision.desired) == (plain.kind, plain.desired)
+    assert decision.forecast == off
+
+
+def test_the_forecast_annotation_off_ignores_a_vote() -> None:
+    """A service whose forecast is switched off does not scale on a vote."""
+    vote = model.ForecastVote(on=True, load_per_s=80.0, why="80/s expected")
+    decision, _ = policy.decide(builders.config(), with_forecast(vote), builders.state())
+    assert decision.desired == 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    load=st.floats(min_value=0.0, max_value=200.0),
+    predicted=st.floats(min_value=0.0, max_value=200.0),
+)
+def test_the_forecast_only_ever_raises_the_count(load: float, predicted: float) -> None:
+    """With the forecast on, the desired count is never below the reactive one."""
+    config = builders.config(forecast=CONFIG, max_replicas=100)
+    vote = model.ForecastVote(on=True, load_per_s=predicted, why="x")
+    with_vote, _ = policy.decide(config, with_forecast(vote, load), builders.state())
+    without, _ = policy.decide(config, with_forecast(None, load), builders.state())
+    assert with_vote.desired >= without.desired
+
+
+def test_default_has_the_forecast_and_seed_does_not() -> None:
+    """The default policy carries the forecast's configuration; the seed policy has none."""
+    assert policy.default(max_replicas=10, target_load_per_replica=1.0).forecast is not None
+    assert policy.seed(max_replicas=10, target_load_per_replica=1.0).forecast is None
