@@ -68,7 +68,7 @@ class KubeApiError(errors.ActuationError):
 
 
 class NotLeaderError(errors.ActuationError):
-    """A write was asked of an instance that does not hold the leader Lease."""
+    """A write was asked of an instance that does not hold the Lease of its service's bucket."""
 
 
 def ignore_error(_: str) -> None:

@@ -142,3 +142,48 @@ async def test_a_write_is_fenced_by_the_lease_of_its_own_service(
         )
 
     assert [w.name for w in kube.requests.writes[before:]] == ["chat"]
+
+
+async def test_a_callers_write_asks_the_fence_about_the_service_it_names(
+    kube: Kube, api: client.ApiClient
+) -> None:
+    """A `Caller` write whose target names another object is fenced by its `service`, and one
+    without asks about its target."""
+    events = client.CoreV1Api(api)
+    asked: list[str] = []
+
+    def fence(service: str) -> bool:
+        asked.append(service)
+        return service == f"{NS}/chat"
+
+    def body(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": NS},
+            "involvedObject": {"kind": "Deployment", "name": name, "namespace": NS},
+            "reason": "Test",
+            "message": "fenced",
+        }
+
+    calls = _api.Caller(fence=fence)
+    before = len(kube.requests.writes)
+    await calls.call(
+        "events.create",
+        f"{NS}/chat (chat-shared)",
+        events.create_namespaced_event,
+        NS,
+        body("chat"),
+        write=True,
+        service=f"{NS}/chat",
+    )
+    with pytest.raises(_api.NotLeaderError, match=f"{NS}/embed"):
+        await calls.call(
+            "events.create",
+            f"{NS}/embed",
+            events.create_namespaced_event,
+            NS,
+            body("embed"),
+            write=True,
+        )
+
+    assert asked == [f"{NS}/chat", f"{NS}/embed"]
+    assert [w.name for w in kube.requests.writes[before:]] == ["chat"]
