@@ -6,16 +6,25 @@ in one `asyncio.TaskGroup`:
 
 - the caches and the Event recorder, on every replica: followers keep their caches warm so
   that they can take over at once;
-- the leader elector (a coordination.k8s.io Lease); none with the global dry-run, which writes
-  nothing, the Lease included, so a dry-run instance never displaces the real controller;
-- the ticker: while this replica leads, `Loop.run`, which alone decides when work runs: a
-  tick every `tick_s` on a fixed grid, ending with the placement ladder's upkeep
-  (`KubeCluster.tend`), each report fed to `Telemetry`. Every new term of leadership starts a
-  fresh `Loop`, whose state comes from the Deployments' `state` annotations as the previous
-  leader left them; the end of a term (or of the ticker) cancels its ramp driver's warm-up
-  probes and waits for them;
-- the HTTP server: `/metrics`, `/healthz`, and `/readyz` (caches synced and, for the leader,
-  a tick within the last few `tick_s`).
+- the bucket Leases (`leader.BucketLeases`, coordination.k8s.io): `lease_buckets` of them,
+  one by default (the single leader Lease). This replica campaigns for every bucket and acts
+  only on the services whose bucket it leads: one predicate, judged once per tick
+  (`owned_now`), makes `KubeCluster.workloads()` skip the other services (so the loop, the
+  Prometheus queries, the placement upkeep and the ramp driver never see them) and keeps the
+  gates the ramp driver opens to its own Deployments (`_OwnedGates`); every write is fenced
+  per service by the live answer (`owns`). None with the global dry-run, which writes
+  nothing, the Leases included, so a dry-run instance never displaces the real controller;
+- the ticker: while this replica leads at least one bucket, `Loop.run`, which alone decides
+  when work runs: a tick every `tick_s` on a fixed grid, ending with the placement ladder's
+  upkeep (`KubeCluster.tend`), each report fed to `Telemetry`. Every new term of leadership
+  (from leading no bucket to leading some) starts a fresh `Loop`, whose state comes from the
+  Deployments' `state` annotations as the previous leader left them; a bucket won or lost
+  within a term only changes which services the loop sees (a service that comes in starts
+  from its annotations, one that goes is forgotten). The end of a term (or of the ticker)
+  cancels its ramp driver's warm-up probes and waits for them;
+- the HTTP server: `/metrics`, `/healthz` (with the buckets led), and `/readyz` (caches
+  synced and, while leading some bucket, a tick within the last few `tick_s` since this
+  replica's set of buckets last changed).
 
 The warm-up gate and the traffic ramp (docs/architecture.md,
 "The warm-up gate and the traffic ramp") ride on the same parts: `KubeRamp` on the same client and
@@ -26,7 +35,7 @@ annotations) and lets it act once per tick.
 
 An unexpected exception in any of them ends the group, and with it the process, for
 Kubernetes to restart. Setting `stop` (SIGTERM or SIGINT under `run`) stops ticking, lets
-queued Events out, releases the Lease, stops the rest, and returns.
+queued Events out, releases the Leases, stops the rest, and returns.
 
 Production time is wall time for the loop (the persisted cooldowns are Unix seconds and must
 survive a change of leader), the event loop's monotonic clock for the Lease, readiness and
@@ -45,7 +54,7 @@ import gc
 import math
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
 import structlog
@@ -57,7 +66,7 @@ from autoscaler import loop as loop_
 from autoscaler.adapters import prometheus, warmup
 from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
 from autoscaler.adapters.mesh import registry
-from autoscaler.core import smoothing
+from autoscaler.core import gates, shards, smoothing
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +87,28 @@ queries' own)."""
 OnTick = Callable[[loop_.TickReport, float], None]
 """Told each tick's report and its whole duration in seconds, the telemetry that follows the
 step included (benchmarks)."""
+
+Owns = Callable[[str], bool]
+"""Whether this replica acts on the service `namespace/name` now (it leads its bucket)."""
+
+
+class _OwnedGates:
+    """The ramp driver's `Gates` over the adapter, keeping the gates of the Deployments whose
+    bucket this replica leads."""
+
+    def __init__(self, inner: ramp.KubeRamp, owned: Callable[[], Owns]) -> None:
+        self._inner = inner
+        self._owned = owned
+
+    def closed_gates(self) -> Sequence[gates.ClosedGate]:
+        owns = self._owned()
+        return [g for g in self._inner.closed_gates() if owns(f"{g.namespace}/{g.deployment}")]
+
+    async def open_gate(self, gate: gates.ClosedGate, message: str) -> None:
+        await self._inner.open_gate(gate, message)
+
+    def announce(self, opening: gates.Opening) -> None:
+        self._inner.announce(opening)
 
 
 class Controller:
@@ -123,24 +154,29 @@ class Controller:
         self.telemetry = telemetry.Telemetry()
         self._on_tick = on_tick
         self._freeze_heap = freeze_heap
-        self.elector: leader.LeaderElector | None = None
+        self.buckets = shards.Buckets.named(k8s.lease_name, k8s.lease_buckets)
+        self.leases: leader.BucketLeases | None = None
+        """One elector per bucket Lease; None in dry-run."""
         if not k8s.dry_run:
-            self.elector = leader.LeaderElector(
+            self.leases = leader.BucketLeases(
                 api,
-                name=k8s.lease_name,
+                buckets=self.buckets,
                 namespace=k8s.lease_namespace,
                 identity=self.identity,
                 clock=lease_clock,
+                retry_interval_s=k8s.retry_interval_s,
+                on_changed=self._buckets_changed,
                 wall_now=wall_now,
                 lease_duration_s=k8s.lease_duration_s,
                 renew_interval_s=k8s.renew_interval_s,
                 renew_deadline_s=k8s.renew_deadline_s,
-                retry_interval_s=k8s.retry_interval_s,
-                on_started_leading=self._started_leading,
-                on_stopped_leading=self._stopped_leading,
                 on_api_error=self._api_error,
                 request_timeout_s=min(k8s.request_timeout_s, k8s.renew_deadline_s / 2),
             )
+        self._led: frozenset[int] = frozenset()
+        """The buckets in a term of leadership, as last told by the Leases."""
+        self._leading_some = asyncio.Event()
+        """Set while `_led` is not empty."""
         self.cluster = cluster.KubeCluster(
             api,
             identity=self.identity,
@@ -148,7 +184,8 @@ class Controller:
             wall_now=wall_now,
             namespaces=caches.NamespaceFilter.of(k8s.namespaces, k8s.exclude_namespaces),
             dry_run=k8s.dry_run,
-            may_write=self.is_leader,
+            may_write=self.owns,
+            owned=self.owned_now,
             on_api_error=self._api_error,
             request_timeout_s=k8s.request_timeout_s,
             on_tiers=self.telemetry.tiers,
@@ -177,7 +214,7 @@ class Controller:
             for kind, router in registry.routers(
                 api,
                 on_api_error=self._api_error,
-                may_write=lambda: not k8s.dry_run and self.is_leader(),
+                may_write=lambda service: not k8s.dry_run and self.owns(service),
                 request_timeout_s=k8s.request_timeout_s,
             ).items()
         }
@@ -195,6 +232,8 @@ class Controller:
             max_age_s=prom.max_age_s,
         )
         self.prober = warmup.HttpProber(timer=probe_timer)
+        self._owned_gates = _OwnedGates(self.ramp, self.owned_now)
+        self._last_workloads: Sequence[ports.Workload] = ()
         self.loop: loop_.Loop | None = None
         """The loop of the current term of leadership; None while following."""
         self.ramps: ramp_driver.RampDriver | None = None
@@ -213,16 +252,52 @@ class Controller:
     # -- state ---------------------------------------------------------------------------------
 
     @property
+    def elector(self) -> leader.LeaderElector | None:
+        """The elector of the first bucket (the only one with one bucket); None in dry-run."""
+        return None if self.leases is None else self.leases.electors[0]
+
+    @property
     def leading(self) -> bool:
-        """Whether this replica is in a term of leadership (always, in dry-run)."""
-        return self.elector is None or self.elector.leading.is_set()
+        """Whether this replica is in a term of leadership, of at least one bucket (always, in
+        dry-run)."""
+        return self.leases is None or bool(self.leases.leading())
 
     def is_leader(self) -> bool:
-        """Whether this replica may act now: leading, with its renew deadline not passed."""
-        return self.elector is None or self.elector.is_leader
+        """Whether this replica may act now on some service: it leads a bucket whose renew
+        deadline has not passed."""
+        return self.leases is None or bool(self.leases.led())
+
+    def owns(self, service: str) -> bool:
+        """Whether this replica may act on `service` (`namespace/name`) now: it leads the
+        service's bucket and that Lease's renew deadline has not passed (always, in dry-run)."""
+        return self.leases is None or self.leases.leads(service)
+
+    def owned_now(self) -> Owns:
+        """`owns` for the buckets led at this moment, judged once: the filter of one tick."""
+        if self.leases is None:
+            return _everything
+        return self.leases.owned_now()
+
+    @property
+    def last_workloads(self) -> Sequence[ports.Workload]:
+        """The services the last tick saw: those of the buckets this replica led then."""
+        return self._last_workloads
+
+    def buckets_led(self) -> frozenset[int]:
+        """The buckets this replica may act on now (every bucket, in dry-run)."""
+        if self.leases is None:
+            return frozenset(range(len(self.buckets)))
+        return self.leases.led()
+
+    def health_text(self) -> str:
+        """What `/healthz` and `/readyz` say besides their verdict: the buckets led."""
+        led = sorted(self.buckets_led())
+        names = ",".join(self.buckets.names[i] for i in led) or "-"
+        return f"buckets: {len(led)}/{len(self.buckets)} {names}\n"
 
     def ready(self) -> bool:
-        """`/readyz`: caches synced and, for the leader, the loop ticking."""
+        """`/readyz`: caches synced and, while leading some bucket, the loop ticking since the
+        set of buckets last changed."""
         if not self.cluster.synced:
             return False
         if not self.is_leader():
@@ -239,7 +314,7 @@ class Controller:
             routers=self.routers,
             health=self.health,
             prober=self.prober,
-            gates=self.ramp,
+            gates=self._owned_gates,
             observer=self.telemetry,
             probe_concurrency=self.settings.warmup.probe_concurrency,
             probe_deadline_s=self.settings.warmup.probe_deadline_s,
@@ -264,13 +339,13 @@ class Controller:
         log.info(
             STARTED,
             identity=self.identity,
-            dry_run=self.elector is None,
+            dry_run=self.leases is None,
             namespaces=list(self.settings.kubernetes.namespaces) or "all",
             excluded=list(self.settings.kubernetes.exclude_namespaces),
             prometheus=self.settings.prometheus.url,
             prometheus_access=repr(self.prometheus.access),
         )
-        if self.elector is None:  # dry-run: leads its own, writeless, term at once
+        if self.leases is None:  # dry-run: leads its own, writeless, term at once
             self._term, self._leading_since_s = 1, self.lease_clock.now()
         async with asyncio.TaskGroup() as group:
             rest = [
@@ -278,8 +353,8 @@ class Controller:
                 group.create_task(self._serve_http(), name="http"),
             ]
             elector = None
-            if self.elector is not None:
-                elector = group.create_task(self.elector.run(), name="leader")
+            if self.leases is not None:
+                elector = group.create_task(self.leases.run(), name="leases")
             ticker = group.create_task(self._tick_while_leading(), name="ticker")
             await stop.wait()
             log.info(STOPPING, identity=self.identity)
@@ -289,7 +364,7 @@ class Controller:
                     async with asyncio.timeout(EVENT_FLUSH_S):
                         await self.cluster.events.wait_idle()
             if elector is not None:
-                await _cancel(elector)  # the elector releases the Lease as it stops
+                await _cancel(elector)  # each elector releases its Lease as it stops
             for task in rest:
                 task.cancel()
         log.info(STOPPED, identity=self.identity, ticks=self.ticks)
@@ -321,8 +396,7 @@ class Controller:
             gc.freeze()
         while True:
             if not self.leading:
-                assert self.elector is not None
-                await self.elector.wait_leading()
+                await self._leading_some.wait()
                 continue
             term = self._term
             self.loop = self.new_loop()
@@ -340,6 +414,7 @@ class Controller:
 
     def _ticked(self, report: loop_.TickReport, duration_s: float) -> None:
         started = time.perf_counter()
+        self._last_workloads = report.workloads
         if self.leading:  # else the term ended during the tick: its series are dropped already
             self.telemetry.observe_tick(
                 report,
@@ -355,7 +430,7 @@ class Controller:
 
     async def _serve_http(self) -> None:
         http = self.settings.http
-        app = telemetry.http_app(self.telemetry, ready=self.ready)
+        app = telemetry.http_app(self.telemetry, ready=self.ready, detail=self.health_text)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
@@ -369,19 +444,41 @@ class Controller:
 
     # -- callbacks -----------------------------------------------------------------------------
 
-    def _started_leading(self) -> None:
-        self._term += 1
+    def _buckets_changed(self) -> None:
+        """A bucket was won or lost: a new term from none, the end of one at none."""
+        assert self.leases is not None
+        before, self._led = self._led, self.leases.leading()
+        if before == self._led:
+            return
+        self.telemetry.led(self.buckets.names, self._led)
+        log.info(
+            "buckets.changed",
+            identity=self.identity,
+            led=[self.buckets.names[i] for i in sorted(self._led)],
+            won=[self.buckets.names[i] for i in sorted(self._led - before)],
+            lost=[self.buckets.names[i] for i in sorted(before - self._led)],
+        )
+        # Readiness gives the loop a few ticks over its new set of services.
         self._leading_since_s = self.lease_clock.now()
-        self.telemetry.leader.set(1)
-
-    def _stopped_leading(self) -> None:
-        self.telemetry.leader.set(0)
-        # The next leader exports these services now; stale copies here would be summed with
-        # its series on every dashboard.
-        self.telemetry.forget_services()
+        if not before:
+            self._term += 1
+            self._leading_some.set()
+        if before - self._led:
+            # Another replica acts on those services now: what this one remembers about them
+            # (the counts it set, its placements) would be stale if their bucket came back.
+            self.cluster.forget_unless(self.owns)
+        if not self._led:
+            self._leading_some.clear()
+            # The next leaders export these services now; stale copies here would be summed
+            # with their series on every dashboard.
+            self.telemetry.forget_services()
 
     def _api_error(self, operation: str) -> None:
         self.telemetry.api_errors.labels(operation).inc()
+
+
+def _everything(_: str) -> bool:
+    return True
 
 
 def prometheus_access(config: settings.PrometheusSettings) -> prometheus.Access:

@@ -110,6 +110,12 @@ class KubernetesSettings(BaseModel):
     Default `inference-autoscaler`."""
     lease_namespace: str = "inference-autoscaler"
     """Namespace of the Lease; the controller's own. Default `inference-autoscaler`."""
+    lease_buckets: int = Field(1, ge=1, le=99)
+    """Bucket Leases the managed services are split into, 1 to 99, by a stable hash of their
+    `namespace/name`; each replica campaigns for every bucket and acts only on the services of
+    the buckets it leads. 1 is the single Lease `lease_name`; N > 1 are the Leases
+    `<lease_name>.<i>-of-<N>`. Every replica must run with the same count (change it with all
+    replicas stopped). Default 1."""
     identity: str | None = None
     """This replica's name in the Lease and in Events. Default unset: `POD_NAME` (else the
     host name) and a random suffix."""
@@ -147,7 +153,8 @@ class KubernetesSettings(BaseModel):
     @field_validator("lease_name")
     @classmethod
     def _lease_name(cls, name: str) -> str:
-        if not _DNS1123_SUBDOMAIN.fullmatch(name):
+        # Room for a bucket's `.NN-of-NN` within an object name's 253 characters.
+        if not _DNS1123_SUBDOMAIN.fullmatch(name) or len(name) > 253 - len(".00-of-00"):
             raise ValueError(f"{name!r} is not an object name (a DNS-1123 subdomain)")
         return name
 

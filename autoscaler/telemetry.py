@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
@@ -424,7 +424,20 @@ class Telemetry:
             registry=r,
         )
         self.leader = prom.Gauge(
-            "autoscaler_leader", "1 when this instance holds the leader lease.", registry=r
+            "autoscaler_leader",
+            "1 when this instance leads at least one bucket Lease (the leader Lease, with one).",
+            registry=r,
+        )
+        self.buckets_led = prom.Gauge(
+            "autoscaler_lease_buckets_led",
+            "Bucket Leases this instance leads: the share of the services it acts on.",
+            registry=r,
+        )
+        self.bucket_leader = prom.Gauge(
+            "autoscaler_lease_bucket_leader",
+            "1 for each bucket Lease this instance leads, 0 for the others.",
+            ["lease"],
+            registry=r,
         )
 
     def observe_tick(
@@ -469,6 +482,13 @@ class Telemetry:
             del seen[gone]
         for gone in kept.services.keys() - present:
             del kept.services[gone]
+
+    def led(self, names: Sequence[str], led: Collection[int]) -> None:
+        """Which of the bucket Leases `names` this instance leads now (their indices)."""
+        self.leader.set(1 if led else 0)
+        self.buckets_led.set(len(led))
+        for index, name in enumerate(names):
+            self.bucket_leader.labels(name).set(1 if index in led else 0)
 
     def forget_services(self) -> None:
         """Remove every per-service series: this replica no longer decides for any service
@@ -533,8 +553,11 @@ def _labels(service: model.ServiceId) -> tuple[str, str]:
     return namespace, name
 
 
-def http_app(telemetry: Telemetry, *, ready: Callable[[], bool]) -> web.Application:
-    """`/metrics` (text exposition), `/healthz` (the process answers), `/readyz` (`ready()`)."""
+def http_app(
+    telemetry: Telemetry, *, ready: Callable[[], bool], detail: Callable[[], str] = lambda: ""
+) -> web.Application:
+    """`/metrics` (text exposition), `/healthz` (the process answers), `/readyz` (`ready()`);
+    both health answers end with `detail()` (the buckets led)."""
 
     async def metrics(_: web.Request) -> web.Response:
         # Off the loop: at 10,000 services the text takes long enough to delay a tick.
@@ -542,12 +565,12 @@ def http_app(telemetry: Telemetry, *, ready: Callable[[], bool]) -> web.Applicat
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        return web.Response(text="ok\n" + detail())
 
     async def readyz(_: web.Request) -> web.Response:
         if ready():
-            return web.Response(text="ready\n")
-        return web.Response(text="not ready\n", status=503)
+            return web.Response(text="ready\n" + detail())
+        return web.Response(text="not ready\n" + detail(), status=503)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

@@ -29,6 +29,7 @@ def test_controller_settings_default_without_environment() -> None:
         None,
     )
     assert (k8s.lease_duration_s, k8s.renew_deadline_s, k8s.renew_interval_s) == (15, 10, 5)
+    assert k8s.lease_buckets == 1
     assert prom.url == "http://prometheus-operated.monitoring.svc:9090"
     assert (prom.timeout_s, prom.scrape_interval_s, prom.max_age_s, prom.rate_window_s) == (
         2.0,
@@ -59,6 +60,9 @@ def test_namespaces_are_comma_separated_in_the_environment(
         ("AUTOSCALER_KUBERNETES__NAMESPACES", "ML"),
         ("AUTOSCALER_KUBERNETES__NAMESPACES", '["a"]'),
         ("AUTOSCALER_KUBERNETES__LEASE_NAME", "Not a name"),
+        ("AUTOSCALER_KUBERNETES__LEASE_NAME", "a" * 250),
+        ("AUTOSCALER_KUBERNETES__LEASE_BUCKETS", "0"),
+        ("AUTOSCALER_KUBERNETES__LEASE_BUCKETS", "100"),
         ("AUTOSCALER_KUBERNETES__RENEW_DEADLINE_S", "20"),
         ("AUTOSCALER_KUBERNETES__RENEW_INTERVAL_S", "10"),
         ("AUTOSCALER_PROMETHEUS__URL", "prometheus:9090"),

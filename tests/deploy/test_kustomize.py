@@ -26,6 +26,7 @@ import yaml
 
 from autoscaler import settings, validate
 from autoscaler.contract import annotations as ann
+from autoscaler.core import shards
 
 from .support import (
     COMPONENTS,
@@ -64,6 +65,7 @@ ROUTER_OVERLAYS = ("overlays/istio", "overlays/gateway-api", "overlays/smi")
 KUSTOMIZATIONS = (
     "base",
     "overlays/dry-run",
+    "overlays/shards",
     *ROUTER_OVERLAYS,
     NAMESPACED,
     *(NAMESPACED_ON + on for on in ("overlays/dry-run", *ROUTER_OVERLAYS)),
@@ -392,7 +394,8 @@ def test_the_deployments_environment_is_valid_settings(
     else:
         leader_role = one(objects, "Role", f"{NAME}-leader")
         renewals = [r for r in leader_role["rules"] if "update" in r["verbs"]]
-        assert [r["resourceNames"] for r in renewals] == [[config.kubernetes.lease_name]]
+        leases = shards.bucket_names(config.kubernetes.lease_name, config.kubernetes.lease_buckets)
+        assert [r["resourceNames"] for r in renewals] == [list(leases)]
     granted_in = [b["metadata"]["namespace"] for b in managed_namespace_bindings(objects)]
     assert list(config.kubernetes.namespaces) == granted_in
 
@@ -582,11 +585,32 @@ def test_every_component_is_a_kustomize_component() -> None:
     assert found == dict.fromkeys([*COMPONENTS, "namespaced"], "Component")
 
 
-@pytest.mark.parametrize("component", ["istio", "gateway-api", "smi", "dry-run"])
+@pytest.mark.parametrize("component", ["istio", "gateway-api", "smi", "dry-run", "shards"])
 def test_an_overlay_is_the_base_with_its_component(component: str) -> None:
     """manifests/overlays/<name> renders exactly what the base with the component of that name
     renders, so the overlays and a kustomization of one's own that lists components agree."""
     assert kustomize(f"overlays/{component}") == kustomize(WITH + component)
+
+
+def test_the_shards_overlay_grants_exactly_the_leases_of_its_buckets() -> None:
+    """The shards overlay runs three replicas with six buckets, and its Lease Role lets them
+    read and renew exactly the six Leases the controller names for that count; the base keeps
+    the single Lease."""
+    objects = rendered("overlays/shards")
+    deployment = one(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = env_of(container)
+    count = int(env["AUTOSCALER_KUBERNETES__LEASE_BUCKETS"]["value"])
+    lease = env["AUTOSCALER_KUBERNETES__LEASE_NAME"]["value"]
+    role = one(objects, "Role", "inference-autoscaler-leader")
+    named = [rule for rule in role["rules"] if "resourceNames" in rule]
+    assert deployment["spec"]["replicas"] == 3
+    assert [rule["resourceNames"] for rule in named] == [list(shards.bucket_names(lease, count))]
+    assert named[0]["verbs"] == ["get", "update"]
+    base_role = one(rendered("base"), "Role", "inference-autoscaler-leader")
+    assert [r["resourceNames"] for r in base_role["rules"] if "resourceNames" in r] == [
+        list(shards.bucket_names(lease, 1))
+    ]
 
 
 def test_two_routers_in_one_install_are_granted_both() -> None:

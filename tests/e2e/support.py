@@ -144,11 +144,11 @@ class Running:
 
     async def kill(self) -> None:
         """Stop it as a crash or SIGKILL does: no Lease release, no Event flush, nothing more
-        written. Its clients close with the test; its Lease expires on its own."""
+        written. Its clients close with the test; its Leases expire on their own."""
         if self.task.done():
             return
-        if self.controller.elector is not None:
-            self.controller.elector.release_on_cancel = False
+        if self.controller.leases is not None:
+            self.controller.leases.release_on_cancel = False
         self.task.cancel()
         await asyncio.wait([self.task])
         self.on_stopped()
@@ -215,7 +215,7 @@ class Controllers:
         **kubernetes: Any,
     ) -> Running:
         """A serving controller with synced caches that leads and has ticked, or that follows
-        (`leader=False`) and has seen the Lease held by another. `kubernetes` overrides
+        (`leader=False`) and has seen a Lease held by another. `kubernetes` overrides
         settings of that group (`dry_run`, `namespaces`, ...), `warmup` and `prometheus` those
         of theirs.
         The clock waits for its warm-up probes before each step unless `wait_probes` is
@@ -252,9 +252,11 @@ class Controllers:
             if leader:
                 await _wait_until(lambda: controller.ticks > 0, task)
             else:
-                elector = controller.elector
-                assert elector is not None
-                await _wait_until(lambda: elector.holder not in (None, identity), task)
+                leases = controller.leases
+                assert leases is not None
+                await _wait_until(
+                    lambda: any(h not in (None, identity) for h in leases.holders()), task
+                )
         return running
 
     def _record_calls(self) -> None:

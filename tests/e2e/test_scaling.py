@@ -58,7 +58,9 @@ async def test_rising_load_scales_up_then_falling_load_scales_down(
 
     port = running.controller.http_port
     assert (await get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
-    assert await get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")
+    # One bucket, the single Lease, which this replica leads.
+    healthy = (200, "ok\nbuckets: 1/1 inference-autoscaler\n")
+    assert await get(f"http://127.0.0.1:{port}/healthz") == healthy
     metrics = (await get(f"http://127.0.0.1:{port}/metrics"))[1]
     decided = f'kind="scale-up",namespace="{chat.namespace}",reason="above-target",service="chat"'
     assert f"autoscaler_decisions_total{{{decided}}} 1.0" in metrics

@@ -134,7 +134,7 @@ class Write(NamedTuple):
     verb: str
     resource: str  # plural, or plural/subresource
     namespace: str | None
-    name: str | None
+    name: str | None  # a create's is the created object's
     agent: str  # the client's User-Agent
     status: int
 
@@ -495,8 +495,13 @@ class Emulator(kmock.KubernetesScaffold):
             if route.subresource:
                 resource = f"{resource}/{route.subresource}"
             agent = request.headers.get("User-Agent", "")
+            name = route.name
+            body = response.body if isinstance(response, aiohttp.web.Response) else None
+            if name is None and response.status < 300 and isinstance(body, bytes):
+                # A create names its object in the answer (a generated name included).
+                name = json.loads(body).get("metadata", {}).get("name")
             self.calls.writes.append(
-                Write(request.verb, resource, route.namespace, route.name, agent, response.status)
+                Write(request.verb, resource, route.namespace, name, agent, response.status)
             )
         return response
 

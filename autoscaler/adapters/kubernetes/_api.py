@@ -12,9 +12,10 @@ nothing) is not a failure: `call_allowing` returns None for it and counts nothin
 list+watch loop is the one exception: a watch is a stream, not a call, and the loop catches
 `CALL_ERRORS` itself to relist on a 410 and back off.
 
-Every write goes through `write_json`, fenced by the leader Lease: it asks its `Fence` (the
-elector's `is_leader`, false once the renew deadline has passed by this replica's own clock)
-immediately before the request is sent, after every await of the caller, and raises
+Every write goes through `write_json`, fenced by the Lease of the service it is for: it asks its
+`Fence` about that service (`namespace/name` of the managed Deployment; the bucket Leases'
+`leads`, false once the renew deadline of the service's bucket has passed by this replica's own
+clock) immediately before the request is sent, after every await of the caller, and raises
 `NotLeaderError` instead of sending. The deadline comes a safety margin before any other
 replica may judge the Lease expired; a write already on its way when the deadline passes is
 fenced by its precondition (the resourceVersion it was based on), not here.
@@ -39,8 +40,9 @@ from autoscaler import errors
 Obj = dict[str, Any]
 """A Kubernetes object as the API serialises it."""
 
-Fence = Callable[[], bool]
-"""Whether this replica may write now; asked immediately before each write is sent."""
+Fence = Callable[[str], bool]
+"""Whether this replica may write now for the service `namespace/name`; asked immediately
+before each write is sent."""
 
 ErrorCallback = Callable[[str], None]
 """Told the operation (`deployments.list`, `leases.update`, ...) of every failed API call."""
@@ -66,15 +68,16 @@ class KubeApiError(errors.ActuationError):
 
 
 class NotLeaderError(errors.ActuationError):
-    """A write was asked of an instance that does not hold the leader Lease."""
+    """A write was asked of an instance that does not hold the Lease of its service's bucket."""
 
 
 def ignore_error(_: str) -> None:
     """The default error callback: counts nothing."""
 
 
-def always() -> bool:
-    """The fence of a caller that is not fenced by the leader Lease (the elector itself)."""
+def always(_: str) -> bool:
+    """The fence of a caller that is not fenced by a Lease (the electors themselves, a lone
+    instance, tests): every write is allowed."""
     return True
 
 
@@ -87,7 +90,7 @@ class Caller:
     """
 
     fence: Fence = always
-    """Asked immediately before each write is sent (`write_json`)."""
+    """Asked about the write's service immediately before each write is sent (`write_json`)."""
     on_error: ErrorCallback = ignore_error
     request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S
 
@@ -98,10 +101,15 @@ class Caller:
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
         write: bool = False,
+        service: str | None = None,
         **kwargs: Any,
     ) -> Obj:
-        """The answer's JSON; a `write` is fenced. `target` names the object in the error."""
-        answer = await self.call_allowing((), operation, target, fn, *args, write=write, **kwargs)
+        """The answer's JSON; a `write` is fenced by the Lease of `service` (`namespace/name`;
+        `target` when None, for a call on the service's own Deployment). `target` names the
+        object in the error."""
+        answer = await self.call_allowing(
+            (), operation, target, fn, *args, write=write, service=service, **kwargs
+        )
         assert answer is not None  # nothing is allowed, so every failure raised
         return answer
 
@@ -113,13 +121,19 @@ class Caller:
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
         write: bool = False,
+        service: str | None = None,
         **kwargs: Any,
     ) -> Obj | None:
         """As `call`, but None (and nothing counted) when the HTTP status is one of `allow`."""
         try:
             if write:
                 return await write_json(
-                    self.fence, fn, *args, request_timeout_s=self.request_timeout_s, **kwargs
+                    self.fence,
+                    target if service is None else service,
+                    fn,
+                    *args,
+                    request_timeout_s=self.request_timeout_s,
+                    **kwargs,
                 )
             return await call_json(fn, *args, request_timeout_s=self.request_timeout_s, **kwargs)
         except CALL_ERRORS as e:
@@ -155,14 +169,18 @@ async def call_json(
 
 async def write_json(
     fence: Fence,
+    service: str,
     fn: Callable[..., Awaitable[Any]],
     *args: Any,
     request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
     **kwargs: Any,
 ) -> Obj:
-    """`call_json` for a write: `NotLeaderError`, and nothing sent, when `fence()` says no."""
-    if not fence():
-        raise NotLeaderError("this instance is not the leader (or its renew deadline passed)")
+    """`call_json` for a write on behalf of `service`: `NotLeaderError`, and nothing sent, when
+    `fence(service)` says no."""
+    if not fence(service):
+        raise NotLeaderError(
+            f"{service}: this instance does not lead its Lease (or the renew deadline passed)"
+        )
     return await call_json(fn, *args, request_timeout_s=request_timeout_s, **kwargs)
 
 

@@ -4,8 +4,8 @@ A merge patch of `metadata.annotations` that carries the resourceVersion it was 
 it never overwrites a change it has not seen. A 409 (the Deployment moved meanwhile) re-reads
 the Deployment after a jittered backoff, and the patch is sent again at the new version, unless
 what is there already says what was to be written; past the last attempt the conflict is
-raised. Every call goes through the caller's `_api.Caller`: fenced by the leader Lease, its
-failures mapped to `KubeApiError` and counted.
+raised. Every call goes through the caller's `_api.Caller`: fenced by the Lease of the
+service's bucket, its failures mapped to `KubeApiError` and counted.
 
 It must not decide what to write: its callers do (the status and state of `publish`, the ramp's
 saved state).
@@ -78,6 +78,7 @@ async def patch_annotations(
                 namespace,
                 body,
                 write=True,
+                service=target,
                 _content_type=_api.MERGE_PATCH,
             )
         except KubeApiError as e:

@@ -1,17 +1,19 @@
 """The Kubernetes API behind the `Cluster` port.
 
 `workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
-"true"`, its annotations parsed by the contract (once per distinct content), its serving pods
+"true"` whose bucket Lease this replica leads (`owned`; every one, with a single Lease), its
+annotations parsed by the contract (once per distinct content), its serving pods
 found by owner, all of it on one `ports.Workload` per service (docs/architecture.md, "The
 records of a tick"): the metrics source reads the pods and metric names from it, the ramp
 adapter its ramp settings. A record is built again only when the informers report a change to
 what it was built from, or after the controller's own write to it; otherwise the same object
-is returned. A Deployment with invalid annotations is skipped, with one `config.invalid`
-log line and one Warning Event `InvalidConfig` per distinct set of problems; so is one that a
-HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of replicas: the Event
-names the other). A `state`
-annotation that cannot be read (`codec.parse_state`) is treated as absent, with one
-`state.invalid` log line and one Warning Event `CorruptState` when first seen.
+is returned; a service whose bucket moves to or from this replica is built again or dropped,
+with what was remembered about it. A Deployment with invalid annotations is skipped, with one
+`config.invalid` log line and one Warning Event `InvalidConfig` per distinct set of problems;
+so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of
+replicas: the Event names the other). A `state` annotation that cannot be read
+(`codec.parse_state`) is treated as absent, with one `state.invalid` log line and one Warning
+Event `CorruptState` when first seen.
 
 Writes: `scale` patches the Deployment's `scale` subresource with the resourceVersion its
 replicas were read at (a 409 on a moved status is sent again at the new version; on changed
@@ -23,7 +25,8 @@ HPA's. A scale-down that the ramp driver drains first is published before its re
 `SuccessfulRescale` is posted by the later `scale` that sets them. With the global dry-run
 nothing is written at all; a service in `mode: dry-run` gets its status, state and Events but
 never a replica change. An instance that is not the leader refuses every write
-(`NotLeaderError`), asked again immediately before each request (`_api.write_json`). Library
+(`NotLeaderError`), asked again immediately before each request (`_api.write_json`); with
+several bucket Leases, "leader" means the leader of the service's bucket. Library
 errors leave as `KubeApiError`, an `errors.ActuationError` carrying the HTTP status, and each
 failed call is counted through `on_api_error`.
 
@@ -141,6 +144,10 @@ def _controller(obj: Obj) -> tuple[str, str] | None:
         if isinstance(ref, dict) and ref.get("controller"):
             return str(ref.get("kind")), str(ref.get("name"))
     return None
+
+
+def _everything(_: str) -> bool:
+    return True
 
 
 def _key_of(service: model.ServiceId) -> tuple[str, str]:
@@ -282,7 +289,8 @@ class KubeCluster:
         wall_now: Callable[[], float] = time.time,
         namespaces: caches.NamespaceFilter | None = None,
         dry_run: bool = False,
-        may_write: Callable[[], bool] = lambda: True,
+        may_write: _api.Fence = _api.always,
+        owned: Callable[[], Callable[[str], bool]] | None = None,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         recent_pods: int = 5,
         conflict_attempts: int = 4,
@@ -300,15 +308,18 @@ class KubeCluster:
         `identity` names this replica in Events (`reportingInstance`). `clock` paces the
         retries of a conflicting write and the watches' backoff; `wall_now` stamps the status
         annotation and Events, and times how long an empty tier Deployment has been idle
-        (`idle_tier_grace_s` before it is deleted). `may_write` is asked before every write (the
-        leader elector's `is_leader`). `core_weights` are core-hours per card-hour by GPU
-        product; `on_tiers` and `on_fallback` are told of placements, `on_event` of what became
-        of each Event (telemetry).
+        (`idle_tier_grace_s` before it is deleted). `may_write(service)` is asked before every
+        write for a service (the bucket Leases' `leads`); `owned()`, asked once per
+        `workloads()`, says which services this replica acts on (it leads their bucket): the
+        others are skipped, and nothing is remembered about them. `core_weights` are
+        core-hours per card-hour by GPU product; `on_tiers` and `on_fallback` are told of
+        placements, `on_event` of what became of each Event (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
         self._wall_now = wall_now
         self._may_write = may_write
+        self._owned = owned
         self._on_api_error = on_api_error
         self._recent_pods = recent_pods
         self._rng = rng or random.Random()
@@ -343,7 +354,7 @@ class KubeCluster:
             self.caches,
             self.events,
             wall_now=wall_now,
-            may_write=lambda: not dry_run and may_write(),
+            may_write=lambda service: not dry_run and may_write(service),
             is_serving=is_serving,
             on_api_error=on_api_error,
             request_timeout_s=request_timeout_s,
@@ -360,6 +371,8 @@ class KubeCluster:
         self._with_siblings: set[tuple[str, str]] = set()
         self._layout: tuple[object, ...] | None = None
         self._managed: list[ports.Workload] = []
+        self._elsewhere: dict[tuple[str, str], model.ServiceId] = {}
+        """Deployments that opt in but whose bucket another replica leads: not built."""
         self._present: set[model.ServiceId] = set()
         self._dirty: set[tuple[str, str]] = set()
         """(namespace, Deployment) whose records the informers have reported a change to."""
@@ -409,6 +422,10 @@ class KubeCluster:
         wrote to it. Every other service's record is the object the last call returned.
         """
         dirty, self._dirty = self._dirty, set()
+        owns = _everything if self._owned is None else self._owned()
+        if self._owned is not None:  # a bucket that moved: its services are built or dropped
+            dirty.update(k for k, sid in self._elsewhere.items() if owns(sid))
+            dirty.update((w.namespace, w.deployment) for w in self._managed if not owns(w.id))
         layout = self.placement.capacity.layout()
         moved = self._layout is not None and not _same_layout(self._layout, layout)
         self._layout = layout
@@ -423,7 +440,7 @@ class KubeCluster:
                 if entry.layout is not None:
                     touched[key] = None
         for key in touched:
-            self._update(key, layout)
+            self._update(key, layout, owns)
         if touched:
             self._managed = [e.workload for e in self._built.values() if e.workload is not None]
             present = {w.id for w in self._managed}
@@ -440,21 +457,30 @@ class KubeCluster:
         self.placement.end_round()
         return self._managed
 
-    def _update(self, key: tuple[str, str], layout: tuple[object, ...]) -> None:
+    def _update(
+        self, key: tuple[str, str], layout: tuple[object, ...], owns: Callable[[str], bool]
+    ) -> None:
         """Build again the entry of the Deployment `key` (namespace, name), or drop it when it is
-        gone, no longer opts in, or is a placement tier."""
+        gone, no longer opts in, is a placement tier, or another replica leads its bucket."""
         namespace, name = key
         deployment = self.caches.deployment(namespace, name)
         old = self._built.get(key)
         notes = {} if deployment is None else _api.annotations_of(deployment)
+        self._elsewhere.pop(key, None)
         if deployment is None or not contract.opted_in(notes) or placement.is_sibling(deployment):
+            if old is not None:
+                self._drop(key, old)
+            return
+        service = model.ServiceId(f"{namespace}/{name}")
+        if not owns(service):  # another replica leads its bucket
+            self._elsewhere[key] = service
             if old is not None:
                 self._drop(key, old)
             return
         if old is not None and _api.uid(old.deployment) != _api.uid(deployment):
             self._drop(key, old)  # deleted and created again: a new Deployment
             old = None
-        entry = self._build(model.ServiceId(f"{namespace}/{name}"), deployment, notes, old, layout)
+        entry = self._build(service, deployment, notes, old, layout)
         if old is not None:
             for tier in old.tiers - entry.tiers:
                 self._owner_of.pop((namespace, tier), None)
@@ -635,6 +661,15 @@ class KubeCluster:
         self._unannounced = {k: v for k, v in self._unannounced.items() if k in present}
         self.placement.forget(present)
 
+    def forget_unless(self, keep: Callable[[model.ServiceId], bool]) -> None:
+        """Drop what is remembered about the managed services `keep` refuses: another replica
+        acts on them now (their bucket Lease moved), so it would be stale if they came back."""
+        kept = {service for service in self._present if keep(service)}
+        if kept == self._present:
+            return
+        self._dirty.update(_key_of(service) for service in self._present - kept)
+        self._forget(kept)
+
     def workload(self, service: model.ServiceId) -> ports.Workload | None:
         """The record the last `workloads()` built for `service`; None when it is not managed."""
         entry = self._built.get(_key_of(service))
@@ -644,9 +679,9 @@ class KubeCluster:
         """The records the last `workloads()` returned, in its order (for the ramp)."""
         return self._managed
 
-    def may_write(self) -> bool:
-        """Whether this instance may write now (the leader elector's answer)."""
-        return self._may_write()
+    def may_write(self, service: str) -> bool:
+        """Whether this instance may write for `service` now (it leads the service's Lease)."""
+        return self._may_write(service)
 
     @property
     def on_api_error(self) -> _api.ErrorCallback:
@@ -798,6 +833,7 @@ class KubeCluster:
                     workload.namespace,
                     body,
                     write=True,
+                    service=service,
                     _content_type=_api.MERGE_PATCH,
                 )
             except KubeApiError as e:
@@ -867,8 +903,10 @@ class KubeCluster:
         raise KubeApiError("deployments.get", f"{service} is not a managed Deployment")
 
     def _require_leader(self, service: model.ServiceId) -> None:
-        if not self._may_write():
-            raise NotLeaderError(f"{service}: this instance is not the leader; nothing written")
+        if not self._may_write(service):
+            raise NotLeaderError(
+                f"{service}: this instance does not lead its Lease; nothing written"
+            )
 
     def _lags(self, service: model.ServiceId) -> bool:
         """Whether the cache has not yet seen the controller's own last scale write."""

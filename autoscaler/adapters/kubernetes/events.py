@@ -31,8 +31,10 @@ combined with similar ones. The counts are in `counts` and told to `on_outcome`.
 failed call are logged too, each kind at most once per `LOSS_LOG_INTERVAL_S`, with how many of
 each since the last such line: a storm must not become a storm of log lines.
 
-A recorder whose fence says no (a follower) accepts nothing; nor does one in dry-run, but
-for the Events recorded `despite_dry_run` (the warm-up gates it opens, `core.gates`).
+A recorder accepts nothing its fence refuses for the Deployment (`namespace/name`: a follower,
+or a replica that does not lead the Deployment's bucket Lease), and sends nothing the fence
+refuses by the time it is sent; nor does one in dry-run, but for the Events recorded
+`despite_dry_run` (the warm-up gates it opens, `core.gates`).
 
 It must not decide when something is worth an Event: its callers do.
 """
@@ -177,6 +179,11 @@ def involved_object(deployment: Obj) -> Obj:
     }
 
 
+def _service(involved: Obj) -> str:
+    """The `namespace/name` of an Event's Deployment: the service whose Lease fences it."""
+    return f"{involved['namespace']}/{involved['name']}"
+
+
 class EventRecorder:
     """Correlates Events and posts them in the background; see the module docstring."""
 
@@ -247,12 +254,12 @@ class EventRecorder:
         """Accept an Event on `deployment` for `run` to send; see the module docstring.
 
         In dry-run only an Event recorded `despite_dry_run` is accepted."""
-        if not self._allowed(despite_dry_run):
+        involved = involved_object(deployment)
+        if not self._allowed(_service(involved), despite_dry_run):
             return
         if len(message) > MESSAGE_LIMIT:
             message = message[: MESSAGE_LIMIT - 3] + "..."
         now_s = self._wall_now()
-        involved = involved_object(deployment)
         namespace, uid = str(involved["namespace"]), str(involved["uid"])
         key: _Key = (namespace, uid, type_, reason, message)
         if self._similar_to_many(key, now_s):
@@ -299,7 +306,7 @@ class EventRecorder:
             if not self._pending:
                 self._waiting.clear()
             try:
-                if self._allowed(pending.despite_dry_run):
+                if self._allowed(_service(pending.involved), pending.despite_dry_run):
                     self._count(await self._post(key, pending))
                 else:
                     self._count("unsent")
@@ -309,8 +316,8 @@ class EventRecorder:
                 if not self._pending:
                     self._idle.set()
 
-    def _allowed(self, despite_dry_run: bool) -> bool:
-        return (despite_dry_run or not self._dry_run) and self._calls.fence()
+    def _allowed(self, service: str, despite_dry_run: bool) -> bool:
+        return (despite_dry_run or not self._dry_run) and self._calls.fence(service)
 
     def _similar_to_many(self, key: _Key, now_s: float) -> bool:
         """Whether the object has had many Events like this one with other messages lately
@@ -340,7 +347,7 @@ class EventRecorder:
         """Send one waiting Event: patch the count of the one posted before, or create it."""
         involved = pending.involved
         namespace = str(involved["namespace"])
-        target = f"{namespace}/{involved['name']}"
+        target = _service(involved)
         try:
             posted = self._posted.get(key)
             if posted is not None:

@@ -16,8 +16,20 @@ within `leaseDurationSeconds` plus one (jittered) retry of the holder's last ren
 On cancellation the leader releases the Lease (clears the holder) so that a successor takes
 over at its next retry instead of after the lease expires.
 
-It must not do anything with leadership but report it: `is_leader`, the `leading` and `lost`
-events, and the callbacks.
+`BucketLeases` runs one elector per bucket Lease (`core.shards`), as Knative's autoscaler does:
+this replica campaigns for every bucket and acts on the services of those it leads. A bucket
+that comes free (released, or expired) goes first to a replica that leads none: one that leads
+`k > 0` waits, before taking it, one jittered retry (longer than the followers' polls can be
+apart, so an idle replica that saw it at the same time always comes first) plus a share of a
+retry per further bucket (`retry_interval_s * (1.2 + (k - 1) / buckets)`, under 2.2 retries).
+A dead holder's buckets therefore move within `lease_duration_s` plus one retry of polling plus
+that wait. Replicas that start together first try the buckets they prefer
+(`core.shards.preference`), the rest a fraction of a retry apart. A replica that starts when
+every bucket is held leads none until one comes free (a holder stops, dies or loses its
+renewals): a rolling restart hands each stopping replica's buckets to the idle new ones.
+
+It must not do anything with leadership but report it: `is_leader`, `leads`, the `leading`
+and `lost` events, and the callbacks.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import structlog
@@ -38,6 +50,7 @@ from kubernetes_asyncio import client
 from autoscaler import clock as clock_
 from autoscaler.adapters.kubernetes import _api
 from autoscaler.adapters.kubernetes._api import Obj
+from autoscaler.core import shards
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +77,8 @@ class _Outcome(enum.Enum):
     """Someone wrote the Lease between our read and our write (409)."""
     FAILED = "failed"
     """The API did not answer usefully."""
+    DEFERRED = "deferred"
+    """The Lease is free or expired: wait `defer_s()` and read it again before taking it."""
 
 
 class LeaderElector:
@@ -88,11 +103,16 @@ class LeaderElector:
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         request_timeout_s: float = 5.0,
         rng: random.Random | None = None,
+        first_delay_s: float = 0.0,
+        defer_s: Callable[[], float] | None = None,
     ) -> None:
         """A candidate `identity` for the Lease `namespace/name`.
 
         `clock` paces the retries and judges expiry (monotonic); `wall_now` (Unix seconds)
         stamps `renewTime` and `acquireTime`. Needs renew < deadline < lease duration.
+        `first_delay_s` is waited before the first attempt; when the Lease is found free or
+        expired, `defer_s()` seconds are waited once before taking it, and it is read again
+        (bucket Leases: the least loaded candidate comes first).
         """
         if not 0 < renew_interval_s < renew_deadline_s < lease_duration_s:
             raise ValueError("need 0 < renew_interval_s < renew_deadline_s < lease_duration_s")
@@ -114,6 +134,10 @@ class LeaderElector:
         # Not fenced: taking and renewing the Lease is what makes this replica the leader.
         self._calls = _api.Caller(on_error=on_api_error, request_timeout_s=request_timeout_s)
         self._rng = rng or random.Random()
+        self._first_delay_s = first_delay_s
+        self._defer_s = defer_s
+        self._deferred_for: tuple[str, str, str] | None = None  # the record waited on
+        self._deferred_s = 0.0
         self.leading = asyncio.Event()
         """Set while this candidate leads (it became leader)."""
         self.lost = asyncio.Event()
@@ -141,6 +165,8 @@ class LeaderElector:
     async def run(self) -> None:
         """Campaign, lead and campaign again until cancelled; release the Lease on the way out."""
         try:
+            if self._first_delay_s > 0:
+                await self.clock.sleep(self._first_delay_s)
             while True:
                 await self._acquire()
                 await self._renew()
@@ -179,6 +205,9 @@ class LeaderElector:
     async def _acquire(self) -> None:
         while True:
             outcome = await self._attempt()
+            if outcome is _Outcome.DEFERRED:
+                await self.clock.sleep(self._deferred_s)
+                continue
             if outcome is _Outcome.HELD:
                 self.leading.set()
                 self.lost.clear()
@@ -235,6 +264,8 @@ class LeaderElector:
         holder = _holder(lease)
         if holder and holder != self.identity and not self._expired(lease, seen_s):
             return _Outcome.TAKEN
+        if holder != self.identity and self._defers():
+            return _Outcome.DEFERRED
         wall = _api.format_micro_time(self._wall_now())
         spec = dict(_spec(lease))
         if holder != self.identity:
@@ -281,6 +312,17 @@ class LeaderElector:
         assert created is not None
         return self._held(created, now_s)
 
+    def _defers(self) -> bool:
+        """Whether to wait before taking the free or expired record just read: once per record,
+        for `defer_s()` seconds when that is positive."""
+        if self._defer_s is None or self._observed == self._deferred_for:
+            return False
+        self._deferred_s = self._defer_s()
+        if self._deferred_s <= 0:
+            return False
+        self._deferred_for = self._observed
+        return True
+
     def _held(self, lease: Obj, now_s: float) -> _Outcome:
         self._observe(lease, now_s)
         self._renewed_s = now_s
@@ -319,6 +361,101 @@ class LeaderElector:
                 raise _ConflictError from e
             log.warning("lease.failed", operation=operation, status=e.status, error=str(e))
             raise _FailedError from e
+
+
+class BucketLeases:
+    """One `LeaderElector` per bucket Lease, all campaigning; see the module docstring."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        buckets: shards.Buckets,
+        namespace: str,
+        identity: str,
+        clock: clock_.Clock,
+        retry_interval_s: float = 2.0,
+        on_changed: Callable[[], None] | None = None,
+        **elector: Any,
+    ) -> None:
+        """Electors for every name of `buckets` in `namespace`; `elector` holds the other
+        `LeaderElector` settings, shared by all. `on_changed` is told whenever a bucket is won
+        or lost."""
+        self.buckets = buckets
+        self._on_changed = on_changed
+        self._retry_interval_s = retry_interval_s
+        count = len(buckets)
+        # Far enough apart that a replica's first choice is held before its second is tried.
+        stagger_s = retry_interval_s / count
+        ranks = {
+            index: rank for rank, index in enumerate(shards.preference(identity, buckets.names))
+        }
+        self.electors: tuple[LeaderElector, ...] = tuple(
+            LeaderElector(
+                api,
+                name=name,
+                namespace=namespace,
+                identity=identity,
+                clock=clock,
+                retry_interval_s=retry_interval_s,
+                first_delay_s=ranks[index] * stagger_s,
+                defer_s=self._defer_s,
+                on_started_leading=self._changed,
+                on_stopped_leading=self._changed,
+                **elector,
+            )
+            for index, name in enumerate(buckets.names)
+        )
+
+    @property
+    def release_on_cancel(self) -> bool:
+        return all(e.release_on_cancel for e in self.electors)
+
+    @release_on_cancel.setter
+    def release_on_cancel(self, release: bool) -> None:
+        for elector in self.electors:
+            elector.release_on_cancel = release
+
+    def leading(self) -> frozenset[int]:
+        """The buckets in a term of leadership (won and not yet lost)."""
+        return frozenset(i for i, e in enumerate(self.electors) if e.leading.is_set())
+
+    def led(self) -> frozenset[int]:
+        """The buckets this replica may act on now: leading, renew deadline not passed."""
+        return frozenset(i for i, e in enumerate(self.electors) if e.is_leader)
+
+    def leads(self, service: str) -> bool:
+        """Whether this replica may write for `service` (`namespace/name`) now: it leads the
+        service's bucket and that Lease's renew deadline has not passed."""
+        return self.electors[self.buckets.of(service)].is_leader
+
+    def owned_now(self) -> Callable[[str], bool]:
+        """`leads` for the buckets led at this moment, judged once (a tick's filter over
+        thousands of services); the write fence asks `leads` again before each write."""
+        led = self.led()
+        return lambda service: self.buckets.of(service) in led
+
+    def holders(self) -> Sequence[str | None]:
+        """The holder of each bucket Lease at its last read."""
+        return [e.holder for e in self.electors]
+
+    async def run(self) -> None:
+        """Campaign for every bucket until cancelled; each elector releases its Lease."""
+        async with asyncio.TaskGroup() as group:
+            for elector in self.electors:
+                group.create_task(elector.run(), name=f"lease {elector.name}")
+
+    def _defer_s(self) -> float:
+        """How long to wait before taking a free bucket: nothing while leading none; else past
+        any idle replica's poll, then a share of a retry per further bucket led."""
+        led = len(self.leading())
+        if led == 0:
+            return 0.0
+        return self._retry_interval_s * (1 + JITTER_RATIO + (led - 1) / len(self.buckets))
+
+    def _changed(self) -> None:
+        if self._on_changed is not None:
+            self._on_changed()
 
 
 class _ConflictError(Exception):

@@ -616,7 +616,7 @@ class Ladder:
         recorder: events.EventRecorder,
         *,
         wall_now: Callable[[], float],
-        may_write: Callable[[], bool],
+        may_write: _api.Fence,
         is_serving: Callable[[Obj], bool],
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
@@ -626,7 +626,8 @@ class Ladder:
         on_tiers: TierCallback | None = None,
         on_fallback: FallbackCallback | None = None,
     ) -> None:
-        """`may_write` is asked before every write (the global dry-run and the leader);
+        """`may_write(service)` is asked before every write for a service (the global dry-run
+        and the Lease of the service's bucket);
         `is_serving` tells the pods that count as capacity; `idle_grace_s` is how long, by
         `wall_now` (Unix seconds), a sibling stays at 0 replicas without pods before it goes."""
         self._apps = client.AppsV1Api(api)
@@ -941,6 +942,7 @@ class Ladder:
             _api.namespace(deployment),
             {"spec": {"replicas": replicas}},
             write=True,
+            service=service,
             _content_type=_api.MERGE_PATCH,
         )
 
@@ -961,6 +963,7 @@ class Ladder:
             namespace,
             sibling(owner, tier, replicas=replicas),
             write=True,
+            service=service,
         )
         log.info("tier.created", service=service, deployment=name, replicas=replicas)
 
@@ -976,7 +979,7 @@ class Ladder:
         """
         jobs, self._jobs = list(self._jobs.values()), {}
         for job in jobs:
-            if not self._may_write():
+            if not self._may_write(job.service):
                 continue
             try:
                 async with self.lock(job.service):
@@ -1022,6 +1025,7 @@ class Ladder:
             job.namespace,
             body,
             write=True,
+            service=job.service,
             _content_type=_JSON_PATCH,
         )
         log.info("tier.synced", service=job.service, deployment=job.upkeep.target, template=digest)
@@ -1047,6 +1051,7 @@ class Ladder:
             job.namespace,
             body=body,
             write=True,
+            service=job.service,
         )
         if deleted is None:  # gone already
             return

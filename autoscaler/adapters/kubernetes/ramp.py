@@ -262,6 +262,7 @@ class KubeRamp:
             {"status": {"conditions": [condition]}},
             _content_type=STRATEGIC_MERGE_PATCH,
             write=True,
+            service=service,
         )
 
     async def set_labels(
@@ -286,6 +287,7 @@ class KubeRamp:
             {"metadata": {"labels": patch}},
             _content_type=_api.MERGE_PATCH,
             write=True,
+            service=service,
         )
 
     async def mark_victim(self, service: model.ServiceId, pod: str) -> None:
@@ -293,7 +295,7 @@ class KubeRamp:
         operation = "pods.patch"
         managed, target = self._pod(service, pod, operation)
         if self._may_write(service, managed, operation, pod):
-            await self._mark(managed.namespace, target)
+            await self._mark(service, managed.namespace, target)
 
     async def reclaim(self, service: model.ServiceId, pod: str) -> None:
         """Mark the pod as the first victim and delete it; its ReplicaSet makes a fresh one.
@@ -312,7 +314,7 @@ class KubeRamp:
         if not self._may_write(service, managed, operation, pod):
             return
         try:
-            await self._mark(managed.namespace, target)
+            await self._mark(service, managed.namespace, target)
             await self._calls.call(
                 operation,
                 f"{managed.namespace}/{pod}",
@@ -321,6 +323,7 @@ class KubeRamp:
                 managed.namespace,
                 body={"preconditions": {"uid": _api.uid(target)}},
                 write=True,
+                service=service,
             )
         except KubeApiError as e:
             # 409: the precondition failed, so the pod of that uid is gone (another took its
@@ -329,7 +332,7 @@ class KubeRamp:
                 raise
             log.info("ramp.reclaim_gone", service=service, pod=pod, status=e.status)
 
-    async def _mark(self, namespace: str, pod: Obj) -> None:
+    async def _mark(self, service: model.ServiceId, namespace: str, pod: Obj) -> None:
         if _api.annotations_of(pod).get(DELETION_COST) == LOWEST_DELETION_COST:
             return
         name = _api.name(pod)
@@ -342,6 +345,7 @@ class KubeRamp:
             {"metadata": {"annotations": {DELETION_COST: LOWEST_DELETION_COST}}},
             _content_type=_api.MERGE_PATCH,
             write=True,
+            service=service,
         )
 
     async def save_ramp(self, service: model.ServiceId, text: str) -> None:
@@ -452,8 +456,11 @@ class KubeRamp:
     async def open_gate(self, gate: gates.ClosedGate, message: str) -> None:
         """Set the pod's `warm` condition True, in dry-run too; `NotLeaderError` on a follower."""
         operation = "pods/status.patch"
-        if not self._kube.may_write():
-            raise NotLeaderError(f"{gate.namespace}/{gate.pod}: this instance is not the leader")
+        service = f"{gate.namespace}/{gate.deployment}"
+        if not self._kube.may_write(service):
+            raise NotLeaderError(
+                f"{gate.namespace}/{gate.pod}: this instance does not lead the Lease of {service}"
+            )
         condition = {
             "type": WARM_CONDITION,
             "status": "True",
@@ -470,6 +477,7 @@ class KubeRamp:
             {"status": {"conditions": [condition]}},
             _content_type=STRATEGIC_MERGE_PATCH,
             write=True,
+            service=service,
         )
         self._opened[gate.namespace, gate.pod] = _api.resource_version(answer)
 
@@ -528,8 +536,10 @@ class KubeRamp:
                 scope="global" if self._kube.dry_run else "service",
             )
             return False
-        if not self._kube.may_write():
-            raise NotLeaderError(f"{service}: this instance is not the leader; nothing written")
+        if not self._kube.may_write(service):
+            raise NotLeaderError(
+                f"{service}: this instance does not lead its Lease; nothing written"
+            )
         return True
 
 

@@ -343,6 +343,7 @@ class MeshClient:
             call,
             *args,
             write=True,
+            service=target.service,
             _content_type=_api.MERGE_PATCH,
         )
         log.info("route.patched", service=target.service, kind=resource.kind, name=name)
@@ -374,6 +375,7 @@ class MeshClient:
             call,
             *args,
             write=True,
+            service=target.service,
             body=body,
         )
         log.info("route.deleted", service=target.service, kind=resource.kind, name=name)
@@ -449,7 +451,13 @@ class MeshClient:
             call = self._custom.create_namespaced_custom_object
             args = (resource.group, resource.version, target.namespace, resource.plural, body)
         created = await self._calls.call_allowing(
-            {409}, f"{resource.plural}.create", target.service, call, *args, write=True
+            {409},
+            f"{resource.plural}.create",
+            target.service,
+            call,
+            *args,
+            write=True,
+            service=target.service,
         )
         if created is not None:
             log.info("route.created", service=target.service, kind=resource.kind, name=name)
@@ -493,7 +501,7 @@ class MeshClient:
         )
 
     def _require_leader(self, target: ports.RouteTarget) -> None:
-        if not self._calls.fence():
+        if not self._calls.fence(target.service):
             raise NotLeaderError(
-                f"{target.service}: this instance is not the leader; no route written"
+                f"{target.service}: this instance does not lead its Lease; no route written"
             )

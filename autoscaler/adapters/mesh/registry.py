@@ -5,8 +5,6 @@ It builds; it must not choose a service's router (the annotation does) or call o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from kubernetes_asyncio import client
 
 from autoscaler import ports
@@ -22,13 +20,13 @@ def routers(
     *,
     on_api_error: _api.ErrorCallback = _api.ignore_error,
     request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
-    may_write: Callable[[], bool] = lambda: True,
+    may_write: _api.Fence = _api.always,
     istio_version: str = "v1",
     smi_version: str = "v1alpha2",
     cluster_domain: str = "cluster.local",
 ) -> dict[contract.TrafficRouter, ports.TrafficRouter]:
     """Every router, keyed by the annotation's value, all calling through one `_api.Caller`:
-    `may_write` is asked before each write (the leader elector's `is_leader`)."""
+    `may_write(service)` is asked before each write for a service (the bucket Leases' `leads`)."""
     calls = _api.Caller(fence=may_write, on_error=on_api_error, request_timeout_s=request_timeout_s)
     return {
         contract.TrafficRouter.NONE: none.NoRouter(),

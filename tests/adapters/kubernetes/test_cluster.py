@@ -148,6 +148,46 @@ async def test_workloads_report_replicas_serving_and_startup_from_pods(
         assert kube.requests.count("list", kind) == 1
 
 
+async def test_workloads_skip_the_services_of_buckets_led_elsewhere(
+    api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Only the services this replica owns are returned, and an invalid one it does not own
+    is left to its owner: no Event from here."""
+    bad = settings(**{"max-replicas": "lots"})
+    await apps.create_namespaced_deployment(NS, deployment("bad", annotations=bad))
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    await apps.create_namespaced_deployment(NS, deployment("api", annotations=settings()))
+    made = await make_cluster(owned=lambda: lambda service: service == WEB)
+
+    found = await managed(made, "bad", "web", "api")
+    await made.events.wait_idle()
+
+    assert [w.id for w in found] == [WEB]
+    assert [w.id for w in made.managed()] == [WEB]
+    assert await events_of(api, "bad") == []
+
+
+async def test_a_bucket_that_moves_brings_its_services_in_and_takes_them_out(
+    apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Records are kept between calls, yet a service comes in when its bucket is won and goes
+    when it is lost, with no change to its Deployment."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    await apps.create_namespaced_deployment(NS, deployment("api", annotations=settings()))
+    owned = {WEB}
+    made = await make_cluster(owned=lambda: set(owned).__contains__)
+    found = await managed(made, "web", "api")
+    assert [w.id for w in found] == [WEB]
+    web = found[0]
+
+    owned.add(model.ServiceId(f"{NS}/api"))
+    assert sorted(w.id for w in made.workloads()) == [f"{NS}/api", WEB]
+    assert {w.id: w for w in made.workloads()}[WEB] is web
+
+    owned.discard(WEB)
+    assert [w.id for w in made.workloads()] == [f"{NS}/api"]
+
+
 async def test_an_unchanged_service_keeps_its_record_and_a_change_to_its_pod_rebuilds_it(
     kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:
@@ -373,6 +413,30 @@ async def test_a_manual_scale_is_overridden_with_an_event(
     assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 4
 
 
+async def test_a_service_whose_bucket_comes_back_is_not_taken_for_overridden(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A replica that lost a service's bucket Lease forgets the count it set, so the count the
+    bucket's next holder set is not reported as a manual override when the bucket comes back."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    made = await make_cluster()
+    await managed(made, "web")
+    await made.scale(WEB, 3)
+    made.forget_unless(lambda service: service != WEB)  # the bucket of `web` moved away
+    await apps.patch_namespaced_deployment_scale("web", NS, {"spec": {"replicas": 7}})
+    await eventually(
+        lambda: cluster.spec_replicas(made.caches.deployment(NS, "web") or {}) == 7,
+        made.caches.deployments,
+    )
+    made.workloads()
+
+    await made.scale(WEB, 4)
+    await made.events.wait_idle()
+
+    assert await events_of(api, "web", "ReplicasOverridden") == []
+    assert kube.store.get("apps/v1/deployments", NS, "web")["spec"]["replicas"] == 4
+
+
 # -- publish --------------------------------------------------------------------------------------
 
 
@@ -526,7 +590,7 @@ async def test_a_leader_past_its_renew_deadline_writes_nothing_more(
     await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
     clock = ManualClock()
     renew_deadline_s = 0.001  # passes during the conflict's backoff (about 50 ms)
-    made = await make_cluster(clock=clock, may_write=lambda: clock.now() < renew_deadline_s)
+    made = await make_cluster(clock=clock, may_write=lambda _: clock.now() < renew_deadline_s)
     await managed(made, "web")
     kube.fail("patch", "deployments", status=409)
 
@@ -691,7 +755,7 @@ async def test_a_follower_never_writes(
     bad = settings(**{"max-replicas": "0"})
     await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
     await apps.create_namespaced_deployment(NS, deployment("bad", annotations=bad))
-    made = await make_cluster(may_write=lambda: False)
+    made = await make_cluster(may_write=lambda _: False)
     await managed(made, "web", "bad")
     kube.requests.clear()
 

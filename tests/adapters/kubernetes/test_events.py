@@ -191,7 +191,7 @@ async def test_a_follower_accepts_nothing_and_a_lost_lead_leaves_the_rest_unsent
 ) -> None:
     """A follower records nothing; Events waiting when the lead ends are counted unsent."""
     leading = [False]
-    recorder = make(calls=_api.Caller(fence=lambda: leading[0]))
+    recorder = make(calls=_api.Caller(fence=lambda _: leading[0]))
     recorder.record(owner("web"), events.NORMAL, "ScaleHeld", "Holding")
     assert recorder.pending == 0
     leading[0] = True

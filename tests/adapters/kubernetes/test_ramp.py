@@ -473,7 +473,7 @@ async def test_a_follower_refuses_every_write(
 ) -> None:
     """Without the Lease every write raises NotLeaderError and nothing reaches the API."""
     await cluster_with_tiers(kube, kubelet, apps)
-    made, built = await make_ramp(may_write=lambda: False)
+    made, built = await make_ramp(may_write=lambda _: False)
     name = owner_pod(kube)
     await cached(made, name, lambda pod: True)
 
@@ -622,7 +622,7 @@ async def test_a_follower_opens_no_gate(
 ) -> None:
     """Without the Lease, opening a gate raises NotLeaderError and nothing reaches the API."""
     await cluster_with_tiers(kube, kubelet, apps, mode="dry-run")
-    made, built = await make_ramp(may_write=lambda: False)
+    made, built = await make_ramp(may_write=lambda _: False)
     await all_pods_cached(made, kube)
     gate = built.closed_gates()[0]
 

@@ -260,6 +260,6 @@ async def test_api_errors_become_actuation_errors_and_are_counted(
 async def test_a_follower_writes_nothing(kit: Kit, kube: Kube, api: client.ApiClient) -> None:
     """A router whose fence says no raises `NotLeaderError` before any write."""
     with pytest.raises(NotLeaderError):
-        await kit.router(api, calls=Caller(fence=lambda: False)).ensure(WEB)
+        await kit.router(api, calls=Caller(fence=lambda _: False)).ensure(WEB)
 
     assert kube.requests.count("create") == kube.requests.count("patch") == 0

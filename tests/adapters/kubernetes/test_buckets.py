@@ -1,0 +1,189 @@
+"""Bucket Leases: replicas split the buckets, the least loaded takes a free one, writes are fenced
+per service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from typing import Any
+
+import pytest
+from kube.emulator import Kube
+from kubernetes_asyncio import client
+
+from autoscaler.adapters.kubernetes import _api, leader
+from autoscaler.core import shards
+
+from .support import NS, WALL_S, StepClock, running
+
+LEASE = "autoscaler-leader"
+STEP_S = 2.5
+"""Longer than any retry wait (2 s plus 20 % jitter)."""
+
+
+@pytest.fixture
+async def api(kube: Kube) -> client.ApiClient:
+    return kube.api_client()
+
+
+@pytest.fixture
+def clock() -> StepClock:
+    return StepClock()
+
+
+def replica(
+    api: client.ApiClient, clock: StepClock, identity: str, buckets: shards.Buckets, **kwargs: Any
+) -> leader.BucketLeases:
+    return leader.BucketLeases(
+        api,
+        buckets=buckets,
+        namespace=NS,
+        identity=identity,
+        clock=clock,
+        wall_now=lambda: WALL_S + clock.now(),
+        rng=random.Random(identity),
+        **kwargs,
+    )
+
+
+async def steps(clock: StepClock, sleepers: int, *, seconds: float) -> None:
+    """Move the clock from one sleeper's deadline to the next for `seconds`, letting each woken
+    elector finish its turn."""
+    until_s = clock.now() + seconds
+    while clock.now() < until_s:
+        clock.advance_to(min(clock.next_wake_s, until_s))
+        await clock.wait_sleeping(sleepers)
+
+
+async def test_replicas_started_together_split_the_buckets(
+    api: client.ApiClient, clock: StepClock
+) -> None:
+    """Three replicas started together each lead some of six buckets, and every bucket has
+    exactly one leader, so every service has exactly one replica that may write for it."""
+    buckets = shards.Buckets.named(LEASE, 6)
+    replicas = [replica(api, clock, f"r-{i}", buckets) for i in range(3)]
+    async with contextlib.AsyncExitStack() as stack:
+        for r in replicas:
+            await stack.enter_async_context(running(r.run()))
+        await clock.wait_sleeping(18)
+        await steps(clock, 18, seconds=10.0)
+        shares = [r.led() for r in replicas]
+        services = [f"ns-{i % 3}/model-{i}" for i in range(60)]
+        writers = [sum(r.leads(s) for r in replicas) for s in services]
+
+    assert all(shares), shares
+    assert sorted(b for share in shares for b in share) == list(range(6))
+    assert writers == [1] * len(services)
+
+
+async def test_a_free_lease_goes_first_to_the_candidate_that_does_not_defer(
+    kube: Kube, api: client.ApiClient, clock: StepClock
+) -> None:
+    """Of two followers of a dead leader, the one that leads fewer buckets (no deferral) takes
+    the Lease, though the other polls first."""
+
+    def candidate(identity: str, **kwargs: Any) -> leader.LeaderElector:
+        return leader.LeaderElector(
+            api,
+            name=LEASE,
+            namespace=NS,
+            identity=identity,
+            clock=clock,
+            wall_now=lambda: WALL_S + clock.now(),
+            rng=random.Random(identity),
+            **kwargs,
+        )
+
+    dead = candidate("dead", release_on_cancel=False)
+    loaded = candidate("loaded", defer_s=lambda: 1.5)
+    idle = candidate("idle", first_delay_s=0.5, defer_s=lambda: 0.0)
+    async with contextlib.AsyncExitStack() as alive:
+        await alive.enter_async_context(running(dead.run()))
+        async with asyncio.timeout(5):
+            await dead.wait_leading()
+        async with running(loaded.run()), running(idle.run()):
+            await clock.wait_sleeping(3)
+            await alive.aclose()  # it neither renews nor releases
+            while not (loaded.is_leader or idle.is_leader):
+                assert clock.now() < 30.0
+                clock.advance_to(clock.next_wake_s)
+                await clock.wait_sleeping(2)
+            assert (idle.is_leader, loaded.is_leader) == (True, False)
+            await steps(clock, 2, seconds=3 * STEP_S)
+            assert (idle.is_leader, loaded.is_leader) == (True, False)
+            spec = _api.spec(kube.store.get("coordination.k8s.io/v1/leases", NS, LEASE))
+
+    assert spec["holderIdentity"] == "idle"
+
+
+async def test_a_write_is_fenced_by_the_lease_of_its_own_service(
+    kube: Kube, api: client.ApiClient
+) -> None:
+    """A fence that allows one service refuses the write for another before anything is sent."""
+    events = client.CoreV1Api(api)
+
+    def body(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": NS},
+            "involvedObject": {"kind": "Deployment", "name": name, "namespace": NS},
+            "reason": "Test",
+            "message": "fenced",
+        }
+
+    def ours(service: str) -> bool:
+        return service == f"{NS}/chat"
+
+    before = len(kube.requests.writes)
+    await _api.write_json(ours, f"{NS}/chat", events.create_namespaced_event, NS, body("chat"))
+    with pytest.raises(_api.NotLeaderError, match=f"{NS}/embed"):
+        await _api.write_json(
+            ours, f"{NS}/embed", events.create_namespaced_event, NS, body("embed")
+        )
+
+    assert [w.name for w in kube.requests.writes[before:]] == ["chat"]
+
+
+async def test_a_callers_write_asks_the_fence_about_the_service_it_names(
+    kube: Kube, api: client.ApiClient
+) -> None:
+    """A `Caller` write whose target names another object is fenced by its `service`, and one
+    without asks about its target."""
+    events = client.CoreV1Api(api)
+    asked: list[str] = []
+
+    def fence(service: str) -> bool:
+        asked.append(service)
+        return service == f"{NS}/chat"
+
+    def body(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": NS},
+            "involvedObject": {"kind": "Deployment", "name": name, "namespace": NS},
+            "reason": "Test",
+            "message": "fenced",
+        }
+
+    calls = _api.Caller(fence=fence)
+    before = len(kube.requests.writes)
+    await calls.call(
+        "events.create",
+        f"{NS}/chat (chat-shared)",
+        events.create_namespaced_event,
+        NS,
+        body("chat"),
+        write=True,
+        service=f"{NS}/chat",
+    )
+    with pytest.raises(_api.NotLeaderError, match=f"{NS}/embed"):
+        await calls.call(
+            "events.create",
+            f"{NS}/embed",
+            events.create_namespaced_event,
+            NS,
+            body("embed"),
+            write=True,
+        )
+
+    assert asked == [f"{NS}/chat", f"{NS}/embed"]
+    assert [w.name for w in kube.requests.writes[before:]] == ["chat"]

@@ -1,0 +1,208 @@
+"""Three controller replicas split the services into bucket Leases; a dead one's buckets move."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import aiohttp
+from kube.emulator import Kube, Write
+from kube.kubelet import FakeCluster
+from prom.fixtures import Stack
+
+from autoscaler.core import shards
+
+from .support import (
+    LEASE_NAMESPACE,
+    LEASES,
+    Controllers,
+    Running,
+    Service,
+    SteppedClock,
+    advance_until,
+    wait_for,
+)
+
+AGENT = "inference-autoscaler/"
+"""How each replica's requests name it (its User-Agent)."""
+BUCKETS = 6
+PER_BUCKET = 2
+
+
+@dataclasses.dataclass
+class Audit:
+    """Who wrote what, replayed from the API server's log of writes in the order it answered."""
+
+    stale: list[Write]
+    """Writes for a service by a replica that did not hold the service's bucket Lease then."""
+    writers: dict[str, list[str]]
+    """Each service's writers, in the order they first wrote."""
+
+
+def audit(writes: list[Write], buckets: shards.Buckets, namespace: str, names: list[str]) -> Audit:
+    """Replay `writes`: Lease writes move a bucket's holder; every other write in `namespace`
+    is charged to the service whose name starts its object's name (a Deployment, a placement
+    tier, a pod, a patched Event)."""
+    holders: dict[str, str] = {}
+    stale: list[Write] = []
+    writers: dict[str, list[str]] = collections.defaultdict(list)
+    by_length = sorted(names, key=len, reverse=True)
+    for write in writes:
+        who = write.agent.removeprefix(AGENT)
+        if write.status >= 300:
+            continue
+        if write.resource == "leases" and write.namespace == LEASE_NAMESPACE:
+            if write.name in buckets.names:
+                holders[write.name] = who
+            continue
+        if write.namespace != namespace or write.name is None:
+            continue
+        service = next((n for n in by_length if write.name.startswith(n)), None)
+        if service is None:
+            continue
+        key = f"{namespace}/{service}"
+        if holders.get(buckets.names[buckets.of(key)]) != who:
+            stale.append(write)
+        if who not in writers[key]:
+            writers[key].append(who)
+    return Audit(stale, dict(writers))
+
+
+def spread_names(
+    buckets: shards.Buckets, namespace: str, *, per_bucket: int = PER_BUCKET
+) -> list[str]:
+    """Service names, `per_bucket` in every bucket."""
+    chosen: dict[int, list[str]] = collections.defaultdict(list)
+    i = 0
+    while any(len(chosen[b]) < per_bucket for b in range(len(buckets))):
+        name = f"m{i:03d}"
+        bucket = buckets.of(f"{namespace}/{name}")
+        if len(chosen[bucket]) < per_bucket:
+            chosen[bucket].append(name)
+        i += 1
+    return sorted(n for names in chosen.values() for n in names)
+
+
+def holders(kube: Kube, buckets: shards.Buckets) -> dict[str, str | None]:
+    found = {}
+    for name in buckets.names:
+        lease = kube.store.get(LEASES, LEASE_NAMESPACE, name)
+        found[name] = lease["spec"].get("holderIdentity")
+    return found
+
+
+def led(running: Running) -> frozenset[int]:
+    return running.controller.buckets_led()
+
+
+async def healthz(running: Running) -> str:
+    port = running.controller.http_port
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/healthz") as answer,
+    ):
+        assert answer.status == 200
+        return (await answer.text()).strip()
+
+
+async def test_three_replicas_split_the_buckets_and_a_killed_ones_move_within_a_lease(
+    kube: Kube,
+    kubelet: FakeCluster,
+    stack: Stack,
+    cluster: Controllers,
+    clock: SteppedClock,
+    unique: str,
+) -> None:
+    """Each replica leads some buckets and writes only for their services; a killed replica's
+    buckets go to the others within a lease and a few retries, and no service ever has a writer
+    that does not hold its bucket."""
+    for node in range(3):
+        kubelet.add_node(f"gpu-{node}", gpus=16)
+    namespace = f"{unique}-sh"
+    buckets = shards.Buckets.named("inference-autoscaler", BUCKETS)
+    names = spread_names(buckets, namespace)
+    services = [await Service.create(kube, kubelet, stack.upper, namespace, name) for name in names]
+    window = len(kube.requests.writes)
+
+    # Each takes its first choice of bucket at once, the others a fraction of a retry apart.
+    replicas = [
+        await cluster.start(identity, lease_buckets=BUCKETS)
+        for identity in ("shard-a", "shard-b", "shard-c")
+    ]
+    await advance_until(
+        clock,
+        lambda: sum(len(led(r)) for r in replicas) == BUCKETS,
+        limit_s=10,
+        what="every bucket led",
+    )
+    await clock.advance(5)
+    shares = [led(r) for r in replicas]
+    assert all(shares), shares  # each leads some
+    assert sorted(b for share in shares for b in share) == list(range(BUCKETS))  # and only one
+    seen = holders(kube, buckets)
+    for r, share in zip(replicas, shares, strict=True):
+        assert {seen[buckets.names[b]] for b in share} == {r.controller.identity}
+        # The loop sees exactly the services of the buckets it leads.
+        assert r.controller.loop is not None
+        assert {w.id for w in r.controller.last_workloads} == {
+            f"{namespace}/{n}" for n in names if buckets.of(f"{namespace}/{n}") in share
+        }
+    assert all(s.status() is not None for s in services)
+    for r, share in zip(replicas, shares, strict=True):
+        assert await healthz(r) == f"ok\nbuckets: {len(share)}/{BUCKETS} " + ",".join(
+            buckets.names[b] for b in sorted(share)
+        )
+        registry = r.controller.telemetry.registry
+        assert registry.get_sample_value("autoscaler_lease_buckets_led") == len(share)
+        assert registry.get_sample_value("autoscaler_leader") == 1
+
+    victim = max(replicas, key=lambda r: len(led(r)))
+    survivors = [r for r in replicas if r is not victim]
+    moved = led(victim)
+    await victim.kill()
+    killed_s = clock.now()
+    config = victim.controller.settings.kubernetes
+    bound_s = config.lease_duration_s + 3.4 * config.retry_interval_s
+    while not all(any(b in led(r) for r in survivors) for b in moved):
+        assert clock.now() - killed_s <= bound_s, "the dead replica's buckets did not move"
+        await clock.advance_to_next(limit_s=1.0)
+    took_s = clock.now() - killed_s
+    assert took_s <= bound_s
+    assert sorted(b for r in survivors for b in led(r)) == list(range(BUCKETS))
+    assert all(r.controller.ready() for r in survivors)
+    seen = holders(kube, buckets)
+    assert victim.controller.identity not in seen.values()
+    for r in survivors:
+        registry = r.controller.telemetry.registry
+        assert registry.get_sample_value("autoscaler_lease_buckets_led") == len(led(r))
+        for b in moved:
+            assert registry.get_sample_value(
+                "autoscaler_lease_bucket_leader", {"lease": buckets.names[b]}
+            ) == (b in led(r))
+
+    # A new floor for everyone: each service is scaled by whoever leads its bucket now.
+    for service in services:
+        service.annotate(**{"min-replicas": "3"})
+    await advance_until(
+        clock,
+        lambda: all(s.replicas == 3 for s in services),
+        limit_s=20,
+        what="every service at its new floor",
+    )
+    for r in survivors:
+        await wait_for(lambda r=r: r.controller.ticks > 0, what="ticks")
+        await r.controller.cluster.events.wait_idle()
+
+    found = audit(kube.requests.writes[window:], buckets, namespace, names)
+    assert found.stale == []
+    victim_id = victim.controller.identity
+    for name in names:
+        key = f"{namespace}/{name}"
+        owner = seen[buckets.names[buckets.of(key)]]
+        expected = [victim_id, owner] if buckets.of(key) in moved else [owner]
+        assert found.writers[key] == expected, (key, found.writers[key])
+    # Events too: each service's come from the holders of its bucket, the dead one's first.
+    for service in services:
+        key = f"{namespace}/{service.name}"
+        posted = [e["reportingInstance"] for e in service.events()]
+        assert set(posted) <= set(found.writers[key]), (key, posted)
