@@ -208,16 +208,12 @@ class Controller:
             wall_now=wall_now,
             request_timeout_s=k8s.request_timeout_s,
         )
-        # The annotation names a router by its value; the driver looks them up that way.
-        self.routers: dict[str, ports.TrafficRouter] = {
-            kind.value: router
-            for kind, router in registry.routers(
-                api,
-                on_api_error=self._api_error,
-                may_write=lambda service: not k8s.dry_run and self.owns(service),
-                request_timeout_s=k8s.request_timeout_s,
-            ).items()
-        }
+        self.routers = registry.routers(
+            api,
+            on_api_error=self._api_error,
+            may_write=lambda service: not k8s.dry_run and self.owns(service),
+            request_timeout_s=k8s.request_timeout_s,
+        )
         # A range query over days of history takes longer than a tick's instant query.
         self.history = prometheus.LoadHistory(
             prometheus.Client(

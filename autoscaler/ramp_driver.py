@@ -163,7 +163,7 @@ class RampDriver:
         *,
         cluster: ports.Cluster,
         pods: ports.RampCluster,
-        routers: Mapping[str, ports.TrafficRouter],
+        routers: Mapping[contract.TrafficRouter, ports.TrafficRouter],
         health: ports.HealthSource,
         prober: ports.WarmupProber,
         gates: ports.Gates | None = None,
@@ -686,9 +686,9 @@ class RampDriver:
         log.info("ramp.event_recorded", service=target.service, **fields)
 
     def _router(self, target: ports.RampTarget) -> ports.TrafficRouter:
-        name = target.traffic.router.value
-        router = self._routers.get(name)
+        router = self._routers.get(target.traffic.router)
         if router is None:
+            name = target.traffic.router.value
             raise RouterMissingError(f"{target.service}: no traffic router {name!r} is configured")
         return router
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoscaler import errors, metricnames, ports
+from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 from autoscaler.sim import cluster as cluster_
 from autoscaler.sim import traffic as traffic_
@@ -224,13 +225,11 @@ class SimRouter:
         self._weights.pop(target.service, None)
 
 
-def routers(now: Now) -> dict[str, SimRouter]:
-    """One simulated router per name the driver knows (`traffic-router` values)."""
+def routers(now: Now) -> dict[contract.TrafficRouter, SimRouter]:
+    """One simulated router per router the driver knows (the `traffic-router` values)."""
     made = {
-        "none": SimRouter("none", splits=False),
-        "istio": SimRouter("istio"),
-        "gateway-api": SimRouter("gateway-api"),
-        "smi": SimRouter("smi"),
+        kind: SimRouter(kind.value, splits=kind is not contract.TrafficRouter.NONE)
+        for kind in contract.TrafficRouter
     }
     for router in made.values():
         router.now = now

@@ -336,7 +336,7 @@ class World:
         )
         if p.ramp is None:
             return
-        feed.router = self.routers[p.ramp]
+        feed.router = self.routers[contract.TrafficRouter(p.ramp)]
         self.ramp_cluster.add(ramp_target(feed.id, p))
 
     def advance(self, dt_s: float) -> None:

@@ -292,7 +292,7 @@ class Rig:
         return ramp_driver.RampDriver(
             cluster=self.cluster,
             pods=self.cluster,
-            routers={"istio": self.router},
+            routers={contract.TrafficRouter.ISTIO: self.router},
             health=self.health,
             prober=self.prober,
             observer=self.observer,

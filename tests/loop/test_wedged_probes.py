@@ -52,7 +52,7 @@ async def wired(
     rig.driver = ramp_driver.RampDriver(
         cluster=rig.cluster,
         pods=rig.cluster,
-        routers={"istio": rig.router},
+        routers={contract.TrafficRouter.ISTIO: rig.router},
         health=rig.health,
         prober=probers,
         observer=rig.observer,

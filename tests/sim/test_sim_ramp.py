@@ -15,6 +15,7 @@ import pytest
 import structlog
 
 from autoscaler import cli, errors, metricnames, ports
+from autoscaler.contract.annotations import TrafficRouter
 from autoscaler.core import model, ramp
 from autoscaler.experiment import run
 from autoscaler.sim import traffic as traffic_
@@ -168,7 +169,7 @@ async def test_warming_weight_sends_that_share_to_the_warming_set() -> None:
     """A warming weight of 20 % sends a fifth of the arrivals to the warming pod."""
     sim, sid = gated_world(rps=3.0)
     name = await warm_new_pod(sim, sid)
-    router = sim.routers["istio"]
+    router = sim.routers[TrafficRouter("istio")]
     await router.ensure(route(sim, sid))
     await router.set_weights(route(sim, sid), 20)
     sim.advance(30)
@@ -198,7 +199,7 @@ async def test_the_none_router_keeps_no_weights() -> None:
     """`none` accepts every call and never splits: the gate alone decides."""
     sim, sid = gated_world(dataclasses.replace(PARAMS, ramp="none"), rps=3.0)
     name = await warm_new_pod(sim, sid)
-    router = sim.routers["none"]
+    router = sim.routers[TrafficRouter("none")]
     await router.ensure(route(sim, sid))
     await router.set_weights(route(sim, sid), 50)
     sim.advance(10)
@@ -213,7 +214,7 @@ async def test_weight_on_an_empty_warming_set_is_rejected() -> None:
     sim, sid = gated_world(rps=3.0)
     await sim.cluster.scale(sid, 5)
     sim.advance(30)  # running, but not warm: not an endpoint
-    router = sim.routers["istio"]
+    router = sim.routers[TrafficRouter("istio")]
     await router.ensure(route(sim, sid))
     await router.set_weights(route(sim, sid), 30)
     sim.advance(10)
@@ -230,7 +231,7 @@ async def test_promotion_in_order_never_routes_to_an_empty_set() -> None:
     sim, sid = gated_world(rps=3.0)
     name = await warm_new_pod(sim, sid)
     target = route(sim, sid)
-    router = sim.routers["istio"]
+    router = sim.routers[TrafficRouter("istio")]
     await router.ensure(target)
     await router.set_weights(target, 20)
     sim.advance(5)
@@ -251,7 +252,7 @@ async def test_promotion_in_order_never_routes_to_an_empty_set() -> None:
 async def test_weights_need_an_ensured_route_and_a_percentage() -> None:
     """Weights on a route never ensured, or outside 0..100, are refused."""
     sim, sid = gated_world()
-    router = sim.routers["gateway-api"]
+    router = sim.routers[TrafficRouter("gateway-api")]
 
     with pytest.raises(errors.ActuationError, match="ensure it"):
         await router.set_weights(route(sim, sid), 10)
@@ -323,7 +324,7 @@ async def test_in_flight_counts_running_and_waiting_and_drains_after_leaving(out
     (unready, or unlabelled behind a mesh route), it falls to zero within the service time."""
     sim, sid = gated_world(rps=3.0)
     if out_by == "labels":
-        await sim.routers["istio"].ensure(route(sim, sid))
+        await sim.routers[TrafficRouter("istio")].ensure(route(sim, sid))
     sim.advance(10)
     victim, *_ = stable_pods(sim, sid)
 
@@ -555,7 +556,7 @@ async def test_ramp_walks_its_steps_then_promotes() -> None:
     dwell, and is promoted: warming weight back to 0, the pod stable and serving."""
     sim, sid = await ramped(FAST, to=5)
 
-    writes = [(at_s, pct) for at_s, _, pct in sim.routers["istio"].writes]
+    writes = [(at_s, pct) for at_s, _, pct in sim.routers[TrafficRouter("istio")].writes]
     expected = [ramp.share_pct(p, 1, 4) for p in FAST.ramp_steps_pct] + [0]
     assert [pct for _, pct in writes] == expected == [2, 6, 10, 20, 0]
     times = [at_s for at_s, _ in writes]
@@ -582,7 +583,7 @@ async def test_failing_new_pod_is_rolled_back_and_replaced() -> None:
     events = reasons(sim)
     assert events.index("RampRolledBack") < events.index("RampPromoted")
     assert sim.ramp_cluster.reclaimed[sid] == 1
-    weights = [pct for _, _, pct in sim.routers["istio"].writes]
+    weights = [pct for _, _, pct in sim.routers[TrafficRouter("istio")].writes]
     assert weights[:2] == [2, 0]
     assert sim.cluster.counts(sid).serving == 5
     pod_model = sim.pod_model(sid)
@@ -627,7 +628,7 @@ async def test_gate_only_router_promotes_a_pod_once_warm() -> None:
     weight is written."""
     sim, sid = await ramped(dataclasses.replace(FAST, ramp="none"), to=5, seconds=120)
 
-    assert sim.routers["none"].writes == []
+    assert sim.routers[TrafficRouter("none")].writes == []
     assert sim.cluster.counts(sid).serving == 5
     (pod,) = [p for p in sim.cluster.pods(sid) if p.ordinal == 4]
     assert pod.serving_at_s is not None
