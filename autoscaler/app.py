@@ -10,7 +10,9 @@ in one `asyncio.TaskGroup`:
   nothing, the Lease included, so a dry-run instance never displaces the real controller;
 - the ticker: while this replica leads, `Loop.run`, which alone decides when work runs: a
   tick every `tick_s` on a fixed grid, ending with the placement ladder's upkeep
-  (`KubeCluster.tend`), each report fed to `Telemetry`. Every new term of leadership starts a
+  (`KubeCluster.tend`) and, every `gpu.health_interval_s`, the GPU health guard
+  (`GpuGuard.tend`: one DCGM query, unhealthy nodes left out of placement), each report fed
+  to `Telemetry`. Every new term of leadership starts a
   fresh `Loop`, whose state comes from the Deployments' `state` annotations as the previous
   leader left them; the end of a term (or of the ticker) cancels its ramp driver's warm-up
   probes and waits for them;
@@ -55,9 +57,9 @@ from autoscaler import clock as clock_
 from autoscaler import errors, ports, ramp_driver, settings, telemetry
 from autoscaler import loop as loop_
 from autoscaler.adapters import prometheus, warmup
-from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
+from autoscaler.adapters.kubernetes import caches, cluster, connection, gpuguard, leader, ramp
 from autoscaler.adapters.mesh import registry
-from autoscaler.core import smoothing
+from autoscaler.core import gpuhealth, smoothing
 
 log = structlog.get_logger(__name__)
 
@@ -154,6 +156,8 @@ class Controller:
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
             on_event=lambda outcome: self.telemetry.events.labels(outcome).inc(),
+            core_weights=config.gpu.core_weights,
+            core_weight_per_gib=config.gpu.core_weight_per_gib,
         )
         access = access or prometheus_access(prom)
         self.prometheus = prometheus.Client(prom.url, timeout_s=prom.timeout_s, access=access)
@@ -163,7 +167,38 @@ class Controller:
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
             rate_window_s=prom.rate_window_s,
+            gpu_metric=prom.gpu_utilization_metric,
+            gpu_ratio_metric=prom.gpu_activity_metric or None,
         )
+        self.gpu_guard: gpuguard.GpuGuard | None = None
+        """Leaves nodes DCGM reports unhealthy out of placement; None when switched off."""
+        if config.gpu.health_enabled:
+            rules = gpuhealth.Rules(
+                xid_window_s=config.gpu.xid_window_s,
+                memory_ratio=config.gpu.memory_ratio,
+                memory_window_s=config.gpu.memory_window_s,
+            )
+            dcgm = prometheus.GpuHealth(
+                self.prometheus,
+                names=prometheus.GpuHealthNames(
+                    xid_errors=prom.gpu_xid_metric,
+                    fb_used=prom.gpu_fb_used_metric,
+                    fb_free=prom.gpu_fb_free_metric,
+                    node_label=prom.gpu_node_label,
+                ),
+                rules=rules,
+                scrape_interval_s=prom.scrape_interval_s,
+            )
+            self.gpu_guard = gpuguard.GpuGuard(
+                self.cluster.placement.capacity,
+                self.cluster.caches,
+                self.cluster.events,
+                read=dcgm.read,
+                now=clock.now,
+                rules=rules,
+                interval_s=config.gpu.health_interval_s,
+                on_change=self.telemetry.gpu_exclusions,
+            )
         self.ramp = ramp.KubeRamp(
             api,
             self.cluster,
@@ -253,7 +288,8 @@ class Controller:
             ),
             ramps=self.ramps,
             history=self.history,
-            chores=(self.cluster.tend,),
+            chores=(self.cluster.tend,)
+            + (() if self.gpu_guard is None else (self.gpu_guard.tend,)),
             on_tick=(self._ticked,),
         )
 

@@ -426,6 +426,13 @@ class Telemetry:
         self.leader = prom.Gauge(
             "autoscaler_leader", "1 when this instance holds the leader lease.", registry=r
         )
+        self.gpu_excluded = prom.Gauge(
+            "autoscaler_gpu_node_excluded",
+            "1 while a node's GPUs are left out of placement, by node and reason (xid_errors,"
+            " memory_full; see docs/operations.md, GPU health).",
+            ["node", "reason"],
+            registry=r,
+        )
 
     def observe_tick(
         self,
@@ -496,6 +503,14 @@ class Telemetry:
         """`replicas` new replicas went to `tier` because better tiers had no room."""
         fallbacks = self._services.service(service).fallbacks
         fallbacks[tier] = fallbacks.get(tier, 0) + replicas
+
+    def gpu_exclusions(self, excluded: Mapping[str, Iterable[str]]) -> None:
+        """The nodes whose GPUs placement leaves out now, with their reasons: every other
+        (node, reason) series goes."""
+        self.gpu_excluded.clear()
+        for node, reasons in excluded.items():
+            for reason in reasons:
+                self.gpu_excluded.labels(node, reason).set(1)
 
     def exposition(self) -> bytes:
         """`/metrics` in the text format 0.0.4. Safe to call from another thread than the

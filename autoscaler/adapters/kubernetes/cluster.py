@@ -291,6 +291,7 @@ class KubeCluster:
         rng: random.Random | None = None,
         idle_tier_grace_s: float = placement.DEFAULT_IDLE_GRACE_S,
         core_weights: Mapping[str, float] = placement.DEFAULT_CORE_WEIGHTS,
+        core_weight_per_gib: float = placement.DEFAULT_CORE_WEIGHT_PER_GIB,
         on_tiers: placement.TierCallback | None = None,
         on_fallback: placement.FallbackCallback | None = None,
         on_event: events.OutcomeCallback | None = None,
@@ -302,7 +303,8 @@ class KubeCluster:
         annotation and Events, and times how long an empty tier Deployment has been idle
         (`idle_tier_grace_s` before it is deleted). `may_write` is asked before every write (the
         leader elector's `is_leader`). `core_weights` are core-hours per card-hour by GPU
-        product; `on_tiers` and `on_fallback` are told of placements, `on_event` of what became
+        product, `core_weight_per_gib` per GiB of a card the table does not name; `on_tiers`
+        and `on_fallback` are told of placements, `on_event` of what became
         of each Event (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
@@ -349,6 +351,7 @@ class KubeCluster:
             request_timeout_s=request_timeout_s,
             idle_grace_s=idle_tier_grace_s,
             core_weights=core_weights,
+            core_weight_per_gib=core_weight_per_gib,
             on_tiers=on_tiers,
             on_fallback=on_fallback,
         )
