@@ -627,7 +627,7 @@ def build_queries(
     rate_window_s: float,
     max_age_s: float,
     gpu_metric: str = GPU_UTILIZATION,
-    gpu_ratio_metric: str | None = None,
+    gpu_ratio_metric: str | None = GPU_ACTIVITY,
     max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
 ) -> dict[model.Signal, str]:
     """The PromQL for one tick: one query per signal, covering every pod of `targets`.
