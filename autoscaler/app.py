@@ -362,6 +362,10 @@ class Controller:
                 continue
             term = self._term
             self.loop = self.new_loop()
+            if self.gpu_guard is not None:
+                # Before the term's first placement, not after it: the loop reads it again
+                # at the end of a tick every `health_interval_s`.
+                await self.gpu_guard.tend()
             try:
                 # One term, one loop: it stops at the first slot after the term ends, and
                 # skips a slot while the renewal is late (it waits a tick for it, or the loss).
