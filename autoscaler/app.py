@@ -419,6 +419,9 @@ class Controller:
         # The next leader exports these services now; stale copies here would be summed with
         # its series on every dashboard.
         self.telemetry.forget_services()
+        self.telemetry.gpu_exclusions({})
+        if self.gpu_guard is not None:
+            self.gpu_guard.forget()
 
     def _api_error(self, operation: str) -> None:
         self.telemetry.api_errors.labels(operation).inc()

@@ -100,6 +100,14 @@ class GpuGuard:
         self.readings = readings
         self.apply(gpuhealth.exclusions(readings, self.rules))
 
+    def forget(self) -> None:
+        """Drop what this term knew (its leadership ended): nothing excluded, and the next
+        `tend` reads at once (its Events are the next leader's)."""
+        self.excluded = {}
+        self.readings = {}
+        self._capacity.exclude(())
+        self._due_s = -math.inf
+
     def apply(self, after: dict[str, frozenset[gpuhealth.Reason]]) -> None:
         """Exclude exactly the nodes of `after`; Events and logs for what changed."""
         change = gpuhealth.compare(self.excluded, after)
