@@ -10,9 +10,10 @@ Feature Discovery labels give the card (`nvidia.com/gpu.product`, `nvidia.com/gp
 the time-slicing replicas (`nvidia.com/gpu.replicas`) and the MIG slices' memory
 (`nvidia.com/mig-<profile>.memory`). A time-shared `nvidia.com/gpu` (replicas > 1, or a product
 ending in `-SHARED`) is never offered as a whole card. Cordoned nodes (`spec.unschedulable`), nodes
-that are not Ready and nodes labelled `autoscaler.dsec.io/gpu-health: faulty` are not used (DCGM
-XID errors reach placement through that label, set by whoever watches them; this module reads no
-metrics).
+that are not Ready, nodes labelled `autoscaler.dsec.io/gpu-health: faulty` and nodes the GPU
+health guard excludes (`Capacity.exclude`, from `gpuguard`: XID errors, memory full) are not used
+for new replicas; `totals` still counts the excluded ones, so a model only they could hold waits
+rather than being unsatisfiable. This module reads no metrics.
 
 Quota. The namespace's ResourceQuotas, from their cache: `spec.hard` and `status.used` of the
 `requests.nvidia.com/...` keys, the tightest quota of each key winning.
