@@ -833,7 +833,11 @@ def gpu_health_query(
     Each series carries the node (`autoscaler_node`, copied from `names.node_label`) and the
     rule (`autoscaler_rule`: `xid` or `memory`):
 
-    - `xid`: the highest XID code of any card of the node over the XID window;
+    - `xid`: the highest XID code any card of the node reported within the XID window, 0 when
+      none did. DCGM's gauge keeps the last code until the exporter restarts, so a code counts
+      only when it was new within the window: the gauge changed to it, or its series began
+      there (a card or an exporter that started since). An XID from hours ago that the gauge
+      still shows excludes nothing;
     - `memory`: the highest, over the node's cards, of each card's lowest framebuffer share in
       use over the memory window, read at `MEMORY_STEPS` steps; a card with a sample at fewer
       steps than that (new, or its exporter was down) is left out, so a short spike is never
@@ -846,16 +850,25 @@ def gpu_health_query(
     steps = max(1, min(MEMORY_STEPS, math.floor(rules.memory_window_s / scrape_interval_s)))
     ratio = f"({names.fb_used} / ({names.fb_used} + {names.fb_free}))"
 
-    def per_node(vector: str, rule: str) -> str:
+    def per_node(vector: str) -> str:
         named = f'label_replace({vector}, "{_NODE}", "$1", "{node}", "(.+)")'
-        return f'label_replace(max by ({_NODE}) ({named}), "{_RULE_LABEL}", "{rule}", "", "")'
+        return f"max by ({_NODE}) ({named})"
 
-    xid = per_node(f"max_over_time({names.xid_errors}[{xid_window}])", "xid")
+    def tagged(vector: str, rule: str) -> str:
+        return f'label_replace({vector}, "{_RULE_LABEL}", "{rule}", "", "")'
+
+    x = names.xid_errors
+    new_code = (
+        f"(max_over_time({x}[{xid_window}]) != 0 and changes({x}[{xid_window}]) > 0) "
+        f"or ({x} != 0 unless {x} offset {xid_window})"
+    )
+    # Per node, a new code where there is one, else 0 for a node whose cards all report.
+    xid = tagged(f"({per_node(f'({new_code})')} or {per_node(f'0 * {x}')})", "xid")
     full = (
         f"min_over_time({ratio}[{window}:{step}]) "
         f"and count_over_time({ratio}[{window}:{step}]) >= {steps}"
     )
-    return f"{xid} or {per_node(f'({full})', 'memory')}"
+    return f"{xid} or {tagged(per_node(f'({full})'), 'memory')}"
 
 
 class GpuHealth:

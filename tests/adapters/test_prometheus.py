@@ -363,6 +363,36 @@ async def test_gpu_health_reads_xid_errors_per_node_and_no_memory_rule_before_it
     assert readings[good] == gpuhealth.Reading(xid_error=0.0, memory_ratio=None)
 
 
+async def test_a_sticky_xid_code_older_than_the_window_excludes_nothing_and_a_new_one_does(
+    stack: Stack, unique: str
+) -> None:
+    """DCGM keeps showing the last XID: once it has stood unchanged for the window it reads 0,
+    and a new code reads again at once."""
+    node = f"{unique}-n"
+    selector = f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}"}}'
+    stack.upper.set_node_gpu(node, xid=43, fb_used_mib=100, fb_free_mib=900)
+    # Unchanged for a whole 8 s window, and present before it.
+    await stack.prometheus.wait_for_series(
+        f"changes({selector}[8s]) == 0 and {selector} offset 8s",
+        lambda found: len(found) == 1,
+        timeout_s=30,
+    )
+    client = prometheus.Client(stack.prometheus.url)
+    health = prometheus.GpuHealth(
+        client, rules=gpuhealth.Rules(xid_window_s=8), scrape_interval_s=server.SCRAPE_INTERVAL_S
+    )
+    try:
+        stale = (await health.read())[node]
+        stack.upper.set_node_gpu(node, xid=79, fb_used_mib=100, fb_free_mib=900)
+        await stack.prometheus.wait_for_series(f"{selector} == 79", lambda found: len(found) == 1)
+        fresh = (await health.read())[node]
+    finally:
+        await client.close()
+
+    assert stale.xid_error == 0.0
+    assert fresh.xid_error == 79.0
+
+
 def test_gpu_health_query_needs_the_whole_memory_window() -> None:
     """The memory rule reads the lowest share over ten steps and only cards seen at all ten."""
     rules = gpuhealth.Rules(xid_window_s=300, memory_window_s=600)
@@ -370,7 +400,8 @@ def test_gpu_health_query_needs_the_whole_memory_window() -> None:
         prometheus.GpuHealthNames(node_label="node"), rules, scrape_interval_s=15
     )
 
-    assert "max_over_time(DCGM_FI_DEV_XID_ERRORS[300s])" in promql
+    assert "changes(DCGM_FI_DEV_XID_ERRORS[300s]) > 0" in promql
+    assert "unless DCGM_FI_DEV_XID_ERRORS offset 300s" in promql
     ratio = "(DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE))"
     assert f"min_over_time({ratio}[600s:60s])" in promql
     assert f"count_over_time({ratio}[600s:60s]) >= 10" in promql
