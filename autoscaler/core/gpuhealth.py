@@ -2,10 +2,10 @@
 
 Two rules, each on what DCGM reports for a node's cards:
 
-- XID errors: any card of the node reported a non-zero `DCGM_FI_DEV_XID_ERRORS` (the code of the
-  last XID error the driver logged) within the XID window. An XID error means a card the driver
-  had to reset, lost off the bus or saw corrupt memory on: new replicas there may never become
-  ready.
+- XID errors: any card of the node reported a new XID error (`DCGM_FI_DEV_XID_ERRORS`, the code
+  of the last one the driver logged, changed to a non-zero code) within the XID window. An XID
+  error means a card the driver had to reset, lost off the bus or saw corrupt memory on: new
+  replicas there may never become ready.
 - Memory full: a card of the node has had more than `memory_ratio` of its framebuffer in use
   (`FB_USED / (FB_USED + FB_FREE)`) for the whole memory window. Another model's copy or a leak
   holds it; a new replica would fail to load.
@@ -63,7 +63,7 @@ class Reading:
     """What DCGM reported for one node's cards; None where it reported nothing."""
 
     xid_error: float | None = None
-    """The highest XID error code any of its cards reported within the XID window (0: none)."""
+    """The highest new XID error code any of its cards reported within the XID window (0: none)."""
     memory_ratio: float | None = None
     """The framebuffer share in use of its fullest card, at its lowest over the memory window;
     None unless the card has samples over the whole window."""
