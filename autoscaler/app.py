@@ -20,7 +20,9 @@ in one `asyncio.TaskGroup`:
   (from leading no bucket to leading some) starts a fresh `Loop`, whose state comes from the
   Deployments' `state` annotations as the previous leader left them; a bucket won or lost
   within a term only changes which services the loop sees (a service that comes in starts
-  from its annotations, one that goes is forgotten). The end of a term (or of the ticker)
+  from its annotations, one that goes is forgotten). Every `gpu.health_interval_s` the tick
+  also runs the GPU health guard (`GpuGuard.tend`: one DCGM query, unhealthy nodes left out of
+  placement). The end of a term (or of the ticker)
   cancels its ramp driver's warm-up probes and waits for them;
 - the HTTP server: `/metrics`, `/healthz` (with the buckets led), and `/readyz` (caches
   synced and, while leading some bucket, a tick within the last few `tick_s` since this
@@ -64,9 +66,9 @@ from autoscaler import clock as clock_
 from autoscaler import errors, ports, ramp_driver, settings, telemetry
 from autoscaler import loop as loop_
 from autoscaler.adapters import prometheus, warmup
-from autoscaler.adapters.kubernetes import caches, cluster, connection, leader, ramp
+from autoscaler.adapters.kubernetes import caches, cluster, connection, gpuguard, leader, ramp
 from autoscaler.adapters.mesh import registry
-from autoscaler.core import gates, shards, smoothing
+from autoscaler.core import gates, gpuhealth, shards, smoothing
 
 log = structlog.get_logger(__name__)
 
@@ -191,6 +193,8 @@ class Controller:
             on_tiers=self.telemetry.tiers,
             on_fallback=self.telemetry.fell_back,
             on_event=lambda outcome: self.telemetry.events.labels(outcome).inc(),
+            core_weights=config.gpu.core_weights,
+            core_weight_per_gib=config.gpu.core_weight_per_gib,
         )
         access = access or prometheus_access(prom)
         self.prometheus = prometheus.Client(prom.url, timeout_s=prom.timeout_s, access=access)
@@ -200,7 +204,38 @@ class Controller:
             scrape_interval_s=prom.scrape_interval_s,
             max_age_s=prom.max_age_s,
             rate_window_s=prom.rate_window_s,
+            gpu_metric=prom.gpu_utilization_metric,
+            gpu_ratio_metric=prom.gpu_activity_metric or None,
         )
+        self.gpu_guard: gpuguard.GpuGuard | None = None
+        """Leaves nodes DCGM reports unhealthy out of placement; None when switched off."""
+        if config.gpu.health_enabled:
+            rules = gpuhealth.Rules(
+                xid_window_s=config.gpu.xid_window_s,
+                memory_ratio=config.gpu.memory_ratio,
+                memory_window_s=config.gpu.memory_window_s,
+            )
+            dcgm = prometheus.GpuHealth(
+                self.prometheus,
+                names=prometheus.GpuHealthNames(
+                    xid_errors=prom.gpu_xid_metric,
+                    fb_used=prom.gpu_fb_used_metric,
+                    fb_free=prom.gpu_fb_free_metric,
+                    node_label=prom.gpu_node_label,
+                ),
+                rules=rules,
+                scrape_interval_s=prom.scrape_interval_s,
+            )
+            self.gpu_guard = gpuguard.GpuGuard(
+                self.cluster.placement.capacity,
+                self.cluster.caches,
+                self.cluster.events,
+                read=dcgm.read,
+                now=clock.now,
+                rules=rules,
+                interval_s=config.gpu.health_interval_s,
+                on_change=self.telemetry.gpu_exclusions,
+            )
         self.ramp = ramp.KubeRamp(
             api,
             self.cluster,
@@ -324,7 +359,8 @@ class Controller:
             ),
             ramps=self.ramps,
             history=self.history,
-            chores=(self.cluster.tend,),
+            chores=(self.cluster.tend,)
+            + (() if self.gpu_guard is None else (self.gpu_guard.tend,)),
             on_tick=(self._ticked,),
         )
 
@@ -396,6 +432,10 @@ class Controller:
                 continue
             term = self._term
             self.loop = self.new_loop()
+            if self.gpu_guard is not None:
+                # Before the term's first placement, not after it: the loop reads it again
+                # at the end of a tick every `health_interval_s`.
+                await self.gpu_guard.tend()
             try:
                 # One term, one loop: it stops at the first slot after the term ends, and
                 # skips a slot while the renewal is late (it waits a tick for it, or the loss).
@@ -468,6 +508,9 @@ class Controller:
             # The next leaders export these services now; stale copies here would be summed
             # with their series on every dashboard.
             self.telemetry.forget_services()
+            self.telemetry.gpu_exclusions({})
+            if self.gpu_guard is not None:
+                self.gpu_guard.forget()
 
     def _api_error(self, operation: str) -> None:
         self.telemetry.api_errors.labels(operation).inc()

@@ -31,7 +31,11 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from autoscaler import metricnames
+from autoscaler.core import placement
+
 _GROUP = ConfigDict(frozen=True, extra="forbid")
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -216,6 +220,24 @@ class PrometheusSettings(BaseModel):
     insecure_skip_verify: bool = False
     """Check no server certificate at all (`https` only; not with `ca_file`): the connection
     is encrypted but anyone can pose as the server. For tests. Default false."""
+    gpu_utilization_metric: str = "DCGM_FI_DEV_GPU_UTIL"
+    """DCGM series of a card's utilisation in percent, read for a pod that has no
+    `gpu_activity_metric` series (cards older than Volta). DCGM exports none for MIG instances.
+    Default `DCGM_FI_DEV_GPU_UTIL`."""
+    gpu_activity_metric: str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+    """DCGM series of a card's graphics-engine activity as a ratio 0-1 (read as percent times
+    100), preferred wherever a pod has it: DCGM exports it for whole cards and MIG instances
+    alike. Empty: read `gpu_utilization_metric` alone. Default `DCGM_FI_PROF_GR_ENGINE_ACTIVE`."""
+    gpu_xid_metric: str = "DCGM_FI_DEV_XID_ERRORS"
+    """DCGM series of the last XID error of a card (GPU health). Default
+    `DCGM_FI_DEV_XID_ERRORS`."""
+    gpu_fb_used_metric: str = "DCGM_FI_DEV_FB_USED"
+    """DCGM series of a card's memory in use, MiB (GPU health). Default `DCGM_FI_DEV_FB_USED`."""
+    gpu_fb_free_metric: str = "DCGM_FI_DEV_FB_FREE"
+    """DCGM series of a card's free memory, MiB (GPU health). Default `DCGM_FI_DEV_FB_FREE`."""
+    gpu_node_label: str = "Hostname"
+    """Label of the DCGM series that holds the node's name. Default `Hostname` (the GPU
+    Operator's dcgm-exporter sets it to the node name)."""
     headers: Headers = Field(default_factory=dict)
     """Extra HTTP headers sent with every query, as `Name=value,Name2=value2`, e.g.
     `X-Scope-OrgID=tenant-a` for a Mimir, Cortex or Loki tenant (a value holds no comma; join
@@ -234,6 +256,28 @@ class PrometheusSettings(BaseModel):
             # The URL is logged at start: credentials go in the settings that keep them secret.
             raise ValueError("a base URL carries no user or password: use basic_auth_* instead")
         return url.rstrip("/")
+
+    @field_validator(
+        "gpu_utilization_metric", "gpu_xid_metric", "gpu_fb_used_metric", "gpu_fb_free_metric"
+    )
+    @classmethod
+    def _metric_name(cls, name: str) -> str:
+        metricnames.check_metric_name(name)
+        return name
+
+    @field_validator("gpu_activity_metric")
+    @classmethod
+    def _optional_metric_name(cls, name: str) -> str:
+        if name:
+            metricnames.check_metric_name(name)
+        return name
+
+    @field_validator("gpu_node_label")
+    @classmethod
+    def _label_name(cls, name: str) -> str:
+        if not _LABEL_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a Prometheus label name")
+        return name
 
     @field_validator("headers", mode="before")
     @classmethod
@@ -346,6 +390,47 @@ class SmoothingSettings(BaseModel):
     `half-life` annotation.)"""
 
 
+class GpuSettings(BaseModel):
+    model_config = _GROUP
+
+    health_enabled: bool = True
+    """Leave the GPUs of nodes DCGM reports unhealthy out of placement (docs/operations.md,
+    "GPU health"). Default true."""
+    health_interval_s: float = Field(60.0, gt=0, allow_inf_nan=False)
+    """Seconds between two reads of the nodes' GPU health (one Prometheus query each).
+    Default 60."""
+    xid_window_s: float = Field(600.0, gt=0, allow_inf_nan=False)
+    """Seconds an XID error keeps its node's GPUs out of placement. Default 600."""
+    memory_ratio: float = Field(0.95, gt=0, le=1)
+    """Share of a card's memory in use above which it counts as full. Default 0.95."""
+    memory_window_s: float = Field(600.0, gt=0, allow_inf_nan=False)
+    """Seconds a card must stay full before its node's GPUs are left out. Default 600."""
+    core_weights: dict[str, float] = Field(
+        default_factory=lambda: dict(placement.DEFAULT_CORE_WEIGHTS)
+    )
+    """Core-hours per card-hour by card product, as JSON (`{"H100-80GB": 80, "L4": 10}`):
+    rows added to the default table, or replacing a row of the same name. A key matches a GFD
+    product when each of its name tokens is one of the product's (docs/architecture.md,
+    "Accounting"). Default `{"RTX 4090": 12, "A100-40GB": 30, "A800-80GB": 54}`."""
+    core_weight_per_gib: float = Field(
+        placement.DEFAULT_CORE_WEIGHT_PER_GIB, gt=0, allow_inf_nan=False
+    )
+    """Core-hours per card-hour per GiB of card memory (GFD's `nvidia.com/gpu.memory`) for a
+    card no `core_weights` row names: an H100-80GB weighs 60 by default. A card whose memory is
+    not known either weighs 1. Default 0.75 (the A100-40GB's 30 over 40 GiB)."""
+
+    @field_validator("core_weights")
+    @classmethod
+    def _with_defaults(cls, weights: dict[str, float]) -> dict[str, float]:
+        for key, weight in weights.items():
+            if not key.strip() or not (weight >= 0 and weight < float("inf")):
+                raise ValueError(
+                    f"core weight {key!r}: {weight!r} must be a product name and a finite "
+                    "number >= 0"
+                )
+        return {**placement.DEFAULT_CORE_WEIGHTS, **weights}
+
+
 class LogSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -371,6 +456,7 @@ class Settings(BaseSettings):
     loop: LoopSettings = LoopSettings()
     warmup: WarmupSettings = WarmupSettings()
     smoothing: SmoothingSettings = SmoothingSettings()
+    gpu: GpuSettings = GpuSettings()
     log: LogSettings = LogSettings()
 
     @model_validator(mode="after")

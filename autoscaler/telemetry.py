@@ -439,6 +439,13 @@ class Telemetry:
             ["lease"],
             registry=r,
         )
+        self.gpu_excluded = prom.Gauge(
+            "autoscaler_gpu_node_excluded",
+            "1 while a node's GPUs are left out of placement, by node and reason (xid_errors,"
+            " memory_full; see docs/operations.md, GPU health).",
+            ["node", "reason"],
+            registry=r,
+        )
 
     def observe_tick(
         self,
@@ -516,6 +523,14 @@ class Telemetry:
         """`replicas` new replicas went to `tier` because better tiers had no room."""
         fallbacks = self._services.service(service).fallbacks
         fallbacks[tier] = fallbacks.get(tier, 0) + replicas
+
+    def gpu_exclusions(self, excluded: Mapping[str, Iterable[str]]) -> None:
+        """The nodes whose GPUs placement leaves out now, with their reasons: every other
+        (node, reason) series goes."""
+        self.gpu_excluded.clear()
+        for node, reasons in excluded.items():
+            for reason in reasons:
+                self.gpu_excluded.labels(node, reason).set(1)
 
     def exposition(self) -> bytes:
         """`/metrics` in the text format 0.0.4. Safe to call from another thread than the

@@ -57,12 +57,16 @@ import numpy.typing as npt
 import structlog
 
 from autoscaler import errors, metricnames, ports
-from autoscaler.core import forecast, model
+from autoscaler.core import forecast, gpuhealth, model
 
 log = structlog.get_logger(__name__)
 
 GPU_UTILIZATION: Final = "DCGM_FI_DEV_GPU_UTIL"
-"""DCGM exporter's GPU utilisation gauge, percent."""
+"""DCGM exporter's GPU utilisation gauge, percent. Whole cards only: DCGM does not export it for
+MIG instances."""
+GPU_ACTIVITY: Final = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+"""DCGM exporter's graphics-engine activity, a ratio 0-1 (a profiling field): exported for whole
+cards and for each MIG instance alike. Preferred over `GPU_UTILIZATION` where present."""
 
 DEFAULT_TIMEOUT_S: Final = 2.0
 """Deadline of one query: connecting, sending and reading the whole answer."""
@@ -444,13 +448,15 @@ class MetricsSource:
         max_age_s: float | None = None,
         rate_window_s: float | None = None,
         gpu_metric: str = GPU_UTILIZATION,
+        gpu_ratio_metric: str | None = GPU_ACTIVITY,
         max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
         max_isolation_queries: int = DEFAULT_MAX_ISOLATION_QUERIES,
     ) -> None:
         """Query through `client` (its deadline and access). `scrape_interval_s` is the
         interval of the servers' scrape jobs. `max_age_s` defaults to three of them;
         `rate_window_s` to four, so that a rate spans several samples and survives one missed
-        scrape.
+        scrape. A pod's GPU utilisation is `gpu_ratio_metric` (0-1, read as percent) where it
+        has that series, else `gpu_metric` (percent); None reads `gpu_metric` alone.
         """
         if not scrape_interval_s > 0:
             raise ValueError("scrape_interval_s must be > 0")
@@ -459,7 +465,10 @@ class MetricsSource:
         if not self.max_age_s > 0 or not self.rate_window_s >= 0.001:
             raise ValueError("max_age_s must be > 0 and rate_window_s >= 1 ms")
         _check_metric_name(gpu_metric)
+        if gpu_ratio_metric is not None:
+            _check_metric_name(gpu_ratio_metric)
         self.gpu_metric = gpu_metric
+        self.gpu_ratio_metric = gpu_ratio_metric
         self.max_pod_matcher_chars = max_pod_matcher_chars
         self.max_isolation_queries = max_isolation_queries
         self.client = client
@@ -569,6 +578,7 @@ class MetricsSource:
             rate_window_s=self.rate_window_s,
             max_age_s=self.max_age_s,
             gpu_metric=self.gpu_metric,
+            gpu_ratio_metric=self.gpu_ratio_metric,
             max_pod_matcher_chars=self.max_pod_matcher_chars,
         ).get(signal)
         if promql is None:
@@ -617,6 +627,7 @@ def build_queries(
     rate_window_s: float,
     max_age_s: float,
     gpu_metric: str = GPU_UTILIZATION,
+    gpu_ratio_metric: str | None = GPU_ACTIVITY,
     max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
 ) -> dict[model.Signal, str]:
     """The PromQL for one tick: one query per signal, covering every pod of `targets`.
@@ -655,12 +666,21 @@ def build_queries(
         queries[model.Signal.LOAD] = " or ".join(loads)
     if queues:
         queries[model.Signal.SATURATION] = " or ".join(queues)
-    queries[model.Signal.CAPACITY] = _gpu_query(gpu_metric, everyone, age, max_pod_matcher_chars)
+    percent = _gpu_query(gpu_metric, everyone, age, max_pod_matcher_chars)
+    if gpu_ratio_metric is None:
+        queries[model.Signal.CAPACITY] = percent
+    else:
+        # Both are averaged per pod first, so `or` compares {namespace, pod} alone: a pod with
+        # the ratio (MIG instances have nothing else) reads it, any other pod the percent.
+        ratio = _gpu_query(gpu_ratio_metric, everyone, age, max_pod_matcher_chars, scale=100.0)
+        queries[model.Signal.CAPACITY] = f"{ratio} or {percent}"
     return queries
 
 
-def _gpu_query(metric: str, pods: _PodSet, age: str, max_pod_matcher_chars: int) -> str:
-    """Mean GPU utilisation per pod, wherever the exporter put the pod's name.
+def _gpu_query(
+    metric: str, pods: _PodSet, age: str, max_pod_matcher_chars: int, *, scale: float = 1.0
+) -> str:
+    """Mean GPU utilisation per pod (times `scale`), wherever the exporter put the pod's name.
 
     dcgm-exporter labels a GPU's series with the `namespace` and `pod` using it. Scraped with
     `honor_labels: true` they stay so; without it, Prometheus renames them `exported_namespace`
@@ -675,7 +695,8 @@ def _gpu_query(metric: str, pods: _PodSet, age: str, max_pod_matcher_chars: int)
         f"label_replace(label_replace({_fresh(renamed, renamed, age)}, "
         f'"namespace", "$1", "exported_namespace", "(.+)"), "pod", "$1", "exported_pod", "(.+)")'
     )
-    return f"avg by (namespace, pod) (({_fresh(own, own, age)}) or {moved})"
+    mean = f"avg by (namespace, pod) (({_fresh(own, own, age)}) or {moved})"
+    return mean if scale == 1.0 else f"({scale:g} * {mean})"
 
 
 def _fresh(vector: str, selector: str, age: str) -> str:
@@ -766,6 +787,124 @@ def _per_pod(series: list[Any]) -> Iterator[tuple[_Pod, float]]:
 
 def _brief(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e)[:300]}"
+
+
+# -- GPU health (docs/operations.md, "GPU health") -----------------------------------------------
+
+XID_ERRORS: Final = "DCGM_FI_DEV_XID_ERRORS"
+"""DCGM exporter's gauge of the last XID error code a card reported (0: none)."""
+FB_USED: Final = "DCGM_FI_DEV_FB_USED"
+"""DCGM exporter's framebuffer memory in use, MiB."""
+FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+"""DCGM exporter's framebuffer memory free, MiB."""
+NODE_LABEL: Final = "Hostname"
+"""The label dcgm-exporter puts the node's name in (the GPU Operator sets it to the node name)."""
+MEMORY_STEPS: Final = 10
+"""Points of the memory rule's subquery: the window is read at this many evenly spaced steps,
+and a card counts as full only if it was full at every one of them."""
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RULE_LABEL: Final = "autoscaler_rule"
+"""Marks each series of the one health query with the rule it answers."""
+_NODE: Final = "autoscaler_node"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuHealthNames:
+    """The DCGM series and node label the GPU health query reads (settings
+    `AUTOSCALER_PROMETHEUS__GPU_*`)."""
+
+    xid_errors: str = XID_ERRORS
+    fb_used: str = FB_USED
+    fb_free: str = FB_FREE
+    node_label: str = NODE_LABEL
+
+    def __post_init__(self) -> None:
+        for name in (self.xid_errors, self.fb_used, self.fb_free):
+            _check_metric_name(name)
+        if not _LABEL_NAME.fullmatch(self.node_label):
+            raise ValueError(f"not a Prometheus label name: {self.node_label!r}")
+
+
+def gpu_health_query(
+    names: GpuHealthNames, rules: gpuhealth.Rules, *, scrape_interval_s: float
+) -> str:
+    """One instant query answering both rules for every node DCGM reports on.
+
+    Each series carries the node (`autoscaler_node`, copied from `names.node_label`) and the
+    rule (`autoscaler_rule`: `xid` or `memory`):
+
+    - `xid`: the highest XID code any card of the node reported within the XID window, 0 when
+      none did. DCGM's gauge keeps the last code until the exporter restarts, so a code counts
+      only when it was new within the window: the gauge changed to it, or its series began
+      there (a card or an exporter that started since). An XID from hours ago that the gauge
+      still shows excludes nothing;
+    - `memory`: the highest, over the node's cards, of each card's lowest framebuffer share in
+      use over the memory window, read at `MEMORY_STEPS` steps; a card with a sample at fewer
+      steps than that (new, or its exporter was down) is left out, so a short spike is never
+      read as ten minutes full.
+    """
+    node = names.node_label
+    xid_window = _duration(rules.xid_window_s)
+    window = _duration(rules.memory_window_s)
+    step = _duration(max(rules.memory_window_s / MEMORY_STEPS, scrape_interval_s))
+    steps = max(1, min(MEMORY_STEPS, math.floor(rules.memory_window_s / scrape_interval_s)))
+    ratio = f"({names.fb_used} / ({names.fb_used} + {names.fb_free}))"
+
+    def per_node(vector: str) -> str:
+        named = f'label_replace({vector}, "{_NODE}", "$1", "{node}", "(.+)")'
+        return f"max by ({_NODE}) ({named})"
+
+    def tagged(vector: str, rule: str) -> str:
+        return f'label_replace({vector}, "{_RULE_LABEL}", "{rule}", "", "")'
+
+    x = names.xid_errors
+    new_code = (
+        f"(max_over_time({x}[{xid_window}]) != 0 and changes({x}[{xid_window}]) > 0) "
+        f"or ({x} != 0 unless {x} offset {xid_window})"
+    )
+    # Per node, a new code where there is one, else 0 for a node whose cards all report.
+    xid = tagged(f"({per_node(f'({new_code})')} or {per_node(f'0 * {x}')})", "xid")
+    full = (
+        f"min_over_time({ratio}[{window}:{step}]) "
+        f"and count_over_time({ratio}[{window}:{step}]) >= {steps}"
+    )
+    return f"{xid} or {tagged(per_node(f'({full})'), 'memory')}"
+
+
+class GpuHealth:
+    """What DCGM says of each node's cards, for `core.gpuhealth`: one query per `read`."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        names: GpuHealthNames = GpuHealthNames(),
+        rules: gpuhealth.Rules = gpuhealth.DEFAULT_RULES,
+        scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
+    ) -> None:
+        self.client = client
+        """Shared with the metrics; its owner closes it."""
+        self.query = gpu_health_query(names, rules, scrape_interval_s=scrape_interval_s)
+        """The PromQL each `read` sends."""
+
+    async def read(self) -> dict[str, gpuhealth.Reading]:
+        """The reading of every node DCGM reports on; a node or a rule without data is absent.
+        Raises `ObservationError` when Prometheus cannot answer."""
+        series = await self.client.query("gpu health", self.query)
+        found: dict[str, dict[str, float]] = {}
+        for item in series:
+            try:
+                labels = item["metric"]
+                node, rule = str(labels.get(_NODE, "")), str(labels[_RULE_LABEL])
+                value = float(item["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+                raise errors.ObservationError(f"Prometheus sample malformed: {item!r:.200}") from e
+            if node and math.isfinite(value):
+                found.setdefault(node, {})[rule] = value
+        return {
+            node: gpuhealth.Reading(xid_error=rules.get("xid"), memory_ratio=rules.get("memory"))
+            for node, rules in found.items()
+        }
 
 
 # -- The traffic ramp's health gate and the drain (docs/architecture.md) ------------------------

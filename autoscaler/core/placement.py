@@ -732,22 +732,38 @@ DEFAULT_CORE_WEIGHTS: Mapping[str, float] = {"RTX 4090": 12.0, "A100-40GB": 30.0
 """Core-hours per card-hour by card product (the seeds' example table)."""
 
 UNKNOWN_CORE_WEIGHT = 1.0
-"""The weight of a product the table does not name: a card-hour counts as one core-hour, so
-the GPU time still shows and an unknown card is never free."""
+"""The weight of a card the table does not name and whose memory is not known either: a
+card-hour counts as one core-hour, so the GPU time still shows and an unknown card is never
+free."""
+
+DEFAULT_CORE_WEIGHT_PER_GIB = 0.75
+"""Core-hours per card-hour per GiB of card memory, for a card the table does not name: the
+A100-40GB's row (30 / 40 GiB). The table's cards sit between 0.5 (RTX 4090, 24 GiB) and 0.75
+per GiB, so an unnamed card is priced like the dearest of them per GiB: an H100-80GB weighs
+60, an L40S (48 GiB) 36, a T4 (16 GiB) 12."""
+
+_MIB_PER_GIB = 1024
 
 
 def _tokens(product: str) -> frozenset[str]:
     return frozenset(t for t in re.split(r"[^A-Z0-9]+", product.upper()) if t)
 
 
-def core_weight(product: str, weights: Mapping[str, float] = DEFAULT_CORE_WEIGHTS) -> float:
+def core_weight(
+    product: str,
+    weights: Mapping[str, float] = DEFAULT_CORE_WEIGHTS,
+    *,
+    card_memory_mib: int = 0,
+    per_gib: float = DEFAULT_CORE_WEIGHT_PER_GIB,
+) -> float:
     """Core-hours per card-hour of a card product, matched on name tokens.
 
     GFD products read like `NVIDIA-A100-SXM4-40GB` or `NVIDIA-GeForce-RTX-4090`: a table key
     matches when every one of its tokens (split on anything not a letter or digit, case
     ignored) is a token of the product, so `A100-40GB` matches the SXM4 and PCIe cards but not
-    `A100-SXM4-80GB`. The most specific key (most tokens) wins, then the name; a product no key
-    matches (or "") weighs `UNKNOWN_CORE_WEIGHT`.
+    `A100-SXM4-80GB`. The most specific key (most tokens) wins, then the name. A product no key
+    matches weighs `per_gib` per GiB of `card_memory_mib` (GFD's `nvidia.com/gpu.memory`), and
+    `UNKNOWN_CORE_WEIGHT` when that is not known either.
     """
     product_tokens = _tokens(product)
     best: tuple[int, str] | None = None
@@ -757,7 +773,11 @@ def core_weight(product: str, weights: Mapping[str, float] = DEFAULT_CORE_WEIGHT
             candidate = (-len(key_tokens), key)
             if best is None or candidate < best:
                 best = candidate
-    return UNKNOWN_CORE_WEIGHT if best is None else float(weights[best[1]])
+    if best is not None:
+        return float(weights[best[1]])
+    if card_memory_mib > 0:
+        return per_gib * card_memory_mib / _MIB_PER_GIB
+    return UNKNOWN_CORE_WEIGHT
 
 
 def tier_fraction(tier: str, node: NodeCapacity) -> float:

@@ -846,7 +846,7 @@ class SimCluster:
 
 
 def _nodes_of(spec: NodeSpec) -> list[_Node]:
-    weight = placement.core_weight(spec.product)
+    weight = placement.core_weight(spec.product, card_memory_mib=spec.card_memory_mib)
     return [
         _Node(
             name=f"{spec.name}-{i}",

@@ -18,7 +18,7 @@ from prom.fixtures import Stack
 
 from autoscaler import errors, ports
 from autoscaler.adapters import prometheus
-from autoscaler.core import model
+from autoscaler.core import gpuhealth, model
 
 LOAD, SATURATION, CAPACITY = model.Signal.LOAD, model.Signal.SATURATION, model.Signal.CAPACITY
 VLLM = prometheus.PRESETS["vllm"]
@@ -157,7 +157,8 @@ def test_queries_quote_pod_names_and_group_servers_by_metric_name() -> None:
         f" and (time() - timestamp({vllm_pods})) <= 3)"
     )
     assert queries[SATURATION].count(" or ") == 1
-    assert queries[CAPACITY].startswith("avg by (namespace, pod) ((DCGM_FI_DEV_GPU_UTIL{")
+    assert queries[CAPACITY].startswith("(100 * avg by (namespace, pod) ((DCGM_FI_PROF_GR_")
+    assert " or avg by (namespace, pod) ((DCGM_FI_DEV_GPU_UTIL{" in queries[CAPACITY]
     assert 'exported_pod=~"chat-0|chat-1|chat\\\\.v2-0|lm-0"' in queries[CAPACITY]
 
 
@@ -302,6 +303,116 @@ async def test_gpu_utilisation_reads_either_hostname_label_and_renamed_pods(
 
     # Pod means (50, 80), then the mean over the service's pods.
     assert values[:, CAPACITY].tolist() == [65.0, 30.0, 90.0]
+
+
+async def test_gpu_utilisation_prefers_engine_activity_and_reads_mig_instances(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """A pod with `DCGM_FI_PROF_GR_ENGINE_ACTIVE` (a MIG instance has nothing else) reads it as
+    percent; a pod with only `DCGM_FI_DEV_GPU_UTIL` reads that."""
+    a = f"{unique}-a"
+    stack.upper.set_gpu(a, "mig-0", None, index=0, activity_ratio=0.42)  # a MIG instance
+    stack.upper.set_gpu(a, "old-0", 70.0, index=1)  # a card older than Volta
+    stack.upper.set_gpu(a, "both-0", 30.0, index=2, activity_ratio=0.5)
+    await wait_for_series(stack, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{a}"}}', 2)
+    await wait_for_series(stack, f'DCGM_FI_DEV_GPU_UTIL{{namespace="{a}"}}', 2)
+    services = {
+        "a/mig": serving(a, "mig-0"),
+        "a/old": serving(a, "old-0"),
+        "a/both": serving(a, "both-0"),
+    }
+    source = source_for(stack.prometheus.url)
+
+    values = await source.sample(workloads(services, "a/mig", "a/old", "a/both"), 0.0)
+
+    assert values[:, CAPACITY].tolist() == pytest.approx([42.0, 70.0, 50.0])
+
+
+async def test_gpu_utilisation_reads_the_percent_metric_alone_without_a_ratio_metric(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """With no ratio metric set, the percent metric is read even where the ratio exists."""
+    a = f"{unique}-a"
+    stack.upper.set_gpu(a, "both-0", 30.0, activity_ratio=0.5)
+    await wait_for_series(stack, f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{namespace="{a}"}}', 1)
+    source = source_for(stack.prometheus.url, gpu_ratio_metric=None)
+
+    values = await source.sample(workloads({"a/both": serving(a, "both-0")}, "a/both"), 0.0)
+
+    assert values[0, CAPACITY] == 30.0
+
+
+async def test_gpu_health_reads_xid_errors_per_node_and_no_memory_rule_before_its_window(
+    stack: Stack, unique: str
+) -> None:
+    """XID codes come back per node (the highest of its cards); memory full for less than the
+    window reads as no data."""
+    bad, good = f"{unique}-bad", f"{unique}-good"
+    stack.upper.set_node_gpu(bad, index=0, xid=0, fb_used_mib=100, fb_free_mib=900)
+    stack.upper.set_node_gpu(bad, index=1, xid=79, fb_used_mib=990, fb_free_mib=10)
+    stack.upper.set_node_gpu(good, xid=0, fb_used_mib=999, fb_free_mib=1)
+    await wait_for_series(stack, f'DCGM_FI_DEV_XID_ERRORS{{Hostname=~"{unique}-.*"}}', 3)
+    client = prometheus.Client(stack.prometheus.url)
+    health = prometheus.GpuHealth(client, scrape_interval_s=server.SCRAPE_INTERVAL_S)
+    try:
+        readings = await health.read()
+    finally:
+        await client.close()
+
+    assert readings[bad] == gpuhealth.Reading(xid_error=79.0, memory_ratio=None)
+    assert readings[good] == gpuhealth.Reading(xid_error=0.0, memory_ratio=None)
+
+
+async def test_a_sticky_xid_code_older_than_the_window_excludes_nothing_and_a_new_one_does(
+    stack: Stack, unique: str
+) -> None:
+    """DCGM keeps showing the last XID: once it has stood unchanged for the window it reads 0,
+    and a new code reads again at once."""
+    node = f"{unique}-n"
+    selector = f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}"}}'
+    stack.upper.set_node_gpu(node, xid=43, fb_used_mib=100, fb_free_mib=900)
+    # Unchanged for a whole 8 s window, and present before it.
+    await stack.prometheus.wait_for_series(
+        f"changes({selector}[8s]) == 0 and {selector} offset 8s",
+        lambda found: len(found) == 1,
+        timeout_s=30,
+    )
+    client = prometheus.Client(stack.prometheus.url)
+    health = prometheus.GpuHealth(
+        client, rules=gpuhealth.Rules(xid_window_s=8), scrape_interval_s=server.SCRAPE_INTERVAL_S
+    )
+    try:
+        stale = (await health.read())[node]
+        stack.upper.set_node_gpu(node, xid=79, fb_used_mib=100, fb_free_mib=900)
+        await stack.prometheus.wait_for_series(f"{selector} == 79", lambda found: len(found) == 1)
+        fresh = (await health.read())[node]
+    finally:
+        await client.close()
+
+    assert stale.xid_error == 0.0
+    assert fresh.xid_error == 79.0
+
+
+def test_gpu_health_query_needs_the_whole_memory_window() -> None:
+    """The memory rule reads the lowest share over ten steps and only cards seen at all ten."""
+    rules = gpuhealth.Rules(xid_window_s=300, memory_window_s=600)
+    promql = prometheus.gpu_health_query(
+        prometheus.GpuHealthNames(node_label="node"), rules, scrape_interval_s=15
+    )
+
+    assert "changes(DCGM_FI_DEV_XID_ERRORS[300s]) > 0" in promql
+    assert "unless DCGM_FI_DEV_XID_ERRORS offset 300s" in promql
+    ratio = "(DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE))"
+    assert f"min_over_time({ratio}[600s:60s])" in promql
+    assert f"count_over_time({ratio}[600s:60s]) >= 10" in promql
+    assert '"$1", "node", "(.+)"' in promql
+
+
+@pytest.mark.parametrize("bad", ["a-b", "1a", ""])
+def test_gpu_health_refuses_a_node_label_that_is_not_a_label_name(bad: str) -> None:
+    """A node label outside Prometheus's grammar never reaches PromQL."""
+    with pytest.raises(ValueError, match="not a Prometheus label name"):
+        prometheus.GpuHealthNames(node_label=bad)
 
 
 async def test_one_query_per_signal_per_tick_whatever_the_number_of_services(

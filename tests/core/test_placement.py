@@ -530,7 +530,8 @@ def test_bad_values_are_refused_with_the_rule() -> None:
     ],
 )
 def test_core_weight_matches_gfd_products(product: str, weight: float) -> None:
-    """GFD product strings find their table row by name tokens; unknown cards weigh 1."""
+    """GFD product strings find their table row by name tokens; unknown cards of unknown memory
+    weigh 1."""
     assert placement.core_weight(product) == weight
 
 
@@ -539,6 +540,23 @@ def test_core_weight_prefers_the_most_specific_row() -> None:
     weights = {"A100": 20.0, "A100-80GB": 40.0}
     assert placement.core_weight("NVIDIA-A100-SXM4-80GB", weights) == 40.0
     assert placement.core_weight("NVIDIA-A100-SXM4-40GB", weights) == 20.0
+
+
+@pytest.mark.parametrize(
+    ("product", "memory_mib", "weight"),
+    [
+        ("NVIDIA-H100-80GB-HBM3", 81559, 0.75 * 81559 / 1024),  # about 60
+        ("NVIDIA-L4", 23034, 0.75 * 23034 / 1024),
+        ("NVIDIA-GeForce-RTX-4090", 24564, 12.0),  # the table wins over the memory
+        ("NVIDIA-H100-80GB-HBM3", 0, 1.0),  # no memory label: one core-hour per card-hour
+    ],
+)
+def test_a_card_the_table_does_not_name_weighs_by_its_memory(
+    product: str, memory_mib: int, weight: float
+) -> None:
+    """An unnamed card weighs `per_gib` per GiB of its memory, 1 when that is unknown too."""
+    assert placement.core_weight(product, card_memory_mib=memory_mib) == pytest.approx(weight)
+    assert placement.core_weight("NVIDIA-H100-80GB-HBM3", card_memory_mib=81920, per_gib=1.0) == 80
 
 
 def test_tier_fraction_of_a_card() -> None:

@@ -70,13 +70,16 @@ class VllmPod:
 
 @dataclass
 class Gpu:
-    """One GPU's `DCGM_FI_DEV_GPU_UTIL` series, used by a pod."""
+    """One GPU's `DCGM_FI_DEV_GPU_UTIL` series (None: none, as for a MIG instance) and
+    `DCGM_FI_PROF_GR_ENGINE_ACTIVE` series (None: none, as for a card older than Volta), used by
+    a pod."""
 
     namespace: str
     pod: str
     index: int
-    util_pct: float
+    util_pct: float | None
     renamed: bool = False
+    activity_ratio: float | None = None
     """Labels as Prometheus leaves them without `honor_labels`: `exported_namespace`,
     `exported_pod`, with `namespace`/`pod` naming the exporter's own pod."""
 
@@ -91,6 +94,7 @@ class Exporter:
         self._lock = threading.Lock()
         self._vllm: dict[tuple[str, str], VllmPod] = {}
         self._gpus: dict[tuple[str, str, int], Gpu] = {}
+        self._health: dict[tuple[str, int], NodeGpu] = {}
         self._probes: set[str] = set()
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)
@@ -166,11 +170,28 @@ class Exporter:
                 vllm.latency_over += 1
 
     def set_gpu(
-        self, namespace: str, pod: str, util_pct: float, *, index: int = 0, renamed: bool = False
+        self,
+        namespace: str,
+        pod: str,
+        util_pct: float | None,
+        *,
+        index: int = 0,
+        renamed: bool = False,
+        activity_ratio: float | None = None,
     ) -> None:
-        """Create or change the utilisation of GPU `index` used by a pod."""
+        """Create or change the utilisation (and graphics-engine activity) of GPU `index` used
+        by a pod."""
         with self._lock:
-            self._gpus[(namespace, pod, index)] = Gpu(namespace, pod, index, util_pct, renamed)
+            self._gpus[(namespace, pod, index)] = Gpu(
+                namespace, pod, index, util_pct, renamed, activity_ratio
+            )
+
+    def set_node_gpu(
+        self, node: str, *, index: int = 0, xid: float, fb_used_mib: float, fb_free_mib: float
+    ) -> None:
+        """Create or change the health series (XID, framebuffer) of GPU `index` of `node`."""
+        with self._lock:
+            self._health[(node, index)] = NodeGpu(node, index, xid, fb_used_mib, fb_free_mib)
 
     def add_probe(self, value: str) -> None:
         """Serve `promql_probe{value=<value>} 1`, for checking how label values are matched."""
@@ -189,6 +210,7 @@ class Exporter:
         with self._lock:
             self._vllm.clear()
             self._gpus.clear()
+            self._health.clear()
             self._probes.clear()
 
     def render(self) -> bytes:
@@ -201,9 +223,12 @@ class Exporter:
         with self._lock:
             vllms = list(self._vllm.values())
             gpus = list(self._gpus.values())
+            health = list(self._health.values())
             probes = sorted(self._probes)
         yield from _vllm_families(vllms, now_s)
         yield _gpu_family(gpus, self.hostname_label, self.node)
+        yield _gpu_family(gpus, self.hostname_label, self.node, activity=True)
+        yield from _health_families(health, self.hostname_label)
         probe = GaugeMetricFamily("promql_probe", "Values for matcher tests.", labels=["value"])
         for value in probes:
             probe.add_metric([value], 1.0)
@@ -271,11 +296,13 @@ def _vllm_families(pods: list[VllmPod], now_s: float) -> Iterator[Metric]:
     yield from (completed, waiting, running, latency)
 
 
-def _gpu_family(gpus: list[Gpu], hostname_label: str, node: str) -> Metric:
+def _gpu_family(
+    gpus: list[Gpu], hostname_label: str, node: str, *, activity: bool = False
+) -> Metric:
     # dcgm-exporter's labels in Kubernetes mode (`--kubernetes`): the GPU, and the pod using it.
     family = GaugeMetricFamily(
-        "DCGM_FI_DEV_GPU_UTIL",
-        "GPU utilization (in %).",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE" if activity else "DCGM_FI_DEV_GPU_UTIL",
+        "Ratio of time the graphics engine is active." if activity else "GPU utilization (in %).",
         labels=[
             "gpu",
             "UUID",
@@ -290,6 +317,9 @@ def _gpu_family(gpus: list[Gpu], hostname_label: str, node: str) -> Metric:
         ],
     )
     for g in gpus:
+        value = g.activity_ratio if activity else g.util_pct
+        if value is None:
+            continue
         gpu_uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{g.index}')}"
         common = [str(g.index), gpu_uuid, f"nvidia{g.index}", GPU_MODEL, node]
         if g.renamed:
@@ -297,8 +327,34 @@ def _gpu_family(gpus: list[Gpu], hostname_label: str, node: str) -> Metric:
         else:
             where = [g.namespace, g.pod, "server", "", ""]
         # Empty label values are absent labels in Prometheus.
-        family.add_metric([*common, *where], g.util_pct)
+        family.add_metric([*common, *where], value)
     return family
+
+
+@dataclass
+class NodeGpu:
+    """One GPU's health series, on the node named."""
+
+    node: str
+    index: int
+    xid: float
+    fb_used_mib: float
+    fb_free_mib: float
+
+
+def _health_families(gpus: list[NodeGpu], hostname_label: str) -> Iterator[Metric]:
+    labels = ["gpu", "UUID", "device", "modelName", hostname_label]
+    for name, help_, field_ in (
+        ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "xid"),
+        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "fb_used_mib"),
+        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "fb_free_mib"),
+    ):
+        family = GaugeMetricFamily(name, help_, labels=labels)
+        for g in gpus:
+            gpu_uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{g.node}/{g.index}')}"
+            common = [str(g.index), gpu_uuid, f"nvidia{g.index}", GPU_MODEL, g.node]
+            family.add_metric(common, float(getattr(g, field_)))
+        yield family
 
 
 class LoopThread:

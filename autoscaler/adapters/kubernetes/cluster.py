@@ -299,6 +299,7 @@ class KubeCluster:
         rng: random.Random | None = None,
         idle_tier_grace_s: float = placement.DEFAULT_IDLE_GRACE_S,
         core_weights: Mapping[str, float] = placement.DEFAULT_CORE_WEIGHTS,
+        core_weight_per_gib: float = placement.DEFAULT_CORE_WEIGHT_PER_GIB,
         on_tiers: placement.TierCallback | None = None,
         on_fallback: placement.FallbackCallback | None = None,
         on_event: events.OutcomeCallback | None = None,
@@ -312,8 +313,9 @@ class KubeCluster:
         write for a service (the bucket Leases' `leads`); `owned()`, asked once per
         `workloads()`, says which services this replica acts on (it leads their bucket): the
         others are skipped, and nothing is remembered about them. `core_weights` are
-        core-hours per card-hour by GPU product; `on_tiers` and `on_fallback` are told of
-        placements, `on_event` of what became of each Event (telemetry).
+        core-hours per card-hour by GPU product, `core_weight_per_gib` per GiB of a card the
+        table does not name; `on_tiers` and `on_fallback` are told of placements, `on_event` of
+        what became of each Event (telemetry).
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
@@ -360,6 +362,7 @@ class KubeCluster:
             request_timeout_s=request_timeout_s,
             idle_grace_s=idle_tier_grace_s,
             core_weights=core_weights,
+            core_weight_per_gib=core_weight_per_gib,
             on_tiers=on_tiers,
             on_fallback=on_fallback,
         )

@@ -180,8 +180,28 @@ def involved_object(deployment: Obj) -> Obj:
 
 
 def _service(involved: Obj) -> str:
-    """The `namespace/name` of an Event's Deployment: the service whose Lease fences it."""
-    return f"{involved['namespace']}/{involved['name']}"
+    """The `namespace/name` of an Event's Deployment: the service whose Lease fences it (for a
+    Node, `default/<node>`, so that one replica posts it)."""
+    return f"{_event_namespace(involved)}/{involved['name']}"
+
+
+NODE_EVENT_NAMESPACE: Final = "default"
+"""Where Events about a Node go, as the kubelet posts them (`kubectl describe node` finds them)."""
+
+
+def node_reference(node: Obj) -> Obj:
+    """The `involvedObject` reference to a Node: cluster-scoped, so no namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": _api.name(node),
+        "uid": _api.uid(node),
+        "resourceVersion": _api.resource_version(node),
+    }
+
+
+def _event_namespace(involved: Obj) -> str:
+    return str(involved.get("namespace") or NODE_EVENT_NAMESPACE)
 
 
 class EventRecorder:
@@ -254,13 +274,21 @@ class EventRecorder:
         """Accept an Event on `deployment` for `run` to send; see the module docstring.
 
         In dry-run only an Event recorded `despite_dry_run` is accepted."""
-        involved = involved_object(deployment)
+        self._accept(involved_object(deployment), type_, reason, message, despite_dry_run)
+
+    def record_node(self, node: Obj, type_: str, reason: str, message: str) -> None:
+        """Accept an Event on a Node (in `NODE_EVENT_NAMESPACE`), as `record` does."""
+        self._accept(node_reference(node), type_, reason, message, False)
+
+    def _accept(
+        self, involved: Obj, type_: str, reason: str, message: str, despite_dry_run: bool
+    ) -> None:
         if not self._allowed(_service(involved), despite_dry_run):
             return
         if len(message) > MESSAGE_LIMIT:
             message = message[: MESSAGE_LIMIT - 3] + "..."
         now_s = self._wall_now()
-        namespace, uid = str(involved["namespace"]), str(involved["uid"])
+        namespace, uid = _event_namespace(involved), str(involved["uid"])
         key: _Key = (namespace, uid, type_, reason, message)
         if self._similar_to_many(key, now_s):
             self._count("aggregated")
@@ -346,7 +374,7 @@ class EventRecorder:
     async def _post(self, key: _Key, pending: _Pending) -> str:
         """Send one waiting Event: patch the count of the one posted before, or create it."""
         involved = pending.involved
-        namespace = str(involved["namespace"])
+        namespace = _event_namespace(involved)
         target = _service(involved)
         try:
             posted = self._posted.get(key)
@@ -417,7 +445,7 @@ class EventRecorder:
             event,
             why=outcome,
             reason=reason,
-            object=f"{involved['namespace']}/{involved['name']}",
+            object=f"{_event_namespace(involved)}/{involved['name']}",
             since_last_report=dict(lost),
             waiting=len(self._pending),
             **details,

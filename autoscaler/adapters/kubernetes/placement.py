@@ -10,9 +10,10 @@ Feature Discovery labels give the card (`nvidia.com/gpu.product`, `nvidia.com/gp
 the time-slicing replicas (`nvidia.com/gpu.replicas`) and the MIG slices' memory
 (`nvidia.com/mig-<profile>.memory`). A time-shared `nvidia.com/gpu` (replicas > 1, or a product
 ending in `-SHARED`) is never offered as a whole card. Cordoned nodes (`spec.unschedulable`), nodes
-that are not Ready and nodes labelled `autoscaler.dsec.io/gpu-health: faulty` are not used (DCGM
-XID errors reach placement through that label, set by whoever watches them; this module reads no
-metrics).
+that are not Ready, nodes labelled `autoscaler.dsec.io/gpu-health: faulty` and nodes the GPU
+health guard excludes (`Capacity.exclude`, from `gpuguard`: XID errors, memory full) are not used
+for new replicas; `totals` still counts the excluded ones, so a model only they could hold waits
+rather than being unsatisfiable. This module reads no metrics.
 
 Quota. The namespace's ResourceQuotas, from their cache: `spec.hard` and `status.used` of the
 `requests.nvidia.com/...` keys, the tightest quota of each key winning.
@@ -97,6 +98,7 @@ NAME_TAKEN: Final = "PlacementNameTaken"
 
 DEFAULT_IDLE_GRACE_S: Final = 600.0
 DEFAULT_CORE_WEIGHTS: Final = ladder.DEFAULT_CORE_WEIGHTS
+DEFAULT_CORE_WEIGHT_PER_GIB: Final = ladder.DEFAULT_CORE_WEIGHT_PER_GIB
 _TERMINAL: Final = ("Succeeded", "Failed")
 _JSON_PATCH: Final = "application/json-patch+json"
 
@@ -207,8 +209,11 @@ def is_pending(pod: Obj) -> bool:
 # -- capacity -----------------------------------------------------------------------------------
 
 
-def node_capacity(node: Obj, used: Mapping[str, int]) -> ladder.NodeCapacity | None:
-    """What a node has free for GPU pods, given what its pods request; None without GPUs."""
+def node_capacity(
+    node: Obj, used: Mapping[str, int], *, excluded: bool = False
+) -> ladder.NodeCapacity | None:
+    """What a node has free for GPU pods, given what its pods request; None without GPUs.
+    An `excluded` node (GPU health) is marked unusable, as a cordoned one."""
     allocatable = {
         str(name): _count(amount) or 0
         for name, amount in (_api.status(node).get("allocatable") or {}).items()
@@ -247,7 +252,7 @@ def node_capacity(node: Obj, used: Mapping[str, int]) -> ladder.NodeCapacity | N
         mig_memory_mib=mig_memory,
         shared_free=free(ladder.GPU_SHARED),
         shared_replicas=replicas,
-        usable=usable(node),
+        usable=usable(node) and not excluded,
     )
 
 
@@ -266,10 +271,15 @@ class Capacity:
     docstring."""
 
     def __init__(
-        self, cache: caches.Caches, *, weights: Mapping[str, float] = ladder.DEFAULT_CORE_WEIGHTS
+        self,
+        cache: caches.Caches,
+        *,
+        weights: Mapping[str, float] = ladder.DEFAULT_CORE_WEIGHTS,
+        weight_per_gib: float = ladder.DEFAULT_CORE_WEIGHT_PER_GIB,
     ) -> None:
         self._caches = cache
         self.weights = weights
+        self.weight_per_gib = weight_per_gib
         self._held: dict[str, tuple[str, dict[str, int]]] = {}
         """Pod (namespace/name) -> (node, GPU requests) of every GPU pod bound to a node."""
         self._used: dict[str, dict[str, int]] = {}
@@ -282,6 +292,7 @@ class Capacity:
         self._rates: dict[tuple[str, str], float] = {}
         """(node, resource) -> core-hours per hour of one unit, until the nodes change."""
         self._quotas: dict[str, ladder.Quota | None] = {}
+        self._excluded: frozenset[str] = frozenset()
         self.quota_changes = 0
         """Bumped whenever a ResourceQuota changes (readers keep what they derive until then)."""
         cache.pods.add_handler(self._pod_changed)
@@ -320,6 +331,19 @@ class Capacity:
         self._dirty.add(_api.name(obj))
         self._rates.clear()
 
+    @property
+    def excluded(self) -> frozenset[str]:
+        """The nodes whose GPUs the free capacity leaves out (GPU health)."""
+        return self._excluded
+
+    def exclude(self, nodes: Iterable[str]) -> None:
+        """Leave `nodes`' GPUs out of the free capacity from now on (and only them): plans stop
+        placing replicas there. What runs on them stays, and `totals` still counts them, so a
+        model that only fits an excluded node waits for it rather than being unsatisfiable."""
+        excluded = frozenset(nodes)
+        self._dirty.update(excluded ^ self._excluded)
+        self._excluded = excluded
+
     def _quota_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         obj = new if new is not None else old
         assert obj is not None
@@ -331,7 +355,12 @@ class Capacity:
             return
         for name in self._dirty:
             node = self._caches.nodes.get("", name)
-            free = None if node is None else node_capacity(node, self._used.get(name, {}))
+            excluded = name in self._excluded
+            free = (
+                None
+                if node is None
+                else node_capacity(node, self._used.get(name, {}), excluded=excluded)
+            )
             total = None if node is None else node_capacity(node, {})
             if free is None or total is None:
                 self._free.pop(name, None)
@@ -416,7 +445,12 @@ class Capacity:
 
     def _unit_rate(self, node_name: str, resource: str) -> float:
         node = self.node(node_name) or ladder.NodeCapacity(node_name, "", 0, 0)
-        weight = ladder.core_weight(node.product, self.weights)
+        weight = ladder.core_weight(
+            node.product,
+            self.weights,
+            card_memory_mib=node.card_memory_mib,
+            per_gib=self.weight_per_gib,
+        )
         return weight * ladder.tier_fraction(_tier_of_resource(resource, node), node)
 
 
@@ -623,6 +657,7 @@ class Ladder:
         idle_grace_s: float = DEFAULT_IDLE_GRACE_S,
         headroom_ratio: float = 0.1,
         core_weights: Mapping[str, float] = ladder.DEFAULT_CORE_WEIGHTS,
+        core_weight_per_gib: float = ladder.DEFAULT_CORE_WEIGHT_PER_GIB,
         on_tiers: TierCallback | None = None,
         on_fallback: FallbackCallback | None = None,
     ) -> None:
@@ -633,7 +668,7 @@ class Ladder:
         self._apps = client.AppsV1Api(api)
         self.caches = cache
         self.events = recorder
-        self.capacity = Capacity(cache, weights=core_weights)
+        self.capacity = Capacity(cache, weights=core_weights, weight_per_gib=core_weight_per_gib)
         self._wall_now = wall_now
         self._may_write = may_write
         self._is_serving = is_serving
