@@ -96,7 +96,14 @@ def slo_config(params: SimParams) -> model.SloConfig:
     """The simulation's SLO as the service owner would annotate it: the latency limit at the
     quantile the benchmark holds every policy to (at most 1 % over it), the latency of a request
     that does not wait, and the replica's capacity (the same mu the other policies' targets are
-    fractions of)."""
+    fractions of). In token mode the SLO is on the time to first token, a wait before the
+    first output rather than a request's whole latency: it is sized as a queueing delay."""
+    if params.tokens is not None:
+        return model.SloConfig(
+            target_latency_s=params.tokens.slo_ttft_s,
+            quantile=SLO_QUANTILE,
+            replica_capacity_rps=params.replica_capacity_rps,
+        )
     return model.SloConfig(
         target_latency_s=params.slo_latency_s,
         quantile=SLO_QUANTILE,

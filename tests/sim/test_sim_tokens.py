@@ -11,6 +11,7 @@ import pytest
 from autoscaler import errors
 from autoscaler.core import model
 from autoscaler.experiment import run
+from autoscaler.sim import policies as sim_policies
 from autoscaler.sim import tokens, world
 from autoscaler.sim.params import TOKEN_SUMMARY_KEYS, SimParams
 
@@ -193,3 +194,15 @@ def test_simulate_in_token_mode_counts_ttft_misses_and_tokens() -> None:
     assert summary["slo_misses"] > 0.5 * summary["requests"]
     assert summary["params"]["tokens"]["kv_cache_tokens"] == tokens.TokenConfig().kv_cache_tokens
     assert model.ServiceId("sim/inference") == run.SERVICE
+
+
+def test_the_default_policy_sizes_for_the_ttft_slo_in_token_mode() -> None:
+    """In token mode the default policy's SLO is the TTFT SLO, sized as a wait, whatever the
+    time a request spends in the server."""
+    params = SimParams(tokens=tokens.TokenConfig(slo_ttft_s=2.0), service_time_s=7.6)
+    config = sim_policies.default_config(params)
+    assert config.slo == model.SloConfig(
+        target_latency_s=2.0,
+        quantile=sim_policies.SLO_QUANTILE,
+        replica_capacity_rps=params.replica_capacity_rps,
+    )
