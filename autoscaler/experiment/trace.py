@@ -94,16 +94,7 @@ def load(path: str | Path) -> npt.NDArray[np.float64]:
 
 def bundled(name: str = DEFAULT_BUNDLED) -> Path:
     """The path of a trace shipped with the package, e.g. the demo's `azure_llm_2023_conv`."""
-    traces = resources.files(__package__ or "autoscaler.experiment").joinpath("traces")
-    resource = traces.joinpath(name + _BUNDLED_SUFFIX)
-    if not resource.is_file():
-        known = sorted(
-            entry.name.removesuffix(_BUNDLED_SUFFIX)
-            for entry in traces.iterdir()
-            if entry.name.endswith(_BUNDLED_SUFFIX)
-        )
-        raise errors.ConfigError(f"no bundled trace {name!r} (bundled: {', '.join(known)})")
-    return _extracted.enter_context(resources.as_file(resource))
+    return _bundled(name, _BUNDLED_SUFFIX, "trace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,17 +184,19 @@ def per_second(requests: PerRequest) -> TokenTrace:
 
 def bundled_per_request(name: str = DEFAULT_BUNDLED) -> Path:
     """The path of a per-request trace shipped with the package."""
+    return _bundled(name, _PER_REQUEST_SUFFIX, "per-request trace")
+
+
+def _bundled(name: str, suffix: str, what: str) -> Path:
     traces = resources.files(__package__ or "autoscaler.experiment").joinpath("traces")
-    resource = traces.joinpath(name + _PER_REQUEST_SUFFIX)
+    resource = traces.joinpath(name + suffix)
     if not resource.is_file():
         known = sorted(
-            entry.name.removesuffix(_PER_REQUEST_SUFFIX)
+            entry.name.removesuffix(suffix)
             for entry in traces.iterdir()
-            if entry.name.endswith(_PER_REQUEST_SUFFIX)
+            if entry.name.endswith(suffix)
         )
-        raise errors.ConfigError(
-            f"no bundled per-request trace {name!r} (bundled: {', '.join(known)})"
-        )
+        raise errors.ConfigError(f"no bundled {what} {name!r} (bundled: {', '.join(known)})")
     return _extracted.enter_context(resources.as_file(resource))
 
 
