@@ -241,7 +241,7 @@ class Controllers:
         )
         stop = asyncio.Event()
         task = asyncio.create_task(controller.serve(stop), name=f"controller {identity}")
-        running = Running(controller, stop, task, self._record_calls)
+        running = Running(controller, stop, task, self.record_calls)
         self.running.append(running)
         if wait_probes:
             self.clock.before_step.append(controller.wait_probes_idle)
@@ -259,7 +259,9 @@ class Controllers:
                 )
         return running
 
-    def _record_calls(self) -> None:
+    def record_calls(self) -> None:
+        """Add the API calls made so far in this test to the session's log (the RBAC test
+        reads it); `Running` does it when its controller stops."""
         self.calls.add(self.test_id, self.kube.requests.counts)
 
 
