@@ -510,9 +510,10 @@ class MetricsSource:
         groups += [[t] for t in targets if t.service in apart]
         budget = _Budget(self.max_isolation_queries - len(apart) * len(model.Signal))
         blamed: dict[model.ServiceId, Rejected] = {}
+        plans = _Plans(self)
         reads = [(signal, group) for group in groups for signal in model.Signal]
         answers = await asyncio.gather(
-            *(self._read(signal, group, budget, blamed, sent) for signal, group in reads),
+            *(self._read(signal, group, budget, blamed, sent, plans) for signal, group in reads),
             return_exceptions=True,
         )
         self.last_queries = tuple(sent)
@@ -570,17 +571,12 @@ class MetricsSource:
         budget: _Budget,
         blamed: dict[model.ServiceId, Rejected],
         sent: list[str],
+        plans: _Plans,
     ) -> list[Any]:
         """The series of `signal` for `group`'s pods, bisecting the group while Prometheus
         refuses its query; the services that alone break it go to `blamed`."""
-        promql = build_queries(
-            [t.serving for t in group],
-            rate_window_s=self.rate_window_s,
-            max_age_s=self.max_age_s,
-            gpu_metric=self.gpu_metric,
-            gpu_ratio_metric=self.gpu_ratio_metric,
-            max_pod_matcher_chars=self.max_pod_matcher_chars,
-        ).get(signal)
+        plan = plans.of(group)
+        promql = plan.queries.get(signal)
         if promql is None:
             return []
         sent.append(promql)
@@ -591,7 +587,7 @@ class MetricsSource:
             refused = e
         else:
             # A namespace-wide query also answers for pods of services outside the group.
-            pods = {(t.serving.namespace, pod) for t in group for pod in t.serving.pods}
+            pods = plan.pods
             return [item for item in series if (pod := _pod_of(item)) is None or pod in pods]
         if len(group) == 1:
             (target,) = group
@@ -601,14 +597,51 @@ class MetricsSource:
             raise refused
         half = len(group) // 2
         parts = await asyncio.gather(
-            self._read(signal, group[:half], budget, blamed, sent),
-            self._read(signal, group[half:], budget, blamed, sent),
+            self._read(signal, group[:half], budget, blamed, sent, plans),
+            self._read(signal, group[half:], budget, blamed, sent, plans),
             return_exceptions=True,
         )
         for part in parts:
             if isinstance(part, BaseException):
                 raise part
         return [item for part in parts if isinstance(part, list) for item in part]
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one tick asks Prometheus for one group of services: a query per signal, and the
+    pods the answers may name."""
+
+    queries: dict[model.Signal, str]
+    pods: frozenset[_Pod]
+
+
+class _Plans:
+    """The plans of one tick, each made once per group however many signals read it (a
+    bisected half is a group of its own)."""
+
+    def __init__(self, source: MetricsSource) -> None:
+        self._source = source
+        self._made: dict[int, tuple[Sequence[_Target], _Plan]] = {}
+
+    def of(self, group: Sequence[_Target]) -> _Plan:
+        found = self._made.get(id(group))
+        if found is not None and found[0] is group:
+            return found[1]
+        s = self._source
+        plan = _Plan(
+            build_queries(
+                [t.serving for t in group],
+                rate_window_s=s.rate_window_s,
+                max_age_s=s.max_age_s,
+                gpu_metric=s.gpu_metric,
+                gpu_ratio_metric=s.gpu_ratio_metric,
+                max_pod_matcher_chars=s.max_pod_matcher_chars,
+            ),
+            frozenset((t.serving.namespace, pod) for t in group for pod in t.serving.pods),
+        )
+        self._made[id(group)] = (group, plan)  # the group is kept: its id is not reused
+        return plan
 
 
 def _pod_of(item: Any) -> _Pod | None:

@@ -434,6 +434,27 @@ async def test_one_query_per_signal_per_tick_whatever_the_number_of_services(
         assert source.queries_sent == len(source.last_queries) == 3
 
 
+async def test_a_tick_builds_each_groups_queries_once(
+    stack: Stack, unique: str, source_for: SourceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The three signals of one shared query are built from one plan, not one each."""
+    built: list[int] = []
+    real = prometheus.build_queries
+
+    def counting(targets: Any, **kwargs: Any) -> dict[model.Signal, str]:
+        built.append(1)
+        return real(targets, **kwargs)
+
+    monkeypatch.setattr(prometheus, "build_queries", counting)
+    services = {f"ns/s{i}": serving(unique, f"s{i}-0") for i in range(20)}
+    source = source_for(stack.prometheus.url)
+
+    await source.sample(workloads(services, *services), 0.0)
+
+    assert source.queries_sent == 3
+    assert len(built) == 1
+
+
 async def test_hostile_names_from_the_index_never_reach_promql(
     stack: Stack, unique: str, source_for: SourceFactory
 ) -> None:
