@@ -71,11 +71,6 @@ class Estimates:
     last: FloatArray
     fresh: npt.NDArray[np.bool_]
 
-    def per_row(self) -> list[dict[model.Signal, model.SignalEstimate]]:
-        """The same values as one mapping per row (every row at once: for a few rows)."""
-        rows = self.rows()
-        return [rows[i] for i in range(len(rows))]
-
     def rows(self) -> Rows:
         """The same values row by row, each row's mapping made when it is asked for."""
         return Rows(self)

@@ -331,7 +331,7 @@ def test_signals_are_smoothed_independently() -> None:
     np.testing.assert_allclose(est.mean[0], [20.0, 1.0, 50.0])
     assert est.fresh[0].tolist() == [True, False, True]
 
-    (per_row,) = est.per_row()
+    (per_row,) = est.rows()
     assert per_row[model.Signal.LOAD].mean == pytest.approx(20.0)
     assert per_row[model.Signal.LOAD].fresh
     assert per_row[model.Signal.SATURATION].fresh is False
@@ -344,7 +344,7 @@ def test_estimates_before_any_sample_are_empty() -> None:
     est = w.estimate(0.0, w.rows_for(ids("a")), np.array([10.0]))
     assert np.isnan(est.mean).all()
     assert not est.fresh.any()
-    (per_row,) = est.per_row()
+    (per_row,) = est.rows()
     load = per_row[model.Signal.LOAD]
     assert all(math.isnan(v) for v in (load.mean, load.level, load.trend_per_s, load.last))
     assert load.fresh is False

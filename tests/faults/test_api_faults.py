@@ -41,7 +41,7 @@ from e2e.support import (
     wait_for,
     wait_for_load,
 )
-from kube.emulator import CHAOS_KINDS, Kube, Write
+from kube.emulator import CHAOS_KINDS, Hold, Kube, Write
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
@@ -247,14 +247,8 @@ async def test_killed_leaders_are_replaced_in_time_and_never_write_after_their_s
         await wait_for(
             functools.partial(seen, victim, chat, str(wanted)), what="the new min-replicas"
         )
-        held = None
-        if kill % 2 == 0:  # kill it with its scale write in flight, held by the API server
-            held = kube.hold("patch", SCALE, name=chat.name)
-            sending = await step_until_held(clock, held.arrived, limit_s=10)
-            await victim.kill()
-            await sending
-        else:
-            await victim.kill()
+        # On every other kill its scale write is in flight, held by the API server.
+        held = await kill_replica(kube, clock, victim, holding=chat.name if kill % 2 == 0 else None)
         killed_s = clock.now()
         alive.remove(victim)
         await advance_to_next_until(
@@ -290,6 +284,22 @@ async def test_killed_leaders_are_replaced_in_time_and_never_write_after_their_s
         assert crashes(alive) == 0
 
     assert max(takeovers) <= bound_s, takeovers
+
+
+async def kill_replica(
+    kube: Kube, clock: SteppedClock, victim: Running, *, holding: str | None
+) -> Hold | None:
+    """Kill `victim` hard. With `holding`, the Deployment whose scale write it is about to
+    send, that write is first held by the API server until it arrives, and its hold returned:
+    the write lands when the caller releases it."""
+    if holding is None:
+        await victim.kill()
+        return None
+    held = kube.hold("patch", SCALE, name=holding)
+    sending = await step_until_held(clock, held.arrived, limit_s=10)
+    await victim.kill()
+    await sending
+    return held
 
 
 async def step_until_held(

@@ -16,7 +16,6 @@ import random
 import pytest
 from e2e.support import (
     Controllers,
-    Running,
     Service,
     SteppedClock,
     advance_until,
@@ -27,22 +26,13 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.contract.annotations import PREFIX
 from autoscaler.core import shards
 
 from .figures import Figures
-from .test_api_faults import advance_to_next_until, crashes, reached, step_until_held
+from .test_api_faults import advance_to_next_until, crashes, kill_replica, reached, seen
 
 BUCKETS = 6
 KILLS = 6
-SCALE = "deployments/scale"
-
-
-def seen(running: Running, service: Service, min_replicas: str) -> bool:
-    """Whether the replica's cache holds the Deployment with this `min-replicas`."""
-    cached = running.controller.cluster.caches.deployment(service.namespace, service.name)
-    notes = (cached or {}).get("metadata", {}).get("annotations") or {}
-    return bool(notes.get(PREFIX + "min-replicas") == min_replicas)
 
 
 @pytest.mark.timeout(280)
@@ -98,14 +88,8 @@ async def test_killed_shards_hand_their_buckets_over_in_time_and_never_share_a_s
             functools.partial(seen, victim, services[target], str(wanted)),
             what="the new min-replicas in the victim's cache",
         )
-        held = None
-        if kill % 2 == 0:  # killed with its scale write in flight, held by the API server
-            held = kube.hold("patch", SCALE, name=target)
-            sending = await step_until_held(clock, held.arrived, limit_s=10)
-            await victim.kill()
-            await sending
-        else:
-            await victim.kill()
+        # On every other kill its scale write is in flight, held by the API server.
+        held = await kill_replica(kube, clock, victim, holding=target if kill % 2 == 0 else None)
         killed_s = clock.now()
         alive.remove(victim)
         await advance_to_next_until(
