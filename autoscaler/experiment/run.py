@@ -190,6 +190,8 @@ def result_of(sim: world.World, service: model.ServiceId, params: SimParams) -> 
         }
     if params.nodes:
         summary["placement"] = _placement_summary(sim, service)
+    if params.cache is not None or params.standby is not None:
+        summary["cold_start"] = cold_start_summary(sim, service)
     return SimResult(
         params=params,
         timeseries=series,
@@ -222,6 +224,21 @@ def _placement_summary(sim: world.World, service: model.ServiceId) -> dict[str, 
     return {
         "tier_replica_s": {t: tiers[t] for t in sorted(tiers, key=_by_rank)},
         "last_plan": None if state.plan is None else state.plan.reason,
+    }
+
+
+def cold_start_summary(sim: world.World, service: model.ServiceId) -> dict[str, Any]:
+    """The `COLD_START_SUMMARY_KEYS` entry: cache hits and misses of the pods that got a GPU,
+    evictions, standby promotions and standby GPU-hours."""
+    state = sim.cluster.service(service)
+    started = state.cache_hits + state.cache_misses
+    return {
+        "cache_hits": state.cache_hits,
+        "cache_misses": state.cache_misses,
+        "cache_hit_ratio": state.cache_hits / started if started else None,
+        "evictions": sim.cluster.evictions,
+        "standby_promoted": state.promoted,
+        "standby_gpu_hours": sim.cluster.standby_seconds(service) / 3600.0,
     }
 
 

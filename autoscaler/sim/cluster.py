@@ -19,6 +19,18 @@ again at every `scale` and every `advance`, so replicas move up the ladder and p
 move down as capacity frees. `core_seconds` weighs GPU time by card product and the part of a card
 held (docs/architecture.md, "Accounting").
 
+With a node cache (`cache`, docs/simulator.md, "Node caches"), every node keeps the weights of
+the models that ran on it, least recently used out first when they no longer fit: a pod whose
+node holds its model starts in the warm start-up, else in the cold one. Where a new pod goes is
+the placement's choice: `spread` (a random node with a free GPU, as a scheduler that knows
+nothing of the caches) or `cache-aware` (a node holding the model first). Other tenants' models
+start on the nodes now and then and take their room in the caches.
+
+A service may keep a standby pool (`set_standby`): pods that start and warm like any other
+but then wait, serving nothing, outside the service's replicas and counts. A scale-up promotes
+them first (the ready ones serve after `promote_s`, the ramp), and the pool refills behind
+them with new pods. Their GPU time is part of the service's and is also counted apart.
+
 Time moves only through `advance`; the cluster never reads a clock and never sleeps. It must
 not model traffic or metrics (`traffic` and `metrics` do, driven by `world`).
 """
@@ -38,7 +50,7 @@ import numpy as np
 
 from autoscaler import errors, ports
 from autoscaler.core import model, placement, victims
-from autoscaler.sim.params import NodeSpec
+from autoscaler.sim.params import CacheConfig, NodeSpec
 
 # How many recent start-ups the observed start-up time averages over.
 _STARTUPS_REMEMBERED = 10
@@ -139,6 +151,15 @@ class Pod:
     """Its throughput as a ratio of a whole card's mu (set when it gets its slot)."""
     core_rate: float = 1.0
     """Core-hours per hour it costs while it holds its slot (set when it gets it)."""
+    cache_hit: bool | None = None
+    """Whether its node's cache held its model when it got its GPU (None: no cache model, or
+    no GPU yet)."""
+    loaded: bool = False
+    """Its model is in its node's memory (it left STARTING and has not been removed)."""
+    standby: bool = False
+    """In the service's standby pool, not one of its replicas."""
+    ready: bool = False
+    """A standby pod that has started and warmed: promoted, it serves after the ramp alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +185,10 @@ class _Node:
     """Free shares per time-sliced card."""
     shared_free_mib: list[int] = field(default_factory=list)
     """Free memory per time-sliced card."""
+    cache: dict[str, float] = field(default_factory=dict)
+    """Models whose weights the node's cache holds, by when they were last used, oldest first."""
+    loaded: dict[str, int] = field(default_factory=dict)
+    """Pods per model with the model loaded on this node now (their model is never evicted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +209,8 @@ class ServiceState:
     __slots__ = (
         "_workload",
         "admissible",
+        "cache_hits",
+        "cache_misses",
         "core_rate",
         "core_s",
         "counts",
@@ -196,10 +223,15 @@ class ServiceState:
         "pending_s",
         "plan",
         "pods",
+        "promoted",
         "published",
         "scale_events",
         "serving_speed",
         "spec",
+        "standby",
+        "standby_counts",
+        "standby_s",
+        "standby_target",
         "startups_s",
         "tier_s",
     )
@@ -232,6 +264,24 @@ class ServiceState:
         self.plan: placement.Plan | None = None
         """The last placement plan (services with a `need` only)."""
         self.admissible: int | None = None
+        self.standby: list[Pod] = []
+        """The standby pool's pods (not in `pods`, not in `counts`)."""
+        self.standby_counts = [0, 0, 0, 0]
+        """Standby pods per `Phase`."""
+        self.standby_target = 0
+        self.standby_s = 0.0
+        """GPU-seconds of standby pods (banked up to `gpu_since_s`)."""
+        self.promoted = 0
+        """Standby pods promoted to replicas so far."""
+        self.cache_hits = 0
+        self.cache_misses = 0
+        """Pods that got a GPU on a node whose cache held their model, and that did not."""
+
+    @property
+    def standby_holding(self) -> int:
+        """Standby pods holding a GPU."""
+        c = self.standby_counts
+        return c[Phase.STARTING] + c[Phase.WARMING] + c[Phase.SERVING]
 
     @property
     def serving(self) -> int:
@@ -323,6 +373,8 @@ class SimCluster:
         nodes: Sequence[NodeSpec] = (),
         quota: Mapping[str, int] | None = None,
         tier_speeds: Mapping[str, float] | None = None,
+        cache: CacheConfig | None = None,
+        promote_s: float = 0.0,
     ) -> None:
         if gpus_per_node < 1:
             raise ValueError("gpus_per_node must be >= 1")
@@ -330,6 +382,17 @@ class SimCluster:
             raise ValueError("gpus must be >= 0")
         if nodes and gpus is not None:
             raise ValueError("give either nodes or gpus, not both")
+        if cache is not None and gpus is None:
+            raise ValueError("the node cache model needs a fixed cluster (gpus)")
+        self._cache = cache
+        self._promote_s = promote_s
+        # Placement and the other tenants draw from their own generator, so the start-up
+        # delays (drawn from `seed` in creation order) are the same whatever they do.
+        self._place_rng = np.random.default_rng([seed, 17])
+        self._tenant_rng = np.random.default_rng([seed, 18])
+        self._next_tenant_s = math.inf
+        self.evictions = 0
+        """Models evicted from a node's cache to make room, so far."""
         self._gpus_per_node = gpus_per_node
         self._unlimited = gpus is None and not nodes
         self._tiered = bool(nodes)
@@ -351,6 +414,8 @@ class SimCluster:
         self._waiting: deque[Pod] = deque()
         self._transitions: list[tuple[float, int, Pod]] = []
         self._serials = itertools.count()
+        if cache is not None and cache.other_models and cache.other_loads_per_node_hour > 0:
+            self._next_tenant_s = start_s + self._tenant_gap_s()
 
     # -- the port ---------------------------------------------------------------------------
 
@@ -404,6 +469,7 @@ class SimCluster:
             pod.gpu_at_s = pod.serving_at_s = pod.running_at_s = self._now_s
             pod.warm = pod.stable = True
             pod.warming = False
+            self._loaded(pod, self._now_s)
         return svc
 
     def service(self, service: model.ServiceId) -> ServiceState:
@@ -433,14 +499,38 @@ class SimCluster:
     def gpu_seconds(self, service: model.ServiceId | None = None) -> float:
         """GPU time spent so far by pods holding a GPU, of one service or all of them."""
         chosen = self._services.values() if service is None else [self._service(service)]
-        return sum(s.gpu_s + s.holding_gpu * (self._now_s - s.gpu_since_s) for s in chosen)
+        return sum(
+            s.gpu_s + (s.holding_gpu + s.standby_holding) * (self._now_s - s.gpu_since_s)
+            for s in chosen
+        )
+
+    def standby_seconds(self, service: model.ServiceId) -> float:
+        """GPU time spent so far by the service's standby pods (part of `gpu_seconds`)."""
+        svc = self._service(service)
+        return svc.standby_s + svc.standby_holding * (self._now_s - svc.gpu_since_s)
+
+    def set_standby(self, service: model.ServiceId, pods: int) -> None:
+        """Keep `pods` in the service's standby pool: new ones start now; surplus ones go,
+        those not ready first."""
+        svc = self._service(service)
+        if pods < 0:
+            raise ValueError(f"standby pods must be >= 0, got {pods}")
+        svc.standby_target = pods
+        self._fill_standby(svc)
+
+    def cached_nodes(self, service: model.ServiceId) -> tuple[str, ...]:
+        """The nodes whose cache holds the service's model now."""
+        return tuple(n.name for n in self._nodes if self._cache_holds(n, self._model_of(service)))
 
     def core_seconds(self, service: model.ServiceId | None = None) -> float:
         """GPU time weighted by card product and card fraction (docs/architecture.md,
         "Accounting"), in core-seconds: the sum over pods holding a slot of
         `core_weight x tier_fraction x time`."""
         chosen = self._services.values() if service is None else [self._service(service)]
-        return sum(s.core_s + s.core_rate * (self._now_s - s.gpu_since_s) for s in chosen)
+        return sum(
+            s.core_s + (s.core_rate + s.standby_holding) * (self._now_s - s.gpu_since_s)
+            for s in chosen
+        )
 
     def pending_seconds(self, service: model.ServiceId) -> float:
         """Pod-seconds the service's pods spent pending (waiting for a slot) so far."""
@@ -516,12 +606,17 @@ class SimCluster:
             self._changed(svc)
             return
         if replicas > svc.desired:
-            for _ in range(replicas - svc.desired):
+            wanted = replicas - svc.desired
+            for pod in self._promotable(svc)[:wanted]:
+                self._promote(svc, pod)
+                wanted -= 1
+            for _ in range(wanted):
                 self._waiting.append(self._new_pod(svc))
         else:
             for pod in victim_order(svc.pods)[: svc.desired - replicas]:
                 self._remove(svc, pod)
         svc.desired = replicas
+        self._fill_standby(svc)
         self._assign_gpus()
         self._changed(svc)
 
@@ -601,13 +696,21 @@ class SimCluster:
             if pod.phase is Phase.STARTING:
                 self._set_phase(svc, pod, Phase.WARMING)
                 pod.running_at_s = at_s
+                self._loaded(pod, at_s)
                 if not svc.spec.lifecycle.gated:
                     self._schedule(at_s + svc.spec.lifecycle.warmup_s, pod)
+            elif pod.standby:
+                pod.ready = True
             elif pod.phase is Phase.WARMING:
                 self._set_phase(svc, pod, Phase.SERVING)
                 pod.serving_at_s = at_s
-                svc.startups_s.append(at_s - pod.created_s)
+                # A promoted standby pod measures no start-up: it waited for the scale-up.
+                if not pod.ready:
+                    svc.startups_s.append(at_s - pod.created_s)
             self._changed(svc)
+        while self._next_tenant_s <= due:
+            self._tenant_load(self._next_tenant_s)
+            self._next_tenant_s += self._tenant_gap_s()
         for placed in self._placed:
             self._replan(placed)
 
@@ -619,7 +722,7 @@ class SimCluster:
         except KeyError:
             raise KeyError(f"no such service: {service}") from None
 
-    def _new_pod(self, svc: ServiceState) -> Pod:
+    def _new_pod(self, svc: ServiceState, *, standby: bool = False) -> Pod:
         serial = next(self._serials)
         life = svc.spec.lifecycle
         delay = life.startup_s
@@ -633,14 +736,24 @@ class SimCluster:
             startup_delay_s=delay,
             ordinal=svc.created,
             warming=life.gated,
+            standby=standby,
         )
         svc.created += 1
-        svc.pods.append(pod)
-        svc.counts[Phase.PENDING] += 1
+        if standby:
+            svc.standby.append(pod)
+            svc.standby_counts[Phase.PENDING] += 1
+        else:
+            svc.pods.append(pod)
+            svc.counts[Phase.PENDING] += 1
         return pod
 
     def _set_phase(self, svc: ServiceState, pod: Pod, phase: Phase) -> None:
         before = pod.phase
+        if pod.standby:
+            svc.standby_counts[before] -= 1
+            svc.standby_counts[phase] += 1
+            pod.phase = phase
+            return
         svc.counts[before] -= 1
         svc.counts[phase] += 1
         pod.phase = phase
@@ -657,12 +770,18 @@ class SimCluster:
 
     def _remove(self, svc: ServiceState, pod: Pod) -> None:
         pod.removed = True
-        svc.pods.remove(pod)
-        svc.counts[pod.phase] -= 1
-        if pod.phase is Phase.SERVING:
-            svc.serving_speed = svc.serving_speed - pod.speed if svc.serving else 0.0
-        if pod.phase in HOLDS_GPU:
-            svc.core_rate = svc.core_rate - pod.core_rate if svc.holding_gpu else 0.0
+        if pod.loaded and pod.node is not None:
+            self._unloaded(pod)
+        if pod.standby:
+            svc.standby.remove(pod)
+            svc.standby_counts[pod.phase] -= 1
+        else:
+            svc.pods.remove(pod)
+            svc.counts[pod.phase] -= 1
+            if pod.phase is Phase.SERVING:
+                svc.serving_speed = svc.serving_speed - pod.speed if svc.serving else 0.0
+            if pod.phase in HOLDS_GPU:
+                svc.core_rate = svc.core_rate - pod.core_rate if svc.holding_gpu else 0.0
         if pod.node is None:
             self._waiting.remove(pod)
             return
@@ -684,14 +803,17 @@ class SimCluster:
             self._assign_slots()
             return
         while self._waiting:
-            node = self._free_node()
+            pod = self._waiting[0]
+            node = self._free_node() if self._cache is None else self._cache_node(pod.service)
             if node is None:
                 return
-            pod = self._waiting.popleft()
+            self._waiting.popleft()
             svc = self._services[pod.service]
             self._accrue(svc)
             pod.node = node
             pod.gpu_at_s = self._now_s
+            if self._cache is not None:
+                self._start_from_cache(svc, pod, self._nodes[node])
             self._set_phase(svc, pod, Phase.STARTING)
             self._schedule(self._now_s + pod.startup_delay_s, pod)
             self._changed(svc)
@@ -713,13 +835,141 @@ class SimCluster:
     def _accrue(self, svc: ServiceState) -> None:
         """Bank the GPU time of the current holders before their number changes."""
         elapsed = self._now_s - svc.gpu_since_s
-        svc.gpu_s += svc.holding_gpu * elapsed
-        svc.core_s += svc.core_rate * elapsed
+        standby = svc.standby_holding
+        svc.gpu_s += (svc.holding_gpu + standby) * elapsed
+        svc.core_s += (svc.core_rate + standby) * elapsed
+        svc.standby_s += standby * elapsed
         svc.pending_s += svc.counts[Phase.PENDING] * elapsed
         if svc.spec.need is not None and elapsed > 0:
             for tier, holding in self._holding_by_tier(svc).items():
                 svc.tier_s[tier] = svc.tier_s.get(tier, 0.0) + holding * elapsed
         svc.gpu_since_s = self._now_s
+
+    # -- the standby pool -------------------------------------------------------------------
+
+    def _promotable(self, svc: ServiceState) -> list[Pod]:
+        """Standby pods in the order a scale-up takes them: the furthest along first."""
+        return sorted(svc.standby, key=lambda p: (not p.ready, -p.phase, p.serial))
+
+    def _promote(self, svc: ServiceState, pod: Pod) -> None:
+        """Make a standby pod one of the service's replicas: a ready one serves after the
+        ramp (`promote_s`), one still on its way carries on from where it is."""
+        svc.standby.remove(pod)
+        svc.standby_counts[pod.phase] -= 1
+        pod.standby = False
+        svc.pods.append(pod)
+        svc.counts[pod.phase] += 1
+        if pod.phase in HOLDS_GPU:
+            svc.core_rate += pod.core_rate
+        svc.promoted += 1
+        if pod.ready:
+            self._schedule(self._now_s + self._promote_s, pod)
+
+    def _fill_standby(self, svc: ServiceState) -> None:
+        """Bring the standby pool to its target: new pods, or the least advanced ones out."""
+        have = len(svc.standby)
+        if have == svc.standby_target:
+            return
+        self._accrue(svc)
+        if have < svc.standby_target:
+            for _ in range(svc.standby_target - have):
+                self._waiting.append(self._new_pod(svc, standby=True))
+            self._assign_gpus()
+        else:
+            for pod in self._promotable(svc)[svc.standby_target :]:
+                self._remove(svc, pod)
+
+    # -- node caches (docs/simulator.md, "Node caches") --------------------------------------
+
+    def _model_of(self, service: model.ServiceId) -> str:
+        return str(service)
+
+    def _cache_holds(self, node: _Node, name: str) -> bool:
+        """Whether the node's cache holds the model now (retention permitting)."""
+        cache = self._cache
+        if cache is None or name not in node.cache:
+            return False
+        if node.loaded.get(name, 0) > 0 or cache.retention_s is None:
+            return True
+        return self._now_s - node.cache[name] <= cache.retention_s + _EPS
+
+    def _cache_node(self, service: model.ServiceId, *, aware: bool = True) -> int | None:
+        """The node a new pod of the service gets a GPU on, by the cache placement (`aware`
+        False: spread, whatever it is); None when every GPU is taken."""
+        assert self._cache is not None
+        free = [i for i, n in enumerate(self._nodes) if n.used < n.gpus]
+        if not free:
+            return None
+        if aware and self._cache.placement == "cache-aware":
+            name = self._model_of(service)
+            warm = [i for i in free if self._cache_holds(self._nodes[i], name)]
+            free = warm or free
+        chosen = free[int(self._place_rng.integers(len(free)))]
+        self._nodes[chosen].used += 1
+        return chosen
+
+    def _start_from_cache(self, svc: ServiceState, pod: Pod, node: _Node) -> None:
+        """A warm start-up where the node holds the model, the cold one (as drawn) else."""
+        assert self._cache is not None
+        life = svc.spec.lifecycle
+        pod.cache_hit = self._cache_holds(node, self._model_of(svc.spec.id))
+        if pod.cache_hit:
+            svc.cache_hits += 1
+            if life.startup_s > 0:
+                pod.startup_delay_s *= self._cache.warm_startup_s / life.startup_s
+            else:
+                pod.startup_delay_s = self._cache.warm_startup_s
+        else:
+            svc.cache_misses += 1
+
+    def _loaded(self, pod: Pod, at_s: float) -> None:
+        """The pod's model is in its node's memory: cached there from now on."""
+        if self._cache is None or pod.node is None:
+            return
+        node = self._nodes[pod.node]
+        name = self._model_of(pod.service)
+        pod.loaded = True
+        node.loaded[name] = node.loaded.get(name, 0) + 1
+        self._cache_put(node, name, at_s)
+
+    def _unloaded(self, pod: Pod) -> None:
+        node = self._nodes[pod.node] if pod.node is not None else None
+        if node is None:
+            return
+        name = self._model_of(pod.service)
+        node.loaded[name] -= 1
+        pod.loaded = False
+        # Its last use: the least recently used entries are the first to go.
+        if node.cache.pop(name, None) is not None:
+            node.cache[name] = self._now_s
+
+    def _cache_put(self, node: _Node, name: str, at_s: float) -> None:
+        """Put (or refresh) a model in the node's cache, evicting the least recently used ones
+        that no pod there runs until it fits."""
+        assert self._cache is not None
+        node.cache.pop(name, None)
+        size = self._cache.model_size_gib
+        if size > self._cache.node_cache_gib + _EPS:
+            return
+        node.cache[name] = at_s
+        while len(node.cache) * size > self._cache.node_cache_gib + _EPS:
+            victim = next((m for m in node.cache if m != name and node.loaded.get(m, 0) == 0), None)
+            if victim is None:
+                return
+            del node.cache[victim]
+            self.evictions += 1
+
+    def _tenant_gap_s(self) -> float:
+        assert self._cache is not None
+        rate_per_s = self._cache.other_loads_per_node_hour * len(self._nodes) / 3600.0
+        return float(self._tenant_rng.exponential(1.0 / rate_per_s))
+
+    def _tenant_load(self, at_s: float) -> None:
+        """One of the other tenants' models starts on a node: it takes its room in the cache."""
+        assert self._cache is not None
+        node = self._nodes[int(self._tenant_rng.integers(len(self._nodes)))]
+        other = int(self._tenant_rng.integers(self._cache.other_models))
+        self._cache_put(node, f"other-model-{other}", at_s)
 
     # -- placement (docs/architecture.md, "The placement ladder") ---------------------------
 
@@ -782,7 +1032,11 @@ class SimCluster:
     def _take_slot(self, svc: ServiceState, pod: Pod) -> bool:
         """Bind the pod to a free slot of its tier, with its speed and core rate; False when
         its tier has none free."""
-        if pod.tier == placement.WHOLE:
+        if pod.tier == placement.WHOLE and self._cache is not None:
+            # Only `add_service` comes here on this cluster: the opening pods have been
+            # running for a while, placed as the scheduler spreads pods, whatever the placement.
+            pod.node = self._cache_node(svc.spec.id, aware=False)
+        elif pod.tier == placement.WHOLE:
             pod.node = self._free_node()
         elif pod.tier == placement.SHARED:
             pod.node, pod.slot = self._free_share(_memory_mib(svc))

@@ -75,6 +75,12 @@ PLACEMENT_SUMMARY_KEYS = frozenset({"placement"})
 """Keys `summary.json` adds on a cluster described by tier (`SimParams.nodes`): `placement`,
 pod-seconds holding a slot per tier (`tier_replica_s`) and the last plan's reason."""
 
+COLD_START_SUMMARY_KEYS = frozenset({"cold_start"})
+"""Keys `summary.json` adds with the node cache model or a standby pool (`SimParams.cache`,
+`SimParams.standby`): `cold_start`, the start-ups that found the model in their node's cache
+and those that did not, the hit ratio, the cache evictions, the standby pods promoted and the
+standby GPU-hours (part of `gpu_hours`, counted apart)."""
+
 TOKEN_SUMMARY_KEYS = frozenset({"tokens"})
 """Keys `summary.json` adds in token mode (`SimParams.tokens`): `tokens`, the prompt and
 generation tokens served and the whole run's p95 TTFT (`p95_latency_s` is the TTFT too, and
@@ -104,6 +110,79 @@ class PodFault:
             raise ValueError(f"fault slow_factor must be finite and >= 1, got {self.slow_factor}")
         if not 0 <= self.error_ratio <= 1:
             raise ValueError(f"fault error_ratio must be within [0, 1], got {self.error_ratio}")
+
+
+CACHE_PLACEMENTS = ("spread", "cache-aware")
+"""`CacheConfig.placement`: a free GPU on any node, the scheduler's pick with no knowledge of
+the caches (`spread`: a node drawn at random among those with a free GPU), or a node whose cache
+holds the model first (`cache-aware`: the preferred node affinity of the controller's pods)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Nodes with a local cache of model weights (docs/simulator.md, "Node caches"): a pod that
+    starts on a node whose cache holds its model loads it in `warm_startup_s`, else in
+    `SimParams.startup_s` (the cold start), both with the same log-normal spread."""
+
+    node_cache_gib: float = 64.0
+    """Weights one node's cache holds; the least recently used model not running there goes
+    first when a new one does not fit."""
+    model_size_gib: float = 16.0
+    """The weights of every simulated model (the service's and the other tenants')."""
+    warm_startup_s: float = 8.0
+    """Median start-up of a pod whose node has the model cached."""
+    retention_s: float | None = None
+    """A model not used on a node for this long is no longer cached there; None: only
+    eviction removes it."""
+    placement: str = "spread"
+    """Which free GPU a new pod gets (`CACHE_PLACEMENTS`)."""
+    other_models: int = 0
+    """Other tenants' models that share the nodes: each load of one fills a node's cache and may
+    evict the service's model (their pods hold no GPU the service could use)."""
+    other_loads_per_node_hour: float = 0.0
+    """How often, per node and hour, one of the other models starts on a node (a Poisson
+    process, drawn from its own seed)."""
+
+    def __post_init__(self) -> None:
+        for name in ("node_cache_gib", "model_size_gib", "warm_startup_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"cache {name} must be finite and >= 0, got {value}")
+        if self.model_size_gib <= 0:
+            raise ValueError("cache model_size_gib must be > 0")
+        if self.retention_s is not None and not self.retention_s > 0:
+            raise ValueError(f"cache retention_s must be > 0, got {self.retention_s}")
+        if self.placement not in CACHE_PLACEMENTS:
+            raise ValueError(
+                f"unknown cache placement {self.placement!r}; known: {', '.join(CACHE_PLACEMENTS)}"
+            )
+        if self.other_models < 0 or not self.other_loads_per_node_hour >= 0:
+            raise ValueError("cache other_models and other_loads_per_node_hour must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyConfig:
+    """A warm standby pool (docs/simulator.md, "The standby pool"): pods started and warmed
+    that serve nothing until a scale-up promotes them. Sized by `core.standby`: `fixed` pods,
+    or automatically from how far the load outran what the replicas were sized for within one
+    start-up, never above `cap`."""
+
+    fixed: int | None = None
+    """A fixed pool; None: the automatic size."""
+    cap: int = 4
+    quantile: float = 0.95
+    min_history_s: float = 900.0
+    horizon_s: float = 3600.0
+    promote_s: float = 10.0
+    """From promotion to serving: the traffic ramp a promoted pod still passes."""
+
+    def __post_init__(self) -> None:
+        if self.fixed is not None and self.fixed < 0:
+            raise ValueError(f"standby fixed must be >= 0, got {self.fixed}")
+        if self.cap < 0:
+            raise ValueError(f"standby cap must be >= 0, got {self.cap}")
+        if not (math.isfinite(self.promote_s) and self.promote_s >= 0):
+            raise ValueError(f"standby promote_s must be finite and >= 0, got {self.promote_s}")
 
 
 PLACEMENTS = ("whole", "ladder")
@@ -266,7 +345,18 @@ class SimParams:
     tokens. `replica_capacity_rps` still sizes the opening replicas and the policies' request
     targets, as an operator's request-rate target would."""
 
+    # Cold starts (docs/simulator.md, "Node caches" and "The standby pool").
+    cache: CacheConfig | None = None
+    """Nodes with a model-weights cache: a start-up is warm or cold by where the pod lands
+    (needs `gpus`, a fixed set of nodes). None: every start-up is `startup_s`, as before."""
+    standby: StandbyConfig | None = None
+    """A warm standby pool beside the service's replicas; None: no pool."""
+
     def __post_init__(self) -> None:
+        if self.cache is not None and (self.gpus is None or self.nodes):
+            raise ValueError("the node cache model needs a fixed cluster of whole cards (gpus)")
+        if self.standby is not None and (self.ramp is not None or self.nodes):
+            raise ValueError("the standby pool is modelled without the ramp and the tiered nodes")
         if self.tokens is not None and self.detailed:
             raise ValueError("the token mode models every replica alike: no ramp, no faults")
         if self.placement not in PLACEMENTS:

@@ -57,6 +57,7 @@ from autoscaler.sim import cluster as cluster_
 from autoscaler.sim import metrics as metrics_
 from autoscaler.sim import policies
 from autoscaler.sim import ramp as ramp_
+from autoscaler.sim import standby as standby_
 from autoscaler.sim import tokens as tokens_
 from autoscaler.sim import traffic as traffic_
 from autoscaler.sim.params import TIMESERIES_COLUMNS, SimParams
@@ -130,6 +131,7 @@ class _Feed:
         "servers",
         "service_time_s",
         "split",
+        "standby",
         "state",
         "tokens",
         "traffic",
@@ -167,6 +169,8 @@ class _Feed:
         """GPU utilisation of the serving pods in the last second (per-pod and token models)."""
         self.tokens: tokens_.TokenTraffic | None = None
         """The token model, for a service in token mode (then `traffic` is unused)."""
+        self.standby: standby_.PoolSizer | None = None
+        """The standby pool's sizing, for a service with one."""
 
 
 class World:
@@ -183,6 +187,8 @@ class World:
             nodes=p.nodes,
             quota=dict(p.gpu_quota),
             tier_speeds=dict(p.tier_speeds),
+            cache=p.cache,
+            promote_s=0.0 if p.standby is None else p.standby.promote_s,
         )
         self.metrics = metrics_.SimMetrics(
             scrape_interval_s=p.scrape_interval_s, rate_window_s=p.rate_window_s
@@ -267,6 +273,12 @@ class World:
             self._model_per_pod(feed, values, traffic_config, p, initial=len(state.pods))
         if p.tokens is not None and token_mix is not None:
             feed.tokens = tokens_.TokenTraffic(values, token_mix, p.tokens)
+        if p.standby is not None:
+            feed.standby = standby_.PoolSizer(
+                p.standby, startup_s=p.startup_s, target_load_per_replica=p.target_load_per_replica
+            )
+            if p.standby.fixed is not None:
+                self.cluster.set_standby(sid, p.standby.fixed)
         self._feeds.append(feed)
         self._by_id[sid] = feed
         history: float | None = None
@@ -365,7 +377,7 @@ class World:
                 continue
             state = feed.state
             _, starting, warming, serving = state.counts
-            holding = starting + warming + serving
+            holding = starting + warming + serving + state.standby_holding
             # Serving pods' speeds: each whole card's worth serves mu (a slice or a share less).
             capacity = state.serving_speed * feed.capacity_rps
             second = feed.traffic.step(capacity)
@@ -379,7 +391,7 @@ class World:
     def _second_tokens(self, t: int, feed: _Feed, tokens: tokens_.TokenTraffic) -> None:
         state = feed.state
         _, starting, warming, serving = state.counts
-        holding = starting + warming + serving
+        holding = starting + warming + serving + state.standby_holding
         second = tokens.step(state.serving_speed)
         feed.last_served = second.served
         feed.utilisation_pct = 100.0 * second.busy_ratio
@@ -419,7 +431,7 @@ class World:
         feed.last_served = second.served
         feed.utilisation_pct = 100.0 * served_by_serving / capacity if capacity > 0 else math.nan
         _, starting, warming_count, serving = state.counts
-        holding = starting + warming_count + serving
+        holding = starting + warming_count + serving + state.standby_holding
         _record(feed, t, second, holding, serving, capacity)
         feed.ramp_rows.extend((second.failed, second.rejected, warming_pct, ramping))
         self.health.record(t, feed.id, second)
@@ -458,6 +470,21 @@ class World:
         self.metrics.scrape(now_s, readings)
         if token_readings:
             self.metrics.scrape_tokens(now_s, token_readings)
+        for feed in self._feeds:
+            if feed.standby is not None and feed.standby.config.fixed is None:
+                self._size_standby(now_s, feed, feed.standby)
+
+    def _size_standby(self, now_s: float, feed: _Feed, sizer: standby_.PoolSizer) -> None:
+        """The automatic standby pool, sized at each scrape from what the controller would
+        see: the desired count it set and the load that arrived since the last scrape."""
+        state = feed.state
+        pods = sizer.size(
+            now_s,
+            desired_replicas=state.desired,
+            load_per_s=recent_arrivals(feed.rows, self.params.scrape_interval_s),
+            startup_s=state.startup_s,
+        )
+        self.cluster.set_standby(feed.id, pods)
 
 
 def _token_reading(tokens: tokens_.TokenTraffic) -> metrics_.TokenReading:
@@ -592,6 +619,18 @@ def placement_need(params: SimParams) -> placement.Need:
 
 
 _SERVED = TIMESERIES_COLUMNS.index("served")
+_ARRIVALS = TIMESERIES_COLUMNS.index("arrivals")
+
+
+def recent_arrivals(rows: Sequence[float], seconds: float) -> float:
+    """The mean arrivals per second over the last `seconds` rows of a flat time series; NaN
+    before the first row (unknown, never zero)."""
+    width = len(TIMESERIES_COLUMNS)
+    n = len(rows) // width
+    take = min(n, max(1, round(seconds)))
+    if take == 0:
+        return math.nan
+    return math.fsum(rows[k * width + _ARRIVALS] for k in range(n - take, n)) / take
 
 
 def in_service(rows: Sequence[float], now_s: float, *, service_time_s: float) -> float:
