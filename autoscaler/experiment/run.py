@@ -238,6 +238,7 @@ def cold_start_summary(sim: world.World, service: model.ServiceId) -> dict[str, 
         "cache_hit_ratio": state.cache_hits / started if started else None,
         "evictions": sim.cluster.evictions,
         "standby_promoted": state.promoted,
+        "standby_peak_pods": state.standby_peak,
         "standby_gpu_hours": sim.cluster.standby_seconds(service) / 3600.0,
     }
 

@@ -230,6 +230,7 @@ class ServiceState:
         "spec",
         "standby",
         "standby_counts",
+        "standby_peak",
         "standby_s",
         "standby_target",
         "startups_s",
@@ -269,6 +270,8 @@ class ServiceState:
         self.standby_counts = [0, 0, 0, 0]
         """Standby pods per `Phase`."""
         self.standby_target = 0
+        self.standby_peak = 0
+        """The most pods the standby pool has held at once."""
         self.standby_s = 0.0
         """GPU-seconds of standby pods (banked up to `gpu_since_s`)."""
         self.promoted = 0
@@ -517,6 +520,7 @@ class SimCluster:
             raise ValueError(f"standby pods must be >= 0, got {pods}")
         svc.standby_target = pods
         self._fill_standby(svc)
+        svc.standby_peak = max(svc.standby_peak, len(svc.standby))
 
     def cached_nodes(self, service: model.ServiceId) -> tuple[str, ...]:
         """The nodes whose cache holds the service's model now."""
