@@ -158,10 +158,12 @@ def test_standby_gpu_time_is_counted_apart_and_in_the_total() -> None:
     c = cluster(gpus=64)
     sid = c.add_service(spec(), replicas=2).spec.id
     c.set_standby(sid, 3)
+    advance_to(c, 1800.0)
+    c.set_replicas(sid, 1)
     advance_to(c, 3600.0)
     assert c.standby_seconds(sid) == pytest.approx(3 * 3600.0)
-    assert c.gpu_seconds(sid) == pytest.approx(5 * 3600.0)
-    assert c.counts(sid).holding_gpu == 2
+    assert c.gpu_seconds(sid) == pytest.approx(3 * 3600.0 + 2 * 1800.0 + 1800.0)
+    assert c.counts(sid).holding_gpu == 1
 
 
 STEP = np.concatenate([np.full(300, 3.0), np.full(600, 9.0)])
@@ -179,7 +181,8 @@ def test_the_standby_pool_shortens_the_time_to_capacity_after_a_step() -> None:
     """With eight pods waiting, capacity follows a 3x step within the ramp, not a cold start."""
     without, _ = step_run(None)
     with_pool, summary = step_run(StandbyConfig(fixed=8, promote_s=10.0))
-    assert without is not None and with_pool is not None
+    assert without is not None
+    assert with_pool is not None
     assert without > 120.0
     assert with_pool < 30.0
     cold = summary["cold_start"]
@@ -240,7 +243,8 @@ def test_runs_without_a_cache_or_a_pool_are_unchanged() -> None:
     trace = scenarios.build("on-off", base).truncated(1200)
     task = sweep.Task("on-off", "warm", "hpa", sweep.DEFAULT_UTILISATION["hpa"])
     params = sweep.params_for(task, trace, base)
-    assert params.cache is None and params.standby is None
+    assert params.cache is None
+    assert params.standby is None
     result = run.simulate(trace.arrivals, params)
     digest = hashlib.sha256()
     for name in sorted(result.timeseries):
