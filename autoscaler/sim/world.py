@@ -36,6 +36,11 @@ was); `gpu_cost`, `replicas_total` GPU-seconds in hours; and `slo_misses`, the r
 that second served too late, dropped, failed or rejected. A service modelled per pod also has
 `ramp_series` (`RAMP_COLUMNS`).
 
+With `cache` set, the cluster's nodes cache model weights and a start-up is warm or cold by where
+the pod lands (`cluster`); with `standby`, the service keeps a standby pool, sized at every
+scrape by `sim.standby` as the controller would size it (`core.standby`). Standby pods count in
+`replicas_total` and `gpu_cost`, never in `replicas_serving` or the capacity until promoted.
+
 It must not decide anything (the loop does), read a real clock, or import the real adapters.
 """
 
