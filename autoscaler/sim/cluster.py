@@ -919,10 +919,9 @@ class SimCluster:
         pod.cache_hit = self._cache_holds(node, self._model_of(svc.spec.id))
         if pod.cache_hit:
             svc.cache_hits += 1
+            # The same draw, scaled to the warm median (a cold start of 0 stays 0).
             if life.startup_s > 0:
                 pod.startup_delay_s *= self._cache.warm_startup_s / life.startup_s
-            else:
-                pod.startup_delay_s = self._cache.warm_startup_s
         else:
             svc.cache_misses += 1
 
