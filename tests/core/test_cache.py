@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscaler.core import cache
+from autoscaler.core import cache, placement
 
 VLLM = "vllm/vllm-openai:v0.6.3"
 
@@ -164,3 +164,23 @@ def test_split_gives_the_median_of_each_kind() -> None:
     found = cache.split(starts, recent=2)
     assert found == cache.StartupSplit(hit_s=11.0, miss_s=110.0, hits=3, misses=2)
     assert cache.split([], recent=5) == cache.StartupSplit()
+
+
+def _node(name: str, whole: int) -> placement.NodeCapacity:
+    return placement.NodeCapacity(
+        name=name, product="A100", card_memory_mib=40_000, whole_free=whole
+    )
+
+
+def test_plan_takes_the_room_of_warm_nodes_first() -> None:
+    """A scale-up counts its new replicas with room on warm nodes and says so."""
+    snapshot = placement.Snapshot((_node("a", 4), _node("b", 1)))
+    need = placement.Need(memory_mib=None)
+    current = {placement.WHOLE: placement.TierCount(replicas=1, serving=1)}
+    found = placement.plan(need, snapshot, current, 4, warm={"b", "gone"})
+    assert found.replicas == {placement.WHOLE: 4}
+    assert found.warm == 1
+    assert "1 new on nodes warm for the model" in found.reason
+    cold = placement.plan(need, snapshot, current, 4)
+    assert cold.warm == 0
+    assert cold.replicas == found.replicas
