@@ -47,7 +47,7 @@ def _containers(template: Mapping[str, Any]) -> list[cache.Container]:
     for raw in spec.get("containers") or ():
         if not isinstance(raw, dict):
             continue
-        words = [w for w in (*(raw.get("command") or ()), *(raw.get("args") or ()))]
+        words = (*(raw.get("command") or ()), *(raw.get("args") or ()))
         env = {
             e["name"]: e["value"]
             for e in raw.get("env") or ()
@@ -249,9 +249,7 @@ class NodeCache:
         self._next_expiry_s = min((w.until_s for w in self._warm.values()), default=math.inf)
         by_node: dict[str, dict[str, str]] = {}
         for (key, node_name), warmth in self._warm.items():
-            by_node.setdefault(node_name, {})[cache.LABEL_PREFIX + key] = cache.label_value(
-                warmth
-            )
+            by_node.setdefault(node_name, {})[cache.LABEL_PREFIX + key] = cache.label_value(warmth)
         changes: dict[str, dict[str, str | None]] = {}
         for node in self.caches.nodes.items():
             name = _api.name(node)
