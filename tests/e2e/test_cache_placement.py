@@ -10,7 +10,7 @@ from kube.emulator import Kube
 from kube.kubelet import EPOCH, FakeCluster
 from prom.fixtures import Stack
 
-from autoscaler.adapters.kubernetes import nodecache
+from autoscaler.contract import modelid
 from autoscaler.core import cache
 
 from .support import (
@@ -43,7 +43,7 @@ def nodes_of(kube: Kube, namespace: str) -> list[str]:
 def with_snippet(body: dict[str, Any]) -> dict[str, Any]:
     """The service owner's Deployment with the preferred affinity docs/operations.md gives."""
     body = copy.deepcopy(body)
-    nodecache.with_preference(body["spec"]["template"], nodecache.preference(LABEL))
+    modelid.with_preference(body["spec"]["template"], modelid.preference(LABEL))
     return body
 
 

@@ -12,7 +12,7 @@ hold a model's weights, learnt from the pods in the caches and written as node l
   model runs there, then the Unix second at which the node is forgotten; removed after. Each
   write is a merge patch of the node's labels, fenced by the Lease of a service of that model.
 - `preference` is the preferred node affinity term the tier Deployments carry (and the one the
-  service owner adds to their own Deployment once).
+  service owner adds to their own Deployment once; `contract.modelid`).
 
 After a restart the map is relearnt: from the labels on the nodes (warm until their expiry, or,
 for `1` whose pod is gone, for a retention from the restart: when that pod stopped is lost) and
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import structlog
 from kubernetes_asyncio import client
@@ -34,71 +34,21 @@ from kubernetes_asyncio import client
 from autoscaler.adapters.kubernetes import _api, caches
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.contract import annotations as contract
+from autoscaler.contract import modelid
 from autoscaler.core import cache, model
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_WEIGHT: Final = 50
-
-
-def _containers(template: Mapping[str, Any]) -> list[cache.Container]:
-    spec = template.get("spec") or {}
-    found = []
-    for raw in spec.get("containers") or ():
-        if not isinstance(raw, dict):
-            continue
-        words = (*(raw.get("command") or ()), *(raw.get("args") or ()))
-        env = {
-            e["name"]: e["value"]
-            for e in raw.get("env") or ()
-            if isinstance(e, dict) and isinstance(e.get("name"), str)
-            if isinstance(e.get("value"), str)
-        }
-        found.append(
-            cache.Container(str(raw.get("image") or ""), tuple(str(w) for w in words), env)
-        )
-    return found
+DEFAULT_WEIGHT: Final = modelid.DEFAULT_WEIGHT
 
 
 def model_of(owner: Obj, config: contract.ServiceConfig) -> cache.Model | None:
-    """The model a service's pods serve (see `core.cache.identify`)."""
-    template = _api.spec(owner).get("template") or {}
-    return cache.identify(
-        _containers(template), annotated=config.model, size_gib=config.model_size_gib
+    """The model a service's pods serve (`contract.modelid.model_of`)."""
+    return modelid.model_of(
+        _api.spec(owner).get("template") or {},
+        annotated=config.model,
+        size_gib=config.model_size_gib,
     )
-
-
-def preference(label: str, *, weight: int = DEFAULT_WEIGHT) -> Obj:
-    """The preferred node affinity term toward the nodes warm for a model."""
-    return {
-        "weight": weight,
-        "preference": {"matchExpressions": [{"key": label, "operator": "Exists"}]},
-    }
-
-
-def with_preference(template: Obj, term: Obj) -> Obj:
-    """`template` (changed in place) with `term` among its preferred node affinity terms, once."""
-    spec = template.setdefault("spec", {})
-    affinity = spec.setdefault("affinity", {})
-    node = affinity.setdefault("nodeAffinity", {})
-    preferred = node.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
-    key = term["preference"]["matchExpressions"][0]["key"]
-    for existing in preferred:
-        expressions = (existing.get("preference") or {}).get("matchExpressions") or ()
-        if any(e.get("key") == key for e in expressions if isinstance(e, dict)):
-            return template
-    preferred.append(term)
-    return template
-
-
-def prefers(template: Mapping[str, Any], label: str) -> bool:
-    """Whether a pod template already prefers the nodes carrying `label`."""
-    node = ((template.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    for term in node.get("preferredDuringSchedulingIgnoredDuringExecution") or ():
-        expressions = ((term or {}).get("preference") or {}).get("matchExpressions") or ()
-        if any(isinstance(e, dict) and e.get("key") == label for e in expressions):
-            return True
-    return False
 
 
 def _ready_s(pod: Obj) -> float | None:
@@ -156,7 +106,7 @@ class NodeCache:
             self._stale = True
 
     def preference(self, item: cache.Model) -> Obj:
-        return preference(item.label, weight=self.weight)
+        return modelid.preference(item.label, weight=self.weight)
 
     def retention_s(self, key: cache.ModelKey) -> float:
         item = self._models.get(key)

@@ -74,9 +74,10 @@ import structlog
 from kubernetes_asyncio import client
 
 from autoscaler import errors
-from autoscaler.adapters.kubernetes import _api, caches, events, nodecache
+from autoscaler.adapters.kubernetes import _api, caches, events
 from autoscaler.adapters.kubernetes._api import KubeApiError, Obj
 from autoscaler.contract import annotations as contract
+from autoscaler.contract import modelid
 from autoscaler.core import model
 from autoscaler.core import placement as ladder
 
@@ -538,7 +539,7 @@ def sibling_template(owner: Obj, tier: str, *, prefer: Obj | None = None) -> Obj
         else:
             del spec["affinity"]
     if prefer is not None:
-        nodecache.with_preference(template, prefer)
+        modelid.with_preference(template, prefer)
     return template
 
 
