@@ -93,6 +93,9 @@ class NodeCache:
         self._starts: dict[str, cache.Start] = {}
         """Pod uid -> its observed start, classed when it was first seen Ready."""
         self._pods_of: dict[model.ServiceId, set[str]] = {}
+        self._running: dict[model.ServiceId, tuple[cache.ModelKey, dict[str, float]]] = {}
+        """Each service's model and the nodes its Ready pods run on (node -> earliest Ready):
+        several services may serve one model, and a node runs it while any of them runs there."""
         self._relearnt = False
         self._stale = True
         """Whether the labels may differ from the map: set by a change to the map or a node."""
@@ -172,20 +175,37 @@ class NodeCache:
                 )
             if start is not None:
                 mine.append(start)
+        before = self._running.get(service)
+        self._running[service] = (key, running)
+        if before is not None and before[0] != key:  # the service's model changed
+            self._learn(before[0], now_s)
+        self._learn(key, now_s)
+        return cache.split(mine, recent=self._recent)
+
+    def _learn(self, key: cache.ModelKey, now_s: float) -> None:
+        """The map after seeing where every managed service of the model runs it now."""
+        running: dict[str, float] = {}
+        for served, nodes in self._running.values():
+            if served == key:
+                for node, ready_s in nodes.items():
+                    running[node] = min(ready_s, running.get(node, math.inf))
         warm = cache.observe(
             self._warm, key, running, now_s=now_s, retention_s=self.retention_s(key)
         )
         if warm != self._warm:
             self._warm = warm
             self._stale = True
-        return cache.split(mine, recent=self._recent)
 
     def forget(self, present: set[model.ServiceId]) -> None:
-        """Drop what is remembered about the pods of services no longer managed (the map of
-        their models stays: the nodes hold the weights whoever manages them)."""
+        """Drop what is remembered about the pods of services no longer managed; the nodes they
+        ran on stay warm for the retention (the weights are there whoever manages them)."""
         for service in self._pods_of.keys() - present:
             for uid in self._pods_of.pop(service):
                 self._starts.pop(uid, None)
+        now_s = self._wall_now()
+        for service in self._running.keys() - present:
+            key, _ = self._running.pop(service)
+            self._learn(key, now_s)
 
     # -- labels ----------------------------------------------------------------------------------
 
