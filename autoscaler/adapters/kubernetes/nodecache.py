@@ -92,6 +92,9 @@ class NodeCache:
         """The service whose Lease fences the label writes of each model."""
         self._starts: dict[str, cache.Start] = {}
         """Pod uid -> its observed start, classed when it was first seen Ready."""
+        self.started_warm = 0
+        self.started_cold = 0
+        """Pods classed as a cache hit and as a miss since this instance started."""
         self._pods_of: dict[model.ServiceId, set[str]] = {}
         self._running: dict[model.ServiceId, tuple[cache.ModelKey, dict[str, float]]] = {}
         """Each service's model and the nodes its Ready pods run on (node -> earliest Ready):
@@ -165,6 +168,10 @@ class NodeCache:
                 hit = cache.is_hit(self._warm, key, node, created_s)
                 start = cache.Start(created_s, ready_s - created_s, hit)
                 self._starts[uid] = start
+                if hit:
+                    self.started_warm += 1
+                else:
+                    self.started_cold += 1
                 log.info(
                     "startup.observed",
                     service=service,
@@ -209,6 +216,13 @@ class NodeCache:
 
     # -- labels ----------------------------------------------------------------------------------
 
+    def labels(self) -> dict[str, dict[str, str]]:
+        """Node -> the cache labels the map asks for on it (warm nodes only)."""
+        by_node: dict[str, dict[str, str]] = {}
+        for (key, node_name), warmth in self._warm.items():
+            by_node.setdefault(node_name, {})[cache.LABEL_PREFIX + key] = cache.label_value(warmth)
+        return by_node
+
     def wanted(self) -> dict[str, dict[str, str | None]]:
         """Node -> the label changes that bring it in line with the map (None removes)."""
         now_s = self._wall_now()
@@ -217,9 +231,7 @@ class NodeCache:
             return {}
         self._stale = False
         self._next_expiry_s = min((w.until_s for w in self._warm.values()), default=math.inf)
-        by_node: dict[str, dict[str, str]] = {}
-        for (key, node_name), warmth in self._warm.items():
-            by_node.setdefault(node_name, {})[cache.LABEL_PREFIX + key] = cache.label_value(warmth)
+        by_node = self.labels()
         changes: dict[str, dict[str, str | None]] = {}
         for node in self.caches.nodes.items():
             name = _api.name(node)
