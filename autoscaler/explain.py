@@ -31,6 +31,7 @@ import yaml
 
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
+from autoscaler.core import cache
 
 EXIT_OK = 0
 EXIT_NOT_MANAGED = 1
@@ -96,6 +97,11 @@ def _describe(
     if policy.pause is not None:
         at = "" if policy.pause.replicas is None else f" at {policy.pause.replicas} replicas"
         lines.append(f"  paused         yes{at}: the controller writes no replicas until resumed")
+    if config.model is not None:
+        served = cache.Model(config.model, config.model_size_gib)
+        lines.append(
+            f"  model          {contract.escape(config.model)}: warm nodes carry {served.label}"
+        )
     status_text = notes.get(contract.STATUS_KEY)
     if status_text is None:
         lines.append("  no decision recorded yet (is the controller running, and leading?)")

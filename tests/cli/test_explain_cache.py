@@ -33,6 +33,15 @@ def test_explain_shows_the_start_up_by_cache_hit_and_miss() -> None:
     assert "cache hit 8.0 s (3 pods), miss 131.0 s (2 pods)" in line
 
 
+def test_explain_names_the_label_of_the_warm_nodes_of_a_named_model() -> None:
+    """A service with the `model` annotation is told which node label marks its warm nodes."""
+    notes = {**MANAGED, "autoscaler.dsec.io/model": "org/chat-model"}
+    code, out, _ = explained(notes)
+    assert code == 0
+    label = cache.Model("org/chat-model").label
+    assert f"  model          org/chat-model: warm nodes carry {label}" in out.splitlines()
+
+
 def test_explain_json_carries_the_start_up_split() -> None:
     """The JSON output has the split under the decision's `startup` key."""
     deployment = {

@@ -175,6 +175,7 @@ class NodeCache:
                 log.info(
                     "startup.observed",
                     service=service,
+                    model=key,
                     pod=_api.name(pod),
                     node=node,
                     startup_s=round(start.duration_s, 3),
