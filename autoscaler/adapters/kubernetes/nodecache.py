@@ -103,9 +103,13 @@ class NodeCache:
         self._stale = True
         """Whether the labels may differ from the map: set by a change to the map or a node."""
         self._next_expiry_s = math.inf
+        self._written: dict[str, dict[str, str | None]] = {}
+        """Node -> the labels last written to it, until the nodes' cache shows the node again:
+        the next round does not write them a second time meanwhile."""
         self.caches.nodes.add_handler(self._node_changed)
 
     def _node_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        self._written.pop(_api.name(new if new is not None else old or {}), None)
         before = (_api.meta(old).get("labels") or {}) if old is not None else {}
         after = (_api.meta(new).get("labels") or {}) if new is not None else {}
         if old is None or new is None or before != after:
@@ -242,6 +246,11 @@ class NodeCache:
                 for k, v in labels.items()
                 if isinstance(k, str) and k.startswith(cache.LABEL_PREFIX)
             }
+            for label, value in self._written.get(name, {}).items():
+                if value is None:
+                    have.pop(label, None)
+                else:
+                    have[label] = value
             want = by_node.get(name, {})
             diff: dict[str, str | None] = {k: v for k, v in want.items() if have.get(k) != v}
             diff.update({k: None for k in have if k not in want})
@@ -281,4 +290,5 @@ class NodeCache:
                 self._stale = True
                 log.warning("cache.label_failed", node=node, error=str(e))
                 continue
+            self._written.setdefault(node, {}).update(diff)
             log.info("cache.labelled", node=node, labels=diff)
