@@ -35,8 +35,8 @@ ownerReference with `controller: true`, so deleting the owner deletes them):
   them) are not copied: a sibling is never a managed service;
 - with cache-aware placement on, the template also prefers the nodes warm for the service's
   model (a preferred node affinity term on `cache.autoscaler.dsec.io/<model key>`, written when
-  the sibling is created or its template rewritten, never on its own: a template change rolls
-  the sibling's pods);
+  the sibling is created, when its template is rewritten, and before it grows from 0 replicas,
+  never on its own: a template change rolls the sibling's pods);
 - `autoscaler.dsec.io/template-hash` records the owner's template it was built from: when the
   owner's template changes, the sibling's is rewritten (a JSON patch guarded by its
   resourceVersion);
@@ -945,6 +945,8 @@ class Ladder:
             if tier == ladder.WHOLE:
                 await scale_owner(replicas)
             elif tier in existing:
+                if tier in growing:
+                    await self._prefer_warm(service, owner, existing[tier])
                 await self._scale(service, existing[tier], replicas)
             elif replicas > 0:
                 await self._create(service, owner, tier, replicas)
@@ -1059,9 +1061,14 @@ class Ladder:
         current = self.caches.deployment(job.namespace, job.upkeep.target)
         if owner is None or current is None or _api.controller_uid(current) != _api.uid(owner):
             return
-        digest = template_hash(owner)
-        if _api.annotations_of(current).get(TEMPLATE_HASH_KEY) == digest:
+        if _api.annotations_of(current).get(TEMPLATE_HASH_KEY) == template_hash(owner):
             return
+        await self._rewrite(job.service, owner, current)
+
+    async def _rewrite(self, service: model.ServiceId, owner: Obj, current: Obj) -> None:
+        """Rewrite a tier Deployment's template from the owner's, guarded by its
+        resourceVersion."""
+        digest = template_hash(owner)
         tier = tier_of(current)
         notes = {**_api.annotations_of(current), TEMPLATE_HASH_KEY: digest}
         body = [
@@ -1077,18 +1084,30 @@ class Ladder:
             },
             {"op": "add", "path": "/metadata/annotations", "value": notes},
         ]
+        name = _api.name(current)
         await self._calls.call(
             "deployments.patch",
-            f"{job.service} ({job.upkeep.target})",
+            f"{service} ({name})",
             self._apps.patch_namespaced_deployment,
-            job.upkeep.target,
-            job.namespace,
+            name,
+            _api.namespace(current),
             body,
             write=True,
-            service=job.service,
+            service=service,
             _content_type=_JSON_PATCH,
         )
-        log.info("tier.synced", service=job.service, deployment=job.upkeep.target, template=digest)
+        log.info("tier.synced", service=service, deployment=name, template=digest)
+
+    async def _prefer_warm(self, service: model.ServiceId, owner: Obj, current: Obj) -> None:
+        """A tier Deployment at 0 replicas whose template does not prefer the nodes warm for
+        the model gets the term before it grows: with no pod of it running, the rewrite rolls
+        nothing."""
+        prefer = self._prefer(owner)
+        if prefer is None or _api.spec(current).get("replicas") != 0:
+            return
+        label = prefer["preference"]["matchExpressions"][0]["key"]
+        if not modelid.prefers(_template(current), label):
+            await self._rewrite(service, owner, current)
 
     async def _delete(self, job: _Job) -> None:
         current = self.caches.deployment(job.namespace, job.upkeep.target)

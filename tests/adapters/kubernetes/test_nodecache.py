@@ -15,7 +15,7 @@ from kube.emulator import Kube
 from kube.kubelet import EPOCH, FakeClock, FakeCluster
 from kubernetes_asyncio import client
 
-from autoscaler.adapters.kubernetes import cluster
+from autoscaler.adapters.kubernetes import cluster, placement
 from autoscaler.clock import ManualClock
 from autoscaler.contract import modelid
 from autoscaler.core import cache
@@ -159,3 +159,46 @@ async def test_a_restarted_controller_relearns_warm_nodes_from_labels_and_counts
     made.workloads()
     await made.tend()
     assert labels_of(kube, "gpu-b")[LABEL] == str(math.ceil(clock.now() + 3600))
+
+
+async def test_an_idle_tier_gets_the_preference_before_it_grows(
+    kube: Kube,
+    kubelet: FakeCluster,
+    kube_clock: FakeClock,
+    apps: client.AppsV1Api,
+    clock: ManualClock,
+    make_cluster: MakeCluster,
+) -> None:
+    """A MIG tier made before cache-aware placement was on, now at 0 replicas, prefers the warm
+    nodes once it grows again; its template hash still names the owner's template."""
+    add_whole_node(kubelet)
+    add_mig_node(kubelet)
+    notes = settings(**{"model-memory": "12Gi", "model": MODEL})
+    in_step(kube_clock, clock)
+    await apps.create_namespaced_deployment(NS, gpu_deployment("web", annotations=notes))
+    plain = await make_cluster()
+    await settled(kube, kubelet, plain)
+    plain.workloads()
+    await plain.scale(WEB, 4)
+    await settled(kube, kubelet, plain)
+    plain.workloads()
+    await plain.scale(WEB, 2)
+    await settled(kube, kubelet, plain)
+    before = stored(kube, f"web-{MIG}")
+    assert before is not None
+    assert before["spec"]["replicas"] == 0
+    assert "affinity" not in before["spec"]["template"]["spec"]
+
+    made = await make_cluster(cache_retention=RETENTION)
+    await settled(kube, kubelet, made)
+    made.workloads()
+    await made.scale(WEB, 4)
+    after = stored(kube, f"web-{MIG}")
+    assert after is not None
+    assert after["spec"]["replicas"] == 2
+    preferred = after["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert preferred["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        modelid.preference(LABEL)
+    ]
+    hash_key = placement.TEMPLATE_HASH_KEY
+    assert after["metadata"]["annotations"][hash_key] == before["metadata"]["annotations"][hash_key]
