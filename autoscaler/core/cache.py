@@ -189,8 +189,8 @@ WarmMap = Mapping[tuple[ModelKey, str], Warmth]
 def observe(
     warm: WarmMap,
     model: ModelKey,
-    running: Mapping[str, float],
     *,
+    running: Mapping[str, float],
     now_s: float,
     retention_s: float,
 ) -> dict[tuple[ModelKey, str], Warmth]:
@@ -214,12 +214,12 @@ def expire(warm: WarmMap, now_s: float) -> tuple[dict[tuple[ModelKey, str], Warm
     return kept, len(warm) - len(kept)
 
 
-def warm_nodes(warm: WarmMap, model: ModelKey, now_s: float) -> frozenset[str]:
+def warm_nodes(warm: WarmMap, model: ModelKey, *, now_s: float) -> frozenset[str]:
     """The nodes warm for `model` at `now_s`."""
     return frozenset(node for (m, node), w in warm.items() if m == model and w.until_s > now_s)
 
 
-def is_hit(warm: WarmMap, model: ModelKey, node: str, created_s: float) -> bool:
+def is_hit(warm: WarmMap, model: ModelKey, *, node: str, created_s: float) -> bool:
     """Whether a pod of `model` created at `created_s` on `node` found the node warm."""
     warmth = warm.get((model, node))
     return warmth is not None and warmth.since_s <= created_s < warmth.until_s

@@ -102,11 +102,11 @@ M = cache.ModelKey("m-1")
 
 def test_node_is_warm_from_ready_until_retention_after_its_pod_goes() -> None:
     """A node stays warm while its pod runs and for the retention after, then is forgotten."""
-    warm = cache.observe({}, M, {"a": 100.0}, now_s=100.0, retention_s=50.0)
+    warm = cache.observe({}, M, running={"a": 100.0}, now_s=100.0, retention_s=50.0)
     assert warm[M, "a"] == cache.Warmth(100.0, math.inf)
-    warm = cache.observe(warm, M, {}, now_s=400.0, retention_s=50.0)
+    warm = cache.observe(warm, M, running={}, now_s=400.0, retention_s=50.0)
     assert warm[M, "a"] == cache.Warmth(100.0, 450.0)
-    assert cache.warm_nodes(warm, M, 449.0) == {"a"}
+    assert cache.warm_nodes(warm, M, now_s=449.0) == {"a"}
     kept, gone = cache.expire(warm, 450.0)
     assert kept == {}
     assert gone == 1
@@ -115,10 +115,10 @@ def test_node_is_warm_from_ready_until_retention_after_its_pod_goes() -> None:
 def test_warmth_returns_without_a_gap_keeps_its_start() -> None:
     """A pod that becomes Ready on a node still warm keeps the node's first warm time."""
     warm = {(M, "a"): cache.Warmth(100.0, 450.0)}
-    warm = cache.observe(warm, M, {"a": 300.0}, now_s=300.0, retention_s=50.0)
+    warm = cache.observe(warm, M, running={"a": 300.0}, now_s=300.0, retention_s=50.0)
     assert warm[M, "a"] == cache.Warmth(100.0, math.inf)
     expired = {(M, "a"): cache.Warmth(100.0, 200.0)}
-    again = cache.observe(expired, M, {"a": 300.0}, now_s=300.0, retention_s=50.0)
+    again = cache.observe(expired, M, running={"a": 300.0}, now_s=300.0, retention_s=50.0)
     assert again[M, "a"] == cache.Warmth(300.0, math.inf)
 
 
@@ -126,16 +126,16 @@ def test_other_models_are_untouched() -> None:
     """Seeing one model's pods changes nothing about another model's nodes."""
     other = cache.ModelKey("other-2")
     warm = {(other, "a"): cache.Warmth(0.0, math.inf)}
-    assert cache.observe(warm, M, {}, now_s=10.0, retention_s=5.0) == warm
+    assert cache.observe(warm, M, running={}, now_s=10.0, retention_s=5.0) == warm
 
 
 def test_hit_needs_the_node_warm_when_the_pod_was_created() -> None:
     """A pod created on a node already warm is a hit; one created earlier or elsewhere misses."""
     warm = {(M, "a"): cache.Warmth(100.0, 450.0)}
-    assert cache.is_hit(warm, M, "a", 200.0)
-    assert not cache.is_hit(warm, M, "a", 50.0)
-    assert not cache.is_hit(warm, M, "a", 460.0)
-    assert not cache.is_hit(warm, M, "b", 200.0)
+    assert cache.is_hit(warm, M, node="a", created_s=200.0)
+    assert not cache.is_hit(warm, M, node="a", created_s=50.0)
+    assert not cache.is_hit(warm, M, node="a", created_s=460.0)
+    assert not cache.is_hit(warm, M, node="b", created_s=200.0)
 
 
 def test_label_value_round_trips_through_a_restart() -> None:

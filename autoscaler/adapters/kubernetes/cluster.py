@@ -568,7 +568,7 @@ class KubeCluster:
         split = None
         served = nodecache.model_of(deployment, config) if self.node_cache else None
         if self.node_cache is not None and served is not None:
-            split = self.node_cache.observe(service, served, view.pods)
+            split = self.node_cache.observe(service, served, pods=view.pods)
         workload = ports.Workload(
             id=service,
             policy=config.policy,

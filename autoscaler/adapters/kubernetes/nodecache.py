@@ -123,7 +123,7 @@ class NodeCache:
         return cache.retention_s(self.retention, None if item is None else item.size_gib)
 
     def warm_nodes(self, item: cache.Model) -> frozenset[str]:
-        return cache.warm_nodes(self._warm, item.key, self._wall_now())
+        return cache.warm_nodes(self._warm, item.key, now_s=self._wall_now())
 
     # -- learning --------------------------------------------------------------------------------
 
@@ -142,7 +142,7 @@ class NodeCache:
                     self._warm.setdefault((key, _api.name(node)), warmth)
 
     def observe(
-        self, service: model.ServiceId, item: cache.Model, pods: Sequence[Obj]
+        self, service: model.ServiceId, item: cache.Model, *, pods: Sequence[Obj]
     ) -> cache.StartupSplit:
         """Learn from a service's pods (every tier); its start-up split by hit or miss."""
         now_s = self._wall_now()
@@ -169,7 +169,7 @@ class NodeCache:
             start = self._starts.get(uid)
             created_s = _api.parse_time(_api.meta(pod).get("creationTimestamp"))
             if start is None and created_s is not None and ready_s >= self._started_s:
-                hit = cache.is_hit(self._warm, key, node, created_s)
+                hit = cache.is_hit(self._warm, key, node=node, created_s=created_s)
                 start = cache.Start(created_s, ready_s - created_s, hit)
                 self._starts[uid] = start
                 if hit:
@@ -202,7 +202,7 @@ class NodeCache:
                 for node, ready_s in nodes.items():
                     running[node] = min(ready_s, running.get(node, math.inf))
         warm = cache.observe(
-            self._warm, key, running, now_s=now_s, retention_s=self.retention_s(key)
+            self._warm, key, running=running, now_s=now_s, retention_s=self.retention_s(key)
         )
         if warm != self._warm:
             self._warm = warm
