@@ -17,7 +17,10 @@ hold a model's weights, learnt from the pods in the caches and written as node l
 After a restart the map is relearnt: from the labels on the nodes (warm until their expiry, or,
 for `1` whose pod is gone, for a retention from the restart: when that pod stopped is lost) and
 from the running pods. The hit or miss of pods that became Ready before the restart is lost:
-they are left out of the split.
+they are left out of the split. An instance removes only the labels of entries it has had in its
+map: under several bucket Leases, a label another replica wrote for its own services' pods is
+left to that replica (a node of a model whose services sit in two buckets may be relabelled once
+per retention when one replica's entry expires first).
 
 It decides nothing: the rules are `core.cache`'s.
 """
@@ -89,7 +92,8 @@ class NodeCache:
         self._warm: dict[tuple[cache.ModelKey, str], cache.Warmth] = {}
         self._models: dict[cache.ModelKey, cache.Model] = {}
         self._writer: dict[cache.ModelKey, model.ServiceId] = {}
-        """The service whose Lease fences the label writes of each model."""
+        """The service whose Lease fences the label writes of each model: the last one seen
+        serving it, kept when it goes (its bucket's leader is still the replica to write)."""
         self._starts: dict[str, cache.Start] = {}
         """Pod uid -> its observed start, classed when it was first seen Ready."""
         self.started_warm = 0
@@ -103,6 +107,9 @@ class NodeCache:
         self._stale = True
         """Whether the labels may differ from the map: set by a change to the map or a node."""
         self._next_expiry_s = math.inf
+        self._known: set[tuple[cache.ModelKey, str]] = set()
+        """(model, node) entries this instance has had in its map: the only labels it removes
+        (another replica's, under another bucket Lease, are left alone)."""
         self._written: dict[str, dict[str, str | None]] = {}
         """Node -> the labels last written to it, until the nodes' cache shows the node again:
         the next round does not write them a second time meanwhile."""
@@ -237,6 +244,7 @@ class NodeCache:
         self._stale = False
         self._next_expiry_s = min((w.until_s for w in self._warm.values()), default=math.inf)
         by_node = self.labels()
+        self._known.update(self._warm)
         changes: dict[str, dict[str, str | None]] = {}
         for node in self.caches.nodes.items():
             name = _api.name(node)
@@ -253,7 +261,14 @@ class NodeCache:
                     have[label] = value
             want = by_node.get(name, {})
             diff: dict[str, str | None] = {k: v for k, v in want.items() if have.get(k) != v}
-            diff.update({k: None for k in have if k not in want})
+            diff.update(
+                {
+                    k: None
+                    for k in have
+                    if k not in want
+                    and (cache.ModelKey(k[len(cache.LABEL_PREFIX) :]), name) in self._known
+                }
+            )
             if diff:
                 changes[name] = diff
         return changes
@@ -284,11 +299,13 @@ class NodeCache:
                     _content_type=_api.MERGE_PATCH,
                 )
             except NotLeaderError:
-                self._stale = True
-                continue
+                continue  # another replica leads that bucket now: its own map is the one to write
             except KubeApiError as e:
                 self._stale = True
                 log.warning("cache.label_failed", node=node, error=str(e))
                 continue
             self._written.setdefault(node, {}).update(diff)
+            for label, value in diff.items():
+                if value is None:
+                    self._known.discard((cache.ModelKey(label[len(cache.LABEL_PREFIX) :]), node))
             log.info("cache.labelled", node=node, labels=diff)

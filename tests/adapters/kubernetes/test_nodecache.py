@@ -20,7 +20,7 @@ from autoscaler.clock import ManualClock
 from autoscaler.contract import modelid
 from autoscaler.core import cache
 
-from .support import NS, WALL_S, running, settings
+from .support import NS, WALL_S, eventually, running, settings
 from .test_placement import (
     MIG,
     WEB,
@@ -202,3 +202,38 @@ async def test_an_idle_tier_gets_the_preference_before_it_grows(
     ]
     hash_key = placement.TEMPLATE_HASH_KEY
     assert after["metadata"]["annotations"][hash_key] == before["metadata"]["annotations"][hash_key]
+
+
+async def test_a_label_another_replica_wrote_is_left_alone(
+    kube: Kube,
+    kubelet: FakeCluster,
+    kube_clock: FakeClock,
+    apps: client.AppsV1Api,
+    clock: ManualClock,
+    make_cluster: MakeCluster,
+) -> None:
+    """A cache label that appears on a node after this instance learnt the map (another
+    replica's, under another bucket Lease) is neither removed nor rewritten."""
+    add_whole_node(kubelet)
+    in_step(kube_clock, clock)
+    notes = settings(model=MODEL)
+    await apps.create_namespaced_deployment(NS, gpu_deployment("web", annotations=notes))
+    made = await make_cluster(cache_retention=RETENTION)
+    await settled(kube, kubelet, made)
+    made.workloads()
+    await made.tend()
+    other = cache.Model("org/other-model").label
+    kube.store.patch(
+        "v1/nodes",
+        None,
+        "gpu-a",
+        {"metadata": {"labels": {other: "1"}}},
+        content_type="application/merge-patch+json",
+    )
+    cached = made.caches.nodes
+    await eventually(lambda: other in (cached.get("", "gpu-a") or {})["metadata"]["labels"], cached)
+    clock.advance(30)
+    made.workloads()
+    await made.tend()
+    assert labels_of(kube, "gpu-a")[other] == "1"
+    assert labels_of(kube, "gpu-a")[LABEL] == "1"
