@@ -68,7 +68,7 @@ from autoscaler import loop as loop_
 from autoscaler.adapters import prometheus, warmup
 from autoscaler.adapters.kubernetes import caches, cluster, connection, gpuguard, leader, ramp
 from autoscaler.adapters.mesh import registry
-from autoscaler.core import gates, gpuhealth, shards, smoothing
+from autoscaler.core import cache, gates, gpuhealth, shards, smoothing
 
 log = structlog.get_logger(__name__)
 
@@ -195,6 +195,8 @@ class Controller:
             on_event=lambda outcome: self.telemetry.events.labels(outcome).inc(),
             core_weights=config.gpu.core_weights,
             core_weight_per_gib=config.gpu.core_weight_per_gib,
+            cache_retention=_retention(config.cache),
+            cache_weight=config.cache.affinity_weight,
         )
         access = access or prometheus_access(prom)
         self.prometheus = prometheus.Client(prom.url, timeout_s=prom.timeout_s, access=access)
@@ -514,6 +516,18 @@ class Controller:
 
     def _api_error(self, operation: str) -> None:
         self.telemetry.api_errors.labels(operation).inc()
+
+
+def _retention(config: settings.CacheSettings) -> cache.Retention | None:
+    """The node caches' retention when cache-aware placement is on; None when it is off."""
+    if not config.enabled:
+        return None
+    return cache.Retention(
+        base_s=config.retention_s,
+        reference_gib=config.reference_gib,
+        min_s=config.min_retention_s,
+        max_s=config.max_retention_s,
+    )
 
 
 def _everything(_: str) -> bool:

@@ -2,7 +2,8 @@
 
 Reads what the controller wrote on the Deployment (the `status` annotation: desired and current
 replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown end, the
-seasonal forecast's vote and why it is on or off; the `state` annotation: when it last scaled)
+seasonal forecast's vote and why it is on or off, the observed pod start-up split by cache hit
+and miss under cache-aware placement; the `state` annotation: when it last scaled)
 and the service owner's settings, and prints them as one block. A Deployment that is missing,
 not opted in, or whose annotations do not parse (the problems are listed, as in the
 `InvalidConfig` Event) exits 1.
@@ -30,6 +31,7 @@ import yaml
 
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
+from autoscaler.core import cache
 
 EXIT_OK = 0
 EXIT_NOT_MANAGED = 1
@@ -95,6 +97,11 @@ def _describe(
     if policy.pause is not None:
         at = "" if policy.pause.replicas is None else f" at {policy.pause.replicas} replicas"
         lines.append(f"  paused         yes{at}: the controller writes no replicas until resumed")
+    if config.model is not None:
+        served = cache.Model(config.model, config.model_size_gib)
+        lines.append(
+            f"  model          {contract.escape(config.model)}: warm nodes carry {served.label}"
+        )
     status_text = notes.get(contract.STATUS_KEY)
     if status_text is None:
         lines.append("  no decision recorded yet (is the controller running, and leading?)")
@@ -127,6 +134,13 @@ def _decision(status: Mapping[str, Any]) -> list[str]:
     if isinstance(forecast, dict):
         state = "on" if forecast.get("on") is True else "off"
         lines.append(f"  forecast       {state}: {_text(forecast.get('why'))}")
+    startup = status.get("startup")
+    if isinstance(startup, dict):
+        lines.append(
+            f"  start-up       cache hit {_seconds(startup.get('hitSeconds'))} "
+            f"({_number(startup.get('hits'))} pods), miss {_seconds(startup.get('missSeconds'))} "
+            f"({_number(startup.get('misses'))} pods), median of the recent ones"
+        )
     contributions = status.get("contributions")
     if isinstance(contributions, dict) and contributions:
         lines.append("  signals        ratio    estimate  wants  estimator")
@@ -251,6 +265,16 @@ def _decision_document(status: Mapping[str, Any]) -> dict[str, Any]:
         "cooldownUntil": _json_text(status.get("cooldownUntil")),
         "signals": signals,
         "forecast": _forecast_document(status.get("forecast")),
+        "startup": _startup_document(status.get("startup")),
+    }
+
+
+def _startup_document(startup: object) -> dict[str, Any] | None:
+    if not isinstance(startup, dict):
+        return None
+    return {
+        key: _json_number(startup.get(key))
+        for key in ("hitSeconds", "missSeconds", "hits", "misses")
     }
 
 
@@ -295,6 +319,11 @@ def _number(value: object, spec: str = "") -> str:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return "-"
     return format(value, spec) if spec else str(value)
+
+
+def _seconds(value: object) -> str:
+    shown = _number(value, ".1f")
+    return shown if shown == "-" else f"{shown} s"
 
 
 def _time(unix_s: float) -> str:

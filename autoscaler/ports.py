@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from autoscaler import metricnames
 from autoscaler.contract import annotations as contract
-from autoscaler.core import forecast, gates, model, placement, policy
+from autoscaler.core import cache, forecast, gates, model, placement, policy
 from autoscaler.core.ramp import RampConfig
 
 
@@ -40,6 +40,10 @@ class Workload:
     """Pods warm and in the stable traffic set."""
     startup_s: float | None = None
     """Recently observed time from pod creation to serving."""
+    startup_split: cache.StartupSplit | None = None
+    """The observed start-up of recent pods that started on a node warm for the model (a cache
+    hit) and on a cold one; None without cache-aware placement (docs/architecture.md,
+    "Cache-aware placement")."""
     state: model.PolicyState | None = None
     """Policy state persisted on the object, for resuming after a restart."""
     admissible: int | None = None

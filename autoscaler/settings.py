@@ -431,6 +431,38 @@ class GpuSettings(BaseModel):
         return {**placement.DEFAULT_CORE_WEIGHTS, **weights}
 
 
+class CacheSettings(BaseModel):
+    """Cache-aware placement (docs/operations.md, "Cache-aware placement")."""
+
+    model_config = _GROUP
+
+    enabled: bool = False
+    """Learn which nodes hold each model's weights, label them
+    `cache.autoscaler.dsec.io/<model key>` and have the tier Deployments prefer them. Needs
+    `patch` on nodes. Default false."""
+    retention_s: float = Field(3600.0, gt=0, allow_inf_nan=False)
+    """Seconds a node stays warm after the last pod of a model of `reference_gib` there stopped
+    (and of a model of unknown size). Default 3600."""
+    reference_gib: float = Field(16.0, gt=0, allow_inf_nan=False)
+    """Model size, in GiB, that is retained for `retention_s`; a model twice as big is retained
+    half as long. Default 16."""
+    min_retention_s: float = Field(300.0, gt=0, allow_inf_nan=False)
+    """Shortest retention, however big the model. Default 300."""
+    max_retention_s: float = Field(21_600.0, gt=0, allow_inf_nan=False)
+    """Longest retention, however small the model. Default 21600 (6 hours)."""
+    affinity_weight: int = Field(50, ge=1, le=100)
+    """Weight of the preferred node affinity to the warm nodes' label, 1 to 100. Default 50."""
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> Self:
+        if self.min_retention_s > self.max_retention_s:
+            raise ValueError(
+                f"cache.min_retention_s ({self.min_retention_s:g}) must be at most "
+                f"cache.max_retention_s ({self.max_retention_s:g})"
+            )
+        return self
+
+
 class LogSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -457,6 +489,7 @@ class Settings(BaseSettings):
     warmup: WarmupSettings = WarmupSettings()
     smoothing: SmoothingSettings = SmoothingSettings()
     gpu: GpuSettings = GpuSettings()
+    cache: CacheSettings = CacheSettings()
     log: LogSettings = LogSettings()
 
     @model_validator(mode="after")

@@ -195,6 +195,20 @@ FALLBACKS = Family(
     "Replicas placed below the whole-card tier because whole cards ran out, by tier.",
     ("tier",),
 )
+# Cache-aware placement (docs/architecture.md, "Cache-aware placement").
+STARTUP = Family(
+    _Gauge,
+    "autoscaler_pod_startup_seconds",
+    "Median observed time from creation to Ready of the service's recent pods, by cache: hit "
+    "(the node was warm for the model when the pod was created), miss, or all serving pods.",
+    ("cache",),
+)
+STARTS = Family(
+    _Gauge,
+    "autoscaler_pod_starts",
+    "Pods of the service whose start was observed and that still exist, by cache hit or miss.",
+    ("cache",),
+)
 HOLDING = Family(
     _Gauge,
     "autoscaler_holding_services",
@@ -223,6 +237,8 @@ PER_SERVICE: Final = (
     RAMP_PROMOTIONS,
     TIER_REPLICAS,
     FALLBACKS,
+    STARTUP,
+    STARTS,
 )
 """Every family labelled by service."""
 
@@ -350,6 +366,17 @@ def _render_tick(
             out[SIGNAL].add_metric([namespace, name, label], vote.estimate)
         if target is not None:
             out[SIGNAL_TARGET].add_metric([namespace, name, label], target * workload.serving)
+    if workload.startup_s is not None:
+        out[STARTUP].add_metric([namespace, name, "all"], workload.startup_s)
+    split = workload.startup_split
+    if split is not None:
+        for label, seconds, count in (
+            ("hit", split.hit_s, split.hits),
+            ("miss", split.miss_s, split.misses),
+        ):
+            if seconds is not None:
+                out[STARTUP].add_metric([namespace, name, label], seconds)
+            out[STARTS].add_metric([namespace, name, label], count)
 
 
 def _render_kept(

@@ -16,7 +16,10 @@ and the rule. It also catches what `parse` cannot see from one Deployment's anno
 - a HorizontalPodAutoscaler or KEDA ScaledObject that scales the same Deployment (one owner of
   `replicas`);
 - as a warning only, `spec.replicas` in a managed Deployment: each `kubectl apply` of the
-  manifest resets the count the controller chose.
+  manifest resets the count the controller chose;
+- as a warning only, a `model` annotation (cache-aware placement) on a Deployment whose pod
+  template does not prefer the nodes warm for that model: the finding gives the node affinity
+  term to add (docs/operations.md, "Cache-aware placement").
 
 Exit codes (`EXIT_*`): 0 no problem (warnings alone are printed and still exit 0, unless
 `strict`), 1 problems found, 2 an input that cannot be read or parsed (stderr; the rest is still
@@ -36,7 +39,7 @@ from typing import Any, Final, TextIO
 
 import yaml
 
-from autoscaler.contract import annotations
+from autoscaler.contract import annotations, modelid
 
 EXIT_OK: Final = 0
 EXIT_PROBLEMS: Final = 1
@@ -312,6 +315,8 @@ def _lint_deployment(obj: _Object, report: _Report) -> list[Finding]:
         findings += _selector(obj)
         findings += _ramp_gate(obj, settings.get(_ROUTER_KEY))
         findings += _replicas(obj, settings.get(_MODE_KEY))
+        if isinstance(result, annotations.ServiceConfig):
+            findings += _cache_affinity(obj, result)
     return findings
 
 
@@ -389,6 +394,26 @@ def _ramp_gate(obj: _Object, router_text: str | None) -> list[Finding]:
         )
         findings.append(obj.problem(f"{where}={annotations.quote(text)}: {rule}"))
     return findings
+
+
+def _cache_affinity(obj: _Object, config: annotations.ServiceConfig) -> list[Finding]:
+    """A service that names its model for cache-aware placement, whose pods do not prefer the
+    nodes warm for it: the term to add, once."""
+    template = _mapping(obj.body, "spec", "template") or {}
+    if config.model is None:
+        return []
+    served = modelid.model_of(template, annotated=config.model, size_gib=config.model_size_gib)
+    if served is None or modelid.prefers(template, served.label):
+        return []
+    term = json.dumps(modelid.preference(served.label), separators=(", ", ": "))
+    return [
+        obj.warning(
+            f"{annotations.show_key(annotations.PREFIX + 'model')} is set but "
+            "spec.template.spec.affinity.nodeAffinity does not prefer the nodes warm for it, so "
+            "new pods start cold on any node: add to "
+            f"preferredDuringSchedulingIgnoredDuringExecution the term {term}"
+        )
+    ]
 
 
 def _replicas(obj: _Object, mode: str | None) -> list[Finding]:

@@ -157,6 +157,8 @@ _WARMUP_REQUESTS = values.whole(1, 1_000)
 _DEADLINE = values.duration(10.0, 6 * _HOUR_S)
 _MEMORY = values.quantity(1, _MAX_MODEL_MIB)
 _PROJECT = values.label_value()
+_MODEL_ID = values.model_id()
+_MODEL_SIZE = values.number(0, 16_384, lo_open=True)
 
 
 def _v(parser: values.Parser[Any]) -> BeforeValidator:
@@ -391,6 +393,19 @@ class Annotations(BaseModel):
         alias="project",
         description="Accounting label on the GPU-hours counter.",
     )
+    model: Annotated[str | None, _v(_MODEL_ID)] = Field(
+        None,
+        alias="model",
+        description="The model the pods serve, for cache-aware placement: pods of the same model "
+        "prefer the nodes that ran it recently. Without it, the pod template's image and its "
+        '`--model` argument or `MODEL` variable (docs/operations.md, "Cache-aware placement").',
+    )
+    model_size_gib: Annotated[float | None, _v(_MODEL_SIZE)] = Field(
+        None,
+        alias="model-size-gib",
+        description="Size of the model's weights in GiB: bigger models stay in a node's cache "
+        "for less time after their last pod there.",
+    )
 
     @_model_validator(mode="after")
     def _check_across_keys(self) -> Annotations:
@@ -618,6 +633,10 @@ class ServiceConfig:
     placement: Placement
     model_memory_mib: int | None
     project: str
+    model: str | None = None
+    """The `model` annotation: the model's identity for the node caches (None: from the pod
+    template)."""
+    model_size_gib: float | None = None
 
 
 def opted_in(annotations: Mapping[str, str]) -> bool:
@@ -769,4 +788,6 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
         placement=a.placement,
         model_memory_mib=a.model_memory_mib,
         project=a.project if a.project is not None else namespace,
+        model=a.model,
+        model_size_gib=a.model_size_gib,
     )

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from autoscaler import untrusted
 from autoscaler.contract import annotations as contract
-from autoscaler.core import model
+from autoscaler.core import cache, model
 
 TIME_KEY: Final = "time"
 """The status key that changes on every write; ignored when deciding whether status changed."""
@@ -76,6 +76,17 @@ def status_document(decision: model.Decision, *, time_s: float) -> dict[str, Any
         document["cooldownUntil"] = format_time(decision.cooldown_until_s)
     document[TIME_KEY] = format_time(time_s)
     return document
+
+
+def startup_document(found: cache.StartupSplit) -> dict[str, Any]:
+    """The observed start-up split by cache hit and miss, for the `status` annotation's
+    `startup` key: the median seconds of each (null without a sample) and how many of each."""
+    return {
+        "hitSeconds": None if found.hit_s is None else _number(found.hit_s, 1),
+        "missSeconds": None if found.miss_s is None else _number(found.miss_s, 1),
+        "hits": found.hits,
+        "misses": found.misses,
+    }
 
 
 def dumps(document: Mapping[str, Any]) -> str:

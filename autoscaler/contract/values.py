@@ -50,6 +50,8 @@ _QUANTITY_BYTES = {
 _MIB = 2**20
 _METRIC_NAME_MAX = 200
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_MODEL_ID = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.:/@+=]{0,252}[A-Za-z0-9])?")
+_MODEL_ID_MAX = 254
 _STEPS = re.compile(r"[0-9]{1,3}(?: *, *[0-9]{1,3}){0,99}")
 _PATH_CHARS = re.compile(r"/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*")
 _PATH_MAX = 1024
@@ -255,6 +257,17 @@ def label_value() -> Parser[str]:
         "starting and ending with a letter or digit"
     )
     return Parser(rule, convert, str)
+
+
+def model_id() -> Parser[str]:
+    def convert(text: str) -> str | None:
+        return text if _MODEL_ID.fullmatch(text) else None
+
+    rule = (
+        f"must be a model id such as meta-llama/Llama-3.1-8B-Instruct: 1 to {_MODEL_ID_MAX} "
+        "letters, digits and - _ . : / @ + =, starting and ending with a letter or digit"
+    )
+    return Parser(rule, convert, str, limit=_MODEL_ID_MAX)
 
 
 def steps() -> Parser[tuple[int, ...]]:

@@ -25,6 +25,10 @@ cluster has free (a `Snapshot`), what each tier runs now and the namespace's GPU
   only once the new whole replicas are serving. The surge is the plan's total above `desired`;
   the caller keeps asking for the same `desired` (the policy's total, not the sum over tiers)
   and the next plans retire the lower tiers as `TierCount.serving` rises.
+- **Warm nodes first**: within a tier, new replicas take the room of the nodes that hold the
+  model's weights (`warm`, from `core.cache`) before any other; `Plan.warm` counts the new
+  replicas that have such room, for the scheduler to honour through the pods' preferred node
+  affinity (docs/architecture.md, "Cache-aware placement").
 - **Quota**: never ask for replicas the namespace's ResourceQuota would refuse; `admissible`
   says how many the quota admits in all, for the policy to cap its scale-up (docs/architecture.md,
   "The placement ladder").
@@ -46,7 +50,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.core import victims
@@ -232,6 +236,8 @@ class Plan:
     """The quota's cap on the total (`admissible()`); None when no quota applies."""
     reason: str
     """A sentence: why this distribution (fallbacks, quota, nothing fits, a move-up)."""
+    warm: int = 0
+    """Of the new replicas, how many have room on a node warm for the model."""
 
     @property
     def total(self) -> int:
@@ -354,6 +360,10 @@ class _Work:
     notes: list[str] = field(default_factory=list)
     unfit: int = 0
     """Wanted replicas no tier can take, not even as pending (not asked for)."""
+    warm_room: dict[str, int] = field(default_factory=dict)
+    """Free capacity per tier on the nodes warm for the model, taken first."""
+    warm: int = 0
+    """New replicas placed in `warm_room`."""
 
     def take(self, tier: str, wanted: int, *, pend: bool = False) -> int:
         """Put up to `wanted` more replicas on `tier`: within free capacity (or beyond it, as
@@ -364,6 +374,9 @@ class _Work:
         if taken:
             self.target[tier] = self.target.get(tier, 0) + taken
             self.room[tier] = max(0, self.room.get(tier, 0) - taken)
+            on_warm = min(taken, self.warm_room.get(tier, 0))
+            self.warm += on_warm
+            self.warm_room[tier] = self.warm_room.get(tier, 0) - on_warm
             if quota != math.inf:
                 self.quota_room[tier] = quota - taken
         return taken
@@ -375,12 +388,15 @@ def plan(
     current: Mapping[str, TierCount],
     desired: int,
     quota: Quota | None = None,
+    *,
+    warm: Collection[str] = (),
 ) -> Plan:
     """Replicas per tier that bring the service to `desired` (see the module docstring).
 
     `current` maps tier -> what it runs now (absent tiers run nothing). `desired` is the total
     the policy asked for; a move-up's surge is the plan's total above it, and the caller keeps
-    passing the policy's total (not the sum over tiers) while the surge settles.
+    passing the policy's total (not the sum over tiers) while the surge settles. `warm` names
+    the nodes that hold the model's weights: their room is taken first within each tier.
     """
     if desired < 0:
         raise ValueError("desired must be >= 0")
@@ -393,6 +409,10 @@ def plan(
     stuck = {t: max(0, c.pending - free.get(t, 0)) for t, c in current.items()}
     quota_room = {t: _quota_replicas(need, quota, t) for t in ladder}
     work = _Work({t: c.replicas for t, c in current.items()}, room, quota_room)
+    if warm:
+        hot = frozenset(warm)
+        warm_free = free_by_tier(need, Snapshot(tuple(n for n in snapshot.nodes if n.name in hot)))
+        work.warm_room = {t: min(room[t], warm_free.get(t, 0)) for t in ladder}
     total = sum(c.replicas for c in current.values())
     fallback = _fallback(need, ladder, snapshot)
 
@@ -410,7 +430,10 @@ def plan(
     unplaced = _count_unplaced(work.target, current, free) + work.unfit
     cap = admissible(need, snapshot, current, quota)
     notes = work.notes or [_steady_note(work.target)]
-    return Plan(dict(sorted(work.target.items(), key=_tier_key)), unplaced, cap, "; ".join(notes))
+    if work.warm:
+        notes.append(f"{work.warm} new on nodes warm for the model")
+    target = dict(sorted(work.target.items(), key=_tier_key))
+    return Plan(target, unplaced, cap, "; ".join(notes), warm=work.warm)
 
 
 def _quota_replicas(need: Need, quota: Quota | None, tier: str) -> float:

@@ -100,6 +100,7 @@ def test_every_design_key_is_a_setting() -> None:
         "scale-down-max-ratio", "traffic-router", "traffic-steps", "traffic-step-interval",
         "max-error-rate", "max-p95-latency", "max-p95-ratio", "warmup-path", "warmup-port",
         "warmup-requests", "warmup-deadline", "placement", "model-memory", "project",
+        "model", "model-size-gib",
     }  # fmt: skip
     assert set(ann.SETTING_KEYS) == {PREFIX + key for key in expected}
 
@@ -579,3 +580,13 @@ def test_ramp_settings_the_core_refuses_are_invalid_at_parse_time() -> None:
     (problem,) = result.problems
     assert problem.key == PREFIX + "traffic-steps"
     assert "steps_pct must increase" in problem.rule
+
+
+def test_the_model_and_its_size_are_parsed_strictly() -> None:
+    """`model` takes a model id and `model-size-gib` a positive size; anything else is named."""
+    found = parse({"model": "meta-llama/Llama-3.1-8B", "model-size-gib": "16"})
+    assert isinstance(found, ServiceConfig)
+    assert (found.model, found.model_size_gib) == ("meta-llama/Llama-3.1-8B", 16.0)
+    bad = parse({"model": "two words", "model-size-gib": "0"})
+    assert isinstance(bad, ann.Invalid)
+    assert {p.key for p in bad.problems} == {PREFIX + "model", PREFIX + "model-size-gib"}

@@ -21,7 +21,15 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 LOCK = ROOT / "requirements.lock"
 NAMESPACED = "overlays/namespaced"
 """The example of a namespaced install: the base and the component, for two namespaces."""
-COMPONENTS = ("istio", "gateway-api", "smi", "dry-run", "grafana-dashboards", "shards")
+COMPONENTS = (
+    "istio",
+    "gateway-api",
+    "smi",
+    "dry-run",
+    "grafana-dashboards",
+    "shards",
+    "cache-placement",
+)
 """The components of manifests/components/ that combine over the base without an edit (the
 namespaced one needs an overlay that lists the namespaces)."""
 

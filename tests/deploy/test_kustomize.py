@@ -66,6 +66,7 @@ KUSTOMIZATIONS = (
     "base",
     "overlays/dry-run",
     "overlays/shards",
+    "overlays/cache-placement",
     *ROUTER_OVERLAYS,
     NAMESPACED,
     *(NAMESPACED_ON + on for on in ("overlays/dry-run", *ROUTER_OVERLAYS)),
@@ -585,11 +586,30 @@ def test_every_component_is_a_kustomize_component() -> None:
     assert found == dict.fromkeys([*COMPONENTS, "namespaced"], "Component")
 
 
-@pytest.mark.parametrize("component", ["istio", "gateway-api", "smi", "dry-run", "shards"])
+@pytest.mark.parametrize(
+    "component", ["istio", "gateway-api", "smi", "dry-run", "shards", "cache-placement"]
+)
 def test_an_overlay_is_the_base_with_its_component(component: str) -> None:
     """manifests/overlays/<name> renders exactly what the base with the component of that name
     renders, so the overlays and a kustomization of one's own that lists components agree."""
     assert kustomize(f"overlays/{component}") == kustomize(WITH + component)
+
+
+def test_the_cache_placement_overlay_turns_it_on_and_grants_only_the_node_patch() -> None:
+    """Cache-aware placement sets its setting and adds `patch` on nodes to the nodes' role; the
+    rest of the base is as it was."""
+    base, cached = rendered("base"), rendered("overlays/cache-placement")
+    (container,) = one(cached, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["AUTOSCALER_CACHE__ENABLED"]["value"] == "true"
+    nodes = f"{NAME}-nodes"
+    added = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}
+    assert one(cached, "ClusterRole", nodes)["rules"] == [
+        *one(base, "ClusterRole", nodes)["rules"],
+        added,
+    ]
+    changed = ("Deployment", "ClusterRole")
+    assert without(cached, *changed) == without(base, *changed)
+    assert one(cached, "ClusterRole") == one(base, "ClusterRole")
 
 
 def test_the_shards_overlay_grants_exactly_the_leases_of_its_buckets() -> None:

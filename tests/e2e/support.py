@@ -182,10 +182,12 @@ class Controllers:
         prometheus_url: str | None = None,
         warmup: Mapping[str, Any] | None = None,
         prometheus: Mapping[str, Any] | None = None,
+        cache: Mapping[str, Any] | None = None,
         **kubernetes: Any,
     ) -> settings.Settings:
         """The settings of a controller under test: the emulator, a 1 s scrape interval;
-        `prometheus` adds settings of that group (credentials, headers)."""
+        `prometheus` adds settings of that group (credentials, headers), `cache` those of
+        cache-aware placement."""
         assert self.kube.kubeconfig is not None
         return settings.Settings(
             kubernetes={
@@ -201,6 +203,7 @@ class Controllers:
             },
             http={"host": "127.0.0.1", "port": 0},
             warmup=dict(warmup or {}),
+            cache=dict(cache or {}),
         )
 
     async def start(
@@ -212,6 +215,7 @@ class Controllers:
         wait_probes: bool = True,
         warmup: Mapping[str, Any] | None = None,
         prometheus: Mapping[str, Any] | None = None,
+        cache: Mapping[str, Any] | None = None,
         **kubernetes: Any,
     ) -> Running:
         """A serving controller with synced caches that leads and has ticked, or that follows
@@ -225,6 +229,7 @@ class Controllers:
             prometheus_url=prometheus_url,
             warmup=warmup,
             prometheus=prometheus,
+            cache=cache,
             **kubernetes,
         )
         ensure_namespace(self.kube, LEASE_NAMESPACE)

@@ -14,10 +14,12 @@ An API server runs no controllers, so a Deployment's replicas never become pods 
    newer. A pod that a namespace's ResourceQuota would not admit (its `hard` limits on
    `requests.<resource>`, `<resource>` for cpu and memory, `pods`, `count/pods`) is not created,
    as the API server refuses it; `refused` counts them;
-4. scheduler: binds each unscheduled pod to the first node, by name, that is Ready,
-   schedulable, matches `nodeSelector` and required node affinity, tolerates its NoSchedule
-   taints, and has the allocatable room (`nvidia.com/gpu`, MIG slices, cpu, memory, pods)
-   left by the pods already bound; otherwise PodScheduled=False, Unschedulable, and Pending;
+4. scheduler: binds each unscheduled pod to the node that is Ready, schedulable, matches
+   `nodeSelector` and required node affinity, tolerates its NoSchedule taints, and has the
+   allocatable room (`nvidia.com/gpu`, MIG slices, cpu, memory, pods) left by the pods already
+   bound; of those, the one whose labels match the most weight of the pod's preferred node
+   affinity terms, the first by name among equals; otherwise PodScheduled=False,
+   Unschedulable, and Pending;
 5. kubelet: a bound Pending pod starts (Running, Initialized, ContainersReady=False); its
    containers become ready `ready_after_s` simulated seconds later (never on the pass that
    started them); it is Ready only while ContainersReady and every `spec.readinessGates`
@@ -440,11 +442,11 @@ class FakeCluster:
         for pod in pods:
             if (pod.get("spec") or {}).get("nodeName") or _meta(pod).get("deletionTimestamp"):
                 continue
-            for node in nodes:
-                if self._fits(node, pod, used[_meta(node)["name"]]):
-                    self._bind(pod, node)
-                    self._add_usage(used[_meta(node)["name"]], pod)
-                    break
+            fitting = [n for n in nodes if self._fits(n, pod, used[_meta(n)["name"]])]
+            if fitting:
+                node = max(fitting, key=lambda n: self._preference(pod, n))  # first among equals
+                self._bind(pod, node)
+                self._add_usage(used[_meta(node)["name"]], pod)
             else:
                 message = f"0/{len(nodes)} nodes are available"
                 self._set_conditions(pod, {"PodScheduled": ("False", "Unschedulable", message)})
@@ -485,6 +487,24 @@ class FakeCluster:
             if used.get(name, decimal.Decimal(0)) + amount > parse_quantity(allocatable[name]):
                 return False
         return True
+
+    @staticmethod
+    def _preference(pod: Obj, node: Obj) -> int:
+        """The weight of the pod's preferred node affinity terms the node's labels match."""
+        affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+        labels = _meta(node).get("labels") or {}
+        return sum(
+            int(term.get("weight", 0))
+            for term in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+            if all(
+                selectors.Requirement(
+                    expression["key"],
+                    _AFFINITY_OPERATORS[expression["operator"]],
+                    frozenset(expression.get("values") or ()),
+                ).matches(labels)
+                for expression in (term.get("preference") or {}).get("matchExpressions") or []
+            )
+        )
 
     @staticmethod
     def _affinity_matches(spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -208,6 +208,31 @@ async def test_scheduler_honours_selectors_affinity_and_taints(
     assert placement == {"x": "c-a100", "y": "b-h100", "z": "a-tainted"}
 
 
+async def test_scheduler_prefers_the_nodes_of_the_heaviest_preferred_terms(
+    kubelet: FakeCluster, apps: client.AppsV1Api, core: client.CoreV1Api
+) -> None:
+    """Among fitting nodes the scheduler picks the one matching the most preferred weight."""
+    kubelet.add_node("a-cold", gpus=1)
+    kubelet.add_node("b-warm", gpus=1, labels={"cache": "1"})
+    kubelet.add_node("c-other", gpus=1, labels={"zone": "z"})
+    preferred = [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}},
+        {
+            "weight": 50,
+            "preference": {"matchExpressions": [{"key": "cache", "operator": "Exists"}]},
+        },
+    ]
+    affinity = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+    await apps.create_namespaced_deployment(
+        NS, deployment("x", replicas=2, gpus=1, affinity=affinity)
+    )
+    await apps.create_namespaced_deployment(NS, deployment("y", replicas=1, gpus=1))
+    await kubelet.settle()
+
+    placed = sorted((p.metadata.labels["app"], p.spec.node_name) for p in await pods(core))
+    assert placed == [("x", "b-warm"), ("x", "c-other"), ("y", "a-cold")]
+
+
 async def test_scale_down_deletes_lowest_deletion_cost_then_newest(
     kubelet: FakeCluster, apps: client.AppsV1Api, core: client.CoreV1Api
 ) -> None:

@@ -10,7 +10,7 @@ from aiohttp import test_utils
 from prometheus_client import generate_latest
 
 from autoscaler import loop, ports, telemetry
-from autoscaler.core import model
+from autoscaler.core import cache, model
 
 SVC = model.ServiceId("ml/llama")
 
@@ -112,6 +112,26 @@ def test_each_service_says_why_it_holds_in_one_series() -> None:
     assert _value(t, "autoscaler_target_gpu_utilization_percent", **ids) == 75.0
 
 
+def test_start_up_is_split_by_cache_hit_and_miss() -> None:
+    """The start-up gauges give all pods, hits and misses, and how many of each were seen; a
+    kind without a sample has a count and no time."""
+    t = telemetry.Telemetry()
+    split = cache.StartupSplit(hit_s=8.0, miss_s=None, hits=3, misses=0)
+    workload = dataclasses.replace(_workload(), startup_s=8.5, startup_split=split)
+    t.observe_tick(
+        _report(model.Kind.STEADY, model.Reason.AT_DESIRED),
+        [workload],
+        duration_s=0.01,
+        wall_time_s=0.0,
+    )
+    ids = {"namespace": "ml", "service": "llama"}
+    assert _value(t, "autoscaler_pod_startup_seconds", **ids, cache="all") == 8.5
+    assert _value(t, "autoscaler_pod_startup_seconds", **ids, cache="hit") == 8.0
+    assert _value(t, "autoscaler_pod_startup_seconds", **ids, cache="miss") is None
+    assert _value(t, "autoscaler_pod_starts", **ids, cache="hit") == 3
+    assert _value(t, "autoscaler_pod_starts", **ids, cache="miss") == 0
+
+
 def test_series_of_a_service_that_is_gone_are_removed() -> None:
     """A service that stops being managed leaves no stale per-service series behind."""
     t = telemetry.Telemetry()
@@ -162,8 +182,17 @@ def _declared(t: telemetry.Telemetry) -> set[str]:
 
 def _every_series(t: telemetry.Telemetry, *services: model.ServiceId) -> None:
     """Drive every per-service family for `services`: a tick, a ramp, placement."""
+    split = cache.StartupSplit(hit_s=8.0, miss_s=120.0, hits=2, misses=1)
     workloads = [
-        dataclasses.replace(_workload(), id=s, core_rate=2.0, project="research") for s in services
+        dataclasses.replace(
+            _workload(),
+            id=s,
+            core_rate=2.0,
+            project="research",
+            startup_s=9.0,
+            startup_split=split,
+        )
+        for s in services
     ]
     hold = _report(model.Kind.HOLD, model.Reason.COOLDOWN)
     report = dataclasses.replace(hold, decisions=dict.fromkeys(services, hold.decisions[SVC]))
@@ -182,7 +211,8 @@ def test_every_per_service_family_is_dropped_with_its_service() -> None:
     _every_series(t, SVC, OTHER)
     # The test covers every declared family, and no undeclared family carries a service label.
     assert _series_of(t, SVC) == _declared(t)
-    stays = dataclasses.replace(_workload(), id=OTHER)
+    split = cache.StartupSplit(hit_s=8.0, miss_s=120.0, hits=2, misses=1)
+    stays = dataclasses.replace(_workload(), id=OTHER, startup_s=9.0, startup_split=split)
     report = _report(model.Kind.STEADY, model.Reason.AT_DESIRED)
     only_other = dataclasses.replace(report, decisions={OTHER: report.decisions[SVC]})
     t.observe_tick(only_other, [stays], duration_s=0.01, wall_time_s=0.0)

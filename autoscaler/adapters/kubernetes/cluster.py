@@ -57,11 +57,11 @@ from kubernetes_asyncio import client
 
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters.kubernetes import _api, annotate, caches, events, placement
+from autoscaler.adapters.kubernetes import _api, annotate, caches, events, nodecache, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
-from autoscaler.core import model
+from autoscaler.core import cache, model
 
 __all__ = [
     "DRY_RUN_RESCALE",
@@ -303,6 +303,8 @@ class KubeCluster:
         on_tiers: placement.TierCallback | None = None,
         on_fallback: placement.FallbackCallback | None = None,
         on_event: events.OutcomeCallback | None = None,
+        cache_retention: cache.Retention | None = None,
+        cache_weight: int = nodecache.DEFAULT_WEIGHT,
     ) -> None:
         """Build the caches and the Event recorder on `api`; `run()` fills and follows them.
 
@@ -315,7 +317,9 @@ class KubeCluster:
         others are skipped, and nothing is remembered about them. `core_weights` are
         core-hours per card-hour by GPU product, `core_weight_per_gib` per GiB of a card the
         table does not name; `on_tiers` and `on_fallback` are told of placements, `on_event` of
-        what became of each Event (telemetry).
+        what became of each Event (telemetry). With `cache_retention`, placement is cache-aware
+        (`nodecache`): the nodes that ran a model are labelled, the tier Deployments prefer them
+        with `cache_weight`, and the start-up is split by cache hit and miss.
         """
         self.clock = clock or clock_.LoopClock()
         self.dry_run = dry_run
@@ -351,6 +355,19 @@ class KubeCluster:
             dry_run=dry_run,
             on_outcome=on_event,
         )
+        self.node_cache: nodecache.NodeCache | None = None
+        if cache_retention is not None:
+            self.node_cache = nodecache.NodeCache(
+                api,
+                self.caches,
+                retention=cache_retention,
+                wall_now=wall_now,
+                may_write=lambda service: not dry_run and may_write(service),
+                on_api_error=on_api_error,
+                request_timeout_s=request_timeout_s,
+                recent_pods=recent_pods,
+                weight=cache_weight,
+            )
         self.placement = placement.Ladder(
             api,
             self.caches,
@@ -365,6 +382,7 @@ class KubeCluster:
             core_weight_per_gib=core_weight_per_gib,
             on_tiers=on_tiers,
             on_fallback=on_fallback,
+            warmth=self._warmth if self.node_cache is not None else None,
         )
         self._parsed: dict[_ParseKey, contract.ServiceConfig | contract.Invalid] = {}
         self._built: dict[tuple[str, str], _Built] = {}
@@ -403,8 +421,11 @@ class KubeCluster:
 
     async def tend(self) -> None:
         """Carry out the upkeep of the tier Deployments that the last `workloads()` found
-        (template sync, idle deletion, a re-plan); the loop calls it once per tick."""
+        (template sync, idle deletion, a re-plan) and the node labels of cache-aware placement;
+        the loop calls it once per tick."""
         await self.placement.tend(replan=self._replan)
+        if self.node_cache is not None and not self.dry_run:
+            await self.node_cache.tend()
 
     @property
     def synced(self) -> bool:
@@ -448,6 +469,8 @@ class KubeCluster:
             self._managed = [e.workload for e in self._built.values() if e.workload is not None]
             present = {w.id for w in self._managed}
             if present != self._present:
+                if self.node_cache is not None:
+                    self.node_cache.forget(present)
                 self._forget(present)
                 self._present = present
             self._prune_parsed()
@@ -542,6 +565,10 @@ class KubeCluster:
         if config.policy.pause is not None and not self._lags(service):
             # Paused: a count set by hand is the one to keep (no re-plan, no override).
             self._last_set[service] = view.replicas
+        split = None
+        served = nodecache.model_of(deployment, config) if self.node_cache else None
+        if self.node_cache is not None and served is not None:
+            split = self.node_cache.observe(service, served, pods=view.pods)
         workload = ports.Workload(
             id=service,
             policy=config.policy,
@@ -549,6 +576,7 @@ class KubeCluster:
             replicas=self.placement.reported_replicas(service, view, self._last_set.get(service)),
             serving=len(serving),
             startup_s=startup_s(serving, recent=self._recent_pods),
+            startup_split=split,
             state=state,
             admissible=view.admissible,
             admissible_reason=(
@@ -892,9 +920,22 @@ class KubeCluster:
         placed = self.placement.status_of(service)
         if placed is not None:
             document["placement"] = placed
+        if target.workload.startup_split is not None:
+            document["startup"] = codec.startup_document(target.workload.startup_split)
         state_text = codec.state_text(state, replicas=self._last_set.get(service))
         await self._annotate(service, deployment, document, state_text)
         self._announce(service, target.config, deployment, decision)
+
+    def _warmth(self, owner: Obj) -> tuple[Obj, frozenset[str]] | None:
+        """The preferred node affinity term toward the nodes warm for the owner's model, and
+        those nodes; None when the owner is not a managed service or names no model."""
+        entry = self._built.get((_api.namespace(owner), _api.name(owner)))
+        if self.node_cache is None or entry is None or entry.config is None:
+            return None
+        served = nodecache.model_of(owner, entry.config)
+        if served is None:
+            return None
+        return self.node_cache.preference(served), self.node_cache.warm_nodes(served)
 
     def _target(self, service: model.ServiceId) -> tuple[_Target, Obj]:
         entry = self._built.get(_key_of(service))

@@ -33,6 +33,10 @@ ownerReference with `controller: true`, so deleting the owner deletes them):
 - selector and pod labels are the owner's plus `autoscaler.dsec.io/tier: <tier>`, so its pods
   still match the owner's Service; the owner's metadata annotations (the `enabled` opt-in among
   them) are not copied: a sibling is never a managed service;
+- with cache-aware placement on, the template also prefers the nodes warm for the service's
+  model (a preferred node affinity term on `cache.autoscaler.dsec.io/<model key>`, written when
+  the sibling is created, when its template is rewritten, and before it grows from 0 replicas,
+  never on its own: a template change rolls the sibling's pods);
 - `autoscaler.dsec.io/template-hash` records the owner's template it was built from: when the
   owner's template changes, the sibling's is rewritten (a JSON patch guarded by its
   resourceVersion);
@@ -73,6 +77,7 @@ from autoscaler import errors
 from autoscaler.adapters.kubernetes import _api, caches, events
 from autoscaler.adapters.kubernetes._api import KubeApiError, Obj
 from autoscaler.contract import annotations as contract
+from autoscaler.contract import modelid
 from autoscaler.core import model
 from autoscaler.core import placement as ladder
 
@@ -501,8 +506,9 @@ def _node_affinity(affinity: Obj) -> Obj | None:
     return affinity or None
 
 
-def sibling_template(owner: Obj, tier: str) -> Obj:
-    """The owner's pod template, rewritten for `tier` (see the module docstring)."""
+def sibling_template(owner: Obj, tier: str, *, prefer: Obj | None = None) -> Obj:
+    """The owner's pod template, rewritten for `tier` (see the module docstring); `prefer` is
+    a preferred node affinity term to add (the nodes warm for the model)."""
     template = copy.deepcopy(_template(owner))
     metadata = template.setdefault("metadata", {})
     metadata["labels"] = {**(metadata.get("labels") or {}), TIER_LABEL: tier}
@@ -532,10 +538,12 @@ def sibling_template(owner: Obj, tier: str) -> Obj:
             spec["affinity"] = affinity
         else:
             del spec["affinity"]
+    if prefer is not None:
+        modelid.with_preference(template, prefer)
     return template
 
 
-def sibling(owner: Obj, tier: str, *, replicas: int) -> Obj:
+def sibling(owner: Obj, tier: str, *, replicas: int, prefer: Obj | None = None) -> Obj:
     """A new tier Deployment for `owner` (see the module docstring)."""
     owner_meta, owner_spec = _api.meta(owner), _api.spec(owner)
     selector = copy.deepcopy(owner_spec.get("selector") or {})
@@ -543,7 +551,7 @@ def sibling(owner: Obj, tier: str, *, replicas: int) -> Obj:
     spec: Obj = {
         "replicas": replicas,
         "selector": selector,
-        "template": sibling_template(owner, tier),
+        "template": sibling_template(owner, tier, prefer=prefer),
     }
     for key in ("strategy", "minReadySeconds", "revisionHistoryLimit", "progressDeadlineSeconds"):
         if key in owner_spec:
@@ -660,9 +668,12 @@ class Ladder:
         core_weight_per_gib: float = ladder.DEFAULT_CORE_WEIGHT_PER_GIB,
         on_tiers: TierCallback | None = None,
         on_fallback: FallbackCallback | None = None,
+        warmth: Callable[[Obj], tuple[Obj, frozenset[str]] | None] | None = None,
     ) -> None:
         """`may_write(service)` is asked before every write for a service (the global dry-run
-        and the Lease of the service's bucket);
+        and the Lease of the service's bucket); `warmth(owner)`, with cache-aware placement,
+        gives the preferred node affinity term toward the nodes warm for the owner's model and
+        those nodes;
         `is_serving` tells the pods that count as capacity; `idle_grace_s` is how long, by
         `wall_now` (Unix seconds), a sibling stays at 0 replicas without pods before it goes."""
         self._apps = client.AppsV1Api(api)
@@ -679,6 +690,7 @@ class Ladder:
         self.headroom_ratio = headroom_ratio
         self._on_tiers = on_tiers
         self._on_fallback = on_fallback
+        self._warmth = warmth
         self._locks: dict[model.ServiceId, asyncio.Lock] = {}
         self._written: dict[model.ServiceId, dict[str, int]] = {}
         self._plans: dict[model.ServiceId, ladder.Plan] = {}
@@ -793,12 +805,15 @@ class Ladder:
         plan = self._plans.get(service)
         if plan is None:
             return None
-        return {
+        found: dict[str, Any] = {
             "tiers": dict(plan.replicas),
             "unplaced": plan.unplaced,
             "admissible": plan.admissible,
             "reason": plan.reason,
         }
+        if self._warmth is not None:
+            found["warm"] = plan.warm
+        return found
 
     # -- what each tick finds ------------------------------------------------------------------
 
@@ -917,7 +932,9 @@ class Ladder:
         assert view.need is not None
         counts = view.counts()
         quota = self.capacity.quota(_api.namespace(owner))
-        plan = ladder.plan(view.need, self.capacity.snapshot(), counts, desired, quota)
+        warmth = self._warmth(owner) if self._warmth is not None else None
+        warm = warmth[1] if warmth is not None else frozenset()
+        plan = ladder.plan(view.need, self.capacity.snapshot(), counts, desired, quota, warm=warm)
         existing = {tier.name: tier.deployment for tier in view.tiers}
         specs = view.specs()
         changes = {t: n for t, n in plan.replicas.items() if specs.get(t, 0) != n}
@@ -928,6 +945,8 @@ class Ladder:
             if tier == ladder.WHOLE:
                 await scale_owner(replicas)
             elif tier in existing:
+                if tier in growing:
+                    await self._prefer_warm(service, owner, existing[tier])
                 await self._scale(service, existing[tier], replicas)
             elif replicas > 0:
                 await self._create(service, owner, tier, replicas)
@@ -996,11 +1015,15 @@ class Ladder:
             f"{service} ({name})",
             self._apps.create_namespaced_deployment,
             namespace,
-            sibling(owner, tier, replicas=replicas),
+            sibling(owner, tier, replicas=replicas, prefer=self._prefer(owner)),
             write=True,
             service=service,
         )
         log.info("tier.created", service=service, deployment=name, replicas=replicas)
+
+    def _prefer(self, owner: Obj) -> Obj | None:
+        warmth = self._warmth(owner) if self._warmth is not None else None
+        return warmth[0] if warmth is not None else None
 
     # -- upkeep ----------------------------------------------------------------------------------
 
@@ -1038,9 +1061,14 @@ class Ladder:
         current = self.caches.deployment(job.namespace, job.upkeep.target)
         if owner is None or current is None or _api.controller_uid(current) != _api.uid(owner):
             return
-        digest = template_hash(owner)
-        if _api.annotations_of(current).get(TEMPLATE_HASH_KEY) == digest:
+        if _api.annotations_of(current).get(TEMPLATE_HASH_KEY) == template_hash(owner):
             return
+        await self._rewrite(job.service, owner, current)
+
+    async def _rewrite(self, service: model.ServiceId, owner: Obj, current: Obj) -> None:
+        """Rewrite a tier Deployment's template from the owner's, guarded by its
+        resourceVersion."""
+        digest = template_hash(owner)
         tier = tier_of(current)
         notes = {**_api.annotations_of(current), TEMPLATE_HASH_KEY: digest}
         body = [
@@ -1049,21 +1077,37 @@ class Ladder:
                 "path": "/metadata/resourceVersion",
                 "value": _api.resource_version(current),
             },
-            {"op": "replace", "path": "/spec/template", "value": sibling_template(owner, tier)},
+            {
+                "op": "replace",
+                "path": "/spec/template",
+                "value": sibling_template(owner, tier, prefer=self._prefer(owner)),
+            },
             {"op": "add", "path": "/metadata/annotations", "value": notes},
         ]
+        name = _api.name(current)
         await self._calls.call(
             "deployments.patch",
-            f"{job.service} ({job.upkeep.target})",
+            f"{service} ({name})",
             self._apps.patch_namespaced_deployment,
-            job.upkeep.target,
-            job.namespace,
+            name,
+            _api.namespace(current),
             body,
             write=True,
-            service=job.service,
+            service=service,
             _content_type=_JSON_PATCH,
         )
-        log.info("tier.synced", service=job.service, deployment=job.upkeep.target, template=digest)
+        log.info("tier.synced", service=service, deployment=name, template=digest)
+
+    async def _prefer_warm(self, service: model.ServiceId, owner: Obj, current: Obj) -> None:
+        """A tier Deployment at 0 replicas whose template does not prefer the nodes warm for
+        the model gets the term before it grows: with no pod of it running, the rewrite rolls
+        nothing."""
+        prefer = self._prefer(owner)
+        if prefer is None or _api.spec(current).get("replicas") != 0:
+            return
+        label = prefer["preference"]["matchExpressions"][0]["key"]
+        if not modelid.prefers(_template(current), label):
+            await self._rewrite(service, owner, current)
 
     async def _delete(self, job: _Job) -> None:
         current = self.caches.deployment(job.namespace, job.upkeep.target)
