@@ -166,10 +166,10 @@ def scale_of(kind: TargetKind, obj: Mapping[str, Any]) -> Scale:
     )
 
 
-def templates_of(kind: TargetKind, obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def templates_of(kind: TargetKind, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The kind's pod templates present on `obj`."""
     found = (_at(obj, path) for path in kind.template_paths)
-    return [template for template in found if isinstance(template, Mapping)]
+    return [template for template in found if isinstance(template, dict)]
 
 
 # -- label selectors -------------------------------------------------------------------------------

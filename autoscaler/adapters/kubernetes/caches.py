@@ -3,21 +3,21 @@ the other scalable workloads (StatefulSets, LeaderWorkerSets, Argo Rollouts: the
 `contract.targets` the controller is set to manage), and the other autoscalers' objects
 (HorizontalPodAutoscalers, KEDA ScaledObjects), by list+watch.
 
-Pods are indexed by their controlling ReplicaSet and ReplicaSets by their controlling
-Deployment (ownerReferences, by uid), so `pods_of` groups pods by owner rather than by label
-selector: sibling Deployments whose labels overlap (docs/architecture.md, "The placement ladder")
-never count each other's pods. Deployments are indexed by their controlling owner too (a placement
-tier's sibling by the service owner's Deployment, `siblings_of`), ResourceQuotas by namespace
-(`quotas_in`), pods by namespace too (`pods_in`: a workload other than a Deployment finds its
-pods by its Scale's label selector), and HPAs and ScaledObjects by the workload they scale
-(`other_scalers`). ScaledObjects, LeaderWorkerSets and Rollouts are CRDs that may not be
-installed: their caches are optional (a 404 reads as none, with one log line, tried again
-later). The workloads other than Deployments are stamped with their `kind` and `apiVersion`
-(a list's items carry neither), for the Events that name them. Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the condition
-not True and their containers ready are indexed too (`closed_gates`): each tick looks at those only.
-Namespaced kinds are watched in all namespaces, or in each namespace of an include list; an exclude
-list drops objects as they arrive. Stored objects are trimmed of what no reader needs (managed
-fields, pod templates of ReplicaSets, node image lists) to keep memory flat.
+Pods are indexed by their controlling ReplicaSet and ReplicaSets by their controlling Deployment
+(ownerReferences, by uid), so `pods_of` groups pods by owner rather than by label selector: sibling
+Deployments whose labels overlap (docs/architecture.md, "The placement ladder") never count each
+other's pods. Deployments are indexed by their controlling owner too (a placement tier's sibling by
+the service owner's Deployment, `siblings_of`), ResourceQuotas by namespace (`quotas_in`), pods by
+namespace too (`pods_in`: a workload other than a Deployment finds its pods by its Scale's label
+selector), and HPAs and ScaledObjects by the workload they scale (`other_scalers`). ScaledObjects,
+LeaderWorkerSets and Rollouts are CRDs that may not be installed: their caches are optional (a 404
+reads as none, with one log line, tried again later). The workloads other than Deployments are
+stamped with their `kind` and `apiVersion` (a list's items carry neither), for the Events that name
+them. Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the condition not True and
+their containers ready are indexed too (`closed_gates`): each tick looks at those only. Namespaced
+kinds are watched in all namespaces, or in each namespace of an include list; an exclude list drops
+objects as they arrive. Stored objects are trimmed of what no reader needs (managed fields, pod
+templates of ReplicaSets, node image lists) to keep memory flat.
 
 It must not write to the API, nor decide which Deployments are managed.
 """
@@ -33,7 +33,7 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 
 from autoscaler import clock as clock_
-from autoscaler.adapters.kubernetes import _api, informer
+from autoscaler.adapters.kubernetes import _api, informer, scaling
 from autoscaler.adapters.kubernetes._api import Obj
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import targets
@@ -56,9 +56,6 @@ KEDA_VERSION: Final = "v1alpha1"
 SCALED_OBJECTS: Final = "scaledobjects"
 CRD_RETRY_S: Final = 300.0
 """How often a cache of a custom resource lists again while its CRD is not installed."""
-
-_SNAKE: Final = {"StatefulSet": "stateful_set"}
-"""The generated client's spelling of the built-in workload kinds other than Deployments."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -183,7 +180,7 @@ class Caches:
         placement tiers are Deployments)."""
         self.namespaces = namespaces or NamespaceFilter()
         apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
-        scaling, custom = client.AutoscalingV2Api(api), client.CustomObjectsApi(api)
+        autoscaling, custom = client.AutoscalingV2Api(api), client.CustomObjectsApi(api)
         watched = self.namespaces.watched()
 
         def sources(
@@ -249,8 +246,8 @@ class Caches:
         self.hpas = informer.Informer(
             "horizontalpodautoscalers",
             sources(
-                scaling.list_horizontal_pod_autoscaler_for_all_namespaces,
-                scaling.list_namespaced_horizontal_pod_autoscaler,
+                autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
+                autoscaling.list_namespaced_horizontal_pod_autoscaler,
             ),
             keep=keep,
             transform=_trim_meta,
@@ -302,8 +299,9 @@ class Caches:
                     ]
                 )
             else:
-                everywhere = getattr(apps, f"list_{_SNAKE[kind.kind]}_for_all_namespaces")
-                listed = sources(everywhere, getattr(apps, f"list_namespaced_{_SNAKE[kind.kind]}"))
+                spelt = scaling.apps_name(kind)
+                everywhere = getattr(apps, f"list_{spelt}_for_all_namespaces")
+                listed = sources(everywhere, getattr(apps, f"list_namespaced_{spelt}"))
             self.workloads[kind] = informer.Informer(
                 kind.resource if kind.custom else kind.plural,
                 listed,

@@ -57,10 +57,10 @@ from kubernetes_asyncio import client
 
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters.kubernetes import _api, annotate, caches, events, placement
+from autoscaler.adapters.kubernetes import _api, annotate, caches, events, placement, scaling
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.contract import annotations as contract
-from autoscaler.contract import codec
+from autoscaler.contract import codec, targets
 from autoscaler.core import model
 
 __all__ = [
@@ -95,7 +95,8 @@ class _Built:
     changes (`KubeCluster.workloads`)."""
 
     deployment: Obj
-    """The cached owner Deployment it was built from."""
+    """The cached workload it was built from: the owner Deployment, or a scale target of
+    another `kind`."""
     tiers: frozenset[str]
     """The names of the owner's tier Deployments: a change to any of them or their pods
     rebuilds the record."""
@@ -112,15 +113,20 @@ class _Built:
     state_read: tuple[model.PolicyState | None, int | None] = (None, None)
     problems: tuple[str, ...] = ()
     """The messages of the `InvalidConfig` Event posted for it."""
+    kind: targets.TargetKind = targets.DEPLOYMENTS
+    selector: targets.Selector | None = None
+    """The label selector of its serving pods (a kind other than Deployment, managed)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Target:
-    """A managed service as a write needs it: its record, settings and placement view."""
+    """A managed service as a write needs it: its record, settings and placement view (None
+    for a kind other than Deployment: it has no placement tiers)."""
 
     workload: ports.Workload
     config: contract.ServiceConfig
-    view: placement.View
+    view: placement.View | None
+    kind: targets.TargetKind
 
 
 _WINDOW_KEY: Final = contract.PREFIX + "window"
@@ -156,10 +162,45 @@ def _key_of(service: model.ServiceId) -> tuple[str, str]:
     return namespace, name
 
 
-def _unmanaged(deployment: Obj, key: _ParseKey, problems: tuple[str, ...]) -> _Built:
-    """The entry of a Deployment that opts in and is not managed, with the problems said."""
-    tiers = frozenset({_api.name(deployment)})
-    return _Built(deployment, tiers, None, None, None, None, key, None, problems=problems)
+def _unmanaged(
+    deployment: Obj,
+    key: _ParseKey,
+    problems: tuple[str, ...],
+    kind: targets.TargetKind = targets.DEPLOYMENTS,
+) -> _Built:
+    """The entry of a workload that opts in and is not managed, with the problems said."""
+    tiers = frozenset({_api.name(deployment)}) if kind.is_deployment else frozenset()
+    return _Built(
+        deployment, tiers, None, None, None, None, key, None, problems=problems, kind=kind
+    )
+
+
+_PLACEMENT_KEY: Final = contract.PREFIX + "placement"
+
+
+def _unsupported(
+    kind: targets.TargetKind, obj: Obj, notes: Mapping[str, str]
+) -> list[contract.Problem]:
+    """What a workload other than a Deployment asks for and cannot have: the placement ladder
+    (its tiers are sibling Deployments) and the warm-up gate with its traffic ramp (the ramp
+    follows pods through their ReplicaSet to a Deployment), each naming the key, the value and
+    the rule."""
+    problems = []
+    placed = notes.get(_PLACEMENT_KEY)
+    if placed is not None and placed != contract.Placement.WHOLE.value:
+        rule = (
+            f"placement tiers are Deployment-only: a {kind.kind} runs on what its pod template "
+            "requests; set `whole` or remove the key"
+        )
+        problems.append(contract.Problem(_PLACEMENT_KEY, placed, rule))
+    if any(is_gated(template) for template in targets.templates_of(kind, obj)):
+        rule = (
+            f"the warm-up gate and the traffic ramp are Deployment-only: remove the readiness "
+            f"gate {contract.WARM_GATE} and the label {WARMING_LABEL} from the {kind.kind}'s "
+            "pod template, or the pods never turn Ready"
+        )
+        problems.append(contract.Problem(contract.WARM_GATE, "readinessGates", rule))
+    return problems
 
 
 def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
@@ -167,6 +208,8 @@ def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return all(x is y or (isinstance(x, int) and x == y) for x, y in zip(a, b, strict=True))
 
 
+LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
+"""The label every pod of a LeaderWorkerSet carries: its name."""
 WARMING_LABEL: Final = contract.WARMING_LABEL
 STABLE_LABEL: Final = contract.STABLE_LABEL
 RAMP_LABELS: Final = frozenset({WARMING_LABEL, STABLE_LABEL})
@@ -303,8 +346,12 @@ class KubeCluster:
         on_tiers: placement.TierCallback | None = None,
         on_fallback: placement.FallbackCallback | None = None,
         on_event: events.OutcomeCallback | None = None,
+        kinds: Collection[targets.TargetKind] = tuple(targets.KINDS.values()),
     ) -> None:
         """Build the caches and the Event recorder on `api`; `run()` fills and follows them.
+
+        `kinds` are the workloads managed (`contract.targets`): Deployments and the other
+        kinds with a `/scale` subresource; the custom ones while their CRD is installed.
 
         `identity` names this replica in Events (`reportingInstance`). `clock` paces the
         retries of a conflicting write and the watches' backoff; `wall_now` stamps the status
@@ -341,7 +388,12 @@ class KubeCluster:
             # A page of a list of pods takes the API server longer than one object.
             request_timeout_s=3 * request_timeout_s,
             rng=self._rng,
+            kinds=kinds,
         )
+        self._kinds = tuple(k for k in targets.KINDS.values() if k in kinds)
+        self._endpoints = {
+            kind: scaling.Endpoint.of(api, kind) for kind in (targets.DEPLOYMENTS, *kinds)
+        }
         self.events = events.EventRecorder(
             api,
             instance=identity,
@@ -382,6 +434,14 @@ class KubeCluster:
         self.caches.deployments.add_handler(self._deployment_changed)
         self.caches.replicasets.add_handler(self._replicaset_changed)
         self.caches.pods.add_handler(self._pod_changed)
+        for informer_ in self.caches.workloads.values():
+            informer_.add_handler(self._workload_changed)
+        self._selected: dict[str, dict[tuple[str, str], targets.Selector]] = {}
+        """The pod selectors of the managed workloads other than Deployments, by namespace and
+        (namespace, name): a pod they select is their record's."""
+        self._shadowed: set[tuple[str, str, str, str]] = set()
+        """(kind, namespace, name, uid) of workloads told that another of the same name is
+        managed in their stead."""
         for informer_ in (self.caches.hpas, self.caches.scaled_objects):
             informer_.add_handler(self._scaler_changed)
         self._last_set: dict[model.ServiceId, int] = {}
@@ -463,27 +523,37 @@ class KubeCluster:
     def _update(
         self, key: tuple[str, str], layout: tuple[object, ...], owns: Callable[[str], bool]
     ) -> None:
-        """Build again the entry of the Deployment `key` (namespace, name), or drop it when it is
+        """Build again the entry of the workload `key` (namespace, name), or drop it when it is
         gone, no longer opts in, is a placement tier, or another replica leads its bucket."""
         namespace, name = key
-        deployment = self.caches.deployment(namespace, name)
+        found = self._find(namespace, name)
         old = self._built.get(key)
-        notes = {} if deployment is None else _api.annotations_of(deployment)
         self._elsewhere.pop(key, None)
-        if deployment is None or not contract.opted_in(notes) or placement.is_sibling(deployment):
+        if found is None:
             if old is not None:
                 self._drop(key, old)
             return
+        kind, deployment = found
+        notes = _api.annotations_of(deployment)
         service = model.ServiceId(f"{namespace}/{name}")
         if not owns(service):  # another replica leads its bucket
             self._elsewhere[key] = service
             if old is not None:
                 self._drop(key, old)
             return
-        if old is not None and _api.uid(old.deployment) != _api.uid(deployment):
-            self._drop(key, old)  # deleted and created again: a new Deployment
+        if old is not None and (
+            old.kind is not kind or _api.uid(old.deployment) != _api.uid(deployment)
+        ):
+            self._drop(key, old)  # deleted and created again: a new workload
             old = None
-        entry = self._build(service, deployment, notes, old, layout)
+        if kind.is_deployment:
+            entry = self._build(service, deployment, notes, old, layout)
+        else:
+            entry = self._build_scaled(service, kind, deployment, notes, old, layout)
+            if entry.selector is not None:
+                self._selected.setdefault(namespace, {})[key] = entry.selector
+            else:
+                self._unselect(key)
         if old is not None:
             for tier in old.tiers - entry.tiers:
                 self._owner_of.pop((namespace, tier), None)
@@ -495,8 +565,52 @@ class KubeCluster:
         else:
             self._with_siblings.discard(key)
 
+    def _find(self, namespace: str, name: str) -> tuple[targets.TargetKind, Obj] | None:
+        """The workload that opts in under this name, of the first kind in `targets.KINDS`
+        order (never a placement tier); any other one of the name is told it is not managed."""
+        found = []
+        for kind in self._kinds:
+            obj = self.caches.workload(kind, namespace, name)
+            if obj is None or not contract.opted_in(_api.annotations_of(obj)):
+                continue
+            if kind.is_deployment and placement.is_sibling(obj):
+                continue
+            found.append((kind, obj))
+        for kind, obj in found[1:]:
+            self._shadow(kind, obj, found[0][0])
+        return found[0] if found else None
+
+    def _shadow(self, kind: targets.TargetKind, obj: Obj, managed: targets.TargetKind) -> None:
+        """Tell a workload, once, that another of its name is managed: the service id is
+        `namespace/name`, so only one of them can be."""
+        namespace, name = _api.namespace(obj), _api.name(obj)
+        key = (kind.name, namespace, name, _api.uid(obj))
+        if key in self._shadowed:
+            return
+        self._shadowed.add(key)
+        rule = (
+            f"the {managed.kind} {namespace}/{name} opts in too and is managed under this name "
+            f"(a service is namespace/name); this {kind.kind} is not: rename one or opt one out"
+        )
+        invalid = contract.Invalid((contract.Problem(contract.ENABLED_KEY, "true", rule),))
+        log.warning(
+            "config.invalid",
+            service=f"{namespace}/{name}",
+            kind=kind.kind,
+            problems=[p.message for p in invalid.problems],
+        )
+        self.events.record(obj, events.WARNING, INVALID, str(invalid))
+
+    def _unselect(self, key: tuple[str, str]) -> None:
+        selected = self._selected.get(key[0])
+        if selected is not None:
+            selected.pop(key, None)
+            if not selected:
+                del self._selected[key[0]]
+
     def _drop(self, key: tuple[str, str], old: _Built) -> None:
         del self._built[key]
+        self._unselect(key)
         self._with_siblings.discard(key)
         for tier in old.tiers:
             if self._owner_of.get((key[0], tier)) == key:
@@ -579,6 +693,99 @@ class KubeCluster:
             state_read,
         )
 
+    def _build_scaled(
+        self,
+        service: model.ServiceId,
+        kind: targets.TargetKind,
+        obj: Obj,
+        notes: Mapping[str, str],
+        old: _Built | None,
+        layout: tuple[object, ...],
+    ) -> _Built:
+        """The record of a workload other than a Deployment: its replicas as its Scale says,
+        its serving pods those its Scale's selector selects; no placement tiers, no ramp."""
+        namespace, name = _api.namespace(obj), _api.name(obj)
+        key = _parse_key(namespace, notes)
+        config = self._parse(key, notes)
+        said = () if old is None else old.problems
+        if not isinstance(config, contract.Invalid):
+            refused = _unsupported(kind, obj, notes)
+            others = self.caches.other_scalers(namespace, name, kind)
+            if refused:
+                config = contract.Invalid(tuple(refused))
+            elif others:
+                config = _contested(others)
+        scale = targets.scale_of(kind, obj)
+        try:
+            selector = targets.parse_selector(scale.selector)
+        except ValueError as e:
+            if not isinstance(config, contract.Invalid):
+                path = ".".join(kind.selector_path)
+                config = contract.Invalid((contract.Problem(path, scale.selector, str(e)),))
+        if isinstance(config, contract.Invalid):
+            problems = self._report_invalid(service, obj, config, said)
+            return _unmanaged(obj, key, problems, kind)
+        pods = [
+            pod
+            for pod in self.caches.pods_in(namespace)
+            if selector.matches(_api.meta(pod).get("labels") or {})
+        ]
+        serving = [pod for pod in pods if is_serving(pod)]
+        state_text = notes.get(contract.STATE_KEY)
+        if old is not None and old.state_text == state_text:
+            state_read = old.state_read
+        else:
+            state_read = self._state(service, obj, state_text)
+        state, replicas = state_read
+        if replicas is not None:
+            self._last_set.setdefault(service, replicas)
+        lags = self._lags(service)
+        if config.policy.pause is not None and not lags:
+            self._last_set[service] = scale.spec_replicas
+        core_rate = self.placement.capacity.core_rate(self._group_pods(kind, obj, pods))
+        workload = ports.Workload(
+            id=service,
+            policy=config.policy,
+            half_life_s=config.half_life_s,
+            replicas=self._written_replicas[service] if lags else scale.spec_replicas,
+            serving=len(serving),
+            startup_s=startup_s(serving, recent=self._recent_pods),
+            state=state,
+            core_rate=core_rate,
+            project=config.project,
+            dry_run=config.mode is contract.Mode.DRY_RUN,
+            window_s=config.window_s if _WINDOW_KEY in notes else None,
+            namespace=namespace,
+            deployment=name,
+            pods=frozenset(_api.name(pod) for pod in serving),
+            metrics=config.metrics,
+        )
+        return _Built(
+            obj,
+            frozenset(),
+            workload,
+            config,
+            None,
+            layout if core_rate > 0 else None,
+            key,
+            state_text,
+            state_read,
+            kind=kind,
+            selector=selector,
+        )
+
+    def _group_pods(self, kind: targets.TargetKind, obj: Obj, selected: list[Obj]) -> list[Obj]:
+        """Every pod of the workload, for accounting: those its selector selects, and a
+        LeaderWorkerSet's workers too (its selector selects the leaders only)."""
+        if kind is not targets.LEADER_WORKER_SETS:
+            return selected
+        name = _api.name(obj)
+        return [
+            pod
+            for pod in self.caches.pods_in(_api.namespace(obj))
+            if (_api.meta(pod).get("labels") or {}).get(LWS_NAME_LABEL) == name
+        ]
+
     def _observe(
         self,
         service: model.ServiceId,
@@ -625,6 +832,12 @@ class KubeCluster:
                 if owner is not None and owner[0] == "Deployment":
                     self._dirty.add((namespace, owner[1]))
 
+    def _workload_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's."""
+        for obj in (old, new):
+            if obj is not None:
+                self._dirty.add((_api.namespace(obj), _api.name(obj)))
+
     def _replicaset_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         obj = new if new is not None else old
         owner = None if obj is None else _controller(obj)
@@ -632,6 +845,13 @@ class KubeCluster:
             self._dirty.add((_api.namespace(obj), owner[1]))
 
     def _pod_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        if self._selected:
+            for changed in (old, new):
+                selected = None if changed is None else self._selected.get(_api.namespace(changed))
+                if changed is None or not selected:
+                    continue
+                labels = _api.meta(changed).get("labels") or {}
+                self._dirty.update(k for k, sel in selected.items() if sel.matches(labels))
         obj = new if new is not None else old
         owner = None if obj is None else _controller(obj)
         if obj is None or owner is None or owner[0] != "ReplicaSet":
@@ -651,7 +871,7 @@ class KubeCluster:
         del kind
         for obj in (old, new):
             for target in () if obj is None else caches.target_values(obj):
-                namespace, _, name = target.partition("/")
+                namespace, _, name = target.partition("@")[0].partition("/")
                 self._dirty.add((namespace, name))
 
     def _forget(self, present: Collection[model.ServiceId]) -> None:
@@ -742,8 +962,8 @@ class KubeCluster:
     # -- writes ------------------------------------------------------------------------------------
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        """Set the Deployment's replicas through its `scale` subresource (a merge patch); for a
-        GPU service, distribute them over its placement tiers first.
+        """Set the workload's replicas through its `scale` subresource (a merge patch); for a
+        Deployment of a GPU service, distribute them over its placement tiers first.
 
         Raises `placement.UnplaceableError` (an `ActuationError`) for a service that no GPU in
         the cluster could run: it keeps its size.
@@ -762,11 +982,14 @@ class KubeCluster:
             # The view `workloads()` built: the informers have reported no change since.
             tiers = target.view
             last = self._last_set.get(service)
-            observed = self.placement.reported_replicas(service, tiers, last)
-            self._check_override(service, deployment, observed, replicas)
+            if tiers is None:
+                observed = target.workload.replicas
+            else:
+                observed = self.placement.reported_replicas(service, tiers, last)
+            self._check_override(service, deployment, observed, replicas, target.kind)
             placed = replicas
-            if tiers.need is None:
-                await self._scale_owner(service, target.workload, replicas)
+            if tiers is None or tiers.need is None:
+                await self._scale_owner(service, target.workload, replicas, target.kind)
             else:
                 plan = await self.placement.apply(
                     service,
@@ -797,44 +1020,55 @@ class KubeCluster:
         self.events.record(deployment, events.NORMAL, RESCALED, message)
 
     def _check_override(
-        self, service: model.ServiceId, deployment: Obj, observed: int, replicas: int
+        self,
+        service: model.ServiceId,
+        deployment: Obj,
+        observed: int,
+        replicas: int,
+        kind: targets.TargetKind,
     ) -> None:
         last = self._last_set.get(service)
         if last is not None and observed not in (last, replicas) and not self._lags(service):
             log.warning("scale.overridden", service=service, found=observed, set=last)
             message = (
                 f"spec.replicas was changed to {observed} outside the autoscaler (it had set "
-                f"{last}); the autoscaler manages this Deployment and sets {replicas}"
+                f"{last}); the autoscaler manages this {kind.kind} and sets {replicas}"
             )
             self.events.record(deployment, events.WARNING, OVERRIDDEN, message)
 
     async def _scale_owner(
-        self, service: model.ServiceId, workload: ports.Workload, replicas: int
+        self,
+        service: model.ServiceId,
+        workload: ports.Workload,
+        replicas: int,
+        kind: targets.TargetKind = targets.DEPLOYMENTS,
     ) -> None:
         """Patch the owner's `scale` with the resourceVersion its replicas were read at.
 
-        A 409 re-reads the Deployment: when only its status moved, the patch is sent again at
-        the new version; when its replicas changed (another writer, a successor leader), the
-        conflict is raised for the loop to decide again from what is there now.
+        A 409 re-reads the Deployment (another kind's `scale`): when only its status moved, the
+        patch is sent again at the new version; when its replicas changed (another writer, a
+        successor leader), the conflict is raised for the loop to decide again from what is
+        there now.
         """
-        operation = "deployments/scale.patch"
-        cached = self.caches.deployment(workload.namespace, workload.deployment)
+        endpoint = self._endpoints[kind]
+        operation = endpoint.operation("patch", scale=True)
+        cached = self.caches.workload(kind, workload.namespace, workload.deployment)
         if cached is None:
-            raise KubeApiError(operation, f"{service} is not a managed Deployment")
+            raise KubeApiError(operation, f"{service} is not a managed {kind.kind}")
         if self._lags(service):  # the cache has not seen our own last write yet
             version, based_on = self._written_version[service], self._written_replicas[service]
         else:
-            version, based_on = _api.resource_version(cached), spec_replicas(cached)
+            version = _api.resource_version(cached)
+            based_on = targets.scale_of(kind, cached).spec_replicas
         for attempt in range(1, self._conflicts.attempts + 1):
             body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
+            patch, args = endpoint.patch_scale(workload.deployment, workload.namespace, body)
             try:
                 answer = await self._calls.call(
                     operation,
                     service,
-                    self._apps.patch_namespaced_deployment_scale,
-                    workload.deployment,
-                    workload.namespace,
-                    body,
+                    patch,
+                    *args,
                     write=True,
                     service=service,
                     _content_type=_api.MERGE_PATCH,
@@ -846,7 +1080,7 @@ class KubeCluster:
                 self._written_version[service] = _api.resource_version(answer)
                 self._written_replicas[service] = replicas
                 return
-            current = await self._read(service, workload)
+            current = await self._read(service, workload, kind)
             if spec_replicas(current) != based_on:
                 log.info("scale.conflicted", service=service, found=spec_replicas(current))
                 raise KubeApiError(
@@ -861,6 +1095,8 @@ class KubeCluster:
         """Distribute the policy's last total again (the ladder's upkeep, under its lock)."""
         entry = self._built.get(_key_of(service))
         if entry is None or entry.workload is None or entry.config is None:
+            return
+        if not entry.kind.is_deployment:
             return
         workload, config = entry.workload, entry.config
         deployment = self.caches.deployment(workload.namespace, workload.deployment)
@@ -893,17 +1129,17 @@ class KubeCluster:
         if placed is not None:
             document["placement"] = placed
         state_text = codec.state_text(state, replicas=self._last_set.get(service))
-        await self._annotate(service, deployment, document, state_text)
+        await self._annotate(service, deployment, document, state_text, target.kind)
         self._announce(service, target.config, deployment, decision)
 
     def _target(self, service: model.ServiceId) -> tuple[_Target, Obj]:
         entry = self._built.get(_key_of(service))
-        if entry is not None and entry.workload is not None:
-            workload = entry.workload
-            deployment = self.caches.deployment(workload.namespace, workload.deployment)
-            if deployment is not None and entry.config is not None and entry.view is not None:
-                return _Target(workload, entry.config, entry.view), deployment
-        raise KubeApiError("deployments.get", f"{service} is not a managed Deployment")
+        if entry is not None and entry.workload is not None and entry.config is not None:
+            workload, kind = entry.workload, entry.kind
+            found = self.caches.workload(kind, workload.namespace, workload.deployment)
+            if found is not None and (entry.view is not None or not kind.is_deployment):
+                return _Target(workload, entry.config, entry.view, kind), found
+        raise KubeApiError("deployments.get", f"{service} is not a managed workload")
 
     def _require_leader(self, service: model.ServiceId) -> None:
         if not self._may_write(service):
@@ -917,8 +1153,8 @@ class KubeCluster:
         entry = self._built.get(_key_of(service))
         if written is None or entry is None:
             return False
-        cached = self.caches.deployment(
-            _api.namespace(entry.deployment), _api.name(entry.deployment)
+        cached = self.caches.workload(
+            entry.kind, _api.namespace(entry.deployment), _api.name(entry.deployment)
         )
         try:
             # resourceVersions are opaque by contract but etcd's are increasing integers;
@@ -933,6 +1169,7 @@ class KubeCluster:
         deployment: Obj,
         document: dict[str, object],
         state_text: str,
+        kind: targets.TargetKind,
     ) -> None:
         def written(found: Mapping[str, str]) -> bool:
             return (
@@ -951,16 +1188,19 @@ class KubeCluster:
             retry=self._conflicts,
             version=self._written_version[service] if self._lags(service) else None,
             written=written,
+            endpoint=self._endpoints[kind],
         )
 
-    async def _read(self, service: model.ServiceId, workload: ports.Workload) -> Obj:
-        return await self._calls.call(
-            "deployments.get",
-            service,
-            self._apps.read_namespaced_deployment,
-            workload.deployment,
-            workload.namespace,
-        )
+    async def _read(
+        self, service: model.ServiceId, workload: ports.Workload, kind: targets.TargetKind
+    ) -> Obj:
+        """The Deployment, or another kind's Scale: either has the replicas at spec.replicas."""
+        endpoint = self._endpoints[kind]
+        if kind.is_deployment:
+            read, args = endpoint.read(workload.deployment, workload.namespace)
+            return await self._calls.call(endpoint.operation("get"), service, read, *args)
+        read, args = endpoint.read_scale(workload.deployment, workload.namespace)
+        return await self._calls.call(endpoint.operation("get", scale=True), service, read, *args)
 
     def _announce(
         self,
