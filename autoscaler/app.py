@@ -195,6 +195,7 @@ class Controller:
             on_event=lambda outcome: self.telemetry.events.labels(outcome).inc(),
             core_weights=config.gpu.core_weights,
             core_weight_per_gib=config.gpu.core_weight_per_gib,
+            kinds=k8s.kinds,
         )
         access = access or prometheus_access(prom)
         self.prometheus = prometheus.Client(prom.url, timeout_s=prom.timeout_s, access=access)

@@ -1,6 +1,6 @@
 """The Kubernetes API behind the `Cluster` port.
 
-`workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
+`workloads()` reads the caches only: every workload annotated `autoscaler.dsec.io/enabled:
 "true"` whose bucket Lease this replica leads (`owned`; every one, with a single Lease), its
 annotations parsed by the contract (once per distinct content), its serving pods
 found by owner, all of it on one `ports.Workload` per service (docs/architecture.md, "The
@@ -15,7 +15,17 @@ replicas: the Event names the other). A `state` annotation that cannot be read
 (`codec.parse_state`) is treated as absent, with one `state.invalid` log line and one Warning
 Event `CorruptState` when first seen.
 
-Writes: `scale` patches the Deployment's `scale` subresource with the resourceVersion its
+Scale targets (`contract.targets`): besides Deployments, a StatefulSet, a LeaderWorkerSet or an
+Argo Rollout that opts in is a service too, as a HorizontalPodAutoscaler's `scaleTargetRef`
+would scale it: its replicas are what its Scale serves (read from the cached object at the
+paths its `/scale` subresource serves them from), its serving pods are the pods of its
+namespace that the Scale's selector selects (a LeaderWorkerSet's selects one leader per group,
+so a replica is a group), and `scale` patches its `scale` subresource. It has no placement tiers
+and no warm-up gate: asking for either is an `InvalidConfig` (`_unsupported`). A service is
+`namespace/name`, so when workloads of two kinds with one name opt in, the first kind in
+`targets.KINDS` order is managed and the other gets an `InvalidConfig` Event.
+
+Writes: `scale` patches the workload's `scale` subresource with the resourceVersion its
 replicas were read at (a 409 on a moved status is sent again at the new version; on changed
 replicas it is raised, to be decided again); `publish` writes the `status` and
 `state` annotations in one merge patch that carries the cached resourceVersion (or that of the
