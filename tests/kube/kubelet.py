@@ -14,13 +14,14 @@ An API server runs no controllers, so a Deployment's replicas never become pods 
    Pending, not ready, lower `controller.kubernetes.io/pod-deletion-cost`, newer. A pod that a
    namespace's ResourceQuota would not admit (its `hard` limits on `requests.<resource>`,
    `<resource>` for cpu and memory, `pods`, `count/pods`) is not created, as the API server refuses
-   it; `refused` counts them. The StatefulSet controller: pods `NAME-0` .. `NAME-(replicas-1)` from
-   the template, owned by the StatefulSet (higher ordinals deleted first on a scale-down; no
-   ordered start-up); and, when a test has registered the
+   it; `refused` counts them. The StatefulSet controller (and the Argo Rollout one, when a test has
+   registered `rollouts.argoproj.io`, with the Rollout's `status.selector`): pods `NAME-0` ..
+   `NAME-(replicas-1)` from the template, owned by it (higher ordinals deleted first on a scale-
+   down; no ordered start-up); and, when a test has registered the
    `leaderworkersets.leaderworkerset.x-k8s.io` custom resource, a LeaderWorkerSet controller: per
    group `i`, a leader pod `NAME-i` and `size - 1` workers `NAME-i-j`, labelled
    `leaderworkerset.sigs.k8s.io/name`, `group-index` and `worker-index` (0 for the leader), owned
-   by the LeaderWorkerSet itself (the real one goes through StatefulSets); both write their status
+   by the LeaderWorkerSet itself (the real one goes through StatefulSets); all write their status
    (`replicas`, `readyReplicas`; a LeaderWorkerSet's `hpaPodSelector`, which selects the leaders);
 4. scheduler: binds each unscheduled pod to the first node, by name, that is Ready,
    schedulable, matches `nodeSelector` and required node affinity, tolerates its NoSchedule
@@ -69,6 +70,7 @@ LEADER_WORKER_SETS = f"{LWS_GROUP}/v1/leaderworkersets"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+ROLLOUTS = "argoproj.io/v1alpha1/rollouts"
 QUOTAS = "v1/resourcequotas"
 
 GPU = "nvidia.com/gpu"
@@ -242,6 +244,8 @@ class FakeCluster:
             self._sync_replicaset(replicaset)
         for statefulset in self.store.list_objects(STATEFULSETS):
             self._sync_statefulset(statefulset)
+        for rollout in self._served(ROLLOUTS):
+            self._sync_statefulset(rollout, "Rollout", "argoproj.io/v1alpha1")
         for lws in self._leader_worker_sets():
             self._sync_leader_worker_set(lws)
         self._schedule()
@@ -258,6 +262,8 @@ class FakeCluster:
             self._update_deployment_status(deployment)
         for statefulset in self.store.list_objects(STATEFULSETS):
             self._update_statefulset_status(statefulset)
+        for rollout in self._served(ROLLOUTS):
+            self._update_rollout_status(rollout)
         for lws in self._leader_worker_sets():
             self._update_leader_worker_set_status(lws)
         for quota in self.store.list_objects(QUOTAS):
@@ -281,7 +287,9 @@ class FakeCluster:
             for ref in (DEPLOYMENTS, REPLICASETS, STATEFULSETS)
             for obj in self.store.list_objects(ref)
         }
-        live.update(_meta(obj)["uid"] for obj in self._leader_worker_sets())
+        live.update(
+            _meta(obj)["uid"] for ref in (ROLLOUTS, LEADER_WORKER_SETS) for obj in self._served(ref)
+        )
         for ref in (DEPLOYMENTS, REPLICASETS, PODS):
             for obj in self.store.list_objects(ref):
                 owner = _controller_uid(obj)
@@ -409,26 +417,30 @@ class FakeCluster:
             "spec": dict(template.get("spec") or {}),
         }
 
-    def _sync_statefulset(self, statefulset: Obj) -> None:
+    def _sync_statefulset(
+        self, statefulset: Obj, kind: str = "StatefulSet", api_version: str = "apps/v1"
+    ) -> None:
         meta, spec = _meta(statefulset), statefulset.get("spec") or {}
         wanted = int(spec.get("replicas", 1))
         pods = {_meta(pod)["name"]: pod for pod in self._owned(PODS, statefulset)}
         names = [f"{meta['name']}-{i}" for i in range(wanted)]
         for name in sorted(pods.keys() - set(names), reverse=True):
             self._delete(PODS, pods[name])
-        owner = _owner_reference(statefulset, "StatefulSet")
+        owner = _owner_reference(statefulset, kind, api_version)
         template = spec.get("template") or {}
         for name in names:
             if name not in pods:
                 self._create_pod(self._pod_from(template, name, meta.get("namespace"), owner))
 
+    def _served(self, ref: str) -> list[Obj]:
+        """The objects of a custom resource `group/version/plural`, when a test has registered
+        it (its CRD installed); none otherwise."""
+        group, _, plural = ref.split("/")
+        served = any((t.group, t.plural) == (group, plural) for t in self.store.resource_types())
+        return self.store.list_objects(ref) if served else []
+
     def _leader_worker_sets(self) -> list[Obj]:
-        """The LeaderWorkerSets, when their custom resource is registered (its CRD installed)."""
-        served = any(
-            (t.group, t.plural) == (LWS_GROUP, "leaderworkersets")
-            for t in self.store.resource_types()
-        )
-        return self.store.list_objects(LEADER_WORKER_SETS) if served else []
+        return self._served(LEADER_WORKER_SETS)
 
     def _sync_leader_worker_set(self, lws: Obj) -> None:
         meta, spec = _meta(lws), lws.get("spec") or {}
@@ -783,6 +795,12 @@ class FakeCluster:
             "observedGeneration": _meta(statefulset).get("generation", 1),
         }
         self._write_status(STATEFULSETS, statefulset, status, keep="replicas")
+
+    def _update_rollout_status(self, rollout: Obj) -> None:
+        counts = self._counts(self._owned(PODS, rollout), 0)
+        selector = selectors.format_label_selector((rollout.get("spec") or {}).get("selector"))
+        status = {**counts, "selector": selector}
+        self._write_status(ROLLOUTS, rollout, status, keep="replicas")
 
     def _update_leader_worker_set_status(self, lws: Obj) -> None:
         name = _meta(lws)["name"]
