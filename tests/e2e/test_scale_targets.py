@@ -168,7 +168,10 @@ async def test_an_annotated_statefulset_under_load_scales_up_through_its_scale_s
     assert await model.sync_pods() == ["model-0", "model-1", "model-2"]
 
 
-@pytest.mark.parametrize("kind", [targets.LEADER_WORKER_SETS, targets.ROLLOUTS], ids=str)
+CUSTOM_KINDS = [targets.LEADER_WORKER_SETS, targets.ROLLOUTS]
+
+
+@pytest.mark.parametrize("kind", CUSTOM_KINDS, ids=[k.name for k in CUSTOM_KINDS])
 async def test_a_custom_resource_with_a_scale_subresource_is_scaled_by_its_selector(
     kube: Kube,
     kubelet: FakeCluster,
