@@ -10,6 +10,10 @@ pods of the workload's namespace that the Scale's selector selects (`Selector`),
 found through ownerReferences: a LeaderWorkerSet's selector (`status.hpaPodSelector`) selects the
 leader of each group only, so one replica is one group of pods.
 
+Placement tiers (sibling Deployments) and the warm-up gate with its traffic ramp (which follows
+pods through their ReplicaSet to a Deployment) are Deployment-only: `unsupported` says what
+another kind asks for of them, as problems naming the key, the value and the rule.
+
 Pure: no I/O. The Kubernetes adapter binds the kinds to API calls; the settings name them.
 """
 
@@ -19,6 +23,8 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
+
+from autoscaler.contract import annotations as contract
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,6 +126,59 @@ def parse_kinds(names: Iterable[str]) -> tuple[TargetKind, ...]:
     if not wanted:
         raise ValueError(f"no workload kind: expected some of {', '.join(KINDS)}")
     return tuple(kind for name, kind in KINDS.items() if name in wanted)
+
+
+def of(api_version: str, kind: str) -> TargetKind | None:
+    """The scalable kind of an object's `apiVersion` (its group is enough) and `kind`."""
+    group = api_version.partition("/")[0] if "/" in api_version else ""
+    for target in KINDS.values():
+        if (target.group, target.kind) == (group, kind):
+            return target
+    return None
+
+
+# -- what only Deployments have --------------------------------------------------------------------
+
+PLACEMENT_KEY: Final = contract.PREFIX + "placement"
+
+
+def is_gated(template: Mapping[str, Any]) -> bool:
+    """Whether a pod template opts into the warm-up gate: the `warm` readiness gate, or the
+    `warming` label its new pods start with."""
+    metadata = template.get("metadata")
+    labels = (metadata.get("labels") if isinstance(metadata, Mapping) else None) or {}
+    if isinstance(labels, Mapping) and labels.get(contract.WARMING_LABEL) == "true":
+        return True
+    spec = template.get("spec")
+    gates = (spec.get("readinessGates") if isinstance(spec, Mapping) else None) or ()
+    return isinstance(gates, list) and any(
+        isinstance(g, Mapping) and g.get("conditionType") == contract.WARM_GATE for g in gates
+    )
+
+
+def unsupported(
+    kind: TargetKind, obj: Mapping[str, Any], notes: Mapping[str, str]
+) -> list[contract.Problem]:
+    """What a workload other than a Deployment asks for and cannot have: placement tiers (a
+    `placement` other than `whole`) and the warm-up gate in a pod template."""
+    if kind.is_deployment:
+        return []
+    problems = []
+    placed = notes.get(PLACEMENT_KEY)
+    if placed is not None and placed != contract.Placement.WHOLE.value:
+        rule = (
+            f"placement tiers are Deployment-only: a {kind.kind} runs on what its pod template "
+            "requests; set `whole` or remove the key"
+        )
+        problems.append(contract.Problem(PLACEMENT_KEY, placed, rule))
+    if any(is_gated(template) for template in templates_of(kind, obj)):
+        rule = (
+            f"the warm-up gate and the traffic ramp are Deployment-only: remove the readiness "
+            f"gate {contract.WARM_GATE} and the label {contract.WARMING_LABEL} from the "
+            f"{kind.kind}'s pod template, or its pods never turn Ready"
+        )
+        problems.append(contract.Problem(contract.WARM_GATE, "readinessGates", rule))
+    return problems
 
 
 # -- the Scale -------------------------------------------------------------------------------------

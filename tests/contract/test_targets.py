@@ -4,7 +4,7 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from autoscaler.contract import targets
+from autoscaler.contract import annotations, targets
 
 
 def test_parse_kinds_keeps_the_table_order() -> None:
@@ -126,3 +126,44 @@ def test_a_formatted_label_selector_reads_back_to_the_same_choice(
     )
     parsed = targets.parse_selector(targets.format_selector(selector))
     assert parsed.matches(labels) is (expected and bool(match or within))
+
+
+def test_of_finds_a_kind_by_its_group_and_name() -> None:
+    """A kind is found by its apiVersion's group and its kind; others are not scalable here."""
+    assert targets.of("apps/v1", "StatefulSet") is targets.STATEFULSETS
+    assert targets.of("argoproj.io/v1alpha1", "Rollout") is targets.ROLLOUTS
+    assert targets.of("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet") is (
+        targets.LEADER_WORKER_SETS
+    )
+    assert targets.of("v1", "Pod") is None
+    assert targets.of("example.com/v1", "StatefulSet") is None
+
+
+def _gated_template() -> dict[str, object]:
+    gate = {"conditionType": annotations.WARM_GATE}
+    return {"metadata": {"labels": {"app": "m"}}, "spec": {"readinessGates": [gate]}}
+
+
+def test_unsupported_refuses_placement_tiers_and_the_gate_on_other_kinds_only() -> None:
+    """Another kind asking for a placement ladder or the warm-up gate gets a problem for each,
+    naming the key and the value; a Deployment or `placement: whole` gets none."""
+    sts = {"spec": {"template": _gated_template()}}
+    notes = {targets.PLACEMENT_KEY: "mig"}
+    problems = targets.unsupported(targets.STATEFULSETS, sts, notes)
+    assert [(p.key, p.value) for p in problems] == [
+        (targets.PLACEMENT_KEY, "mig"),
+        (annotations.WARM_GATE, "readinessGates"),
+    ]
+    assert "Deployment-only" in problems[0].rule
+    assert targets.unsupported(targets.DEPLOYMENTS, sts, notes) == []
+    plain = {"spec": {"template": {"metadata": {"labels": {"app": "m"}}}}}
+    whole = {targets.PLACEMENT_KEY: "whole"}
+    assert targets.unsupported(targets.STATEFULSETS, plain, whole) == []
+
+
+def test_a_warming_label_on_a_worker_template_is_the_gate_too() -> None:
+    """A LeaderWorkerSet's worker template with the warming label opts into the gate."""
+    worker = {"metadata": {"labels": {annotations.WARMING_LABEL: "true"}}}
+    lws = {"spec": {"leaderWorkerTemplate": {"workerTemplate": worker}}}
+    (problem,) = targets.unsupported(targets.LEADER_WORKER_SETS, lws, {})
+    assert problem.key == annotations.WARM_GATE

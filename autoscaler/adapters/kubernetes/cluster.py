@@ -21,7 +21,7 @@ would scale it: its replicas are what its Scale serves (read from the cached obj
 paths its `/scale` subresource serves them from), its serving pods are the pods of its
 namespace that the Scale's selector selects (a LeaderWorkerSet's selects one leader per group,
 so a replica is a group), and `scale` patches its `scale` subresource. It has no placement tiers
-and no warm-up gate: asking for either is an `InvalidConfig` (`_unsupported`). A service is
+and no warm-up gate: asking for either is an `InvalidConfig` (`targets.unsupported`). A service is
 `namespace/name`, so when workloads of two kinds with one name opt in, the first kind in
 `targets.KINDS` order is managed and the other gets an `InvalidConfig` Event.
 
@@ -185,34 +185,6 @@ def _unmanaged(
     )
 
 
-_PLACEMENT_KEY: Final = contract.PREFIX + "placement"
-
-
-def _unsupported(
-    kind: targets.TargetKind, obj: Obj, notes: Mapping[str, str]
-) -> list[contract.Problem]:
-    """What a workload other than a Deployment asks for and cannot have: the placement ladder
-    (its tiers are sibling Deployments) and the warm-up gate with its traffic ramp (the ramp
-    follows pods through their ReplicaSet to a Deployment), each naming the key, the value and
-    the rule."""
-    problems = []
-    placed = notes.get(_PLACEMENT_KEY)
-    if placed is not None and placed != contract.Placement.WHOLE.value:
-        rule = (
-            f"placement tiers are Deployment-only: a {kind.kind} runs on what its pod template "
-            "requests; set `whole` or remove the key"
-        )
-        problems.append(contract.Problem(_PLACEMENT_KEY, placed, rule))
-    if any(is_gated(template) for template in targets.templates_of(kind, obj)):
-        rule = (
-            f"the warm-up gate and the traffic ramp are Deployment-only: remove the readiness "
-            f"gate {contract.WARM_GATE} and the label {WARMING_LABEL} from the {kind.kind}'s "
-            "pod template, or the pods never turn Ready"
-        )
-        problems.append(contract.Problem(contract.WARM_GATE, "readinessGates", rule))
-    return problems
-
-
 def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     """Snapshots by identity (a new one is made on every change), counters by value."""
     return all(x is y or (isinstance(x, int) and x == y) for x, y in zip(a, b, strict=True))
@@ -226,13 +198,8 @@ RAMP_LABELS: Final = frozenset({WARMING_LABEL, STABLE_LABEL})
 
 
 def is_gated(template: Obj) -> bool:
-    """Whether a pod template opts into the warm-up gate: the `warm` readiness gate, or the
-    `warming` label its new pods start with."""
-    labels = _api.meta(template).get("labels") or {}
-    if labels.get(WARMING_LABEL) == "true":
-        return True
-    gates = _api.spec(template).get("readinessGates") or ()
-    return any(isinstance(g, dict) and g.get("conditionType") == contract.WARM_GATE for g in gates)
+    """Whether a pod template opts into the warm-up gate (`targets.is_gated`)."""
+    return targets.is_gated(template)
 
 
 def is_serving(pod: Obj) -> bool:
@@ -719,7 +686,7 @@ class KubeCluster:
         config = self._parse(key, notes)
         said = () if old is None else old.problems
         if not isinstance(config, contract.Invalid):
-            refused = _unsupported(kind, obj, notes)
+            refused = targets.unsupported(kind, obj, notes)
             others = self.caches.other_scalers(namespace, name, kind)
             if refused:
                 config = contract.Invalid(tuple(refused))
