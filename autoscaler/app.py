@@ -626,16 +626,17 @@ async def run(config: settings.Settings, *, stop: asyncio.Event | None = None) -
             asyncio.get_running_loop().remove_signal_handler(signum)
 
 
-async def read_deployment(
+async def read_workload(
     config: settings.KubernetesSettings, namespace: str, name: str
 ) -> dict[str, Any] | None:
-    """One Deployment, read once with the configured credentials; None when it does not exist.
+    """The workload `namespace/name` of the kinds managed (`cluster.read_workload`), read once
+    with the configured credentials; None when it does not exist.
 
     Raises `ConfigError` without credentials and `ActuationError` when the API fails.
     """
     api = await connection.api_client(kubeconfig=config.kubeconfig, context=config.context)
     try:
-        return await cluster.read_deployment(api, namespace, name)
+        return await cluster.read_workload(api, namespace, name, kinds=config.kinds)
     finally:
         await api.close()
 

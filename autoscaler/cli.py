@@ -159,7 +159,7 @@ def _explain(args: argparse.Namespace, config: settings.Settings) -> int:
 
     namespace, name = args.target
     try:
-        deployment = asyncio.run(app.read_deployment(config.kubernetes, namespace, name))
+        deployment = asyncio.run(app.read_workload(config.kubernetes, namespace, name))
     except errors.ActuationError as e:
         return _fail(str(e))
     return explain.main(

@@ -83,7 +83,7 @@ __all__ = [
     "KubeCluster",
     "NotLeaderError",
     "is_serving",
-    "read_deployment",
+    "read_workload",
     "spec_replicas",
     "startup_s",
 ]
@@ -239,25 +239,32 @@ def spec_replicas(deployment: Obj) -> int:
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
 
 
-async def read_deployment(
+async def read_workload(
     api: client.ApiClient,
     namespace: str,
     name: str,
     *,
+    kinds: Collection[targets.TargetKind] = tuple(targets.KINDS.values()),
     request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
 ) -> Obj | None:
-    """One Deployment as the API serialises it, read once (for `autoscaler explain`).
-
-    None when it does not exist; any other failure is a `KubeApiError` with the HTTP status.
-    """
-    return await _api.Caller(request_timeout_s=request_timeout_s).call_allowing(
-        (404,),
-        "deployments.get",
-        f"{namespace}/{name}",
-        client.AppsV1Api(api).read_namespaced_deployment,
-        name,
-        namespace,
-    )
+    """The workload `namespace/name` the controller would manage (the first of `kinds`, in
+    `targets.KINDS` order, that opts in; else the first found), read once (for `autoscaler
+    explain`). None when there is none; a kind whose CRD is not installed is none too."""
+    calls = _api.Caller(request_timeout_s=request_timeout_s)
+    found = []
+    for kind in (k for k in targets.KINDS.values() if k in kinds):
+        endpoint = scaling.Endpoint.of(api, kind)
+        read, args = endpoint.read(name, namespace)
+        obj = await calls.call_allowing(
+            (404,), endpoint.operation("get"), f"{namespace}/{name}", read, *args
+        )
+        if obj is None:
+            continue
+        stamped = {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
+        if contract.opted_in(_api.annotations_of(obj)):
+            return stamped
+        found.append(stamped)
+    return found[0] if found else None
 
 
 LIST_PAGE = 500

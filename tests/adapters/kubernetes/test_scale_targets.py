@@ -217,3 +217,20 @@ async def test_a_leaderworkerset_replica_is_a_group_and_its_leaders_serve(
     assert _api.name(made.caches.workload(targets.LEADER_WORKER_SETS, NS, "model") or {}) == (
         "model"
     )
+
+
+async def test_read_workload_finds_the_kind_that_opts_in_and_skips_absent_crds(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api
+) -> None:
+    """`explain` reads the workload of a name that opts in, of whatever kind, stamped with its
+    kind; a kind whose CRD answers 404 is passed over."""
+    await apps.create_namespaced_deployment(NS, deployment("model"))
+    await apps.create_namespaced_stateful_set(NS, statefulset("model", annotations=settings()))
+    kube.fail("get", "rollouts", status=404)
+    found = await cluster.read_workload(api, NS, "model")
+    assert found is not None
+    assert (found["kind"], found["apiVersion"]) == ("StatefulSet", "apps/v1")
+    only = await cluster.read_workload(api, NS, "model", kinds=(targets.DEPLOYMENTS,))
+    assert only is not None
+    assert only["kind"] == "Deployment"
+    assert await cluster.read_workload(api, NS, "nothing") is None
