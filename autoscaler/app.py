@@ -641,14 +641,14 @@ async def read_workload(
         await api.close()
 
 
-async def list_deployments(
+async def list_workloads(
     config: settings.KubernetesSettings, namespace: str | None
 ) -> list[dict[str, Any]]:
-    """The Deployments of `namespace` (None: every namespace), read once with the configured
-    credentials. Raises `ConfigError` without credentials and `ActuationError` when the API
-    fails."""
+    """The Deployments of `namespace` (None: every namespace) and the other workloads of the
+    kinds managed, read once with the configured credentials. Raises `ConfigError` without
+    credentials and `ActuationError` when the API fails."""
     api = await connection.api_client(kubeconfig=config.kubeconfig, context=config.context)
     try:
-        return await cluster.list_deployments(api, namespace)
+        return await cluster.list_workloads(api, namespace, kinds=config.kinds)
     finally:
         await api.close()

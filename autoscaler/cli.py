@@ -200,7 +200,7 @@ def _list(args: argparse.Namespace, config: settings.Settings) -> int:
 
     namespace = None if args.all_namespaces else args.namespace
     try:
-        deployments = asyncio.run(app.list_deployments(config.kubernetes, namespace))
+        deployments = asyncio.run(app.list_workloads(config.kubernetes, namespace))
     except errors.ActuationError as e:
         return _fail(str(e))
     found = fleet.rows(deployments)

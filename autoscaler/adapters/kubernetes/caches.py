@@ -280,28 +280,9 @@ class Caches:
         for kind in kinds:
             if kind.is_deployment:
                 continue
-            if kind.custom:
-                coordinates = (kind.group, kind.version)
-                listed = (
-                    [
-                        informer.Source(
-                            custom.list_cluster_custom_object, (*coordinates, kind.plural)
-                        )
-                    ]
-                    if watched is None
-                    else [
-                        informer.Source(
-                            custom.list_namespaced_custom_object,
-                            (*coordinates, ns, kind.plural),
-                            namespace=ns,
-                        )
-                        for ns in watched
-                    ]
-                )
-            else:
-                spelt = scaling.apps_name(kind)
-                everywhere = getattr(apps, f"list_{spelt}_for_all_namespaces")
-                listed = sources(everywhere, getattr(apps, f"list_namespaced_{spelt}"))
+            endpoint = scaling.Endpoint(kind, apps=apps, custom=custom)
+            scopes: list[str | None] = [None] if watched is None else list(watched)
+            listed = [informer.Source(*endpoint.list(ns), namespace=ns) for ns in scopes]
             self.workloads[kind] = informer.Informer(
                 kind.resource if kind.custom else kind.plural,
                 listed,

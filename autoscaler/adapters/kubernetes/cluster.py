@@ -83,6 +83,7 @@ __all__ = [
     "KubeCluster",
     "NotLeaderError",
     "is_serving",
+    "list_workloads",
     "read_workload",
     "spec_replicas",
     "startup_s",
@@ -268,40 +269,42 @@ async def read_workload(
 
 
 LIST_PAGE = 500
-"""Deployments asked for per list call by `list_deployments`."""
+"""Objects asked for per list call by `list_workloads`."""
 
 
-async def list_deployments(
+async def list_workloads(
     api: client.ApiClient,
     namespace: str | None,
     *,
+    kinds: Collection[targets.TargetKind] = tuple(targets.KINDS.values()),
     request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
 ) -> list[Obj]:
-    """The Deployments of `namespace` (None: all namespaces) as the API serialises them, read
-    once, page by page (for `autoscaler list`); a failure is a `KubeApiError`."""
-    apps = client.AppsV1Api(api)
+    """The Deployments of `namespace` (None: all namespaces), and the objects of the other
+    `kinds`, as the API serialises them (stamped with their kind), read once, page by page
+    (for `autoscaler list`). A kind whose CRD is not installed (404) has none; any other
+    failure is a `KubeApiError`."""
     calls = _api.Caller(request_timeout_s=request_timeout_s)
-    operation = "deployments.list"
     target = namespace or "all namespaces"
     found: list[Obj] = []
-    token: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"limit": LIST_PAGE}
-        if token:
-            kwargs["_continue"] = token
-        if namespace is None:
-            page = await calls.call(
-                operation, target, apps.list_deployment_for_all_namespaces, **kwargs
+    for kind in (targets.DEPLOYMENTS, *(k for k in kinds if not k.is_deployment)):
+        endpoint = scaling.Endpoint.of(api, kind)
+        fn, args = endpoint.list(namespace)
+        allowed = (404,) if kind.custom else ()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE}
+            if token:
+                kwargs["_continue"] = token
+            page = await calls.call_allowing(
+                allowed, endpoint.operation("list"), target, fn, *args, **kwargs
             )
-        else:
-            page = await calls.call(
-                operation, target, apps.list_namespaced_deployment, namespace, **kwargs
-            )
-        items = page.get("items")
-        found.extend(item for item in items or () if isinstance(item, dict))
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return found
+            items = () if page is None else page.get("items") or ()
+            stamp = {"apiVersion": kind.api_version, "kind": kind.kind}
+            found.extend({**item, **stamp} for item in items if isinstance(item, dict))
+            token = None if page is None else (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+    return found
 
 
 class KubeCluster:

@@ -54,6 +54,19 @@ class Endpoint:
         """How a failed call is named and counted: `statefulsets/scale.patch`."""
         return f"{self.kind.plural}{'/scale' if scale else ''}.{verb}"
 
+    def list(self, namespace: str | None) -> Call:
+        """The list (and, with `watch=True`, watch) of one namespace, or of all when None."""
+        kind = self.kind
+        if self._custom is not None and kind.custom:
+            group, version, plural = kind.group, kind.version, kind.plural
+            if namespace is None:
+                return self._custom.list_cluster_custom_object, (group, version, plural)
+            return self._custom.list_namespaced_custom_object, (group, version, namespace, plural)
+        spelt = apps_name(kind)
+        if namespace is None:
+            return getattr(self._apps, f"list_{spelt}_for_all_namespaces"), ()
+        return getattr(self._apps, f"list_namespaced_{spelt}"), (namespace,)
+
     def read(self, name: str, namespace: str) -> Call:
         return self._call("read", "get", name, namespace)
 

@@ -234,3 +234,19 @@ async def test_read_workload_finds_the_kind_that_opts_in_and_skips_absent_crds(
     assert only is not None
     assert only["kind"] == "Deployment"
     assert await cluster.read_workload(api, NS, "nothing") is None
+
+
+async def test_list_workloads_lists_every_kind_and_passes_over_absent_crds(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api
+) -> None:
+    """`autoscaler list` reads the Deployments and the other kinds, each stamped with its
+    kind; a kind whose CRD answers 404 lists as none."""
+    await apps.create_namespaced_deployment(NS, deployment("web"))
+    await apps.create_namespaced_stateful_set(NS, statefulset("model", annotations=settings()))
+    kube.fail("list", "leaderworkersets", status=404)
+    found = await cluster.list_workloads(api, NS)
+    assert sorted((o["kind"], _api.name(o)) for o in found) == [
+        ("Deployment", "web"),
+        ("StatefulSet", "model"),
+    ]
+    assert kube.requests.count("list", "rollouts") == 1
