@@ -15,12 +15,21 @@ from kube.emulator import Kube
 from kube.kubelet import FakeCluster
 from kubernetes_asyncio import client
 
-from autoscaler.adapters.kubernetes import _api, cluster
+from autoscaler.adapters.kubernetes import _api, caches, cluster
 from autoscaler.clock import ManualClock
 from autoscaler.contract import targets
 from autoscaler.core import model
 
-from .support import NS, WALL_S, deployment, events_of, eventually, running, settings
+from .support import (
+    NS,
+    WALL_S,
+    StepClock,
+    deployment,
+    events_of,
+    eventually,
+    running,
+    settings,
+)
 
 MODEL = model.ServiceId(f"{NS}/model")
 STATEFULSETS = "apps/v1/statefulsets"
@@ -250,3 +259,40 @@ async def test_list_workloads_lists_every_kind_and_passes_over_absent_crds(
         ("StatefulSet", "model"),
     ]
     assert kube.requests.count("list", "rollouts") == 1
+
+
+async def test_a_crd_installed_after_start_is_picked_up_at_the_next_retry(
+    kube: Kube, kubelet: FakeCluster, api: client.ApiClient, make_cluster: MakeCluster
+) -> None:
+    """Without the LeaderWorkerSet CRD the caches sync and the kind is said absent once; an
+    annotated LeaderWorkerSet made once the CRD is installed is managed after the next retry
+    of the list, without a restart."""
+    clock = StepClock()
+    kube.fail("list", "leaderworkersets", status=404)
+    with structlog.testing.capture_logs() as logs:
+        made = await make_cluster(clock=clock)
+        kube.store.register(
+            "leaderworkerset.x-k8s.io/v1/leaderworkersets",
+            kind="LeaderWorkerSet",
+            subresources=("status", "scale"),
+            label_selector_path=".status.hpaPodSelector",
+        )
+        template = deployment("model")["spec"]["template"]
+        body = {
+            "metadata": {"name": "model", "annotations": settings()},
+            "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": template}},
+        }
+        custom = client.CustomObjectsApi(api)
+        args = ("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets")
+        await custom.create_namespaced_custom_object(*args, body)
+        assert MODEL not in records(made)
+        clock.advance(caches.CRD_RETRY_S)
+        lws = made.caches.workloads[targets.LEADER_WORKER_SETS]
+        await eventually(lambda: MODEL in records(made), lws)
+    said = [
+        e["event"]
+        for e in logs
+        if str(e.get("kind", "")).startswith("leaderworkersets")
+        and e["event"] in ("cache.kind_absent", "cache.kind_present")
+    ]
+    assert said == ["cache.kind_absent", "cache.kind_present"]
