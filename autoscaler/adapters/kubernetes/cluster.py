@@ -186,6 +186,15 @@ def _unmanaged(
     )
 
 
+def _members(kind: targets.TargetKind, name: str, selector: targets.Selector) -> targets.Selector:
+    """What selects every pod of a workload, so that a change to any of them rebuilds its
+    record: its Scale's selector, or for a LeaderWorkerSet (whose selector picks the leaders)
+    the label all the pods of its groups carry."""
+    if kind is not targets.LEADER_WORKER_SETS:
+        return selector
+    return targets.Selector((targets.Requirement(LWS_NAME_LABEL, "in", frozenset({name})),))
+
+
 def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     """Snapshots by identity (a new one is made on every change), counters by value."""
     return all(x is y or (isinstance(x, int) and x == y) for x, y in zip(a, b, strict=True))
@@ -426,9 +435,9 @@ class KubeCluster:
         self._selected: dict[str, dict[tuple[str, str], targets.Selector]] = {}
         """The pod selectors of the managed workloads other than Deployments, by namespace and
         (namespace, name): a pod they select is their record's."""
-        self._shadowed: set[tuple[str, str, str, str]] = set()
-        """(kind, namespace, name, uid) of workloads told that another of the same name is
-        managed in their stead."""
+        self._shadowed: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
+        """By (namespace, name): the (kind, uid) of the workloads told that another of the
+        same name is managed in their stead."""
         for informer_ in (self.caches.hpas, self.caches.scaled_objects):
             informer_.add_handler(self._scaler_changed)
         self._last_set: dict[model.ServiceId, int] = {}
@@ -516,18 +525,21 @@ class KubeCluster:
         found = self._find(namespace, name)
         old = self._built.get(key)
         self._elsewhere.pop(key, None)
-        if found is None:
+        if not found:
+            self._shadowed.pop(key, None)
             if old is not None:
                 self._drop(key, old)
             return
-        kind, deployment = found
+        kind, deployment = found[0]
         notes = _api.annotations_of(deployment)
         service = model.ServiceId(f"{namespace}/{name}")
         if not owns(service):  # another replica leads its bucket
             self._elsewhere[key] = service
+            self._shadowed.pop(key, None)
             if old is not None:
                 self._drop(key, old)
             return
+        self._shadow(key, kind, found[1:])
         if old is not None and (
             old.kind is not kind or _api.uid(old.deployment) != _api.uid(deployment)
         ):
@@ -538,7 +550,7 @@ class KubeCluster:
         else:
             entry = self._build_scaled(service, kind, deployment, notes, old, layout)
             if entry.selector is not None:
-                self._selected.setdefault(namespace, {})[key] = entry.selector
+                self._selected.setdefault(namespace, {})[key] = _members(kind, name, entry.selector)
             else:
                 self._unselect(key)
         if old is not None:
@@ -552,9 +564,9 @@ class KubeCluster:
         else:
             self._with_siblings.discard(key)
 
-    def _find(self, namespace: str, name: str) -> tuple[targets.TargetKind, Obj] | None:
-        """The workload that opts in under this name, of the first kind in `targets.KINDS`
-        order (never a placement tier); any other one of the name is told it is not managed."""
+    def _find(self, namespace: str, name: str) -> list[tuple[targets.TargetKind, Obj]]:
+        """The workloads that opt in under this name, in `targets.KINDS` order (never a
+        placement tier): the first is the service."""
         found = []
         for kind in self._kinds:
             obj = self.caches.workload(kind, namespace, name)
@@ -563,30 +575,37 @@ class KubeCluster:
             if kind.is_deployment and placement.is_sibling(obj):
                 continue
             found.append((kind, obj))
-        for kind, obj in found[1:]:
-            self._shadow(kind, obj, found[0][0])
-        return found[0] if found else None
+        return found
 
-    def _shadow(self, kind: targets.TargetKind, obj: Obj, managed: targets.TargetKind) -> None:
-        """Tell a workload, once, that another of its name is managed: the service id is
-        `namespace/name`, so only one of them can be."""
-        namespace, name = _api.namespace(obj), _api.name(obj)
-        key = (kind.name, namespace, name, _api.uid(obj))
-        if key in self._shadowed:
-            return
-        self._shadowed.add(key)
-        rule = (
-            f"the {managed.kind} {namespace}/{name} opts in too and is managed under this name "
-            f"(a service is namespace/name); this {kind.kind} is not: rename one or opt one out"
-        )
-        invalid = contract.Invalid((contract.Problem(contract.ENABLED_KEY, "true", rule),))
-        log.warning(
-            "config.invalid",
-            service=f"{namespace}/{name}",
-            kind=kind.kind,
-            problems=[p.message for p in invalid.problems],
-        )
-        self.events.record(obj, events.WARNING, INVALID, str(invalid))
+    def _shadow(
+        self,
+        key: tuple[str, str],
+        managed: targets.TargetKind,
+        others: list[tuple[targets.TargetKind, Obj]],
+    ) -> None:
+        """Tell each other workload of the service's name, once, that it is not managed: the
+        service is `namespace/name`, so only one of them can be."""
+        told = self._shadowed.pop(key, frozenset())
+        now = frozenset((kind.name, _api.uid(obj)) for kind, obj in others)
+        if now:
+            self._shadowed[key] = now
+        namespace, name = key
+        for kind, obj in others:
+            if (kind.name, _api.uid(obj)) in told:
+                continue
+            rule = (
+                f"the {managed.kind} {namespace}/{name} opts in too and is managed under this "
+                f"name (a service is namespace/name); this {kind.kind} is not: rename one or "
+                "opt one out"
+            )
+            invalid = contract.Invalid((contract.Problem(contract.ENABLED_KEY, "true", rule),))
+            log.warning(
+                "config.invalid",
+                service=f"{namespace}/{name}",
+                kind=kind.kind,
+                problems=[p.message for p in invalid.problems],
+            )
+            self.events.record(obj, events.WARNING, INVALID, str(invalid))
 
     def _unselect(self, key: tuple[str, str]) -> None:
         selected = self._selected.get(key[0])
