@@ -197,6 +197,7 @@ class Controller:
             core_weight_per_gib=config.gpu.core_weight_per_gib,
             cache_retention=_retention(config.cache),
             cache_weight=config.cache.affinity_weight,
+            kinds=k8s.kinds,
         )
         access = access or prometheus_access(prom)
         self.prometheus = prometheus.Client(prom.url, timeout_s=prom.timeout_s, access=access)
@@ -639,28 +640,29 @@ async def run(config: settings.Settings, *, stop: asyncio.Event | None = None) -
             asyncio.get_running_loop().remove_signal_handler(signum)
 
 
-async def read_deployment(
+async def read_workload(
     config: settings.KubernetesSettings, namespace: str, name: str
 ) -> dict[str, Any] | None:
-    """One Deployment, read once with the configured credentials; None when it does not exist.
+    """The workload `namespace/name` of the kinds managed (`cluster.read_workload`), read once
+    with the configured credentials; None when it does not exist.
 
     Raises `ConfigError` without credentials and `ActuationError` when the API fails.
     """
     api = await connection.api_client(kubeconfig=config.kubeconfig, context=config.context)
     try:
-        return await cluster.read_deployment(api, namespace, name)
+        return await cluster.read_workload(api, namespace, name, kinds=config.kinds)
     finally:
         await api.close()
 
 
-async def list_deployments(
+async def list_workloads(
     config: settings.KubernetesSettings, namespace: str | None
 ) -> list[dict[str, Any]]:
-    """The Deployments of `namespace` (None: every namespace), read once with the configured
-    credentials. Raises `ConfigError` without credentials and `ActuationError` when the API
-    fails."""
+    """The Deployments of `namespace` (None: every namespace) and the other workloads of the
+    kinds managed, read once with the configured credentials. Raises `ConfigError` without
+    credentials and `ActuationError` when the API fails."""
     api = await connection.api_client(kubeconfig=config.kubeconfig, context=config.context)
     try:
-        return await cluster.list_deployments(api, namespace)
+        return await cluster.list_workloads(api, namespace, kinds=config.kinds)
     finally:
         await api.close()

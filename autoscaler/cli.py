@@ -159,7 +159,7 @@ def _explain(args: argparse.Namespace, config: settings.Settings) -> int:
 
     namespace, name = args.target
     try:
-        deployment = asyncio.run(app.read_deployment(config.kubernetes, namespace, name))
+        deployment = asyncio.run(app.read_workload(config.kubernetes, namespace, name))
     except errors.ActuationError as e:
         return _fail(str(e))
     return explain.main(
@@ -200,7 +200,7 @@ def _list(args: argparse.Namespace, config: settings.Settings) -> int:
 
     namespace = None if args.all_namespaces else args.namespace
     try:
-        deployments = asyncio.run(app.list_deployments(config.kubernetes, namespace))
+        deployments = asyncio.run(app.list_workloads(config.kubernetes, namespace))
     except errors.ActuationError as e:
         return _fail(str(e))
     found = fleet.rows(deployments)

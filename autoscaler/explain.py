@@ -31,6 +31,7 @@ import yaml
 
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
+from autoscaler.contract import targets as scale_targets
 from autoscaler.core import cache
 
 EXIT_OK = 0
@@ -52,7 +53,7 @@ def main(
         json.dump(found, stdout, indent=2, sort_keys=True)
         stdout.write("\n")
         return EXIT_OK if found["managed"] else EXIT_NOT_MANAGED
-    title = f"Deployment {namespace}/{name}"
+    title = f"{_kind_of(deployment)} {namespace}/{name}"
     if deployment is None:
         stderr.write(f"{title} not found\n")
         return EXIT_NOT_MANAGED
@@ -297,15 +298,28 @@ def _json_text(value: object) -> str | None:
     return contract.escape(value) if isinstance(value, str) else None
 
 
+def _kind_of(workload: Mapping[str, Any] | None) -> str:
+    """The kind a workload says it is, when the controller scales that kind; else Deployment."""
+    kind = None if workload is None else workload.get("kind")
+    known = {target.kind for target in scale_targets.KINDS.values()}
+    return kind if isinstance(kind, str) and kind in known else "Deployment"
+
+
 def deployments_in(text: str) -> Iterator[Mapping[str, Any]]:
-    """The Deployments in manifest text: YAML documents (JSON is YAML), `kind: List` items
-    included, as `kubectl get deploy -o yaml` prints them. `yaml.YAMLError` if it is not YAML."""
+    """The workloads the controller scales (Deployments, StatefulSets, LeaderWorkerSets, Argo
+    Rollouts) in manifest text: YAML documents (JSON is YAML), `kind: List` items included, as
+    `kubectl get deploy -o yaml` prints them. `yaml.YAMLError` if it is not YAML."""
     for document in yaml.safe_load_all(text):
         if not isinstance(document, dict):
             continue
         items = document.get("items") if document.get("kind") == "List" else [document]
         for item in items if isinstance(items, list) else ():
-            if isinstance(item, dict) and item.get("kind") == "Deployment":
+            if not isinstance(item, dict):
+                continue
+            api_version, kind = item.get("apiVersion", "apps/v1"), item.get("kind")
+            if not (isinstance(api_version, str) and isinstance(kind, str)):
+                continue
+            if scale_targets.of(api_version, kind) is not None:
                 yield item
 
 

@@ -66,7 +66,8 @@ class Workload:
     namespace: str = ""
     """Where the service's Deployment and pods live; the Prometheus queries fix it."""
     deployment: str = ""
-    """The owner Deployment's name."""
+    """The owner Deployment's name, or that of the StatefulSet, LeaderWorkerSet or Rollout the
+    service is (the kinds of `contract.targets`)."""
     pods: frozenset[str] = frozenset()
     """The serving pods' names (`serving` of them): the only ones whose series count."""
     metrics: metricnames.MetricNames | None = None

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from autoscaler import metricnames
+from autoscaler.contract import targets
 from autoscaler.core import placement
 
 _GROUP = ConfigDict(frozen=True, extra="forbid")
@@ -41,6 +42,8 @@ _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 Namespaces = Annotated[tuple[str, ...], NoDecode]
 """A list of namespaces: comma-separated text in the environment, a tuple in Python."""
+Kinds = Annotated[tuple[str, ...], NoDecode]
+"""A list of workload kinds: comma-separated text in the environment, a tuple in Python."""
 Headers = Annotated[dict[str, str], NoDecode]
 """HTTP headers: `Name=value,Name2=value2` in the environment, a dict in Python."""
 
@@ -105,6 +108,12 @@ class KubernetesSettings(BaseModel):
     """Namespaces whose Deployments are managed, comma-separated. Default empty: all."""
     exclude_namespaces: Namespaces = ()
     """Namespaces never managed, comma-separated (applied after `namespaces`). Default empty."""
+    workload_kinds: Kinds = targets.DEFAULT_KINDS
+    """The kinds of workload managed, comma-separated, each scaled through its `/scale`
+    subresource: `deployments`, `statefulsets`, `leaderworkersets`
+    (leaderworkerset.x-k8s.io/v1), `rollouts` (argoproj.io/v1alpha1). A custom resource whose
+    CRD is not installed is skipped, with one `cache.kind_absent` log line, and looked for again
+    every 5 minutes. Default all four."""
     dry_run: bool = False
     """Decide, log, count and explain in the logs, but write nothing to the cluster: no
     replicas, annotations, Events nor Lease (a dry-run instance does not take part in the
@@ -139,10 +148,20 @@ class KubernetesSettings(BaseModel):
     it counts as failed; the Lease's own requests take at most half of `renew_deadline_s`.
     Default 10."""
 
-    @field_validator("namespaces", "exclude_namespaces", mode="before")
+    @field_validator("namespaces", "exclude_namespaces", "workload_kinds", mode="before")
     @classmethod
     def _split_text(cls, value: object) -> object:
         return _split(value)
+
+    @field_validator("workload_kinds")
+    @classmethod
+    def _kind_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(kind.name for kind in targets.parse_kinds(names))
+
+    @property
+    def kinds(self) -> tuple[targets.TargetKind, ...]:
+        """`workload_kinds` as the kinds they name."""
+        return targets.parse_kinds(self.workload_kinds)
 
     @field_validator("namespaces", "exclude_namespaces")
     @classmethod

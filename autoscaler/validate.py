@@ -3,7 +3,8 @@
 For service owners' CI: reads files, directories (every `*.yaml`, `*.yml` and `*.json` below,
 in sorted order) and standard input (`-`); YAML may hold several documents and `kind: List`s,
 `.json` files are read as JSON. Every apps/v1 Deployment that opts in is parsed with
-`annotations.parse`, and each finding is one line,
+`annotations.parse`, as is every other workload the controller scales (`contract.targets`: a
+StatefulSet, a LeaderWorkerSet, an Argo Rollout), and each finding is one line,
 `SOURCE: document N: Deployment NAMESPACE/NAME: <finding>`, naming the field or key, its value
 and the rule. It also catches what `parse` cannot see from one Deployment's annotations:
 - unquoted values (Kubernetes rejects non-string annotations), keys on the pod template or on
@@ -13,8 +14,10 @@ and the rule. It also catches what `parse` cannot see from one Deployment's anno
   `autoscaler.dsec.io/warming: "true"` label in the pod template (without both the controller
   neither gates nor ramps the new pods), and a ramp label in a Deployment's or a Service's
   selector (the controller relabels pods as they warm);
-- a HorizontalPodAutoscaler or KEDA ScaledObject that scales the same Deployment (one owner of
+- a HorizontalPodAutoscaler or KEDA ScaledObject that scales the same workload (one owner of
   `replicas`);
+- on a workload other than a Deployment, what only Deployments have (`targets.unsupported`:
+  placement tiers, the warm-up gate);
 - as a warning only, `spec.replicas` in a managed Deployment: each `kubectl apply` of the
   manifest resets the count the controller chose;
 - as a warning only, a `model` annotation (cache-aware placement) on a Deployment whose pod
@@ -39,7 +42,7 @@ from typing import Any, Final, TextIO
 
 import yaml
 
-from autoscaler.contract import annotations, modelid
+from autoscaler.contract import annotations, modelid, targets
 
 EXIT_OK: Final = 0
 EXIT_PROBLEMS: Final = 1
@@ -242,8 +245,9 @@ def _lint_document(document: object, *, source: str, index: int, report: _Report
         )
         return
     for obj in _objects(document, place=place):
-        if obj.kind == "Deployment" and obj.api_version == "apps/v1":
-            report.findings += _lint_deployment(obj, report)
+        kind = targets.of(obj.api_version, obj.kind)
+        if kind is not None and obj.api_version == kind.api_version:
+            report.findings += _lint_deployment(obj, report, kind)
             continue
         report.findings += _lint_other(obj)
         if obj.kind == "Service" and obj.api_version == "v1":
@@ -273,23 +277,25 @@ def _objects(document: Mapping[Any, Any], *, place: str) -> Iterator[_Object]:
     )
 
 
-def _lint_deployment(obj: _Object, report: _Report) -> list[Finding]:
+def _lint_deployment(obj: _Object, report: _Report, kind: targets.TargetKind) -> list[Finding]:
+    """A Deployment, or another workload the controller scales (`kind`)."""
     findings: list[Finding] = []
     raw = _mapping(obj.body, "metadata", "annotations")
     if raw is None:
         return [obj.problem("metadata.annotations must be a mapping of strings")]
     ours, quoting = _ours(raw)
     findings += [obj.problem(p) for p in quoting]
-    template = _mapping(obj.body, "spec", "template", "metadata", "annotations") or {}
-    for key in template:
-        if isinstance(key, str) and key.startswith(annotations.PREFIX):
-            where = "spec.template.metadata.annotations"
-            findings.append(
-                obj.problem(
-                    f"{annotations.show_key(key)} in {where} has no effect; "
-                    "put it in the Deployment's metadata.annotations"
+    for path in kind.template_paths:
+        template = _mapping(obj.body, *path, "metadata", "annotations") or {}
+        for key in template:
+            if isinstance(key, str) and key.startswith(annotations.PREFIX):
+                where = ".".join(path) + ".metadata.annotations"
+                findings.append(
+                    obj.problem(
+                        f"{annotations.show_key(key)} in {where} has no effect; "
+                        f"put it in the {kind.kind}'s metadata.annotations"
+                    )
                 )
-            )
     settings = {k: v for k, v in ours.items() if k not in annotations.CONTROLLER_KEYS}
     if not settings:
         return findings
@@ -312,8 +318,13 @@ def _lint_deployment(obj: _Object, report: _Report) -> list[Finding]:
         findings += [obj.problem(p.message) for p in result.problems]
     if enabled == "true":
         report.managed.append(obj)
-        findings += _selector(obj)
-        findings += _ramp_gate(obj, settings.get(_ROUTER_KEY))
+        if kind.is_deployment:
+            findings += _selector(obj)
+            findings += _ramp_gate(obj, settings.get(_ROUTER_KEY))
+        else:
+            findings += [
+                obj.problem(p.message) for p in targets.unsupported(kind, obj.body, settings)
+            ]
         findings += _replicas(obj, settings.get(_MODE_KEY))
         if isinstance(result, annotations.ServiceConfig):
             findings += _cache_affinity(obj, result)
@@ -451,10 +462,11 @@ def _lint_other(obj: _Object) -> list[Finding]:
     keys = [k for k in raw if isinstance(k, str) and k.startswith(annotations.PREFIX)]
     if not keys:
         return []
+    known = [kind for kind in targets.KINDS.values() if kind.kind == obj.kind]
     hint = (
-        "the autoscaler manages apps/v1 Deployments only"
-        if obj.kind == "Deployment"
-        else "they only take effect on an apps/v1 Deployment"
+        f"the autoscaler manages {known[0].api_version} {known[0].kind}s only"
+        if known
+        else "they only take effect on a Deployment, StatefulSet, LeaderWorkerSet or Rollout"
     )
     shown = ", ".join(annotations.show_key(k) for k in keys[:3])
     more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
@@ -490,23 +502,24 @@ def _conflicts(report: _Report) -> list[Finding]:
                 findings.append(
                     deployment.problem(
                         f"{scaler.title} ({scaler.place.replace(': ', ', ')}) also scales it "
-                        "through spec.scaleTargetRef; the autoscaler refuses a Deployment with "
-                        "two owners of replicas: remove one of them"
+                        f"through spec.scaleTargetRef; the autoscaler refuses a {deployment.kind} "
+                        "with two owners of replicas: remove one of them"
                     )
                 )
     return findings
 
 
 def _scales(scaler: _Object, deployment: _Object) -> bool:
-    """Whether an HPA's or a ScaledObject's `scaleTargetRef` names the Deployment. Its kind
+    """Whether an HPA's or a ScaledObject's `scaleTargetRef` names the workload. Its kind
     defaults to Deployment (KEDA's default; an HPA requires it) and its apiVersion to apps/v1."""
     target = _mapping(scaler.body, "spec", "scaleTargetRef") or {}
-    api_version = target.get("apiVersion") or "apps/v1"
+    api_version, kind = target.get("apiVersion") or "apps/v1", target.get("kind", "Deployment")
     return (
         scaler.namespace == deployment.namespace
-        and target.get("kind", "Deployment") == "Deployment"
         and isinstance(api_version, str)
-        and api_version.startswith("apps/")
+        and isinstance(kind, str)
+        and targets.of(api_version, kind) is not None
+        and targets.of(api_version, kind) is targets.of(deployment.api_version, deployment.kind)
         and target.get("name") == deployment.name
     )
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from autoscaler import explain
 from autoscaler.contract.annotations import PREFIX, STATE_KEY, STATUS_KEY
@@ -273,3 +274,20 @@ def test_explain_says_a_service_is_paused_and_why_it_holds() -> None:
     paused = "  paused         yes at 0 replicas: the controller writes no replicas until resumed"
     assert paused in lines
     assert "  reason         paused" in lines
+
+
+def test_explain_names_the_kind_of_a_statefulset_and_finds_it_in_a_manifest() -> None:
+    """A StatefulSet is explained under its own kind, and `-f` finds the scalable kinds only."""
+    sts: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "chat", "namespace": "ml", "annotations": MANAGED},
+        "spec": {"replicas": 2},
+    }
+    out, err = io.StringIO(), io.StringIO()
+    assert explain.main("ml", "chat", sts, out, err) == 0
+    assert out.getvalue().splitlines()[0] == "StatefulSet ml/chat"
+    manifest = yaml.safe_dump_all(
+        [sts, {**sts, "kind": "DaemonSet"}, {**sts, "apiVersion": "x.io/v1", "kind": "Rollout"}]
+    )
+    assert [d["kind"] for d in explain.deployments_in(manifest)] == ["StatefulSet"]

@@ -54,10 +54,27 @@ def test_namespaces_are_comma_separated_in_the_environment(
     assert config.prometheus.url == "https://thanos.example:10902"
 
 
+def test_workload_kinds_default_to_all_four_and_read_a_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every scalable kind is managed by default; the setting narrows them, in table order."""
+    assert [k.kind for k in settings.Settings().kubernetes.kinds] == [
+        "Deployment",
+        "StatefulSet",
+        "LeaderWorkerSet",
+        "Rollout",
+    ]
+    monkeypatch.setenv("AUTOSCALER_KUBERNETES__WORKLOAD_KINDS", "StatefulSets, deployments")
+    config = settings.Settings()
+    assert config.kubernetes.workload_kinds == ("deployments", "statefulsets")
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
         ("AUTOSCALER_KUBERNETES__NAMESPACES", "ML"),
+        ("AUTOSCALER_KUBERNETES__WORKLOAD_KINDS", "deployments,cronjobs"),
+        ("AUTOSCALER_KUBERNETES__WORKLOAD_KINDS", ","),
         ("AUTOSCALER_KUBERNETES__NAMESPACES", '["a"]'),
         ("AUTOSCALER_KUBERNETES__LEASE_NAME", "Not a name"),
         ("AUTOSCALER_KUBERNETES__LEASE_NAME", "a" * 250),

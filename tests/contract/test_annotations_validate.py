@@ -224,12 +224,68 @@ def test_annotations_on_the_pod_template_are_reported() -> None:
 
 
 def test_annotations_on_other_kinds_are_reported() -> None:
-    """Our keys on a StatefulSet do nothing, and the lint says where they belong."""
-    text = BAD.replace("kind: Deployment", "kind: StatefulSet")
+    """Our keys on a DaemonSet do nothing, and the lint says where they belong."""
+    text = BAD.replace("kind: Deployment", "kind: DaemonSet")
     assert lint(text) == [
-        f"deploy.yaml: document 1: StatefulSet ml/embed: {P}enabled, {P}min-replicas, "
-        f"{P}max-replicas and 2 more: they only take effect on an apps/v1 Deployment"
+        f"deploy.yaml: document 1: DaemonSet ml/embed: {P}enabled, {P}min-replicas, "
+        f"{P}max-replicas and 2 more: they only take effect on a Deployment, StatefulSet, "
+        "LeaderWorkerSet or Rollout"
     ]
+
+
+def test_a_statefulset_and_a_rollout_are_linted_as_a_deployment_is() -> None:
+    """The other scale targets' annotations are parsed, and their problems reported."""
+    sts = BAD.replace("kind: Deployment", "kind: StatefulSet")
+    assert lint(sts) == [
+        f"deploy.yaml: document 1: StatefulSet ml/embed: {P}max-replica: unknown key; "
+        f"did you mean {P}max-replicas?",
+        f'deploy.yaml: document 1: StatefulSet ml/embed: {P}min-replicas="5": '
+        f"must be <= {P}max-replicas (3)",
+    ]
+    rollout = GOOD.replace("apps/v1", "argoproj.io/v1alpha1").replace("Deployment", "Rollout")
+    assert lint(rollout) == []
+    old_api = GOOD.replace("apps/v1", "argoproj.io/v1beta9").replace("Deployment", "Rollout")
+    assert lint(old_api) == [
+        f"deploy.yaml: document 1: Rollout ml/chat: {P}enabled, {P}max-replicas, "
+        f"{P}target-qps-per-replica and 1 more: the autoscaler manages argoproj.io/v1alpha1 "
+        "Rollouts only"
+    ]
+
+
+def test_deployment_only_features_on_a_statefulset_are_problems() -> None:
+    """Placement tiers and the warm-up gate on a StatefulSet are refused, naming key and value."""
+    text = (
+        GOOD.replace("kind: Deployment", "kind: StatefulSet")
+        + "  template:\n    spec:\n      readinessGates:\n"
+        + f"        - conditionType: {P}warm\n"
+    ).replace(
+        f'{P}max-replicas: "8"\n',
+        f'{P}max-replicas: "8"\n    {P}placement: "mig"\n    {P}model-memory: "20Gi"\n',
+    )
+    found = lint(text)
+    assert [line.split(": ")[3] for line in found] == [
+        f'{P}placement="mig"',
+        f'{P}warm="readinessGates"',
+    ]
+    assert all("Deployment-only" in line for line in found)
+
+
+def test_an_hpa_on_the_same_statefulset_is_a_conflict() -> None:
+    """An HPA whose scaleTargetRef names the managed StatefulSet conflicts; one on a
+    Deployment of the same name does not."""
+    sts = GOOD.replace("kind: Deployment", "kind: StatefulSet")
+
+    def hpa(kind: str) -> str:
+        return (
+            "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n"
+            "metadata: {name: chat, namespace: ml}\n"
+            f"spec:\n  scaleTargetRef: {{apiVersion: apps/v1, kind: {kind}, name: chat}}\n"
+        )
+
+    (conflict,) = lint(sts + "---\n" + hpa("StatefulSet"))
+    assert "also scales it" in conflict
+    assert "refuses a StatefulSet with two owners" in conflict
+    assert lint(sts + "---\n" + hpa("Deployment")) == []
 
 
 def test_old_deployment_api_is_reported() -> None:

@@ -1,4 +1,5 @@
-"""Fake Deployment and ReplicaSet controllers, scheduler, garbage collector and kubelet.
+"""Fake Deployment, ReplicaSet, StatefulSet and LeaderWorkerSet controllers, scheduler, garbage
+collector and kubelet.
 
 An API server runs no controllers, so a Deployment's replicas never become pods on its own.
 `FakeCluster.reconcile()` runs each of these once, in order, and a test steps it explicitly:
@@ -8,12 +9,20 @@ An API server runs no controllers, so a Deployment's replicas never become pods 
 2. Deployment controller: one ReplicaSet per pod template (`NAME-HASH`, labelled with
    `pod-template-hash`) scaled to `spec.replicas`; ReplicaSets of older templates go to 0 at
    once (as the Recreate strategy; rolling updates are not modelled);
-3. ReplicaSet controller: creates pods from the template (`generateName`, labels,
-   annotations, spec, ownerReferences), or deletes the surplus in the order of the real
-   controller: unscheduled, Pending, not ready, lower `controller.kubernetes.io/pod-deletion-cost`,
-   newer. A pod that a namespace's ResourceQuota would not admit (its `hard` limits on
-   `requests.<resource>`, `<resource>` for cpu and memory, `pods`, `count/pods`) is not created,
-   as the API server refuses it; `refused` counts them;
+3. ReplicaSet controller: creates pods from the template (`generateName`, labels, annotations,
+   spec, ownerReferences), or deletes the surplus in the order of the real controller: unscheduled,
+   Pending, not ready, lower `controller.kubernetes.io/pod-deletion-cost`, newer. A pod that a
+   namespace's ResourceQuota would not admit (its `hard` limits on `requests.<resource>`,
+   `<resource>` for cpu and memory, `pods`, `count/pods`) is not created, as the API server refuses
+   it; `refused` counts them. The StatefulSet controller (and the Argo Rollout one, when a test has
+   registered `rollouts.argoproj.io`, with the Rollout's `status.selector`): pods `NAME-0` ..
+   `NAME-(replicas-1)` from the template, owned by it (higher ordinals deleted first on a scale-
+   down; no ordered start-up); and, when a test has registered the
+   `leaderworkersets.leaderworkerset.x-k8s.io` custom resource, a LeaderWorkerSet controller: per
+   group `i`, a leader pod `NAME-i` and `size - 1` workers `NAME-i-j`, labelled
+   `leaderworkerset.sigs.k8s.io/name`, `group-index` and `worker-index` (0 for the leader), owned
+   by the LeaderWorkerSet itself (the real one goes through StatefulSets); all write their status
+   (`replicas`, `readyReplicas`; a LeaderWorkerSet's `hpaPodSelector`, which selects the leaders);
 4. scheduler: binds each unscheduled pod to the node that is Ready, schedulable, matches
    `nodeSelector` and required node affinity, tolerates its NoSchedule taints, and has the
    allocatable room (`nvidia.com/gpu`, MIG slices, cpu, memory, pods) left by the pods already
@@ -25,7 +34,8 @@ An API server runs no controllers, so a Deployment's replicas never become pods 
    started them); it is Ready only while ContainersReady and every `spec.readinessGates`
    condition are True;
 6. status: ReplicaSet and Deployment `replicas`, `readyReplicas`, `availableReplicas` (after
-   `minReadySeconds`), `updatedReplicas`, `observedGeneration`; ResourceQuota `hard` and `used`
+   `minReadySeconds`), `updatedReplicas`, `observedGeneration` (a StatefulSet's and a
+   LeaderWorkerSet's as said above); ResourceQuota `hard` and `used`
    (as the quota controller computes them from the namespace's non-terminal pods).
 
 Readiness timing is the test's: the default `ready_after_s`, a pod template annotation
@@ -56,6 +66,13 @@ PODS = "v1/pods"
 NODES = "v1/nodes"
 DEPLOYMENTS = "apps/v1/deployments"
 REPLICASETS = "apps/v1/replicasets"
+STATEFULSETS = "apps/v1/statefulsets"
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LEADER_WORKER_SETS = f"{LWS_GROUP}/v1/leaderworkersets"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+ROLLOUTS = "argoproj.io/v1alpha1/rollouts"
 QUOTAS = "v1/resourcequotas"
 
 GPU = "nvidia.com/gpu"
@@ -119,9 +136,9 @@ def _controller_uid(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _owner_reference(owner: Obj, kind: str) -> dict[str, Any]:
+def _owner_reference(owner: Obj, kind: str, api_version: str = "apps/v1") -> dict[str, Any]:
     return {
-        "apiVersion": "apps/v1",
+        "apiVersion": api_version,
         "kind": kind,
         "name": _meta(owner)["name"],
         "uid": _meta(owner)["uid"],
@@ -227,6 +244,12 @@ class FakeCluster:
             self._sync_deployment(deployment)
         for replicaset in self.store.list_objects(REPLICASETS):
             self._sync_replicaset(replicaset)
+        for statefulset in self.store.list_objects(STATEFULSETS):
+            self._sync_statefulset(statefulset)
+        for rollout in self._served(ROLLOUTS):
+            self._sync_statefulset(rollout, "Rollout", "argoproj.io/v1alpha1")
+        for lws in self._leader_worker_sets():
+            self._sync_leader_worker_set(lws)
         self._schedule()
         pods = self.store.list_objects(PODS)
         for pod in pods:
@@ -239,6 +262,12 @@ class FakeCluster:
             self._update_replicaset_status(replicaset)
         for deployment in self.store.list_objects(DEPLOYMENTS):
             self._update_deployment_status(deployment)
+        for statefulset in self.store.list_objects(STATEFULSETS):
+            self._update_statefulset_status(statefulset)
+        for rollout in self._served(ROLLOUTS):
+            self._update_rollout_status(rollout)
+        for lws in self._leader_worker_sets():
+            self._update_leader_worker_set_status(lws)
         for quota in self.store.list_objects(QUOTAS):
             self._update_quota_status(quota)
         await asyncio.sleep(0)  # let open watches deliver what changed
@@ -257,9 +286,12 @@ class FakeCluster:
     def _collect_garbage(self) -> None:
         live = {
             _meta(obj)["uid"]
-            for ref in (DEPLOYMENTS, REPLICASETS)
+            for ref in (DEPLOYMENTS, REPLICASETS, STATEFULSETS)
             for obj in self.store.list_objects(ref)
         }
+        live.update(
+            _meta(obj)["uid"] for ref in (ROLLOUTS, LEADER_WORKER_SETS) for obj in self._served(ref)
+        )
         for ref in (DEPLOYMENTS, REPLICASETS, PODS):
             for obj in self.store.list_objects(ref):
                 owner = _controller_uid(obj)
@@ -355,6 +387,84 @@ class FakeCluster:
                 self.refused += 1
                 continue
             self.store.create(PODS, pod)
+
+    def _create_pod(self, pod: Obj) -> None:
+        """Create a pod of a fixed name, unless a quota refuses it or its namesake is still
+        terminating (it is created on a later pass)."""
+        if self._quota_refuses(_meta(pod).get("namespace"), pod):
+            self.refused += 1
+            return
+        try:
+            self.store.create(PODS, pod)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+
+    @staticmethod
+    def _pod_from(
+        template: Mapping[str, Any],
+        name: str,
+        namespace: str | None,
+        owner: dict[str, Any],
+        labels: Mapping[str, str] | None = None,
+    ) -> Obj:
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {**(_meta(template).get("labels") or {}), **(labels or {})},
+                "annotations": dict(_meta(template).get("annotations") or {}),
+                "ownerReferences": [owner],
+            },
+            "spec": dict(template.get("spec") or {}),
+        }
+
+    def _sync_statefulset(
+        self, statefulset: Obj, kind: str = "StatefulSet", api_version: str = "apps/v1"
+    ) -> None:
+        meta, spec = _meta(statefulset), statefulset.get("spec") or {}
+        wanted = int(spec.get("replicas", 1))
+        pods = {_meta(pod)["name"]: pod for pod in self._owned(PODS, statefulset)}
+        names = [f"{meta['name']}-{i}" for i in range(wanted)]
+        for name in sorted(pods.keys() - set(names), reverse=True):
+            self._delete(PODS, pods[name])
+        owner = _owner_reference(statefulset, kind, api_version)
+        template = spec.get("template") or {}
+        for name in names:
+            if name not in pods:
+                self._create_pod(self._pod_from(template, name, meta.get("namespace"), owner))
+
+    def _served(self, ref: str) -> list[Obj]:
+        """The objects of a custom resource `group/version/plural`, when a test has registered
+        it (its CRD installed); none otherwise."""
+        group, _, plural = ref.split("/")
+        served = any((t.group, t.plural) == (group, plural) for t in self.store.resource_types())
+        return self.store.list_objects(ref) if served else []
+
+    def _leader_worker_sets(self) -> list[Obj]:
+        return self._served(LEADER_WORKER_SETS)
+
+    def _sync_leader_worker_set(self, lws: Obj) -> None:
+        meta, spec = _meta(lws), lws.get("spec") or {}
+        groups = int(spec.get("replicas", 1))
+        shape = spec.get("leaderWorkerTemplate") or {}
+        size = int(shape.get("size", 1))
+        worker = shape.get("workerTemplate") or {}
+        leader = shape.get("leaderTemplate") or worker
+        pods = {_meta(pod)["name"]: pod for pod in self._owned(PODS, lws)}
+        wanted: dict[str, tuple[Mapping[str, Any], dict[str, str]]] = {}
+        for i in range(groups):
+            for j in range(size):
+                name = f"{meta['name']}-{i}" if j == 0 else f"{meta['name']}-{i}-{j}"
+                labels = {LWS_NAME: meta["name"], LWS_GROUP_INDEX: str(i), LWS_WORKER_INDEX: str(j)}
+                wanted[name] = (leader if j == 0 else worker, labels)
+        for name in sorted(pods.keys() - wanted.keys(), reverse=True):
+            self._delete(PODS, pods[name])
+        owner = _owner_reference(lws, "LeaderWorkerSet", f"{LWS_GROUP}/v1")
+        for name, (template, labels) in wanted.items():
+            if name not in pods:
+                pod = self._pod_from(template, name, meta.get("namespace"), owner, labels)
+                self._create_pod(pod)
 
     def _deletion_rank(self, pod: Obj) -> tuple[Any, ...]:
         """Sort key: the pods a ReplicaSet deletes first come first."""
@@ -696,6 +806,35 @@ class FakeCluster:
             "conditions": [condition],
         }
         self._write_status(DEPLOYMENTS, deployment, status)
+
+    def _update_statefulset_status(self, statefulset: Obj) -> None:
+        counts = self._counts(self._owned(PODS, statefulset), 0)
+        status = {
+            **counts,
+            "currentReplicas": counts["replicas"],
+            "observedGeneration": _meta(statefulset).get("generation", 1),
+        }
+        self._write_status(STATEFULSETS, statefulset, status, keep="replicas")
+
+    def _update_rollout_status(self, rollout: Obj) -> None:
+        counts = self._counts(self._owned(PODS, rollout), 0)
+        selector = selectors.format_label_selector((rollout.get("spec") or {}).get("selector"))
+        status = {**counts, "selector": selector}
+        self._write_status(ROLLOUTS, rollout, status, keep="replicas")
+
+    def _update_leader_worker_set_status(self, lws: Obj) -> None:
+        name = _meta(lws)["name"]
+        groups: dict[str, list[Obj]] = {}
+        for pod in self._owned(PODS, lws):
+            groups.setdefault(_meta(pod)["labels"][LWS_GROUP_INDEX], []).append(pod)
+        size = int(((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size", 1))
+        ready = sum(1 for pods in groups.values() if len(pods) == size and all(map(is_ready, pods)))
+        status = {
+            "replicas": len(groups),
+            "readyReplicas": ready,
+            "hpaPodSelector": f"{LWS_NAME}={name},{LWS_WORKER_INDEX}=0",
+        }
+        self._write_status(LEADER_WORKER_SETS, lws, status, keep="replicas")
 
     def _write_status(self, ref: str, obj: Obj, status: dict[str, Any], *, keep: str = "") -> None:
         # Counts are `omitempty` in the API types: a zero is absent (None in the client).

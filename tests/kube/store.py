@@ -129,6 +129,9 @@ class ResourceType:
     namespaced: bool | None  # None: a custom resource of unknown scope, scoped by its URL
     subresources: frozenset[str] = frozenset()
     builtin: bool = True
+    label_selector_path: tuple[str, ...] = ()
+    """A custom resource's `subresources.scale.labelSelectorPath` (text at that path); empty:
+    `spec.selector`, a LabelSelector object, as the built-in kinds."""
 
     @property
     def api_version(self) -> str:
@@ -275,13 +278,22 @@ class Store:
         kind: str,
         namespaced: bool | None = True,
         subresources: Iterable[str] = ("status",),
+        label_selector_path: str = "",
     ) -> ResourceType:
-        """Declare a custom resource (as installing its CRD would)."""
+        """Declare a custom resource (as installing its CRD would); with a `scale` subresource,
+        `label_selector_path` (`.status.selector`) is its CRD's `labelSelectorPath`."""
         res = kmock.resource(ref)
         if res.group is None or res.version is None or res.plural is None:
             raise ValueError(f"a resource needs a group, a version and a plural: {ref!r}")
         rtype = ResourceType(
-            res.group, res.version, res.plural, kind, namespaced, frozenset(subresources), False
+            res.group,
+            res.version,
+            res.plural,
+            kind,
+            namespaced,
+            frozenset(subresources),
+            False,
+            tuple(step for step in label_selector_path.split(".") if step),
         )
         self._types[res.group, res.version, res.plural] = rtype
         return rtype
@@ -796,6 +808,13 @@ class Store:
                 404, "NotFound", "the server could not find the requested resource (scale)"
             )
         meta = _meta(obj)
+        if rtype.label_selector_path:
+            found: Any = obj
+            for step in rtype.label_selector_path:
+                found = found.get(step) if isinstance(found, dict) else None
+            selector = found if isinstance(found, str) else ""
+        else:
+            selector = selectors.format_label_selector((obj.get("spec") or {}).get("selector"))
         return {
             "apiVersion": "autoscaling/v1",
             "kind": "Scale",
@@ -807,9 +826,7 @@ class Store:
             "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
             "status": {
                 "replicas": (obj.get("status") or {}).get("replicas", 0),
-                "selector": selectors.format_label_selector(
-                    (obj.get("spec") or {}).get("selector")
-                ),
+                "selector": selector,
             },
         }
 

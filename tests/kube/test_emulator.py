@@ -435,6 +435,45 @@ async def test_deployment_scale_subresource(apps: client.AppsV1Api) -> None:
     assert (await apps.replace_namespaced_deployment_scale("web", NS, fresh)).spec.replicas == 3
 
 
+async def test_statefulset_scale_subresource(apps: client.AppsV1Api) -> None:
+    """A StatefulSet's scale subresource reads and writes its replicas with its selector."""
+    body = deployment(replicas=2)
+    body["spec"]["serviceName"] = "web"
+    await apps.create_namespaced_stateful_set(NS, body)
+    scale = await apps.read_namespaced_stateful_set_scale("web", NS)
+    assert (scale.spec.replicas, scale.status.selector) == (2, "app=web")
+    patch = {"metadata": {"resourceVersion": scale.metadata.resource_version}}
+    patch["spec"] = {"replicas": 4}
+    assert (await apps.patch_namespaced_stateful_set_scale("web", NS, patch)).spec.replicas == 4
+    with pytest.raises(client.ApiException) as error:  # the same version again: stale
+        await apps.patch_namespaced_stateful_set_scale("web", NS, patch)
+    assert error.value.status == 409
+
+
+async def test_custom_resource_scale_reads_its_label_selector_path(
+    kube: Kube, api: client.ApiClient
+) -> None:
+    """A registered custom resource's scale serves the text at its labelSelectorPath."""
+    kube.store.register(
+        "argoproj.io/v1alpha1/rollouts",
+        kind="Rollout",
+        subresources=("status", "scale"),
+        label_selector_path=".status.selector",
+    )
+    custom = client.CustomObjectsApi(api)
+    args = ("argoproj.io", "v1alpha1", NS, "rollouts")
+    body = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", **deployment(replicas=1)}
+    await custom.create_namespaced_custom_object(*args, body)
+    status = {"status": {"replicas": 1, "selector": "app=web"}}
+    merge = {"_content_type": "application/merge-patch+json"}
+    await custom.patch_namespaced_custom_object_status(*args, "web", status, **merge)
+    scale = await custom.get_namespaced_custom_object_scale(*args, "web")
+    assert (scale["spec"]["replicas"], scale["status"]["selector"]) == (1, "app=web")
+    replicas = {"spec": {"replicas": 3}}
+    await custom.patch_namespaced_custom_object_scale(*args, "web", replicas, **merge)
+    assert (await custom.get_namespaced_custom_object(*args, "web"))["spec"]["replicas"] == 3
+
+
 # -- patch content types -------------------------------------------------------------------------
 
 

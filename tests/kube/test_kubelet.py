@@ -10,6 +10,9 @@ from .emulator import Kube
 from .fixtures import wait_next
 from .kubelet import (
     DELETION_COST,
+    LEADER_WORKER_SETS,
+    LWS_NAME,
+    LWS_WORKER_INDEX,
     POD_IP,
     POD_TEMPLATE_HASH,
     READY_AFTER,
@@ -83,6 +86,51 @@ async def test_replicas_become_a_replicaset_and_pods(
 
     await kubelet.reconcile()  # with no delay, containers are ready on the next pass
     assert {conditions(pod)["Ready"] for pod in await pods(core)} == {"True"}
+
+
+async def test_statefulset_replicas_become_ordinal_pods(
+    kubelet: FakeCluster, apps: client.AppsV1Api, core: client.CoreV1Api
+) -> None:
+    """A StatefulSet's replicas become pods NAME-0.. that it owns, the highest removed first."""
+    kubelet.add_node("node-1")
+    created = await apps.create_namespaced_stateful_set(NS, deployment(replicas=3))
+    await kubelet.settle()
+    found = await pods(core, label_selector="app=llm")
+    assert sorted(p.metadata.name for p in found) == ["llm-0", "llm-1", "llm-2"]
+    assert {p.metadata.owner_references[0].uid for p in found} == {created.metadata.uid}
+    assert (await apps.read_namespaced_stateful_set("llm", NS)).status.ready_replicas == 3
+
+    await apps.patch_namespaced_stateful_set_scale("llm", NS, {"spec": {"replicas": 1}})
+    await kubelet.settle()
+    assert [p.metadata.name for p in await pods(core)] == ["llm-0"]
+
+
+async def test_leaderworkerset_groups_have_a_leader_the_selector_picks(
+    kube: Kube, kubelet: FakeCluster, api: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    """A LeaderWorkerSet's replica is a group of `size` pods; its hpaPodSelector picks leaders."""
+    kube.store.register(
+        LEADER_WORKER_SETS,
+        kind="LeaderWorkerSet",
+        subresources=("status", "scale"),
+        label_selector_path=".status.hpaPodSelector",
+    )
+    kubelet.add_node("node-1")
+    template = deployment()["spec"]["template"]
+    lws = {"metadata": {"name": "big"}, "spec": {"replicas": 2}}
+    lws["spec"]["leaderWorkerTemplate"] = {"size": 3, "workerTemplate": template}
+    custom = client.CustomObjectsApi(api)
+    args = ("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets")
+    await custom.create_namespaced_custom_object(*args, lws)
+    await kubelet.settle()
+    assert len(await pods(core, label_selector=f"{LWS_NAME}=big")) == 6
+    scale = await custom.get_namespaced_custom_object_scale(*args, "big")
+    assert scale["status"] == {
+        "replicas": 2,
+        "selector": f"{LWS_NAME}=big,{LWS_WORKER_INDEX}=0",
+    }
+    leaders = await pods(core, label_selector=scale["status"]["selector"])
+    assert sorted(p.metadata.name for p in leaders) == ["big-0", "big-1"]
 
 
 async def test_pods_run_then_become_ready_after_the_simulated_delay(

@@ -1,4 +1,5 @@
-"""The controller's one way to write its annotations on a Deployment.
+"""The controller's one way to write its annotations on a Deployment (or another scale target:
+a StatefulSet, a LeaderWorkerSet, a Rollout, through its `scaling.Endpoint`).
 
 A merge patch of `metadata.annotations` that carries the resourceVersion it was based on, so
 it never overwrites a change it has not seen. A 409 (the Deployment moved meanwhile) re-reads
@@ -22,8 +23,9 @@ import structlog
 from kubernetes_asyncio import client
 
 from autoscaler import clock as clock_
-from autoscaler.adapters.kubernetes import _api, informer
+from autoscaler.adapters.kubernetes import _api, informer, scaling
 from autoscaler.adapters.kubernetes._api import KubeApiError, Obj
+from autoscaler.contract import targets
 
 log = structlog.get_logger(__name__)
 
@@ -53,15 +55,18 @@ async def patch_annotations(
     retry: ConflictRetry,
     version: str | None = None,
     written: Written | None = None,
+    endpoint: scaling.Endpoint | None = None,
 ) -> Obj | None:
     """Merge `annotations` into `deployment`'s; the API's answer, or None when already there.
 
     `version` is the resourceVersion to patch at (by default `deployment`'s own; a caller whose
     cache lags behind its own last write passes that write's). `written` tells whether what is
     found is as good as what is to be written (by default: every key holds its value). `target`
-    names the service in errors and logs.
+    names the service in errors and logs. `endpoint` says how to reach an object other than a
+    Deployment.
     """
     name, namespace = _api.name(deployment), _api.namespace(deployment)
+    ends = endpoint or scaling.Endpoint(targets.DEPLOYMENTS, apps=apps)
     is_written = written or (lambda found: all(found.get(k) == v for k, v in annotations.items()))
     current = deployment
     version = version or _api.resource_version(current)
@@ -69,14 +74,13 @@ async def patch_annotations(
         if is_written(_api.annotations_of(current)):
             return None
         body = {"metadata": {"resourceVersion": version, "annotations": dict(annotations)}}
+        patch, args = ends.patch(name, namespace, body)
         try:
             return await calls.call(
-                "deployments.patch",
+                ends.operation("patch"),
                 target,
-                apps.patch_namespaced_deployment,
-                name,
-                namespace,
-                body,
+                patch,
+                *args,
                 write=True,
                 service=target,
                 _content_type=_api.MERGE_PATCH,
@@ -88,8 +92,7 @@ async def patch_annotations(
             "annotations.conflicted", service=target, keys=sorted(annotations), attempt=attempt
         )
         await retry.clock.sleep(retry.backoff.delay_s(attempt, retry.rng))
-        current = await calls.call(
-            "deployments.get", target, apps.read_namespaced_deployment, name, namespace
-        )
+        read, args = ends.read(name, namespace)
+        current = await calls.call(ends.operation("get"), target, read, *args)
         version = _api.resource_version(current)
     raise AssertionError("unreachable: itertools.count never ends")

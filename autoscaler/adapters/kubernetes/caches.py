@@ -1,19 +1,23 @@
 """The caches the controller reads: Deployments, ReplicaSets, Pods, Nodes and ResourceQuotas,
-and the other autoscalers' objects (HorizontalPodAutoscalers, KEDA ScaledObjects), by
-list+watch.
+the other scalable workloads (StatefulSets, LeaderWorkerSets, Argo Rollouts: the kinds of
+`contract.targets` the controller is set to manage), and the other autoscalers' objects
+(HorizontalPodAutoscalers, KEDA ScaledObjects), by list+watch.
 
-Pods are indexed by their controlling ReplicaSet and ReplicaSets by their controlling
-Deployment (ownerReferences, by uid), so `pods_of` groups pods by owner rather than by label
-selector: sibling Deployments whose labels overlap (docs/architecture.md, "The placement ladder")
-never count each other's pods. Deployments are indexed by their controlling owner too (a placement
-tier's sibling by the service owner's Deployment, `siblings_of`), ResourceQuotas by namespace
-(`quotas_in`), and HPAs and ScaledObjects by the Deployment they scale (`other_scalers`).
-ScaledObjects are a CRD that may not be installed: that cache is optional (a 404 reads as none,
-tried again later). Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the condition
-not True and their containers ready are indexed too (`closed_gates`): each tick looks at those only.
-Namespaced kinds are watched in all namespaces, or in each namespace of an include list; an exclude
-list drops objects as they arrive. Stored objects are trimmed of what no reader needs (managed
-fields, pod templates of ReplicaSets, node image lists) to keep memory flat.
+Pods are indexed by their controlling ReplicaSet and ReplicaSets by their controlling Deployment
+(ownerReferences, by uid), so `pods_of` groups pods by owner rather than by label selector: sibling
+Deployments whose labels overlap (docs/architecture.md, "The placement ladder") never count each
+other's pods. Deployments are indexed by their controlling owner too (a placement tier's sibling by
+the service owner's Deployment, `siblings_of`), ResourceQuotas by namespace (`quotas_in`), pods by
+namespace too (`pods_in`: a workload other than a Deployment finds its pods by its Scale's label
+selector), and HPAs and ScaledObjects by the workload they scale (`other_scalers`). ScaledObjects,
+LeaderWorkerSets and Rollouts are CRDs that may not be installed: their caches are optional (a 404
+reads as none, with one log line, tried again later). The workloads other than Deployments are
+stamped with their `kind` and `apiVersion` (a list's items carry neither), for the Events that name
+them. Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the condition not True and
+their containers ready are indexed too (`closed_gates`): each tick looks at those only. Namespaced
+kinds are watched in all namespaces, or in each namespace of an include list; an exclude list drops
+objects as they arrive. Stored objects are trimmed of what no reader needs (managed fields, pod
+templates of ReplicaSets, node image lists) to keep memory flat.
 
 It must not write to the API, nor decide which Deployments are managed.
 """
@@ -29,9 +33,10 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 
 from autoscaler import clock as clock_
-from autoscaler.adapters.kubernetes import _api, informer
+from autoscaler.adapters.kubernetes import _api, informer, scaling
 from autoscaler.adapters.kubernetes._api import Obj
 from autoscaler.contract import annotations as contract
+from autoscaler.contract import targets
 
 OWNER: Final = "owner"
 """Index of objects by the uid of their controlling owner."""
@@ -50,7 +55,7 @@ KEDA_GROUP: Final = "keda.sh"
 KEDA_VERSION: Final = "v1alpha1"
 SCALED_OBJECTS: Final = "scaledobjects"
 CRD_RETRY_S: Final = 300.0
-"""How often the ScaledObjects cache lists again while their CRD is not installed."""
+"""How often a cache of a custom resource lists again while its CRD is not installed."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,17 +105,27 @@ def closed_gate_values(pod: Obj) -> Iterable[str]:
     return (_CLOSED,)
 
 
+_KIND_BY_REF: Final = {(kind.group, kind.kind): kind for kind in targets.KINDS.values()}
+
+
+def target_value(namespace: str, name: str, kind: targets.TargetKind) -> str:
+    """The `TARGET` index value of a workload: `namespace/name`, and `@Kind` but for a
+    Deployment."""
+    return f"{namespace}/{name}" if kind.is_deployment else f"{namespace}/{name}@{kind.kind}"
+
+
 def target_values(obj: Obj) -> Iterable[str]:
-    """`namespace/name` of the Deployment an HPA or a ScaledObject scales (`scaleTargetRef`;
-    KEDA's kind defaults to Deployment), nothing for any other target."""
+    """The workload an HPA or a ScaledObject scales (`scaleTargetRef`; KEDA's kind defaults to
+    Deployment) as `target_value` names it; nothing for a kind the controller cannot scale."""
     ref = _api.spec(obj).get("scaleTargetRef")
     if not isinstance(ref, dict):
         return ()
     name, kind = ref.get("name"), ref.get("kind", "Deployment")
     group = str(ref.get("apiVersion", "apps/v1")).partition("/")[0]
-    if not isinstance(name, str) or kind != "Deployment" or group != "apps":
+    target = _KIND_BY_REF.get((group, str(kind)))
+    if not isinstance(name, str) or target is None:
         return ()
-    return (f"{_api.namespace(obj)}/{name}",)
+    return (target_value(_api.namespace(obj), name, target),)
 
 
 def _trim_meta(obj: Obj) -> Obj:
@@ -120,6 +135,15 @@ def _trim_meta(obj: Obj) -> Obj:
     if isinstance(notes, dict) and LAST_APPLIED in notes:
         metadata["annotations"] = {k: v for k, v in notes.items() if k != LAST_APPLIED}
     return {**obj, "metadata": metadata}
+
+
+def stamp(kind: targets.TargetKind) -> Callable[[Obj], Obj]:
+    """The transform of a workload cache: trimmed, and stamped with its kind."""
+
+    def transform(obj: Obj) -> Obj:
+        return {**_trim_meta(obj), "apiVersion": kind.api_version, "kind": kind.kind}
+
+    return transform
 
 
 def trim_replicaset(obj: Obj) -> Obj:
@@ -150,10 +174,13 @@ class Caches:
         watch_timeout_s: float = 300.0,
         request_timeout_s: float = 30.0,
         rng: random.Random | None = None,
+        kinds: Collection[targets.TargetKind] = tuple(targets.KINDS.values()),
     ) -> None:
+        """`kinds` are the workloads watched besides Deployments (which are always: the
+        placement tiers are Deployments)."""
         self.namespaces = namespaces or NamespaceFilter()
         apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
-        scaling, custom = client.AutoscalingV2Api(api), client.CustomObjectsApi(api)
+        autoscaling, custom = client.AutoscalingV2Api(api), client.CustomObjectsApi(api)
         watched = self.namespaces.watched()
 
         def sources(
@@ -195,7 +222,11 @@ class Caches:
             sources(core.list_pod_for_all_namespaces, core.list_namespaced_pod),
             keep=keep,
             transform=_trim_meta,
-            indexers={OWNER: owner_values, CLOSED_GATE: closed_gate_values},
+            indexers={
+                OWNER: owner_values,
+                CLOSED_GATE: closed_gate_values,
+                NAMESPACE: namespace_values,
+            },
             **common,
         )
         self.nodes = informer.Informer(
@@ -215,8 +246,8 @@ class Caches:
         self.hpas = informer.Informer(
             "horizontalpodautoscalers",
             sources(
-                scaling.list_horizontal_pod_autoscaler_for_all_namespaces,
-                scaling.list_namespaced_horizontal_pod_autoscaler,
+                autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
+                autoscaling.list_namespaced_horizontal_pod_autoscaler,
             ),
             keep=keep,
             transform=_trim_meta,
@@ -244,6 +275,24 @@ class Caches:
             **common,
         )
 
+        self.workloads: dict[targets.TargetKind, informer.Informer] = {}
+        """The caches of the workload kinds other than Deployments."""
+        for kind in kinds:
+            if kind.is_deployment:
+                continue
+            endpoint = scaling.Endpoint(kind, apps=apps, custom=custom)
+            scopes: list[str | None] = [None] if watched is None else list(watched)
+            listed = [informer.Source(*endpoint.list(ns), namespace=ns) for ns in scopes]
+            self.workloads[kind] = informer.Informer(
+                kind.resource if kind.custom else kind.plural,
+                listed,
+                keep=keep,
+                transform=stamp(kind),
+                optional=kind.custom,
+                absent_retry_s=CRD_RETRY_S,
+                **common,
+            )
+
     @property
     def informers(self) -> tuple[informer.Informer, ...]:
         return (
@@ -254,6 +303,7 @@ class Caches:
             self.quotas,
             self.hpas,
             self.scaled_objects,
+            *self.workloads.values(),
         )
 
     @property
@@ -277,9 +327,21 @@ class Caches:
         """The Deployments whose controlling owner is `deployment` (its placement tiers)."""
         return self.deployments.by_index(OWNER, _api.uid(deployment))
 
-    def other_scalers(self, namespace: str, name: str) -> list[str]:
-        """The HPAs and ScaledObjects that scale the Deployment, as `Kind namespace/name`."""
-        target = f"{namespace}/{name}"
+    def workload(self, kind: targets.TargetKind, namespace: str, name: str) -> Obj | None:
+        """A cached workload of `kind` (a Deployment, or one of the kinds watched)."""
+        if kind.is_deployment:
+            return self.deployments.get(namespace, name)
+        cache = self.workloads.get(kind)
+        return None if cache is None else cache.get(namespace, name)
+
+    def pods_in(self, namespace: str) -> list[Obj]:
+        return self.pods.by_index(NAMESPACE, namespace)
+
+    def other_scalers(
+        self, namespace: str, name: str, kind: targets.TargetKind = targets.DEPLOYMENTS
+    ) -> list[str]:
+        """The HPAs and ScaledObjects that scale the workload, as `Kind namespace/name`."""
+        target = target_value(namespace, name, kind)
         return sorted(
             f"{kind} {_api.namespace(obj)}/{_api.name(obj)}"
             for kind, cache in (

@@ -1,6 +1,6 @@
 """The Kubernetes API behind the `Cluster` port.
 
-`workloads()` reads the caches only: every Deployment annotated `autoscaler.dsec.io/enabled:
+`workloads()` reads the caches only: every workload annotated `autoscaler.dsec.io/enabled:
 "true"` whose bucket Lease this replica leads (`owned`; every one, with a single Lease), its
 annotations parsed by the contract (once per distinct content), its serving pods
 found by owner, all of it on one `ports.Workload` per service (docs/architecture.md, "The
@@ -15,7 +15,17 @@ replicas: the Event names the other). A `state` annotation that cannot be read
 (`codec.parse_state`) is treated as absent, with one `state.invalid` log line and one Warning
 Event `CorruptState` when first seen.
 
-Writes: `scale` patches the Deployment's `scale` subresource with the resourceVersion its
+Scale targets (`contract.targets`): besides Deployments, a StatefulSet, a LeaderWorkerSet or an
+Argo Rollout that opts in is a service too, as a HorizontalPodAutoscaler's `scaleTargetRef`
+would scale it: its replicas are what its Scale serves (read from the cached object at the
+paths its `/scale` subresource serves them from), its serving pods are the pods of its
+namespace that the Scale's selector selects (a LeaderWorkerSet's selects one leader per group,
+so a replica is a group), and `scale` patches its `scale` subresource. It has no placement tiers
+and no warm-up gate: asking for either is an `InvalidConfig` (`targets.unsupported`). A service is
+`namespace/name`, so when workloads of two kinds with one name opt in, the first kind in
+`targets.KINDS` order is managed and the other gets an `InvalidConfig` Event.
+
+Writes: `scale` patches the workload's `scale` subresource with the resourceVersion its
 replicas were read at (a 409 on a moved status is sent again at the new version; on changed
 replicas it is raised, to be decided again); `publish` writes the `status` and
 `state` annotations in one merge patch that carries the cached resourceVersion (or that of the
@@ -57,10 +67,18 @@ from kubernetes_asyncio import client
 
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters.kubernetes import _api, annotate, caches, events, nodecache, placement
+from autoscaler.adapters.kubernetes import (
+    _api,
+    annotate,
+    caches,
+    events,
+    nodecache,
+    placement,
+    scaling,
+)
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.contract import annotations as contract
-from autoscaler.contract import codec
+from autoscaler.contract import codec, targets
 from autoscaler.core import cache, model
 
 __all__ = [
@@ -73,7 +91,8 @@ __all__ = [
     "KubeCluster",
     "NotLeaderError",
     "is_serving",
-    "read_deployment",
+    "list_workloads",
+    "read_workload",
     "spec_replicas",
     "startup_s",
 ]
@@ -95,7 +114,8 @@ class _Built:
     changes (`KubeCluster.workloads`)."""
 
     deployment: Obj
-    """The cached owner Deployment it was built from."""
+    """The cached workload it was built from: the owner Deployment, or a scale target of
+    another `kind`."""
     tiers: frozenset[str]
     """The names of the owner's tier Deployments: a change to any of them or their pods
     rebuilds the record."""
@@ -112,15 +132,20 @@ class _Built:
     state_read: tuple[model.PolicyState | None, int | None] = (None, None)
     problems: tuple[str, ...] = ()
     """The messages of the `InvalidConfig` Event posted for it."""
+    kind: targets.TargetKind = targets.DEPLOYMENTS
+    selector: targets.Selector | None = None
+    """The label selector of its serving pods (a kind other than Deployment, managed)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Target:
-    """A managed service as a write needs it: its record, settings and placement view."""
+    """A managed service as a write needs it: its record, settings and placement view (None
+    for a kind other than Deployment: it has no placement tiers)."""
 
     workload: ports.Workload
     config: contract.ServiceConfig
-    view: placement.View
+    view: placement.View | None
+    kind: targets.TargetKind
 
 
 _WINDOW_KEY: Final = contract.PREFIX + "window"
@@ -156,10 +181,26 @@ def _key_of(service: model.ServiceId) -> tuple[str, str]:
     return namespace, name
 
 
-def _unmanaged(deployment: Obj, key: _ParseKey, problems: tuple[str, ...]) -> _Built:
-    """The entry of a Deployment that opts in and is not managed, with the problems said."""
-    tiers = frozenset({_api.name(deployment)})
-    return _Built(deployment, tiers, None, None, None, None, key, None, problems=problems)
+def _unmanaged(
+    deployment: Obj,
+    key: _ParseKey,
+    problems: tuple[str, ...],
+    kind: targets.TargetKind = targets.DEPLOYMENTS,
+) -> _Built:
+    """The entry of a workload that opts in and is not managed, with the problems said."""
+    tiers = frozenset({_api.name(deployment)}) if kind.is_deployment else frozenset()
+    return _Built(
+        deployment, tiers, None, None, None, None, key, None, problems=problems, kind=kind
+    )
+
+
+def _members(kind: targets.TargetKind, name: str, selector: targets.Selector) -> targets.Selector:
+    """What selects every pod of a workload, so that a change to any of them rebuilds its
+    record: its Scale's selector, or for a LeaderWorkerSet (whose selector picks the leaders)
+    the label all the pods of its groups carry."""
+    if kind is not targets.LEADER_WORKER_SETS:
+        return selector
+    return targets.Selector((targets.Requirement(LWS_NAME_LABEL, "in", frozenset({name})),))
 
 
 def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
@@ -167,19 +208,16 @@ def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return all(x is y or (isinstance(x, int) and x == y) for x, y in zip(a, b, strict=True))
 
 
+LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
+"""The label every pod of a LeaderWorkerSet carries: its name."""
 WARMING_LABEL: Final = contract.WARMING_LABEL
 STABLE_LABEL: Final = contract.STABLE_LABEL
 RAMP_LABELS: Final = frozenset({WARMING_LABEL, STABLE_LABEL})
 
 
 def is_gated(template: Obj) -> bool:
-    """Whether a pod template opts into the warm-up gate: the `warm` readiness gate, or the
-    `warming` label its new pods start with."""
-    labels = _api.meta(template).get("labels") or {}
-    if labels.get(WARMING_LABEL) == "true":
-        return True
-    gates = _api.spec(template).get("readinessGates") or ()
-    return any(isinstance(g, dict) and g.get("conditionType") == contract.WARM_GATE for g in gates)
+    """Whether a pod template opts into the warm-up gate (`targets.is_gated`)."""
+    return targets.is_gated(template)
 
 
 def is_serving(pod: Obj) -> bool:
@@ -219,62 +257,71 @@ def spec_replicas(deployment: Obj) -> int:
     return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
 
 
-async def read_deployment(
+async def read_workload(
     api: client.ApiClient,
     namespace: str,
     name: str,
     *,
+    kinds: Collection[targets.TargetKind] = tuple(targets.KINDS.values()),
     request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
 ) -> Obj | None:
-    """One Deployment as the API serialises it, read once (for `autoscaler explain`).
-
-    None when it does not exist; any other failure is a `KubeApiError` with the HTTP status.
-    """
-    return await _api.Caller(request_timeout_s=request_timeout_s).call_allowing(
-        (404,),
-        "deployments.get",
-        f"{namespace}/{name}",
-        client.AppsV1Api(api).read_namespaced_deployment,
-        name,
-        namespace,
-    )
+    """The workload `namespace/name` the controller would manage (the first of `kinds`, in
+    `targets.KINDS` order, that opts in; else the first found), read once (for `autoscaler
+    explain`). None when there is none; a kind whose CRD is not installed is none too."""
+    calls = _api.Caller(request_timeout_s=request_timeout_s)
+    found = []
+    for kind in (k for k in targets.KINDS.values() if k in kinds):
+        endpoint = scaling.Endpoint.of(api, kind)
+        read, args = endpoint.read(name, namespace)
+        obj = await calls.call_allowing(
+            (404,), endpoint.operation("get"), f"{namespace}/{name}", read, *args
+        )
+        if obj is None:
+            continue
+        stamped = {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
+        if contract.opted_in(_api.annotations_of(obj)):
+            return stamped
+        found.append(stamped)
+    return found[0] if found else None
 
 
 LIST_PAGE = 500
-"""Deployments asked for per list call by `list_deployments`."""
+"""Objects asked for per list call by `list_workloads`."""
 
 
-async def list_deployments(
+async def list_workloads(
     api: client.ApiClient,
     namespace: str | None,
     *,
+    kinds: Collection[targets.TargetKind] = tuple(targets.KINDS.values()),
     request_timeout_s: float = _api.DEFAULT_REQUEST_TIMEOUT_S,
 ) -> list[Obj]:
-    """The Deployments of `namespace` (None: all namespaces) as the API serialises them, read
-    once, page by page (for `autoscaler list`); a failure is a `KubeApiError`."""
-    apps = client.AppsV1Api(api)
+    """The Deployments of `namespace` (None: all namespaces), and the objects of the other
+    `kinds`, as the API serialises them (stamped with their kind), read once, page by page
+    (for `autoscaler list`). A kind whose CRD is not installed (404) has none; any other
+    failure is a `KubeApiError`."""
     calls = _api.Caller(request_timeout_s=request_timeout_s)
-    operation = "deployments.list"
     target = namespace or "all namespaces"
     found: list[Obj] = []
-    token: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"limit": LIST_PAGE}
-        if token:
-            kwargs["_continue"] = token
-        if namespace is None:
-            page = await calls.call(
-                operation, target, apps.list_deployment_for_all_namespaces, **kwargs
+    for kind in (targets.DEPLOYMENTS, *(k for k in kinds if not k.is_deployment)):
+        endpoint = scaling.Endpoint.of(api, kind)
+        fn, args = endpoint.list(namespace)
+        allowed = (404,) if kind.custom else ()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE}
+            if token:
+                kwargs["_continue"] = token
+            page = await calls.call_allowing(
+                allowed, endpoint.operation("list"), target, fn, *args, **kwargs
             )
-        else:
-            page = await calls.call(
-                operation, target, apps.list_namespaced_deployment, namespace, **kwargs
-            )
-        items = page.get("items")
-        found.extend(item for item in items or () if isinstance(item, dict))
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return found
+            items = () if page is None else page.get("items") or ()
+            stamp = {"apiVersion": kind.api_version, "kind": kind.kind}
+            found.extend({**item, **stamp} for item in items if isinstance(item, dict))
+            token = None if page is None else (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+    return found
 
 
 class KubeCluster:
@@ -305,8 +352,12 @@ class KubeCluster:
         on_event: events.OutcomeCallback | None = None,
         cache_retention: cache.Retention | None = None,
         cache_weight: int = nodecache.DEFAULT_WEIGHT,
+        kinds: Collection[targets.TargetKind] = tuple(targets.KINDS.values()),
     ) -> None:
         """Build the caches and the Event recorder on `api`; `run()` fills and follows them.
+
+        `kinds` are the workloads managed (`contract.targets`): Deployments and the other
+        kinds with a `/scale` subresource; the custom ones while their CRD is installed.
 
         `identity` names this replica in Events (`reportingInstance`). `clock` paces the
         retries of a conflicting write and the watches' backoff; `wall_now` stamps the status
@@ -345,7 +396,12 @@ class KubeCluster:
             # A page of a list of pods takes the API server longer than one object.
             request_timeout_s=3 * request_timeout_s,
             rng=self._rng,
+            kinds=kinds,
         )
+        self._kinds = tuple(k for k in targets.KINDS.values() if k in kinds)
+        self._endpoints = {
+            kind: scaling.Endpoint.of(api, kind) for kind in (targets.DEPLOYMENTS, *kinds)
+        }
         self.events = events.EventRecorder(
             api,
             instance=identity,
@@ -400,6 +456,14 @@ class KubeCluster:
         self.caches.deployments.add_handler(self._deployment_changed)
         self.caches.replicasets.add_handler(self._replicaset_changed)
         self.caches.pods.add_handler(self._pod_changed)
+        for informer_ in self.caches.workloads.values():
+            informer_.add_handler(self._workload_changed)
+        self._selected: dict[str, dict[tuple[str, str], targets.Selector]] = {}
+        """The pod selectors of the managed workloads other than Deployments, by namespace and
+        (namespace, name): a pod they select is their record's."""
+        self._shadowed: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
+        """By (namespace, name): the (kind, uid) of the workloads told that another of the
+        same name is managed in their stead."""
         for informer_ in (self.caches.hpas, self.caches.scaled_objects):
             informer_.add_handler(self._scaler_changed)
         self._last_set: dict[model.ServiceId, int] = {}
@@ -486,27 +550,40 @@ class KubeCluster:
     def _update(
         self, key: tuple[str, str], layout: tuple[object, ...], owns: Callable[[str], bool]
     ) -> None:
-        """Build again the entry of the Deployment `key` (namespace, name), or drop it when it is
+        """Build again the entry of the workload `key` (namespace, name), or drop it when it is
         gone, no longer opts in, is a placement tier, or another replica leads its bucket."""
         namespace, name = key
-        deployment = self.caches.deployment(namespace, name)
+        found = self._find(namespace, name)
         old = self._built.get(key)
-        notes = {} if deployment is None else _api.annotations_of(deployment)
         self._elsewhere.pop(key, None)
-        if deployment is None or not contract.opted_in(notes) or placement.is_sibling(deployment):
+        if not found:
+            self._shadowed.pop(key, None)
             if old is not None:
                 self._drop(key, old)
             return
+        kind, deployment = found[0]
+        notes = _api.annotations_of(deployment)
         service = model.ServiceId(f"{namespace}/{name}")
         if not owns(service):  # another replica leads its bucket
             self._elsewhere[key] = service
+            self._shadowed.pop(key, None)
             if old is not None:
                 self._drop(key, old)
             return
-        if old is not None and _api.uid(old.deployment) != _api.uid(deployment):
-            self._drop(key, old)  # deleted and created again: a new Deployment
+        self._shadow(key, kind, found[1:])
+        if old is not None and (
+            old.kind is not kind or _api.uid(old.deployment) != _api.uid(deployment)
+        ):
+            self._drop(key, old)  # deleted and created again: a new workload
             old = None
-        entry = self._build(service, deployment, notes, old, layout)
+        if kind.is_deployment:
+            entry = self._build(service, deployment, notes, old, layout)
+        else:
+            entry = self._build_scaled(service, kind, deployment, notes, old, layout)
+            if entry.selector is not None:
+                self._selected.setdefault(namespace, {})[key] = _members(kind, name, entry.selector)
+            else:
+                self._unselect(key)
         if old is not None:
             for tier in old.tiers - entry.tiers:
                 self._owner_of.pop((namespace, tier), None)
@@ -518,8 +595,59 @@ class KubeCluster:
         else:
             self._with_siblings.discard(key)
 
+    def _find(self, namespace: str, name: str) -> list[tuple[targets.TargetKind, Obj]]:
+        """The workloads that opt in under this name, in `targets.KINDS` order (never a
+        placement tier): the first is the service."""
+        found = []
+        for kind in self._kinds:
+            obj = self.caches.workload(kind, namespace, name)
+            if obj is None or not contract.opted_in(_api.annotations_of(obj)):
+                continue
+            if kind.is_deployment and placement.is_sibling(obj):
+                continue
+            found.append((kind, obj))
+        return found
+
+    def _shadow(
+        self,
+        key: tuple[str, str],
+        managed: targets.TargetKind,
+        others: list[tuple[targets.TargetKind, Obj]],
+    ) -> None:
+        """Tell each other workload of the service's name, once, that it is not managed: the
+        service is `namespace/name`, so only one of them can be."""
+        told = self._shadowed.pop(key, frozenset())
+        now = frozenset((kind.name, _api.uid(obj)) for kind, obj in others)
+        if now:
+            self._shadowed[key] = now
+        namespace, name = key
+        for kind, obj in others:
+            if (kind.name, _api.uid(obj)) in told:
+                continue
+            rule = (
+                f"the {managed.kind} {namespace}/{name} opts in too and is managed under this "
+                f"name (a service is namespace/name); this {kind.kind} is not: rename one or "
+                "opt one out"
+            )
+            invalid = contract.Invalid((contract.Problem(contract.ENABLED_KEY, "true", rule),))
+            log.warning(
+                "config.invalid",
+                service=f"{namespace}/{name}",
+                kind=kind.kind,
+                problems=[p.message for p in invalid.problems],
+            )
+            self.events.record(obj, events.WARNING, INVALID, str(invalid))
+
+    def _unselect(self, key: tuple[str, str]) -> None:
+        selected = self._selected.get(key[0])
+        if selected is not None:
+            selected.pop(key, None)
+            if not selected:
+                del self._selected[key[0]]
+
     def _drop(self, key: tuple[str, str], old: _Built) -> None:
         del self._built[key]
+        self._unselect(key)
         self._with_siblings.discard(key)
         for tier in old.tiers:
             if self._owner_of.get((key[0], tier)) == key:
@@ -607,6 +735,99 @@ class KubeCluster:
             state_read,
         )
 
+    def _build_scaled(
+        self,
+        service: model.ServiceId,
+        kind: targets.TargetKind,
+        obj: Obj,
+        notes: Mapping[str, str],
+        old: _Built | None,
+        layout: tuple[object, ...],
+    ) -> _Built:
+        """The record of a workload other than a Deployment: its replicas as its Scale says,
+        its serving pods those its Scale's selector selects; no placement tiers, no ramp."""
+        namespace, name = _api.namespace(obj), _api.name(obj)
+        key = _parse_key(namespace, notes)
+        config = self._parse(key, notes)
+        said = () if old is None else old.problems
+        if not isinstance(config, contract.Invalid):
+            refused = targets.unsupported(kind, obj, notes)
+            others = self.caches.other_scalers(namespace, name, kind)
+            if refused:
+                config = contract.Invalid(tuple(refused))
+            elif others:
+                config = _contested(others)
+        scale = targets.scale_of(kind, obj)
+        try:
+            selector = targets.parse_selector(scale.selector)
+        except ValueError as e:
+            if not isinstance(config, contract.Invalid):
+                path = ".".join(kind.selector_path)
+                config = contract.Invalid((contract.Problem(path, scale.selector, str(e)),))
+        if isinstance(config, contract.Invalid):
+            problems = self._report_invalid(service, obj, config, said)
+            return _unmanaged(obj, key, problems, kind)
+        pods = [
+            pod
+            for pod in self.caches.pods_in(namespace)
+            if selector.matches(_api.meta(pod).get("labels") or {})
+        ]
+        serving = [pod for pod in pods if is_serving(pod)]
+        state_text = notes.get(contract.STATE_KEY)
+        if old is not None and old.state_text == state_text:
+            state_read = old.state_read
+        else:
+            state_read = self._state(service, obj, state_text)
+        state, replicas = state_read
+        if replicas is not None:
+            self._last_set.setdefault(service, replicas)
+        lags = self._lags(service)
+        if config.policy.pause is not None and not lags:
+            self._last_set[service] = scale.spec_replicas
+        core_rate = self.placement.capacity.core_rate(self._group_pods(kind, obj, pods))
+        workload = ports.Workload(
+            id=service,
+            policy=config.policy,
+            half_life_s=config.half_life_s,
+            replicas=self._written_replicas[service] if lags else scale.spec_replicas,
+            serving=len(serving),
+            startup_s=startup_s(serving, recent=self._recent_pods),
+            state=state,
+            core_rate=core_rate,
+            project=config.project,
+            dry_run=config.mode is contract.Mode.DRY_RUN,
+            window_s=config.window_s if _WINDOW_KEY in notes else None,
+            namespace=namespace,
+            deployment=name,
+            pods=frozenset(_api.name(pod) for pod in serving),
+            metrics=config.metrics,
+        )
+        return _Built(
+            obj,
+            frozenset(),
+            workload,
+            config,
+            None,
+            layout if core_rate > 0 else None,
+            key,
+            state_text,
+            state_read,
+            kind=kind,
+            selector=selector,
+        )
+
+    def _group_pods(self, kind: targets.TargetKind, obj: Obj, selected: list[Obj]) -> list[Obj]:
+        """Every pod of the workload, for accounting: those its selector selects, and a
+        LeaderWorkerSet's workers too (its selector selects the leaders only)."""
+        if kind is not targets.LEADER_WORKER_SETS:
+            return selected
+        name = _api.name(obj)
+        return [
+            pod
+            for pod in self.caches.pods_in(_api.namespace(obj))
+            if (_api.meta(pod).get("labels") or {}).get(LWS_NAME_LABEL) == name
+        ]
+
     def _observe(
         self,
         service: model.ServiceId,
@@ -653,6 +874,12 @@ class KubeCluster:
                 if owner is not None and owner[0] == "Deployment":
                     self._dirty.add((namespace, owner[1]))
 
+    def _workload_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's."""
+        for obj in (old, new):
+            if obj is not None:
+                self._dirty.add((_api.namespace(obj), _api.name(obj)))
+
     def _replicaset_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         obj = new if new is not None else old
         owner = None if obj is None else _controller(obj)
@@ -660,6 +887,13 @@ class KubeCluster:
             self._dirty.add((_api.namespace(obj), owner[1]))
 
     def _pod_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
+        if self._selected:
+            for changed in (old, new):
+                selected = None if changed is None else self._selected.get(_api.namespace(changed))
+                if changed is None or not selected:
+                    continue
+                labels = _api.meta(changed).get("labels") or {}
+                self._dirty.update(k for k, sel in selected.items() if sel.matches(labels))
         obj = new if new is not None else old
         owner = None if obj is None else _controller(obj)
         if obj is None or owner is None or owner[0] != "ReplicaSet":
@@ -679,7 +913,7 @@ class KubeCluster:
         del kind
         for obj in (old, new):
             for target in () if obj is None else caches.target_values(obj):
-                namespace, _, name = target.partition("/")
+                namespace, _, name = target.partition("@")[0].partition("/")
                 self._dirty.add((namespace, name))
 
     def _forget(self, present: Collection[model.ServiceId]) -> None:
@@ -770,8 +1004,8 @@ class KubeCluster:
     # -- writes ------------------------------------------------------------------------------------
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        """Set the Deployment's replicas through its `scale` subresource (a merge patch); for a
-        GPU service, distribute them over its placement tiers first.
+        """Set the workload's replicas through its `scale` subresource (a merge patch); for a
+        Deployment of a GPU service, distribute them over its placement tiers first.
 
         Raises `placement.UnplaceableError` (an `ActuationError`) for a service that no GPU in
         the cluster could run: it keeps its size.
@@ -790,11 +1024,14 @@ class KubeCluster:
             # The view `workloads()` built: the informers have reported no change since.
             tiers = target.view
             last = self._last_set.get(service)
-            observed = self.placement.reported_replicas(service, tiers, last)
-            self._check_override(service, deployment, observed, replicas)
+            if tiers is None:
+                observed = target.workload.replicas
+            else:
+                observed = self.placement.reported_replicas(service, tiers, last)
+            self._check_override(service, deployment, observed, replicas, target.kind)
             placed = replicas
-            if tiers.need is None:
-                await self._scale_owner(service, target.workload, replicas)
+            if tiers is None or tiers.need is None:
+                await self._scale_owner(service, target.workload, replicas, target.kind)
             else:
                 plan = await self.placement.apply(
                     service,
@@ -825,44 +1062,55 @@ class KubeCluster:
         self.events.record(deployment, events.NORMAL, RESCALED, message)
 
     def _check_override(
-        self, service: model.ServiceId, deployment: Obj, observed: int, replicas: int
+        self,
+        service: model.ServiceId,
+        deployment: Obj,
+        observed: int,
+        replicas: int,
+        kind: targets.TargetKind,
     ) -> None:
         last = self._last_set.get(service)
         if last is not None and observed not in (last, replicas) and not self._lags(service):
             log.warning("scale.overridden", service=service, found=observed, set=last)
             message = (
                 f"spec.replicas was changed to {observed} outside the autoscaler (it had set "
-                f"{last}); the autoscaler manages this Deployment and sets {replicas}"
+                f"{last}); the autoscaler manages this {kind.kind} and sets {replicas}"
             )
             self.events.record(deployment, events.WARNING, OVERRIDDEN, message)
 
     async def _scale_owner(
-        self, service: model.ServiceId, workload: ports.Workload, replicas: int
+        self,
+        service: model.ServiceId,
+        workload: ports.Workload,
+        replicas: int,
+        kind: targets.TargetKind = targets.DEPLOYMENTS,
     ) -> None:
         """Patch the owner's `scale` with the resourceVersion its replicas were read at.
 
-        A 409 re-reads the Deployment: when only its status moved, the patch is sent again at
-        the new version; when its replicas changed (another writer, a successor leader), the
-        conflict is raised for the loop to decide again from what is there now.
+        A 409 re-reads the Deployment (another kind's `scale`): when only its status moved, the
+        patch is sent again at the new version; when its replicas changed (another writer, a
+        successor leader), the conflict is raised for the loop to decide again from what is
+        there now.
         """
-        operation = "deployments/scale.patch"
-        cached = self.caches.deployment(workload.namespace, workload.deployment)
+        endpoint = self._endpoints[kind]
+        operation = endpoint.operation("patch", scale=True)
+        cached = self.caches.workload(kind, workload.namespace, workload.deployment)
         if cached is None:
-            raise KubeApiError(operation, f"{service} is not a managed Deployment")
+            raise KubeApiError(operation, f"{service} is not a managed {kind.kind}")
         if self._lags(service):  # the cache has not seen our own last write yet
             version, based_on = self._written_version[service], self._written_replicas[service]
         else:
-            version, based_on = _api.resource_version(cached), spec_replicas(cached)
+            version = _api.resource_version(cached)
+            based_on = targets.scale_of(kind, cached).spec_replicas
         for attempt in range(1, self._conflicts.attempts + 1):
             body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
+            patch, args = endpoint.patch_scale(workload.deployment, workload.namespace, body)
             try:
                 answer = await self._calls.call(
                     operation,
                     service,
-                    self._apps.patch_namespaced_deployment_scale,
-                    workload.deployment,
-                    workload.namespace,
-                    body,
+                    patch,
+                    *args,
                     write=True,
                     service=service,
                     _content_type=_api.MERGE_PATCH,
@@ -874,7 +1122,7 @@ class KubeCluster:
                 self._written_version[service] = _api.resource_version(answer)
                 self._written_replicas[service] = replicas
                 return
-            current = await self._read(service, workload)
+            current = await self._read(service, workload, kind)
             if spec_replicas(current) != based_on:
                 log.info("scale.conflicted", service=service, found=spec_replicas(current))
                 raise KubeApiError(
@@ -889,6 +1137,8 @@ class KubeCluster:
         """Distribute the policy's last total again (the ladder's upkeep, under its lock)."""
         entry = self._built.get(_key_of(service))
         if entry is None or entry.workload is None or entry.config is None:
+            return
+        if not entry.kind.is_deployment:
             return
         workload, config = entry.workload, entry.config
         deployment = self.caches.deployment(workload.namespace, workload.deployment)
@@ -923,7 +1173,7 @@ class KubeCluster:
         if target.workload.startup_split is not None:
             document["startup"] = codec.startup_document(target.workload.startup_split)
         state_text = codec.state_text(state, replicas=self._last_set.get(service))
-        await self._annotate(service, deployment, document, state_text)
+        await self._annotate(service, deployment, document, state_text, target.kind)
         self._announce(service, target.config, deployment, decision)
 
     def _warmth(self, owner: Obj) -> tuple[Obj, frozenset[str]] | None:
@@ -939,12 +1189,12 @@ class KubeCluster:
 
     def _target(self, service: model.ServiceId) -> tuple[_Target, Obj]:
         entry = self._built.get(_key_of(service))
-        if entry is not None and entry.workload is not None:
-            workload = entry.workload
-            deployment = self.caches.deployment(workload.namespace, workload.deployment)
-            if deployment is not None and entry.config is not None and entry.view is not None:
-                return _Target(workload, entry.config, entry.view), deployment
-        raise KubeApiError("deployments.get", f"{service} is not a managed Deployment")
+        if entry is not None and entry.workload is not None and entry.config is not None:
+            workload, kind = entry.workload, entry.kind
+            found = self.caches.workload(kind, workload.namespace, workload.deployment)
+            if found is not None and (entry.view is not None or not kind.is_deployment):
+                return _Target(workload, entry.config, entry.view, kind), found
+        raise KubeApiError("deployments.get", f"{service} is not a managed workload")
 
     def _require_leader(self, service: model.ServiceId) -> None:
         if not self._may_write(service):
@@ -958,8 +1208,8 @@ class KubeCluster:
         entry = self._built.get(_key_of(service))
         if written is None or entry is None:
             return False
-        cached = self.caches.deployment(
-            _api.namespace(entry.deployment), _api.name(entry.deployment)
+        cached = self.caches.workload(
+            entry.kind, _api.namespace(entry.deployment), _api.name(entry.deployment)
         )
         try:
             # resourceVersions are opaque by contract but etcd's are increasing integers;
@@ -974,6 +1224,7 @@ class KubeCluster:
         deployment: Obj,
         document: dict[str, object],
         state_text: str,
+        kind: targets.TargetKind,
     ) -> None:
         def written(found: Mapping[str, str]) -> bool:
             return (
@@ -992,16 +1243,19 @@ class KubeCluster:
             retry=self._conflicts,
             version=self._written_version[service] if self._lags(service) else None,
             written=written,
+            endpoint=self._endpoints[kind],
         )
 
-    async def _read(self, service: model.ServiceId, workload: ports.Workload) -> Obj:
-        return await self._calls.call(
-            "deployments.get",
-            service,
-            self._apps.read_namespaced_deployment,
-            workload.deployment,
-            workload.namespace,
-        )
+    async def _read(
+        self, service: model.ServiceId, workload: ports.Workload, kind: targets.TargetKind
+    ) -> Obj:
+        """The Deployment, or another kind's Scale: either has the replicas at spec.replicas."""
+        endpoint = self._endpoints[kind]
+        if kind.is_deployment:
+            read, args = endpoint.read(workload.deployment, workload.namespace)
+            return await self._calls.call(endpoint.operation("get"), service, read, *args)
+        read, args = endpoint.read_scale(workload.deployment, workload.namespace)
+        return await self._calls.call(endpoint.operation("get", scale=True), service, read, *args)
 
     def _announce(
         self,

@@ -168,10 +168,11 @@ class _Lru(Generic[_K, _V]):
 
 
 def involved_object(deployment: Obj) -> Obj:
-    """The `involvedObject` reference to a Deployment."""
+    """The `involvedObject` reference to a Deployment, or to the workload of the kind the
+    object says (the caches stamp a StatefulSet, a LeaderWorkerSet or a Rollout with theirs)."""
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "apiVersion": str(deployment.get("apiVersion") or "apps/v1"),
+        "kind": str(deployment.get("kind") or "Deployment"),
         "name": _api.name(deployment),
         "namespace": _api.namespace(deployment),
         "uid": _api.uid(deployment),
