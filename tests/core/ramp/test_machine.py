@@ -227,13 +227,15 @@ class RampMachine(RuleBasedStateMachine):
                 assert self.world.now >= started + self.world.config.min_dwell_ratio * interval
 
     def check_round_trip(self) -> None:
-        """Every state survives a restart (all but the probe throttle and the time of the
-        awaited health request, which are not saved); the latter stays, as in the driver's
-        memory, since a restart that loses it is `leader_restart`."""
+        """Every state survives a restart (all but the probe throttle, the time of the awaited
+        health request and the pods set warm not yet seen so, which are not saved); they stay,
+        as in the driver's memory, since a restart that loses them is `leader_restart`."""
         state = self.world.state
         restored = ramp.loads(ramp.dumps(state))
-        assert restored == dataclasses.replace(state, probe_after={}, asked_s=None)
-        self.world.state = dataclasses.replace(restored, asked_s=state.asked_s)
+        assert restored == dataclasses.replace(state, probe_after={}, asked_s=None, released={})
+        self.world.state = dataclasses.replace(
+            restored, asked_s=state.asked_s, released=state.released
+        )
 
     @invariant()
     def weights_sum_to_100(self) -> None:
