@@ -36,7 +36,7 @@ from autoscaler.contract.text import Problem as Problem
 from autoscaler.contract.text import escape as escape
 from autoscaler.contract.text import quote as quote
 from autoscaler.contract.text import show_key as show_key
-from autoscaler.core import model, placement, policy
+from autoscaler.core import model, placement, policy, standby
 from autoscaler.core.ramp import RampConfig
 
 PREFIX = "autoscaler.dsec.io/"
@@ -157,6 +157,11 @@ _WARMUP_REQUESTS = values.whole(1, 1_000)
 _DEADLINE = values.duration(10.0, 6 * _HOUR_S)
 _MEMORY = values.quantity(1, _MAX_MODEL_MIB)
 _PROJECT = values.label_value()
+_STANDBY = values.whole_or_auto(0, _MAX_REPLICAS)
+_STANDBY_MAX = values.whole(1, _MAX_REPLICAS)
+DEFAULT_STANDBY_MAX = 2
+"""The automatic standby pool's cap when `standby-max-replicas` is not set: a pool is paid for
+every hour, so a small one unless the owner says more."""
 
 
 def _v(parser: values.Parser[Any]) -> BeforeValidator:
@@ -391,6 +396,20 @@ class Annotations(BaseModel):
         alias="project",
         description="Accounting label on the GPU-hours counter.",
     )
+    standby_replicas: Annotated[int | values.Auto, _v(_STANDBY)] = Field(
+        0,
+        alias="standby-replicas",
+        description="Warm standby pool: replicas started and warmed up beside the serving "
+        "ones that wait with no traffic, so that a scale-up lets them out first and capacity "
+        "arrives after the ramp alone. `0` has none; `auto` sizes it from how far the load "
+        "outran the policy's estimate within one pod start-up, up to `standby-max-replicas`. "
+        "Needs the warm-up gate in the pod template; counted on top of `max-replicas`.",
+    )
+    standby_max_replicas: Annotated[int, _v(_STANDBY_MAX)] = Field(
+        DEFAULT_STANDBY_MAX,
+        alias="standby-max-replicas",
+        description="The most replicas `standby-replicas: auto` keeps in the pool.",
+    )
 
     @_model_validator(mode="after")
     def _check_across_keys(self) -> Annotations:
@@ -492,6 +511,32 @@ def _slo(a: Annotations) -> list[Problem]:
     return problems
 
 
+def _standby(a: Annotations) -> list[Problem]:
+    room = a.max_replicas - a.min_replicas
+    if isinstance(a.standby_replicas, int):
+        problems = []
+        if room >= 0 and a.standby_replicas > room:  # a negative room is `_bounds`'s problem
+            rule = (
+                f"must be <= {PREFIX}max-replicas - {PREFIX}min-replicas ({room}): a scale-up "
+                "never lets more pods out of the pool"
+            )
+            value = _value("standby-replicas", a)
+            problems.append(Problem(PREFIX + "standby-replicas", value, rule))
+        if "standby_max_replicas" in a.model_fields_set:
+            rule = f"has no effect without {PREFIX}standby-replicas auto"
+            value = _value("standby-max-replicas", a)
+            problems.append(Problem(PREFIX + "standby-max-replicas", value, rule))
+        return problems
+    return []
+
+
+def _standby_config(a: Annotations) -> standby.PoolConfig:
+    if isinstance(a.standby_replicas, int):
+        return standby.PoolConfig(cap=0, fixed=a.standby_replicas)
+    room = a.max_replicas - a.min_replicas
+    return standby.PoolConfig(cap=max(0, min(a.standby_max_replicas, room)))
+
+
 def _slo_config(a: Annotations) -> model.SloConfig | None:
     if a.target_p95_latency_s is not None:
         return model.SloConfig(
@@ -527,6 +572,11 @@ CROSS_RULES = (
         "default`; `target-p95-latency` needs `service-time` below it; `service-time` and "
         "`replica-capacity` only with a latency SLO.",
         _slo,
+    ),
+    _CrossRule(
+        "`standby-replicas` ≤ `max-replicas` - `min-replicas`; `standby-max-replicas` only with "
+        "`standby-replicas: auto` (whose pool it caps, and which never exceeds that room either).",
+        _standby,
     ),
 )
 
@@ -618,6 +668,8 @@ class ServiceConfig:
     placement: Placement
     model_memory_mib: int | None
     project: str
+    standby: standby.PoolConfig
+    """The warm standby pool: a fixed count (0, none) or sized automatically up to its cap."""
 
 
 def opted_in(annotations: Mapping[str, str]) -> bool:
@@ -769,4 +821,5 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
         placement=a.placement,
         model_memory_mib=a.model_memory_mib,
         project=a.project if a.project is not None else namespace,
+        standby=_standby_config(a),
     )

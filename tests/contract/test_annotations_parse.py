@@ -100,6 +100,7 @@ def test_every_design_key_is_a_setting() -> None:
         "scale-down-max-ratio", "traffic-router", "traffic-steps", "traffic-step-interval",
         "max-error-rate", "max-p95-latency", "max-p95-ratio", "warmup-path", "warmup-port",
         "warmup-requests", "warmup-deadline", "placement", "model-memory", "project",
+        "standby-replicas", "standby-max-replicas",
     }  # fmt: skip
     assert set(ann.SETTING_KEYS) == {PREFIX + key for key in expected}
 

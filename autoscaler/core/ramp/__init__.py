@@ -94,8 +94,8 @@ stable set.
 
 **Scale-down** never touches the serving set while a cohort holds traffic: it is refused with a
 reason. Otherwise victims are chosen in the one scale-down order (`core.victims`, through
-`victim_order`): warming pods first, the standby pool's last, then the lowest placement tier (`shared` < `mig-*` <
-`whole`), then the least loaded; those in the Service's endpoints leave them (`SetWarm` False,
+`victim_order`): warming pods first, the standby pool's last, then the lowest placement tier
+(`shared` < `mig-*` < `whole`), then the least loaded; those in the Service's endpoints leave them (`SetWarm` False,
 `stable` removed); once their in-flight requests are 0 (a missing count is not 0) or
 `drain_grace_s` passed, each gets the lowest deletion cost and the replica count drops
 (`ScaleTo`). A scale-up during a drain puts the victims back.
@@ -113,8 +113,8 @@ edit: through `untrusted.loads`, so any bad text is a `ValueError`.
 The package by concern: `config` (the settings), `state` and `codec` (what is remembered and
 its text), `inputs` and `actions` (what a tick reads and asks for), `gate` (the checks: shares,
 the health gate, the warm-up verdict), and the transitions, one per phase: `warmup`, `steps`
-(forming a cohort, each step), `promotion`, `rollback`, `drain` (with `scale`), `pool`, run in order by
-`machine.advance` over the working copy of `work`.
+(forming a cohort, each step), `promotion`, `rollback`, `drain` (with `scale`), `pool`, run in
+order by `machine.advance` over the working copy of `work`.
 
 Pure: no I/O, no clock (time is `tick.now_s`), no logging; `autoscaler.ramp_driver` gathers the
 inputs and carries out the actions.
