@@ -95,10 +95,10 @@ stable set.
 **Scale-down** never touches the serving set while a cohort holds traffic: it is refused with a
 reason. Otherwise victims are chosen in the one scale-down order (`core.victims`, through
 `victim_order`): warming pods first, the standby pool's last, then the lowest placement tier
-(`shared` < `mig-*` < `whole`), then the least loaded; those in the Service's endpoints leave them (`SetWarm` False,
-`stable` removed); once their in-flight requests are 0 (a missing count is not 0) or
-`drain_grace_s` passed, each gets the lowest deletion cost and the replica count drops
-(`ScaleTo`). A scale-up during a drain puts the victims back.
+(`shared` < `mig-*` < `whole`), then the least loaded; those in the Service's endpoints
+leave them (`SetWarm` False, `stable` removed); once their in-flight requests are 0 (a missing
+count is not 0) or `drain_grace_s` passed, each gets the lowest deletion cost and the replica
+count drops (`ScaleTo`). A scale-up during a drain puts the victims back.
 
 The state survives a restart as JSON (`dumps`/`loads`, all but the probe throttle); the first
 tick after a restore re-asserts the weight it computes, so none stays stuck. It also starts the
