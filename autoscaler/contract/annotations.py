@@ -47,6 +47,8 @@ STATE_KEY = PREFIX + "state"
 RAMP_KEY = PREFIX + "ramp"
 """Written by the controller: the traffic ramp's step and deadlines, for resuming after a
 restart (docs/architecture.md, "The warm-up gate and the traffic ramp"). Not a setting; ignored."""
+STANDBY_KEY = PREFIX + "standby-replicas"
+"""The warm standby pool's size (a setting; named here for the messages about it)."""
 CONTROLLER_KEYS = frozenset({STATUS_KEY, STATE_KEY, RAMP_KEY})
 WARM_GATE = PREFIX + "warm"
 """The readiness gate (`spec.template.spec.readinessGates[].conditionType`) behind which a

@@ -596,6 +596,8 @@ class KubeCluster:
         """The service's ramp settings when its pod template opts into the warm-up gate."""
         template = _api.spec(deployment).get("template") or {}
         if not is_gated(template):
+            if config.standby.fixed != 0:
+                self._refuse_pool(service, deployment)
             return None
         labels = _api.meta(template).get("labels") or {}
         route = ports.RouteTarget(
@@ -613,7 +615,21 @@ class KubeCluster:
             metrics=config.metrics,
             dry_run=self.dry_run or config.mode is contract.Mode.DRY_RUN,
             saved=_api.annotations_of(deployment).get(contract.RAMP_KEY),
+            standby=config.standby,
         )
+
+    def _refuse_pool(self, service: model.ServiceId, deployment: Obj) -> None:
+        """A standby pool asked for on a template without the warm-up gate: its pods would
+        serve as soon as Ready. The service carries on without one."""
+        key = contract.STANDBY_KEY
+        problem = contract.Problem(
+            key,
+            _api.annotations_of(deployment).get(key),
+            f"needs the warm-up gate in the pod template (readiness gate {contract.WARM_GATE} "
+            f"and label {contract.WARMING_LABEL}); the service is scaled without a pool",
+        )
+        log.warning("config.invalid", service=service, problems=[problem.message])
+        self.events.record(deployment, events.WARNING, INVALID, problem.message)
 
     def _deployment_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         """Informer handler: a Deployment is its own record's, and a tier's its owner's too."""
