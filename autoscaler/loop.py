@@ -39,7 +39,7 @@ PUBLISH_CONCURRENCY = 16
 HISTORY_WAIT_RATIO = 0.5
 """Share of a tick the loop waits for a load-history refresh before going on without it."""
 
-_PublishKey = tuple[int, model.Kind, model.Reason | None, int | None]
+_PublishKey = tuple[int, model.Kind, model.Reason | None, tuple[int, int, int] | None]
 
 Chore = Callable[[], Awaitable[None]]
 """Work that ends every tick, after the tick's writes. It logs and survives its own failures to
@@ -278,7 +278,8 @@ class Loop:
             # flipping between them under noise is not news worth a write.
             reason = None if decision.kind is model.Kind.STEADY else decision.reason
             pool = decision.standby
-            key = (decision.desired, decision.kind, reason, None if pool is None else pool.size)
+            counts = None if pool is None else (pool.size, pool.replicas, pool.waiting)
+            key = (decision.desired, decision.kind, reason, counts)
             if self._published.get(service) != key:
                 changed.append((service, decision, key))
         if not changed:
