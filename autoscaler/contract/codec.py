@@ -74,9 +74,11 @@ def status_document(decision: model.Decision, *, time_s: float) -> dict[str, Any
         }
     if decision.standby is not None:
         pool = decision.standby
-        document["standby"] = {"size": pool.size, "replicas": pool.replicas, "waiting": pool.waiting}
+        counts: dict[str, Any] = {"size": pool.size, "replicas": pool.replicas}
+        counts["waiting"] = pool.waiting
         if pool.why:
-            document["standby"]["why"] = pool.why
+            counts["why"] = pool.why
+        document["standby"] = counts
     if decision.cooldown_until_s is not None and math.isfinite(decision.cooldown_until_s):
         document["cooldownUntil"] = format_time(decision.cooldown_until_s)
     document[TIME_KEY] = format_time(time_s)
