@@ -2,8 +2,8 @@
 
 Reads what the controller wrote on the Deployment (the `status` annotation: desired and current
 replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown end, the
-seasonal forecast's vote and why it is on or off; the `state` annotation: when it last scaled)
-and the service owner's settings, and prints them as one block. A Deployment that is missing,
+seasonal forecast's vote and why it is on or off, the warm standby pool; the `state`
+annotation: when it last scaled) and the service owner's settings, and prints them as one block. A Deployment that is missing,
 not opted in, or whose annotations do not parse (the problems are listed, as in the
 `InvalidConfig` Event) exits 1.
 
@@ -127,6 +127,13 @@ def _decision(status: Mapping[str, Any]) -> list[str]:
     if isinstance(forecast, dict):
         state = "on" if forecast.get("on") is True else "off"
         lines.append(f"  forecast       {state}: {_text(forecast.get('why'))}")
+    pool = status.get("standby")
+    if isinstance(pool, dict):
+        lines.append(
+            f"  standby        {_number(pool.get('waiting'))} warm of "
+            f"{_number(pool.get('replicas'))} replicas with no traffic, on top of the serving "
+            f"ones; size {_number(pool.get('size'))} ({_text(pool.get('why'))})"
+        )
     contributions = status.get("contributions")
     if isinstance(contributions, dict) and contributions:
         lines.append("  signals        ratio    estimate  wants  estimator")
@@ -251,6 +258,18 @@ def _decision_document(status: Mapping[str, Any]) -> dict[str, Any]:
         "cooldownUntil": _json_text(status.get("cooldownUntil")),
         "signals": signals,
         "forecast": _forecast_document(status.get("forecast")),
+        "standby": _standby_document(status.get("standby")),
+    }
+
+
+def _standby_document(pool: object) -> dict[str, Any] | None:
+    if not isinstance(pool, dict):
+        return None
+    return {
+        "size": _json_number(pool.get("size")),
+        "replicas": _json_number(pool.get("replicas")),
+        "waiting": _json_number(pool.get("waiting")),
+        "why": _json_text(pool.get("why")),
     }
 
 
