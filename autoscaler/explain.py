@@ -3,9 +3,9 @@
 Reads what the controller wrote on the Deployment (the `status` annotation: desired and current
 replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown end, the
 seasonal forecast's vote and why it is on or off, the warm standby pool; the `state`
-annotation: when it last scaled) and the service owner's settings, and prints them as one block. A Deployment that is missing,
-not opted in, or whose annotations do not parse (the problems are listed, as in the
-`InvalidConfig` Event) exits 1.
+annotation: when it last scaled) and the service owner's settings, and prints them as one
+block. A Deployment that is missing, not opted in, or whose annotations do not parse (the
+problems are listed, as in the `InvalidConfig` Event) exits 1.
 
 Annotations are text anyone allowed to edit the Deployment can write: every value read from
 them reaches the output through `contract.escape`, never raw, and the controller's own are read
