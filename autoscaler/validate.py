@@ -13,6 +13,8 @@ and the rule. It also catches what `parse` cannot see from one Deployment's anno
   `autoscaler.dsec.io/warming: "true"` label in the pod template (without both the controller
   neither gates nor ramps the new pods), and a ramp label in a Deployment's or a Service's
   selector (the controller relabels pods as they warm);
+- a standby pool (`standby-replicas`) without that readiness gate and label (its pods wait
+  warm behind the closed gate);
 - a HorizontalPodAutoscaler or KEDA ScaledObject that scales the same Deployment (one owner of
   `replicas`);
 - as a warning only, `spec.replicas` in a managed Deployment: each `kubectl apply` of the
@@ -311,6 +313,8 @@ def _lint_deployment(obj: _Object, report: _Report) -> list[Finding]:
         report.managed.append(obj)
         findings += _selector(obj)
         findings += _ramp_gate(obj, settings.get(_ROUTER_KEY))
+        if isinstance(result, annotations.ServiceConfig) and result.standby.fixed != 0:
+            findings += _standby_gate(obj, settings.get(annotations.STANDBY_KEY))
         findings += _replicas(obj, settings.get(_MODE_KEY))
     return findings
 
@@ -389,6 +393,25 @@ def _ramp_gate(obj: _Object, router_text: str | None) -> list[Finding]:
         )
         findings.append(obj.problem(f"{where}={annotations.quote(text)}: {rule}"))
     return findings
+
+
+def _standby_gate(obj: _Object, value: str | None) -> list[Finding]:
+    """A standby pool needs the readiness gate and the warming label: its pods wait warm with
+    the gate closed, and would serve as soon as Ready without it."""
+    gates = (_mapping(obj.body, "spec", "template", "spec") or {}).get("readinessGates")
+    gated = isinstance(gates, list) and any(
+        isinstance(g, dict) and g.get("conditionType") == annotations.WARM_GATE for g in gates
+    )
+    labels = _mapping(obj.body, "spec", "template", "metadata", "labels") or {}
+    if gated and labels.get(annotations.WARMING_LABEL) == "true":
+        return []
+    return [
+        obj.problem(
+            f"{annotations.STANDBY_KEY}={annotations.quote(value or '')}: needs the readiness "
+            f"gate {annotations.WARM_GATE} and the label {annotations.WARMING_LABEL}: "
+            '"true" in the pod template, or the controller keeps no pool'
+        )
+    ]
 
 
 def _replicas(obj: _Object, mode: str | None) -> list[Finding]:
