@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from autoscaler import clock, loop, ports
 from autoscaler.core import model, standby
-from tests.loop.test_ramp_driver import SERVICE, ramp_target
+from tests.loop.test_ramp_driver import SERVICE, Rig, ramp_target
 
 CONFIG = model.PolicyConfig(max_replicas=10, target_load_per_replica=10.0)
 
@@ -145,3 +145,49 @@ async def test_a_service_without_a_pool_has_none_in_its_decision() -> None:
     report = await the_loop.step()
     assert report.decisions[SERVICE].standby is None
     assert ramps.sizes == [-1]
+
+
+async def pool_rig(size: int = 1) -> Rig:
+    """Three serving pods and a full pool of `size`, sized through `reconcile`."""
+    rig = Rig(stable=3)
+    await rig.driver.reconcile(rig.now, rig.cluster.workloads(), standby={SERVICE: size})
+    await rig.run_until(lambda: len(rig.state().pool) == size)
+    return rig
+
+
+async def test_a_new_pool_size_scales_the_count_and_the_serving_replicas_stay() -> None:
+    """A pool of one on three serving replicas asks for four; the fourth pod waits, not warm."""
+    rig = await pool_rig()
+    assert rig.journal.of("scale") == [("scale", 4)]
+    (waiting,) = rig.state().pool
+    assert not rig.cluster.pod_sets[SERVICE][waiting].warm
+    assert rig.weight() == 0
+    pool = rig.driver.standby(rig.cluster.workload(SERVICE))
+    assert pool == model.Standby(size=1, replicas=1, waiting=1)
+
+
+async def test_a_scale_up_lets_the_pool_pod_out_in_its_own_tick_while_the_record_lags() -> None:
+    """The record still shows the old count; the driver reads the count it wrote, so the pool's
+    pod is set warm at the reconcile right after the scale-up, and the pool is refilled behind."""
+    rig = await pool_rig()
+    (waiting,) = rig.state().pool
+    workload = rig.cluster.workload(SERVICE)
+    await rig.driver.scale(workload, 4, 3)
+    assert rig.journal.of("scale")[-1] == ("scale", 5)
+    rig.now += 1.0
+    await rig.driver.reconcile(rig.now, rig.cluster.workloads())
+    assert ("warm", waiting, True) in rig.journal
+    await rig.run_until(lambda: len(rig.state().pool) == 1 and waiting not in rig.state().pool)
+    await rig.run_until(lambda: waiting in rig.cluster.stable())
+
+
+async def test_a_pool_resized_to_zero_drains_its_pod_and_not_a_serving_one() -> None:
+    """Setting the pool to 0 removes the waiting pod; the serving pods stay."""
+    rig = await pool_rig()
+    (waiting,) = rig.state().pool
+    serving = rig.cluster.stable()
+    await rig.driver.reconcile(rig.now, rig.cluster.workloads(), standby={SERVICE: 0})
+    await rig.run_until(lambda: waiting not in rig.cluster.pod_sets[SERVICE])
+    assert rig.journal.of("victim") == [("victim", waiting)]
+    assert rig.cluster.stable() == serving
+    assert rig.journal.of("scale")[-1] == ("scale", 3)
