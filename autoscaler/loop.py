@@ -324,7 +324,8 @@ class Loop:
     ) -> dict[model.ServiceId, model.Standby]:
         """The standby pool of every service that has one (or had one: its pods still count),
         sized for this tick: a fixed count, or `core.standby`'s automatic size from the
-        shortfall of the smoothed load estimate against the raw load within one start-up."""
+        shortfall of the smoothed load estimate against the raw load within one start-up (the
+        pool found kept while that history is too short to size it)."""
         if self.ramps is None:
             return {}
         pools: dict[model.ServiceId, model.Standby] = {}
@@ -358,7 +359,14 @@ class Loop:
                 now_s=now,
                 capacity_per_replica=math.nan if capacity is None else capacity,
             )
-            pools[workload.id] = dataclasses.replace(now_pool, size=size.replicas, why=size.why)
+            replicas, why = size.replicas, size.why
+            if tracker is not None and tracker.history_s(now) < config.min_history_s:
+                # A new leader (or a restart) starts with no history: the pool it finds stays
+                # until the history can size it, rather than be drained and grown back.
+                kept = min(now_pool.replicas, config.cap)
+                if kept > replicas:
+                    replicas, why = kept, f"kept at {kept} while {why}"
+            pools[workload.id] = dataclasses.replace(now_pool, size=replicas, why=why)
         return pools
 
     async def _forecasts(

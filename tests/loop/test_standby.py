@@ -134,6 +134,23 @@ async def test_auto_sizes_the_pool_from_the_load_outrunning_the_estimate_within_
     assert "capped at 2" in pool.why
 
 
+async def test_an_automatic_pool_found_by_a_new_leader_is_kept_until_history_sizes_it() -> None:
+    """A new loop with no shortfall history keeps the pool of two it finds, not drains it."""
+    the_clock = clock.ManualClock(0.0)
+    cluster = OneService(standby.PoolConfig(cap=2))
+    ramps = PoolRamps(in_count=2)
+    the_loop = loop.Loop(
+        cluster=cluster, metrics=Load(the_clock, lambda _: 15.0), clock=the_clock, ramps=ramps
+    )
+    for _ in range(60):
+        await the_loop.step()
+        the_clock.advance(1.0)
+    assert set(ramps.sizes) == {2}
+    pool = cluster.published[-1].standby
+    assert pool is not None
+    assert pool.why.startswith("kept at 2 while ")
+
+
 async def test_a_service_without_a_pool_has_none_in_its_decision() -> None:
     """`standby-replicas: 0` and nothing in the count: no pool on the decision, none sized."""
     the_clock = clock.ManualClock(0.0)
