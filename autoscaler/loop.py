@@ -9,6 +9,11 @@ ticks whose slot comes while `may_step` says no (a leader whose renewal is late)
 each of `on_tick` what the tick did and how long it took (telemetry, the last-tick stamp of
 `/healthz`). Nothing else decides when a tick or its upkeep runs.
 
+A service with a warm standby pool (`Workload.ramp.standby`) is decided on its serving
+replicas: the pool's replicas, as the ramp driver reports them, are taken off the count the
+policy sees and added back on every scale write; `auto` pools are sized each tick from
+`core.standby`, fed with the smoothed load estimate, the raw load and the observed start-up.
+
 Each service has its own error boundary: an `AutoscalerError` while acting on one service is
 logged and that service keeps its previous state, while the others go on. Anything unexpected
 propagates and ends the process.

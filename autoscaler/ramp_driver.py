@@ -27,6 +27,14 @@ answer arrives independent of scheduling).
 replicas drop on a later tick), refused with `RampBusyError` (an `ActuationError`, so the loop
 does not advance its policy state and decides again next tick) while new pods hold traffic.
 
+**The standby pool** (`core.ramp`'s `pool`). The loop decides serving replicas; `scale` adds
+the pool's replicas (`standby`, its size so far when not given) to the count it writes, and
+`standby(workload)` tells the loop how many of the Deployment's replicas are the pool's, so the
+policy sees the rest. `reconcile` resizes each pool whose size the loop changed (a shrink waits
+while a cohort holds traffic or a drain runs). The core reads the Deployment's count to know
+how many should serve: the count this driver last wrote, until the record shows another, so a
+scale-up lets the pool's pods out at the reconcile of its own tick however the caches lag.
+
 A hold ends when a ramp setting changes (the core sees that) or when someone deletes the
 `autoscaler.dsec.io/ramp` annotation: once the cache has shown the text last written, a
 missing annotation can only be a deletion.
