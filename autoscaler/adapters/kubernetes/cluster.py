@@ -170,6 +170,9 @@ def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 WARMING_LABEL: Final = contract.WARMING_LABEL
 STABLE_LABEL: Final = contract.STABLE_LABEL
 RAMP_LABELS: Final = frozenset({WARMING_LABEL, STABLE_LABEL})
+STANDBY_REASON: Final = "PromotedFromStandby"
+"""The warm condition's reason on a pod let out of the standby pool: it became Ready when a
+scale-up promoted it, long after its start-up, which ended when its containers were ready."""
 
 
 def is_gated(template: Obj) -> bool:
@@ -200,12 +203,16 @@ def startup_s(pods: list[Obj], *, recent: int) -> float | None:
     """Median time from creation to Ready of the `recent` newest serving pods; None without any.
 
     Read from the Ready condition's last transition, so a pod that lost and regained readiness
-    counts its whole life; the median keeps one such pod from moving the answer much.
+    counts its whole life; the median keeps one such pod from moving the answer much. A pod let
+    out of the standby pool counts until its containers were ready: it waited warm, not Ready,
+    for as long as the pool kept it.
     """
     samples: list[tuple[float, float]] = []
     for pod in pods:
         created = _api.parse_time(_api.meta(pod).get("creationTimestamp"))
-        ready = _api.parse_time((_api.condition(pod, "Ready") or {}).get("lastTransitionTime"))
+        warm = _api.condition(pod, contract.WARM_GATE) or {}
+        until = "ContainersReady" if warm.get("reason") == STANDBY_REASON else "Ready"
+        ready = _api.parse_time((_api.condition(pod, until) or {}).get("lastTransitionTime"))
         if created is not None and ready is not None and ready >= created:
             samples.append((created, ready - created))
     if not samples:
