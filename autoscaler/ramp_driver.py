@@ -308,8 +308,10 @@ class RampDriver:
                 self._drop_gone_probes(known, infos)
             size = sizes.get(workload.id)
             resize = None if size is None or size == known.state.standby else size
-            if workload.policy.pause is not None:
-                resize = None  # paused: the controller writes no replicas
+            if workload.policy.pause is not None or known.state.drain is not None:
+                # Paused, the controller writes no replicas; a drain ends before the count
+                # moves again (a larger pool now would cancel the policy's scale-down).
+                resize = None
             if resize is None and known.idle and not any(_needs_care(p) for p in infos):
                 continue
             busy.append((workload, known, infos, resize))

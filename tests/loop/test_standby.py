@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler import clock, loop, ports
-from autoscaler.core import model, standby
+from autoscaler.core import model, ramp, standby
 from tests.loop.test_ramp_driver import SERVICE, Rig, ramp_target
 
 CONFIG = model.PolicyConfig(max_replicas=10, target_load_per_replica=10.0)
@@ -208,3 +208,27 @@ async def test_a_pool_resized_to_zero_drains_its_pod_and_not_a_serving_one() -> 
     assert rig.journal.of("victim") == [("victim", waiting)]
     assert rig.cluster.stable() == serving
     assert rig.journal.of("scale")[-1] == ("scale", 3)
+
+
+async def test_a_pool_grown_during_a_drain_waits_for_the_drain_to_end() -> None:
+    """A new pool size does not cancel the policy's scale-down: the drain ends first, then the
+    count grows by the pool."""
+    rig = Rig(stable=3)
+    await rig.driver.scale(rig.cluster.workload(SERVICE), 2, 3)
+    for _ in range(5):
+        rig.now += 1.0
+        await rig.driver.reconcile(rig.now, rig.cluster.workloads(), standby={SERVICE: 1})
+    assert rig.state().drain is not None
+    assert rig.journal.of("scale") == []
+    assert ramp.DRAIN_CANCELLED not in [entry[2] for entry in rig.journal.of("event")]
+
+    async def grown() -> bool:
+        rig.now += 1.0
+        rig.cluster.start_all()
+        await rig.driver.reconcile(rig.now, rig.cluster.workloads(), standby={SERVICE: 1})
+        return ("scale", 3) in rig.journal
+
+    for _ in range(200):
+        if await grown():
+            break
+    assert rig.journal.of("scale") == [("scale", 2), ("scale", 3)]
