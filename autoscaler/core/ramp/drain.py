@@ -81,7 +81,8 @@ def scale(
         return Refusal(f"a drain to {state.drain.replicas} replicas is under way")
     live = [p for p in pods if not p.terminating]
     count = max(0, min(len(live), current) - replicas)
-    waiting = [name for name in state.pool if any(p.name == name for p in live)]
+    names = {p.name for p in live}
+    waiting = [name for name in state.pool if name in names]
     kept = waiting[: max(0, pool_size)]  # the oldest stay; the surplus counts as warming
     chosen = victim_order(live, pool=frozenset(kept))[:count]
     if not chosen:
