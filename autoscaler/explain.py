@@ -3,9 +3,9 @@
 Reads what the controller wrote on the Deployment (the `status` annotation: desired and current
 replicas, kind, reason, detail, each signal's ratio, estimate and vote, the cooldown end, the
 seasonal forecast's vote and why it is on or off, the observed pod start-up split by cache hit
-and miss under cache-aware placement; the `state` annotation: when it last scaled)
-and the service owner's settings, and prints them as one block. A Deployment that is missing,
-not opted in, or whose annotations do not parse (the problems are listed, as in the
+and miss under cache-aware placement, the warm standby pool; the `state` annotation: when it
+last scaled) and the service owner's settings, and prints them as one block. A workload that
+is missing, not opted in, or whose annotations do not parse (the problems are listed, as in the
 `InvalidConfig` Event) exits 1.
 
 Annotations are text anyone allowed to edit the Deployment can write: every value read from
@@ -142,6 +142,13 @@ def _decision(status: Mapping[str, Any]) -> list[str]:
             f"({_number(startup.get('hits'))} pods), miss {_seconds(startup.get('missSeconds'))} "
             f"({_number(startup.get('misses'))} pods), median of the recent ones"
         )
+    pool = status.get("standby")
+    if isinstance(pool, dict):
+        lines.append(
+            f"  standby        {_number(pool.get('waiting'))} warm of "
+            f"{_number(pool.get('replicas'))} replicas with no traffic, on top of the serving "
+            f"ones; size {_number(pool.get('size'))} ({_text(pool.get('why'))})"
+        )
     contributions = status.get("contributions")
     if isinstance(contributions, dict) and contributions:
         lines.append("  signals        ratio    estimate  wants  estimator")
@@ -267,6 +274,7 @@ def _decision_document(status: Mapping[str, Any]) -> dict[str, Any]:
         "signals": signals,
         "forecast": _forecast_document(status.get("forecast")),
         "startup": _startup_document(status.get("startup")),
+        "standby": _standby_document(status.get("standby")),
     }
 
 
@@ -276,6 +284,17 @@ def _startup_document(startup: object) -> dict[str, Any] | None:
     return {
         key: _json_number(startup.get(key))
         for key in ("hitSeconds", "missSeconds", "hits", "misses")
+    }
+
+
+def _standby_document(pool: object) -> dict[str, Any] | None:
+    if not isinstance(pool, dict):
+        return None
+    return {
+        "size": _json_number(pool.get("size")),
+        "replicas": _json_number(pool.get("replicas")),
+        "waiting": _json_number(pool.get("waiting")),
+        "why": _json_text(pool.get("why")),
     }
 
 

@@ -9,6 +9,11 @@ ticks whose slot comes while `may_step` says no (a leader whose renewal is late)
 each of `on_tick` what the tick did and how long it took (telemetry, the last-tick stamp of
 `/healthz`). Nothing else decides when a tick or its upkeep runs.
 
+A service with a warm standby pool (`Workload.ramp.standby`) is decided on its serving
+replicas: the pool's replicas, as the ramp driver reports them, are taken off the count the
+policy sees and added back on every scale write; `auto` pools are sized each tick from
+`core.standby`, fed with the smoothed load estimate, the raw load and the observed start-up.
+
 Each service has its own error boundary: an `AutoscalerError` while acting on one service is
 logged and that service keeps its previous state, while the others go on. Anything unexpected
 propagates and ends the process.
@@ -17,6 +22,7 @@ propagates and ends the process.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -28,7 +34,7 @@ import structlog
 
 from autoscaler import clock as clock_
 from autoscaler import errors, ports
-from autoscaler.core import forecast, model, smoothing
+from autoscaler.core import forecast, model, smoothing, standby
 
 log = structlog.get_logger(__name__)
 
@@ -38,7 +44,7 @@ PUBLISH_CONCURRENCY = 16
 HISTORY_WAIT_RATIO = 0.5
 """Share of a tick the loop waits for a load-history refresh before going on without it."""
 
-_PublishKey = tuple[int, model.Kind, model.Reason | None]
+_PublishKey = tuple[int, model.Kind, model.Reason | None, tuple[int, int, int] | None]
 
 Chore = Callable[[], Awaitable[None]]
 """Work that ends every tick, after the tick's writes. It logs and survives its own failures to
@@ -115,6 +121,9 @@ class Loop:
         self._history_due_s: float | None = None
         self._refresh: asyncio.Future[None] | None = None
         self._history_error: str | None = None
+        self._shortfalls: dict[model.ServiceId, standby.ShortfallTracker] = {}
+        """How far the load outran the estimate within one start-up, per service whose pool
+        is sized automatically."""
 
     @property
     def tick_s(self) -> float:
@@ -153,13 +162,16 @@ class Loop:
         )
         estimates = self._windows.estimate(now, rows, half_lives, windows).rows()
         forecasts = await self._forecasts(workloads, now)
+        pools = self._pools(workloads, now, values, estimates)
 
         decisions: dict[model.ServiceId, model.Decision] = {}
         pending: dict[model.ServiceId, model.PolicyState] = {}
         for i, workload in enumerate(workloads):
+            pool = pools.get(workload.id)
             observation = model.Observation(
                 now_s=now,
-                replicas=workload.replicas,
+                # The policy decides the serving replicas; the pool is counted on top.
+                replicas=workload.replicas - (0 if pool is None else pool.replicas),
                 serving=workload.serving,
                 signals=estimates[i],
                 startup_s=workload.startup_s,
@@ -169,6 +181,8 @@ class Loop:
             )
             state = self._states.get(workload.id) or workload.state or model.PolicyState()
             decision, next_state = self.policy.decide(workload, observation, state)
+            if pool is not None:
+                decision = dataclasses.replace(decision, standby=pool)
             decisions[workload.id] = decision
             if decision.changes:
                 pending[workload.id] = next_state
@@ -178,7 +192,8 @@ class Loop:
         scaled, failed = await self._act(workloads, decisions, pending)
         await self._publish(decisions, failed)
         if self.ramps is not None:
-            await self.ramps.reconcile(now, workloads)
+            sizes = {service: pool.size for service, pool in pools.items()}
+            await self.ramps.reconcile(now, workloads, standby=sizes)
         for chore in self.chores:
             await chore()
         kinds = Counter(d.kind for d in decisions.values())
@@ -225,7 +240,13 @@ class Loop:
             decision = decisions[service]
             try:
                 if self.ramps is not None:
-                    await self.ramps.scale(records[service], decision.desired, decision.current)
+                    pool = decision.standby
+                    await self.ramps.scale(
+                        records[service],
+                        decision.desired,
+                        decision.current,
+                        standby=None if pool is None else pool.size,
+                    )
                 else:
                     await self.cluster.scale(service, decision.desired)
             except errors.ActuationError as e:
@@ -261,7 +282,9 @@ class Loop:
             # Steady outcomes differ only in wording (in the deadband, at the desired count):
             # flipping between them under noise is not news worth a write.
             reason = None if decision.kind is model.Kind.STEADY else decision.reason
-            key = (decision.desired, decision.kind, reason)
+            pool = decision.standby
+            counts = None if pool is None else (pool.size, pool.replicas, pool.waiting)
+            key = (decision.desired, decision.kind, reason, counts)
             if self._published.get(service) != key:
                 changed.append((service, decision, key))
         if not changed:
@@ -296,6 +319,60 @@ class Loop:
         async with asyncio.TaskGroup() as group:
             for item in changed:
                 group.create_task(publish(*item))
+
+    def _pools(
+        self,
+        workloads: Sequence[ports.Workload],
+        now: float,
+        values: np.ndarray[tuple[int, int], np.dtype[np.float64]],
+        estimates: smoothing.Rows,
+    ) -> dict[model.ServiceId, model.Standby]:
+        """The standby pool of every service that has one (or had one: its pods still count),
+        sized for this tick: a fixed count, or `core.standby`'s automatic size from the
+        shortfall of the smoothed load estimate against the raw load within one start-up (the
+        pool found kept while that history is too short to size it)."""
+        if self.ramps is None:
+            return {}
+        pools: dict[model.ServiceId, model.Standby] = {}
+        load = model.Signal.LOAD
+        for i, workload in enumerate(workloads):
+            target = workload.ramp
+            if target is None:
+                continue
+            config = target.standby
+            now_pool = self.ramps.standby(workload)
+            if config.fixed == 0 and now_pool.replicas == 0 and now_pool.waiting == 0:
+                continue
+            tracker = None
+            if config.fixed is None:
+                startup_s = workload.startup_s or model.LookaheadConfig().default_startup_s
+                tracker = self._shortfalls.get(workload.id)
+                if tracker is None:
+                    tracker = self._shortfalls[workload.id] = standby.ShortfallTracker(
+                        startup_s=startup_s
+                    )
+                tracker.startup_s = startup_s
+                tracker.record(
+                    now, estimate=estimates[i][load].mean, load=float(values[i, int(load)])
+                )
+            else:
+                self._shortfalls.pop(workload.id, None)
+            capacity = workload.policy.target(load)
+            size = standby.pool_size(
+                config,
+                tracker or standby.ShortfallTracker(startup_s=0.0),
+                now_s=now,
+                capacity_per_replica=math.nan if capacity is None else capacity,
+            )
+            replicas, why = size.replicas, size.why
+            if tracker is not None and tracker.history_s(now) < config.min_history_s:
+                # A new leader (or a restart) starts with no history: the pool it finds stays
+                # until the history can size it, rather than be drained and grown back.
+                kept = min(now_pool.replicas, config.cap)
+                if kept > replicas:
+                    replicas, why = kept, f"kept at {kept} while {why}"
+            pools[workload.id] = dataclasses.replace(now_pool, size=replicas, why=why)
+        return pools
 
     async def _forecasts(
         self, workloads: Sequence[ports.Workload], now: float
@@ -386,3 +463,4 @@ class Loop:
                 self._states.pop(service, None)
                 self._published.pop(service, None)
                 self._seasonal.pop(service, None)
+                self._shortfalls.pop(service, None)

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from autoscaler import metricnames
 from autoscaler.contract import annotations as contract
-from autoscaler.core import cache, forecast, gates, model, placement, policy
+from autoscaler.core import cache, forecast, gates, model, placement, policy, standby
 from autoscaler.core.ramp import RampConfig
 
 
@@ -246,6 +246,10 @@ class WarmupProber(Protocol):
         ...
 
 
+NO_POOL = standby.PoolConfig(cap=0, fixed=0)
+"""A service without a warm standby pool."""
+
+
 @dataclass(frozen=True, slots=True)
 class RampTarget:
     """One managed service whose new pods pass the warm-up gate and the traffic ramp."""
@@ -261,6 +265,8 @@ class RampTarget:
     """`mode: dry-run` (or the controller's dry-run): decide and log, write nothing."""
     saved: str | None
     """The ramp state persisted on the Deployment (`autoscaler.dsec.io/ramp`), if any."""
+    standby: standby.PoolConfig = NO_POOL
+    """The warm standby pool (`standby-replicas`): none, a fixed count, or sized by the loop."""
 
 
 class RampCluster(Protocol):
@@ -319,11 +325,26 @@ class Gates(Protocol):
 class Ramps(Protocol):
     """The ramp driver as the loop sees it: it takes scale writes and runs once per tick."""
 
-    async def scale(self, workload: Workload, replicas: int, current: int) -> None:
-        """Scale up at once; scale down only after draining the victims (over later ticks)."""
+    def standby(self, workload: Workload) -> model.Standby:
+        """The standby pool as it stands (`size` as last asked for, no `why`): its `replicas`
+        are part of `workload.replicas`, and the serving replicas the policy sees the rest."""
         ...
 
-    async def reconcile(self, now_s: float, workloads: Sequence[Workload]) -> None:
+    async def scale(
+        self, workload: Workload, replicas: int, current: int, *, standby: int | None = None
+    ) -> None:
+        """Scale the serving replicas up at once, or down only after draining the victims
+        (over later ticks), with `standby` pool replicas on top (the pool's size unchanged
+        when None)."""
+        ...
+
+    async def reconcile(
+        self,
+        now_s: float,
+        workloads: Sequence[Workload],
+        *,
+        standby: Mapping[model.ServiceId, int] | None = None,
+    ) -> None:
         """Advance the warm-up, ramp and drain of every service whose record has ramp settings
-        (`Workload.ramp`) by one tick."""
+        (`Workload.ramp`) by one tick, resizing each pool named in `standby` to its size."""
         ...

@@ -27,6 +27,14 @@ answer arrives independent of scheduling).
 replicas drop on a later tick), refused with `RampBusyError` (an `ActuationError`, so the loop
 does not advance its policy state and decides again next tick) while new pods hold traffic.
 
+**The standby pool** (`core.ramp`'s `pool`). The loop decides serving replicas; `scale` adds
+the pool's replicas (`standby`, its size so far when not given) to the count it writes, and
+`standby(workload)` tells the loop how many of the Deployment's replicas are the pool's, so the
+policy sees the rest. `reconcile` resizes each pool whose size the loop changed (a shrink waits
+while a cohort holds traffic or a drain runs). The core reads the Deployment's count to know
+how many should serve: the count this driver last wrote, until the record shows another, so a
+scale-up lets the pool's pods out at the reconcile of its own tick however the caches lag.
+
 A hold ends when a ramp setting changes (the core sees that) or when someone deletes the
 `autoscaler.dsec.io/ramp` annotation: once the cache has shown the text last written, a
 missing annotation can only be a deletion.
@@ -137,6 +145,9 @@ class _Service:
     rounds: int = 0
     serving_probes: dict[str, ramp.Probed] = field(default_factory=dict)
     """The latest answer of each serving pod probed, handed again with each new pod's answer."""
+    asked: tuple[int, int] | None = None
+    """(the replica count last written, the count the record showed then): the count the ramp
+    reads until the record shows another, so a write the caches lag behind counts at once."""
 
     @property
     def idle(self) -> bool:
@@ -222,13 +233,40 @@ class RampDriver:
 
     # -- ports.Ramps -----------------------------------------------------------------------------
 
-    async def scale(self, workload: ports.Workload, replicas: int, current: int) -> None:
-        """Scale up at once; scale down only after draining the victims (over later ticks)."""
+    def standby(self, workload: ports.Workload) -> model.Standby:
+        """The standby pool: its replicas in the Deployment's count, as last scaled, and its
+        pods waiting warm."""
+        if workload.ramp is None or workload.ramp.dry_run:  # a dry run writes no pool either
+            return model.Standby(size=0, replicas=0, waiting=0)
+        state = self._service(workload.ramp).state
+        return model.Standby(size=state.standby, replicas=state.standby, waiting=len(state.pool))
+
+    async def scale(
+        self, workload: ports.Workload, replicas: int, current: int, *, standby: int | None = None
+    ) -> None:
+        """Scale the serving replicas up at once, down only after draining the victims (over
+        later ticks); the pool's `standby` replicas (its size so far when None) come on top."""
         service, target = workload.id, workload.ramp
-        if target is None:  # not a gated service: nothing to drain
+        if target is None:  # not a gated service: nothing to drain, and no pool
             await self._cluster.scale(service, replicas)
             return
         known = self._service(target)
+        pool = known.state.standby if standby is None else standby
+        await self._scale(
+            workload, target, known, replicas + pool, current + known.state.standby, pool
+        )
+
+    async def _scale(
+        self,
+        workload: ports.Workload,
+        target: ports.RampTarget,
+        known: _Service,
+        replicas: int,
+        current: int,
+        standby: int,
+    ) -> None:
+        """Scale the Deployment's count (serving and pool) from `current` to `replicas`."""
+        service = workload.id
         infos = self._pods.pods(service)
         state = known.state
         in_flight: Mapping[str, float] = {}
@@ -236,39 +274,65 @@ class RampDriver:
         if replicas < current and drainable and infos:
             in_flight = await self._loads(target, infos)
         pods = [_pod(info, in_flight) for info in infos]
-        answer = ramp.scale(target.config, state, pods=pods, replicas=replicas, current=current)
+        answer = ramp.scale(
+            target.config, state, pods=pods, replicas=replicas, current=current, standby=standby
+        )
         if isinstance(answer, ramp.Refusal):
             raise RampBusyError(f"{service}: scale-down to {replicas} waits: {answer.reason}")
-        await self._carry_out(target, known, answer, infos)
+        await self._carry_out(target, known, answer, infos, seen=workload.replicas)
 
-    async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
-        """Advance every gated service's warm-up, ramp and drain by one tick."""
+    async def reconcile(
+        self,
+        now_s: float,
+        workloads: Sequence[ports.Workload],
+        *,
+        standby: Mapping[model.ServiceId, int] | None = None,
+    ) -> None:
+        """Advance every gated service's warm-up, ramp and drain by one tick, after resizing
+        each pool named in `standby` whose size changed."""
         if self._gates is not None:
             await self._open_gates(self._gates)
-        targets = [w.ramp for w in workloads if w.ramp is not None]
-        for gone in self._services.keys() - {t.service for t in targets}:
+        gated = [w for w in workloads if w.ramp is not None]
+        for gone in self._services.keys() - {w.id for w in gated}:
             probing = self._services.pop(gone).probing
             self._cancel_probes(probing, list(probing))
-        busy: list[tuple[ports.RampTarget, _Service, Sequence[ports.PodInfo]]] = []
-        for target in targets:
+        sizes = standby or {}
+        busy: list[tuple[ports.Workload, _Service, Sequence[ports.PodInfo], int | None]] = []
+        for workload in gated:
+            target = workload.ramp
+            assert target is not None
             known = self._service(target)
             self._notice_edit(target, known)
             infos = self._pods.pods(target.service)
             if known.probing:
                 self._drop_gone_probes(known, infos)
-            if known.idle and not any(_needs_care(p) for p in infos):
+            size = sizes.get(workload.id)
+            resize = None if size is None or size == known.state.standby else size
+            if workload.policy.pause is not None or known.state.drain is not None:
+                # Paused, the controller writes no replicas; a drain ends before the count
+                # moves again (a larger pool now would cancel the policy's scale-down).
+                resize = None
+            if resize is None and known.idle and not any(_needs_care(p) for p in infos):
                 continue
-            busy.append((target, known, infos))
+            busy.append((workload, known, infos, resize))
         if not busy:
             return
         slots = asyncio.Semaphore(CONCURRENCY)
 
         async def one(
-            target: ports.RampTarget, known: _Service, infos: Sequence[ports.PodInfo]
+            workload: ports.Workload,
+            known: _Service,
+            infos: Sequence[ports.PodInfo],
+            resize: int | None,
         ) -> None:
+            target = workload.ramp
+            assert target is not None
             async with slots:
                 try:
-                    await self._tick(now_s, target, known, infos)
+                    if resize is not None:
+                        await self._resize(workload, target, known, resize)
+                        infos = self._pods.pods(target.service)
+                    await self._tick(now_s, workload, target, known, infos)
                 except errors.AutoscalerError as e:
                     # The state is not advanced: the next tick repeats what failed.
                     log.warning("ramp.failed", service=target.service, error=str(e))
@@ -318,13 +382,38 @@ class RampDriver:
 
     # -- one service -----------------------------------------------------------------------------
 
+    async def _resize(
+        self, workload: ports.Workload, target: ports.RampTarget, known: _Service, size: int
+    ) -> None:
+        """Give the pool its new size, the serving replicas unchanged; a shrink that must wait
+        (a cohort holds traffic, a drain is under way) is tried again next tick."""
+        current = self._replicas(workload, known)
+        serving = max(0, current - known.state.standby)
+        try:
+            await self._scale(workload, target, known, serving + size, current, size)
+        except RampBusyError as e:
+            log.debug("standby.resize_waits", service=workload.id, size=size, why=str(e))
+            return
+        log.info("standby.resized", service=workload.id, size=size, dry_run=target.dry_run)
+
+    def _replicas(self, workload: ports.Workload, known: _Service) -> int:
+        """The Deployment's count: the last written until the record shows another."""
+        if known.asked is not None:
+            written, seen = known.asked
+            if workload.replicas == seen and workload.replicas != written:
+                return written
+            known.asked = None
+        return workload.replicas
+
     async def _tick(
         self,
         now_s: float,
+        workload: ports.Workload,
         target: ports.RampTarget,
         known: _Service,
         infos: Sequence[ports.PodInfo],
     ) -> None:
+        replicas = self._replicas(workload, known)
         pods = tuple(_pod(info, known.in_flight) for info in infos)
         known.in_flight = {}
         self._collect_probes(known, infos)
@@ -337,9 +426,10 @@ class RampDriver:
             probes=answers.probes,
             settled=answers.settled,
             resumed=known.resumed,
+            replicas=replicas,
         )
         plan = ramp.advance(target.config, known.state, tick)
-        await self._carry_out(target, known, plan, infos)
+        await self._carry_out(target, known, plan, infos, seen=workload.replicas)
 
     async def _carry_out(
         self,
@@ -347,8 +437,11 @@ class RampDriver:
         known: _Service,
         plan: ramp.Plan,
         infos: Sequence[ports.PodInfo],
+        *,
+        seen: int,
     ) -> None:
-        """Writes in order, then the requested reads; then commit, tell, persist."""
+        """Writes in order, then the requested reads; then commit, tell, persist. `seen` is the
+        replica count the service's record shows."""
         requests = []
         for action in plan.actions:
             if isinstance(action, ramp.REQUESTS):
@@ -357,6 +450,8 @@ class RampDriver:
                 if isinstance(action, ramp.Reclaim):
                     self._cancel_probes(known.probing, [action.pod])
                 await self._write(target, action)
+                if isinstance(action, ramp.ScaleTo) and not target.dry_run:
+                    known.asked = (action.replicas, seen)
         known.state = plan.state
         known.resumed = False
         if requests:

@@ -156,6 +156,21 @@ CORE_HOURS = Family(
     "GPU core-hours used per service, weighted by card product (see docs/architecture.md).",
     ("project",),
 )
+# The warm standby pool (docs/operations.md, "The warm standby pool").
+STANDBY = Family(
+    _Gauge,
+    "autoscaler_standby_replicas",
+    "The warm standby pool per service: size (asked for now), replicas (in the Deployment's "
+    "count) and waiting (warm pods with no traffic).",
+    ("state",),
+)
+STANDBY_CORE_HOURS = Family(
+    _Counter,
+    "autoscaler_standby_gpu_core_hours",
+    "GPU core-hours of the pods waiting in the standby pool, each weighing the service's mean "
+    "per replica; part of autoscaler_gpu_core_hours.",
+    ("project",),
+)
 # The traffic ramp (docs/architecture.md, "The warm-up gate and the traffic ramp").
 RAMP_STEP = Family(
     _Gauge,
@@ -230,6 +245,8 @@ PER_SERVICE: Final = (
     MISSING,
     PAUSED,
     CORE_HOURS,
+    STANDBY,
+    STANDBY_CORE_HOURS,
     RAMP_STEP,
     RAMP_WEIGHT,
     RAMP_HELD,
@@ -253,11 +270,21 @@ class _Ramp:
 class _Service:
     """What a service accumulates across ticks, and what reached it between ticks."""
 
-    __slots__ = ("core_hours", "decisions", "fallbacks", "promotions", "ramp", "rollbacks", "tiers")
+    __slots__ = (
+        "core_hours",
+        "decisions",
+        "fallbacks",
+        "promotions",
+        "ramp",
+        "rollbacks",
+        "standby_hours",
+        "tiers",
+    )
 
     def __init__(self) -> None:
         self.decisions: dict[_Outcome, int] = {}
         self.core_hours: dict[str, float] = {}
+        self.standby_hours: dict[str, float] = {}
         self.ramp: _Ramp | None = None
         self.rollbacks = 0
         self.promotions = 0
@@ -359,6 +386,12 @@ def _render_tick(
     if decision.cooldown_until_s is not None:
         remaining = max(0.0, decision.cooldown_until_s - now_s)
     out[COOLDOWN].add_metric([namespace, name], remaining)
+    pool = decision.standby
+    if pool is not None:
+        family = out[STANDBY]
+        for state, count in (("size", pool.size), ("replicas", pool.replicas)):
+            family.add_metric([namespace, name, state], count)
+        family.add_metric([namespace, name, "waiting"], pool.waiting)
     for signal, vote in decision.contributions.items():
         label = signal.name.lower()
         target = policy.target(signal)
@@ -390,6 +423,8 @@ def _render_kept(
         out[DECISIONS].add_metric([namespace, name, kind.value, reason.value], count)
     for project, hours in list(kept.core_hours.items()):
         out[CORE_HOURS].add_metric([namespace, name, project], hours)
+    for project, hours in list(kept.standby_hours.items()):
+        out[STANDBY_CORE_HOURS].add_metric([namespace, name, project], hours)
     if kept.ramp is not None or decided:
         ramp = kept.ramp or _Ramp(0.0, 0.0, held=False)
         out[RAMP_STEP].add_metric([namespace, name], ramp.step_pct)
@@ -510,6 +545,13 @@ class Telemetry:
                 project = workload.project or _labels(service)[0]
                 hours = kept.service(service).core_hours
                 hours[project] = hours.get(project, 0.0) + workload.core_rate * tick_s / 3600.0
+                pool = decision.standby
+                if pool is not None and pool.waiting and workload.replicas > 0:
+                    # The pool's share of the rate: its pods weigh the service's mean.
+                    share = min(1.0, pool.waiting / workload.replicas)
+                    held = kept.service(service).standby_hours
+                    added = workload.core_rate * share * tick_s / 3600.0
+                    held[project] = held.get(project, 0.0) + added
         kept.tick = (report, workloads)
         self.services.set(len(present))
         for gone in seen.keys() - present:

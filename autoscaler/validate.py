@@ -14,6 +14,8 @@ and the rule. It also catches what `parse` cannot see from one Deployment's anno
   `autoscaler.dsec.io/warming: "true"` label in the pod template (without both the controller
   neither gates nor ramps the new pods), and a ramp label in a Deployment's or a Service's
   selector (the controller relabels pods as they warm);
+- a standby pool (`standby-replicas`) without that readiness gate and label (its pods wait
+  warm behind the closed gate);
 - a HorizontalPodAutoscaler or KEDA ScaledObject that scales the same workload (one owner of
   `replicas`);
 - on a workload other than a Deployment, what only Deployments have (`targets.unsupported`:
@@ -325,6 +327,8 @@ def _lint_deployment(obj: _Object, report: _Report, kind: targets.TargetKind) ->
             findings += [
                 obj.problem(p.message) for p in targets.unsupported(kind, obj.body, settings)
             ]
+        if isinstance(result, annotations.ServiceConfig) and result.standby.fixed != 0:
+            findings += _standby_gate(obj, settings.get(annotations.STANDBY_KEY))
         findings += _replicas(obj, settings.get(_MODE_KEY))
         if isinstance(result, annotations.ServiceConfig):
             findings += _cache_affinity(obj, result)
@@ -423,6 +427,25 @@ def _cache_affinity(obj: _Object, config: annotations.ServiceConfig) -> list[Fin
             "spec.template.spec.affinity.nodeAffinity does not prefer the nodes warm for it, so "
             "new pods start cold on any node: add to "
             f"preferredDuringSchedulingIgnoredDuringExecution the term {term}"
+        )
+    ]
+
+
+def _standby_gate(obj: _Object, value: str | None) -> list[Finding]:
+    """A standby pool needs the readiness gate and the warming label: its pods wait warm with
+    the gate closed, and would serve as soon as Ready without it."""
+    gates = (_mapping(obj.body, "spec", "template", "spec") or {}).get("readinessGates")
+    gated = isinstance(gates, list) and any(
+        isinstance(g, dict) and g.get("conditionType") == annotations.WARM_GATE for g in gates
+    )
+    labels = _mapping(obj.body, "spec", "template", "metadata", "labels") or {}
+    if gated and labels.get(annotations.WARMING_LABEL) == "true":
+        return []
+    return [
+        obj.problem(
+            f"{annotations.STANDBY_KEY}={annotations.quote(value or '')}: needs the readiness "
+            f"gate {annotations.WARM_GATE} and the label {annotations.WARMING_LABEL}: "
+            '"true" in the pod template, or the controller keeps no pool'
         )
     ]
 

@@ -36,7 +36,7 @@ from autoscaler.contract.text import Problem as Problem
 from autoscaler.contract.text import escape as escape
 from autoscaler.contract.text import quote as quote
 from autoscaler.contract.text import show_key as show_key
-from autoscaler.core import model, placement, policy
+from autoscaler.core import model, placement, policy, standby
 from autoscaler.core.ramp import RampConfig
 
 PREFIX = "autoscaler.dsec.io/"
@@ -47,6 +47,8 @@ STATE_KEY = PREFIX + "state"
 RAMP_KEY = PREFIX + "ramp"
 """Written by the controller: the traffic ramp's step and deadlines, for resuming after a
 restart (docs/architecture.md, "The warm-up gate and the traffic ramp"). Not a setting; ignored."""
+STANDBY_KEY = PREFIX + "standby-replicas"
+"""The warm standby pool's size (a setting; named here for the messages about it)."""
 CONTROLLER_KEYS = frozenset({STATUS_KEY, STATE_KEY, RAMP_KEY})
 WARM_GATE = PREFIX + "warm"
 """The readiness gate (`spec.template.spec.readinessGates[].conditionType`) behind which a
@@ -56,6 +58,9 @@ WARMING_LABEL = PREFIX + "warming"
 Never in a selector: the controller removes it from each pod it promotes."""
 STABLE_LABEL = PREFIX + "stable"
 """The pod label the controller puts on promoted pods: the ramp's stable set."""
+STANDBY_REASON = "PromotedFromStandby"
+"""The warm condition's reason on a pod let out of the standby pool: it became Ready when a
+scale-up promoted it, long after its start-up, which ended when its containers were ready."""
 STATUS_LIMIT_BYTES = 64 * 1024
 """Longest `status` read; the controller writes about 1 kB. Longer text is ignored."""
 STATE_LIMIT_BYTES = 4 * 1024
@@ -159,6 +164,11 @@ _MEMORY = values.quantity(1, _MAX_MODEL_MIB)
 _PROJECT = values.label_value()
 _MODEL_ID = values.model_id()
 _MODEL_SIZE = values.number(0, 16_384, lo_open=True)
+_STANDBY = values.whole_or_auto(0, _MAX_REPLICAS)
+_STANDBY_MAX = values.whole(1, _MAX_REPLICAS)
+DEFAULT_STANDBY_MAX = 2
+"""The automatic standby pool's cap when `standby-max-replicas` is not set: a pool is paid for
+every hour, so a small one unless the owner says more."""
 
 
 def _v(parser: values.Parser[Any]) -> BeforeValidator:
@@ -406,6 +416,20 @@ class Annotations(BaseModel):
         description="Size of the model's weights in GiB: bigger models stay in a node's cache "
         "for less time after their last pod there.",
     )
+    standby_replicas: Annotated[int | values.Auto, _v(_STANDBY)] = Field(
+        0,
+        alias="standby-replicas",
+        description="Warm standby pool: replicas started and warmed up beside the serving "
+        "ones that wait with no traffic, so that a scale-up lets them out first and capacity "
+        "arrives after the ramp alone. `0` has none; `auto` sizes it from how far the load "
+        "outran the policy's estimate within one pod start-up, up to `standby-max-replicas`. "
+        "Needs the warm-up gate in the pod template; counted on top of `max-replicas`.",
+    )
+    standby_max_replicas: Annotated[int, _v(_STANDBY_MAX)] = Field(
+        DEFAULT_STANDBY_MAX,
+        alias="standby-max-replicas",
+        description="The most replicas `standby-replicas: auto` keeps in the pool.",
+    )
 
     @_model_validator(mode="after")
     def _check_across_keys(self) -> Annotations:
@@ -507,6 +531,32 @@ def _slo(a: Annotations) -> list[Problem]:
     return problems
 
 
+def _standby(a: Annotations) -> list[Problem]:
+    room = a.max_replicas - a.min_replicas
+    if isinstance(a.standby_replicas, int):
+        problems = []
+        if room >= 0 and a.standby_replicas > room:  # a negative room is `_bounds`'s problem
+            rule = (
+                f"must be <= {PREFIX}max-replicas - {PREFIX}min-replicas ({room}): a scale-up "
+                "never lets more pods out of the pool"
+            )
+            value = _value("standby-replicas", a)
+            problems.append(Problem(PREFIX + "standby-replicas", value, rule))
+        if "standby_max_replicas" in a.model_fields_set:
+            rule = f"has no effect without {PREFIX}standby-replicas auto"
+            value = _value("standby-max-replicas", a)
+            problems.append(Problem(PREFIX + "standby-max-replicas", value, rule))
+        return problems
+    return []
+
+
+def _standby_config(a: Annotations) -> standby.PoolConfig:
+    if isinstance(a.standby_replicas, int):
+        return standby.PoolConfig(cap=0, fixed=a.standby_replicas)
+    room = a.max_replicas - a.min_replicas
+    return standby.PoolConfig(cap=max(0, min(a.standby_max_replicas, room)))
+
+
 def _slo_config(a: Annotations) -> model.SloConfig | None:
     if a.target_p95_latency_s is not None:
         return model.SloConfig(
@@ -542,6 +592,11 @@ CROSS_RULES = (
         "default`; `target-p95-latency` needs `service-time` below it; `service-time` and "
         "`replica-capacity` only with a latency SLO.",
         _slo,
+    ),
+    _CrossRule(
+        "`standby-replicas` ≤ `max-replicas` - `min-replicas`; `standby-max-replicas` only with "
+        "`standby-replicas: auto` (whose pool it caps, and which never exceeds that room either).",
+        _standby,
     ),
 )
 
@@ -633,6 +688,8 @@ class ServiceConfig:
     placement: Placement
     model_memory_mib: int | None
     project: str
+    standby: standby.PoolConfig
+    """The warm standby pool: a fixed count (0, none) or sized automatically up to its cap."""
     model: str | None = None
     """The `model` annotation: the model's identity for the node caches (None: from the pod
     template)."""
@@ -790,4 +847,5 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
         project=a.project if a.project is not None else namespace,
         model=a.model,
         model_size_gib=a.model_size_gib,
+        standby=_standby_config(a),
     )

@@ -72,6 +72,13 @@ def status_document(decision: model.Decision, *, time_s: float) -> dict[str, Any
             "load": _number(decision.forecast.load_per_s),
             "why": decision.forecast.why,
         }
+    if decision.standby is not None:
+        pool = decision.standby
+        counts: dict[str, Any] = {"size": pool.size, "replicas": pool.replicas}
+        counts["waiting"] = pool.waiting
+        if pool.why:
+            counts["why"] = pool.why
+        document["standby"] = counts
     if decision.cooldown_until_s is not None and math.isfinite(decision.cooldown_until_s):
         document["cooldownUntil"] = format_time(decision.cooldown_until_s)
     document[TIME_KEY] = format_time(time_s)

@@ -174,6 +174,24 @@ def whole(lo: int, hi: int, *, why: str = "") -> Parser[int]:
     return Parser(rule, convert, str)
 
 
+class Auto(enum.Enum):
+    """The value `auto`: the controller chooses."""
+
+    AUTO = "auto"
+
+
+def whole_or_auto(lo: int, hi: int) -> Parser[int | Auto]:
+    count = whole(lo, hi)
+
+    def convert(text: str) -> int | Auto | None:
+        return Auto.AUTO if text == Auto.AUTO.value else count.convert(text)
+
+    def show(value: int | Auto) -> str:
+        return value.value if isinstance(value, Auto) else str(value)
+
+    return Parser(f'must be "auto" or a whole number from {lo} to {hi}', convert, show)
+
+
 def number(
     lo: float,
     hi: float | None,

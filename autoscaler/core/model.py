@@ -449,6 +449,20 @@ class Contribution(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Standby:
+    """A service's warm standby pool at one tick: warm replicas with no traffic, beside the
+    serving ones the policy decides."""
+
+    size: int
+    """The pool's size asked for now (the fixed count, or the automatic size)."""
+    replicas: int
+    """The pool's replicas in the Deployment's count (as last scaled)."""
+    waiting: int
+    """Pods warm and waiting in the pool."""
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """The policy's verdict for one service at one tick. Data, not an action."""
 
@@ -462,6 +476,9 @@ class Decision:
     cooldown_until_s: float | None = None
     forecast: ForecastVote | None = None
     """The seasonal forecast's vote at this tick, on or off and why; None without one."""
+    standby: Standby | None = None
+    """The warm standby pool beside the replicas decided (added by the loop, never by the
+    policy); None without one."""
 
     @property
     def changes(self) -> bool:

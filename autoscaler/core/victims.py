@@ -4,7 +4,9 @@ retirement of tiers and the simulator's ReplicaSet.
 The least invested pod goes first, judged by, in turn:
 
 1. how far along it is (`Stage`): a pending pod before one starting, before one warming up (or
-   still being ramped), before one serving;
+   still being ramped), before one serving, before one waiting warm in the standby pool (the
+   pool is kept whole when serving replicas go; a pool that shrinks names its surplus pods as
+   warming);
 2. its placement tier (`retire_rank`): `shared` first, then the MIG tiers, then `whole`, so the
    replicas that stay are on the best GPUs;
 3. its `controller.kubernetes.io/pod-deletion-cost`, lowest first (as a ReplicaSet orders);
@@ -43,6 +45,9 @@ class Stage(enum.IntEnum):
     WARMING = 2
     """Running, warming up or being ramped: not (yet) in the serving set."""
     SERVING = 3
+    STANDBY = 4
+    """Warm and waiting in the standby pool: the spare capacity a scale-down of the serving
+    replicas keeps."""
 
 
 @dataclass(frozen=True, slots=True)

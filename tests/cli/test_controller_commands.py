@@ -189,6 +189,33 @@ def test_explain_says_whether_the_forecast_votes_and_why() -> None:
     }
 
 
+def test_explain_shows_the_standby_pool_apart_from_the_serving_replicas() -> None:
+    """The pool is one line (waiting, replicas, size and why) and a JSON object."""
+    status = {
+        "current": 3,
+        "desired": 3,
+        "kind": "steady",
+        "reason": "at-desired",
+        "contributions": {},
+        "standby": {"size": 2, "replicas": 2, "waiting": 1, "why": "fixed at 2"},
+        "time": "2025-01-01T00:00:00Z",
+    }
+    notes = {**MANAGED, STATUS_KEY: json.dumps(status)}
+    code, out, _ = explained(notes)
+    assert code == 0
+    assert (
+        "  standby        1 warm of 2 replicas with no traffic, on top of the serving ones; "
+        "size 2 (fixed at 2)"
+    ) in out
+    found = json.loads(explain_json(notes))
+    assert found["decision"]["standby"] == {
+        "size": 2,
+        "replicas": 2,
+        "waiting": 1,
+        "why": "fixed at 2",
+    }
+
+
 def explain_json(notes: dict[str, str]) -> str:
     deployment: dict[str, Any] = {
         "metadata": {"name": "chat", "namespace": "ml", "annotations": notes},

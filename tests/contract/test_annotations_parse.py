@@ -101,6 +101,7 @@ def test_every_design_key_is_a_setting() -> None:
         "max-error-rate", "max-p95-latency", "max-p95-ratio", "warmup-path", "warmup-port",
         "warmup-requests", "warmup-deadline", "placement", "model-memory", "project",
         "model", "model-size-gib",
+        "standby-replicas", "standby-max-replicas",
     }  # fmt: skip
     assert set(ann.SETTING_KEYS) == {PREFIX + key for key in expected}
 

@@ -509,6 +509,19 @@ def test_no_traffic_router_needs_no_gate() -> None:
     assert lint(GOOD) == []
 
 
+def test_a_standby_pool_without_the_gate_is_a_problem() -> None:
+    """A pool's pods wait behind the closed gate: without it the key, value and rule are named."""
+    text = routed("none", gate="", warming="").replace(
+        f'{P}traffic-router: "none"\n', f'{P}standby-replicas: "auto"\n'
+    )
+    assert lint(text) == [
+        f'{D}/chat: {P}standby-replicas="auto": needs the readiness gate {P}warm and the label '
+        f'{P}warming: "true" in the pod template, or the controller keeps no pool'
+    ]
+    gated = routed("none").replace(f'{P}traffic-router: "none"\n', f'{P}standby-replicas: "1"\n')
+    assert lint(gated) == []
+
+
 def test_invalid_traffic_router_is_reported_once() -> None:
     """An unknown router is the annotation's problem, not also a missing gate."""
     lines = lint(routed("linkerd", gate="", warming=""))

@@ -799,12 +799,23 @@ class RecordingRamps:
         self.refuse = refuse
         self.calls: list[tuple[object, ...]] = []
 
-    async def scale(self, workload: ports.Workload, replicas: int, current: int) -> None:
+    def standby(self, workload: ports.Workload) -> model.Standby:
+        return model.Standby(size=0, replicas=0, waiting=0)
+
+    async def scale(
+        self, workload: ports.Workload, replicas: int, current: int, *, standby: int | None = None
+    ) -> None:
         self.calls.append(("scale", workload.id, replicas, current))
         if self.refuse:
             raise ramp_driver.RampBusyError(f"{workload.id}: new pods are ramping")
 
-    async def reconcile(self, now_s: float, workloads: Sequence[ports.Workload]) -> None:
+    async def reconcile(
+        self,
+        now_s: float,
+        workloads: Sequence[ports.Workload],
+        *,
+        standby: Mapping[model.ServiceId, int] | None = None,
+    ) -> None:
         self.calls.append(("reconcile", now_s, len(workloads)))
 
 

@@ -20,7 +20,16 @@ def _workload(serving: int = 3) -> ports.Workload:
     return ports.Workload(id=SVC, policy=config, half_life_s=30.0, replicas=4, serving=serving)
 
 
-def _report(kind: model.Kind, reason: model.Reason, *, desired: int = 5) -> loop.TickReport:
+POOL = model.Standby(size=1, replicas=1, waiting=1)
+
+
+def _report(
+    kind: model.Kind,
+    reason: model.Reason,
+    *,
+    desired: int = 5,
+    standby: model.Standby | None = None,
+) -> loop.TickReport:
     vote = model.Contribution(ratio=1.5, desired=desired, estimator="mean", estimate=9.0)
     decision = model.Decision(
         current=4,
@@ -30,6 +39,7 @@ def _report(kind: model.Kind, reason: model.Reason, *, desired: int = 5) -> loop
         detail="",
         contributions={model.Signal.LOAD: vote},
         cooldown_until_s=130.0 if kind is model.Kind.HOLD else None,
+        standby=standby,
     )
     return loop.TickReport(
         now_s=100.0,
@@ -194,7 +204,7 @@ def _every_series(t: telemetry.Telemetry, *services: model.ServiceId) -> None:
         )
         for s in services
     ]
-    hold = _report(model.Kind.HOLD, model.Reason.COOLDOWN)
+    hold = _report(model.Kind.HOLD, model.Reason.COOLDOWN, standby=POOL)
     report = dataclasses.replace(hold, decisions=dict.fromkeys(services, hold.decisions[SVC]))
     t.observe_tick(report, workloads, duration_s=0.01, wall_time_s=0.0, tick_s=15.0)
     for service in services:
@@ -213,7 +223,7 @@ def test_every_per_service_family_is_dropped_with_its_service() -> None:
     assert _series_of(t, SVC) == _declared(t)
     split = cache.StartupSplit(hit_s=8.0, miss_s=120.0, hits=2, misses=1)
     stays = dataclasses.replace(_workload(), id=OTHER, startup_s=9.0, startup_split=split)
-    report = _report(model.Kind.STEADY, model.Reason.AT_DESIRED)
+    report = _report(model.Kind.STEADY, model.Reason.AT_DESIRED, standby=POOL)
     only_other = dataclasses.replace(report, decisions={OTHER: report.decisions[SVC]})
     t.observe_tick(only_other, [stays], duration_s=0.01, wall_time_s=0.0)
     assert _series_of(t, SVC) == set()
@@ -340,3 +350,17 @@ def test_the_exposition_writes_every_series_as_prometheus_client_does() -> None:
     written = t.exposition().decode().splitlines()
     assert sorted(written) == sorted(generate_latest(t.registry).decode().splitlines())
     assert any('project="a\\"b\\\\c\\nd"' in line for line in written)
+
+
+def test_the_standby_pool_is_counted_apart_in_replicas_and_core_hours() -> None:
+    """A pool of one waiting pod out of four shows as standby replicas, and a quarter of the
+    service's core-hours accrue to the standby counter too."""
+    t = telemetry.Telemetry()
+    report = _report(model.Kind.STEADY, model.Reason.IN_DEADBAND, desired=4, standby=POOL)
+    workload = dataclasses.replace(_workload(), core_rate=8.0, project="ml")
+    t.observe_tick(report, [workload], duration_s=0.01, wall_time_s=1.7e9, tick_s=3600.0)
+    ids = {"namespace": "ml", "service": "llama"}
+    assert _value(t, "autoscaler_standby_replicas", **ids, state="size") == 1
+    assert _value(t, "autoscaler_standby_replicas", **ids, state="waiting") == 1
+    assert _value(t, "autoscaler_gpu_core_hours_total", **ids, project="ml") == 8.0
+    assert _value(t, "autoscaler_standby_gpu_core_hours_total", **ids, project="ml") == 2.0

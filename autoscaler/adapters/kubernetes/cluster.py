@@ -213,6 +213,7 @@ LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
 WARMING_LABEL: Final = contract.WARMING_LABEL
 STABLE_LABEL: Final = contract.STABLE_LABEL
 RAMP_LABELS: Final = frozenset({WARMING_LABEL, STABLE_LABEL})
+STANDBY_REASON: Final = contract.STANDBY_REASON
 
 
 def is_gated(template: Obj) -> bool:
@@ -238,12 +239,16 @@ def startup_s(pods: list[Obj], *, recent: int) -> float | None:
     """Median time from creation to Ready of the `recent` newest serving pods; None without any.
 
     Read from the Ready condition's last transition, so a pod that lost and regained readiness
-    counts its whole life; the median keeps one such pod from moving the answer much.
+    counts its whole life; the median keeps one such pod from moving the answer much. A pod let
+    out of the standby pool counts until its containers were ready: it waited warm, not Ready,
+    for as long as the pool kept it.
     """
     samples: list[tuple[float, float]] = []
     for pod in pods:
         created = _api.parse_time(_api.meta(pod).get("creationTimestamp"))
-        ready = _api.parse_time((_api.condition(pod, "Ready") or {}).get("lastTransitionTime"))
+        warm = _api.condition(pod, contract.WARM_GATE) or {}
+        until = "ContainersReady" if warm.get("reason") == STANDBY_REASON else "Ready"
+        ready = _api.parse_time((_api.condition(pod, until) or {}).get("lastTransitionTime"))
         if created is not None and ready is not None and ready >= created:
             samples.append((created, ready - created))
     if not samples:
@@ -845,6 +850,8 @@ class KubeCluster:
         """The service's ramp settings when its pod template opts into the warm-up gate."""
         template = _api.spec(deployment).get("template") or {}
         if not is_gated(template):
+            if config.standby.fixed != 0:
+                self._refuse_pool(service, deployment)
             return None
         labels = _api.meta(template).get("labels") or {}
         route = ports.RouteTarget(
@@ -862,7 +869,21 @@ class KubeCluster:
             metrics=config.metrics,
             dry_run=self.dry_run or config.mode is contract.Mode.DRY_RUN,
             saved=_api.annotations_of(deployment).get(contract.RAMP_KEY),
+            standby=config.standby,
         )
+
+    def _refuse_pool(self, service: model.ServiceId, deployment: Obj) -> None:
+        """A standby pool asked for on a template without the warm-up gate: its pods would
+        serve as soon as Ready. The service carries on without one."""
+        key = contract.STANDBY_KEY
+        problem = contract.Problem(
+            key,
+            _api.annotations_of(deployment).get(key),
+            f"needs the warm-up gate in the pod template (readiness gate {contract.WARM_GATE} "
+            f"and label {contract.WARMING_LABEL}); the service is scaled without a pool",
+        )
+        log.warning("config.invalid", service=service, problems=[problem.message])
+        self.events.record(deployment, events.WARNING, INVALID, problem.message)
 
     def _deployment_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         """Informer handler: a Deployment is its own record's, and a tier's its owner's too."""

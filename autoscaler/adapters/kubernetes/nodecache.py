@@ -55,9 +55,14 @@ def model_of(owner: Obj, config: contract.ServiceConfig) -> cache.Model | None:
 
 
 def _ready_s(pod: Obj) -> float | None:
+    """When the pod became Ready; for a pod let out of the standby pool, when its containers
+    did (it waited warm behind the closed gate), as `cluster.startup_s` counts it."""
     ready = _api.condition(pod, "Ready")
     if ready is None or ready.get("status") != "True":
         return None
+    warm = _api.condition(pod, contract.WARM_GATE) or {}
+    if warm.get("reason") == contract.STANDBY_REASON:
+        ready = _api.condition(pod, "ContainersReady") or ready
     return _api.parse_time(ready.get("lastTransitionTime"))
 
 

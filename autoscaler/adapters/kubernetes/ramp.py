@@ -58,6 +58,7 @@ from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Ob
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
 from autoscaler.core import gates, model
+from autoscaler.core.ramp import pool
 
 __all__ = [
     "DELETION_COST",
@@ -87,6 +88,13 @@ DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
 LOWEST_DELETION_COST: Final = str(-(2**31))
 """The lowest cost the annotation takes (an int32): the ReplicaSet removes this pod first."""
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+
+
+def _warm_reason(warm: bool, message: str) -> str:
+    """The warm condition's reason: warmed up, let out of the standby pool, or not warm."""
+    if not warm:
+        return COLD_REASON
+    return cluster.STANDBY_REASON if message == pool.PROMOTED else WARM_REASON
 
 
 def pod_info(pod: Obj, *, offset_s: float = 0.0) -> ports.PodInfo:
@@ -249,7 +257,7 @@ class KubeRamp:
         condition = {
             "type": WARM_CONDITION,
             "status": status,
-            "reason": WARM_REASON if warm else COLD_REASON,
+            "reason": _warm_reason(warm, message),
             "message": message,
             "lastTransitionTime": transition,
         }

@@ -80,16 +80,25 @@ latency at most `max_p95_ratio` times theirs and under `max_p95_latency_s` when 
   are promoted without steps. With the `none` router (gate only), a pod is promoted as soon as
   it is warm.
 
+**The standby pool** (`pool`). The Deployment's count may hold `standby` replicas more than
+the serving ones (`RampState.standby`, set by `scale`; `Tick.replicas` is the count). A pod
+that passes its warm-up while the serving count is met waits in the pool instead of being set
+warm: still `warming`, its gate closed, so out of every routed set. When the serving side
+falls short (a scale-up), the pool's pods are let out first, the oldest first, and ramp as
+any warm pod; the new pods warm up behind them and refill it. A scale-down keeps the pool's
+pods while serving ones can go (`victim_order`'s `pool`), but for its surplus when it shrinks.
+The pool's members are saved with the state, so a new leader keeps them out of traffic.
+
 A warm, running pod in neither set (its `stable` label removed by hand) is put back in the
 stable set.
 
 **Scale-down** never touches the serving set while a cohort holds traffic: it is refused with a
 reason. Otherwise victims are chosen in the one scale-down order (`core.victims`, through
-`victim_order`): warming pods first, then the lowest placement tier (`shared` < `mig-*` <
-`whole`), then the least loaded; those in the Service's endpoints leave them (`SetWarm` False,
-`stable` removed); once their in-flight requests are 0 (a missing count is not 0) or
-`drain_grace_s` passed, each gets the lowest deletion cost and the replica count drops
-(`ScaleTo`). A scale-up during a drain puts the victims back.
+`victim_order`): warming pods first, the standby pool's last, then the lowest placement tier
+(`shared` < `mig-*` < `whole`), then the least loaded; those in the Service's endpoints
+leave them (`SetWarm` False, `stable` removed); once their in-flight requests are 0 (a missing
+count is not 0) or `drain_grace_s` passed, each gets the lowest deletion cost and the replica
+count drops (`ScaleTo`). A scale-up during a drain puts the victims back.
 
 The state survives a restart as JSON (`dumps`/`loads`, all but the probe throttle); the first
 tick after a restore re-asserts the weight it computes, so none stays stuck. It also starts the
@@ -104,8 +113,8 @@ edit: through `untrusted.loads`, so any bad text is a `ValueError`.
 The package by concern: `config` (the settings), `state` and `codec` (what is remembered and
 its text), `inputs` and `actions` (what a tick reads and asks for), `gate` (the checks: shares,
 the health gate, the warm-up verdict), and the transitions, one per phase: `warmup`, `steps`
-(forming a cohort, each step), `promotion`, `rollback`, `drain` (with `scale`), run in order by
-`machine.advance` over the working copy of `work`.
+(forming a cohort, each step), `promotion`, `rollback`, `drain` (with `scale`), `pool`, run in
+order by `machine.advance` over the working copy of `work`.
 
 Pure: no I/O, no clock (time is `tick.now_s`), no logging; `autoscaler.ramp_driver` gathers the
 inputs and carries out the actions.

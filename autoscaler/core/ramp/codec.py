@@ -33,7 +33,8 @@ def dumps(state: RampState) -> str:
 
     `probe_after` stays in memory: it changes with every probe, and a restarted controller
     that probes a warming pod a little early loses nothing. So does `asked_s`: it changes with
-    every health request, and a restarted controller has lost the answer it awaited.
+    every health request, and a restarted controller has lost the answer it awaited. So does
+    `released`: it lasts until the caches show a write, and a new leader reads its pods afresh.
     """
     doc: dict[str, Any] = {"v": VERSION, "phase": state.phase.value}
     for name in _PERSISTED:
@@ -189,6 +190,8 @@ _PERSISTED: Mapping[str, Callable[[object, str], Any]] = {
     "hold_reason": _text,
     "held_config": _text,
     "drain": _drain,
+    "standby": _count,
+    "pool": _names,
 }
 """Each persisted field of `RampState` and how `loads` reads it; `dumps` writes these alone
-(all but `probe_after` and `asked_s`)."""
+(all but `probe_after`, `asked_s` and `released`)."""

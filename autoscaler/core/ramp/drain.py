@@ -8,7 +8,7 @@ Pure: no I/O, no clock, no logging.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from autoscaler.core import victims
 from autoscaler.core.ramp.actions import (
@@ -32,16 +32,21 @@ from autoscaler.core.ramp.state import RAMP_PHASES, Drain, Phase, RampState, Vic
 from autoscaler.core.ramp.work import Work, names
 
 
-def victim_order(pods: Iterable[Pod]) -> list[Pod]:
-    """Pods in the order a scale-down removes them (`core.victims`): warming first, then the
-    lowest placement tier, then the least loaded (an unknown load counts as the most), then by
-    name."""
-    return victims.order(pods, _candidate)
+def victim_order(pods: Iterable[Pod], *, pool: Collection[str] = ()) -> list[Pod]:
+    """Pods in the order a scale-down removes them (`core.victims`): warming first, then
+    serving, then the standby pool's `pool`; within each, the lowest placement tier, then the
+    least loaded (an unknown load counts as the most), then by name."""
 
+    def candidate(pod: Pod) -> victims.Candidate:
+        if pod.name in pool:
+            stage = victims.Stage.STANDBY
+        elif pod.warming:
+            stage = victims.Stage.WARMING
+        else:
+            stage = victims.Stage.SERVING
+        return victims.Candidate(pod.name, stage=stage, tier=pod.tier, in_flight=pod.in_flight)
 
-def _candidate(pod: Pod) -> victims.Candidate:
-    stage = victims.Stage.WARMING if pod.warming else victims.Stage.SERVING
-    return victims.Candidate(pod.name, stage=stage, tier=pod.tier, in_flight=pod.in_flight)
+    return victims.order(pods, candidate)
 
 
 def scale(
@@ -51,11 +56,17 @@ def scale(
     pods: Sequence[Pod],
     replicas: int,
     current: int,
+    standby: int | None = None,
 ) -> Plan | Refusal:
     """Answer the loop's replica change: up at once (cancelling a drain), down by draining
-    first, refused while new pods hold traffic or another drain is under way."""
+    first, refused while new pods hold traffic or another drain is under way.
+
+    `replicas` and `current` count the standby pool too; `standby` is the pool's part of
+    `replicas` (unchanged when None). A scale-down keeps the pool's pods while others can go,
+    but for the pool's surplus when it shrinks."""
+    pool_size = state.standby if standby is None else standby
     if replicas >= current:
-        return _scale_up(state, replicas)
+        return _scale_up(state, replicas, pool_size)
     if state.phase in RAMP_PHASES:
         step = config.steps_pct[min(state.step, len(config.steps_pct) - 1)]
         return Refusal(
@@ -65,18 +76,23 @@ def scale(
     if state.drain is not None:
         if state.drain.scaled_s is not None:
             return Refusal("the pods of the last scale-down are still terminating")
-        if state.drain.replicas == replicas:
+        if state.drain.replicas == replicas and state.standby == pool_size:
             return Plan(state)
         return Refusal(f"a drain to {state.drain.replicas} replicas is under way")
     live = [p for p in pods if not p.terminating]
     count = max(0, min(len(live), current) - replicas)
-    chosen = victim_order(live)[:count]
+    names = {p.name for p in live}
+    waiting = [name for name in state.pool if name in names]
+    kept = waiting[: max(0, pool_size)]  # the oldest stay; the surplus counts as warming
+    chosen = victim_order(live, pool=frozenset(kept))[:count]
     if not chosen:
-        return Plan(state, (ScaleTo(replicas),))
-    return _scale_down(state, chosen, replicas=replicas, current=current)
+        return Plan(dataclasses.replace(state, standby=pool_size), (ScaleTo(replicas),))
+    return _scale_down(state, chosen, replicas=replicas, current=current, standby=pool_size)
 
 
-def _scale_down(state: RampState, chosen: Sequence[Pod], *, replicas: int, current: int) -> Plan:
+def _scale_down(
+    state: RampState, chosen: Sequence[Pod], *, replicas: int, current: int, standby: int
+) -> Plan:
     """Take the victims out of the routed sets and start draining them."""
     actions: list[Action] = []
     for pod in chosen:
@@ -104,11 +120,13 @@ def _scale_down(state: RampState, chosen: Sequence[Pod], *, replicas: int, curre
         deadlines={k: v for k, v in state.deadlines.items() if k not in gone},
         probe_after={k: v for k, v in state.probe_after.items() if k not in gone},
         passed=tuple(n for n in state.passed if n not in gone),
+        standby=standby,
+        pool=tuple(n for n in state.pool if n not in gone),
     )
     return Plan(next_state, tuple(actions))
 
 
-def _scale_up(state: RampState, replicas: int) -> Plan:
+def _scale_up(state: RampState, replicas: int, standby: int) -> Plan:
     actions: list[Action] = []
     drain = state.drain
     if drain is not None and drain.scaled_s is None:
@@ -130,7 +148,8 @@ def _scale_up(state: RampState, replicas: int) -> Plan:
     phase = state.phase
     if phase is Phase.DRAINING:
         phase = Phase.HELD if state.held else Phase.IDLE
-    return Plan(dataclasses.replace(state, phase=phase, drain=drain), tuple(actions))
+    next_state = dataclasses.replace(state, phase=phase, drain=drain, standby=standby)
+    return Plan(next_state, tuple(actions))
 
 
 def drain(w: Work) -> None:

@@ -66,3 +66,6 @@ class Tick:
     """Answer to `CheckSettled`; None when not asked or not answered."""
     resumed: bool = False
     """The state was just restored (a restart): write the weights again, whatever they were."""
+    replicas: int | None = None
+    """The Deployment's replica count, serving and standby (the last asked for when the caches
+    lag behind it); None when unknown: the standby pool then neither fills nor promotes."""

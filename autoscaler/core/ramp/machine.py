@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from autoscaler.core.ramp import drain, promotion, rollback, steps, warmup
+from autoscaler.core.ramp import drain, pool, promotion, rollback, steps, warmup
 from autoscaler.core.ramp.actions import (
     RAMP_RELEASED,
     EnsureRoutes,
@@ -49,6 +49,7 @@ def advance(config: RampConfig, state: RampState, tick: Tick) -> Plan:
     if w.drain is not None:
         drain.drain(w)
     warmup.warm_up(w)
+    pool.balance(w)
     # A ramp or a drain that ended this tick still sees its pods as they were (being
     # relabelled, reclaimed or removed), and a pod just set warm is not yet seen warm: the
     # next cohort forms from the next tick's pods, with every warm pod in it.

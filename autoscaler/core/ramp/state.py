@@ -96,6 +96,16 @@ class RampState:
     held_config: str | None = None
     """`fingerprint` of the settings the hold happened under."""
     drain: Drain | None = None
+    standby: int = 0
+    """Replicas of the Deployment's count that form the warm standby pool (as last scaled):
+    the serving replicas are the count less these."""
+    pool: tuple[str, ...] = ()
+    """The standby pool: pods that passed their warm-up and wait, not marked warm (out of every
+    routed set), until a scale-up promotes them; the oldest first."""
+    released: Mapping[str, float] = field(default_factory=dict)
+    """When each pod set warm and not yet seen warm was set so (the caches lag the write):
+    counted as serving, so that a lagging cache never lets a second pod out of the pool for
+    the same place; forgotten after `settle_timeout_s`. Kept in memory only (see `dumps`)."""
 
     @property
     def held(self) -> bool:

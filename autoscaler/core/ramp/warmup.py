@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from autoscaler.core.ramp import gate
+from autoscaler.core.ramp import gate, pool
 from autoscaler.core.ramp.actions import WARMUP_TIMED_OUT, EventType, Label, Probe, Reclaim, SetWarm
 from autoscaler.core.ramp.inputs import Pod
 from autoscaler.core.ramp.state import RAMP_PHASES
@@ -22,7 +22,7 @@ def warm_up(w: Work) -> None:
     baseline_s = gate.baseline_latency(w.tick.probes, stable)
     probing = False
     for name, pod in sorted(w.pods.items()):
-        if name in w.excluded or name in w.joined:
+        if name in w.excluded or name in w.joined or name in w.pool or name in w.released:
             continue
         if not pod.warming:
             if not pod.stable and pod.warm and pod.running:
@@ -64,7 +64,9 @@ def _warm_up_pod(w: Work, pod: Pod, baseline_s: float | None, *, deferring: bool
     if warm:
         w.deadlines.pop(name, None)
         w.probe_after.pop(name, None)
-        if deferring:
+        if pool.takes(w):
+            w.pool.append(name)
+        elif deferring:
             w.passed.append(name)
         else:
             _set_warm(w, name, message)
@@ -90,6 +92,7 @@ def _stray(w: Work, name: str, pod: Pod) -> None:
 
 def _set_warm(w: Work, name: str, message: str) -> None:
     w.actions.append(SetWarm(name, True, message))
+    w.released[name] = w.now
     w.warmed = True
 
 
@@ -109,3 +112,8 @@ def _forget_gone(w: Work) -> None:
     w.deadlines = {k: v for k, v in w.deadlines.items() if w.warming_pod(k)}
     w.probe_after = {k: v for k, v in w.probe_after.items() if w.warming_pod(k)}
     w.passed = [name for name in w.passed if w.warming_pod(name)]
+    w.released = {
+        name: since_s
+        for name, since_s in w.released.items()
+        if w.warming_pod(name) and w.now < since_s + w.config.settle_timeout_s
+    }

@@ -51,6 +51,9 @@ class Work:
     hold_reason: str | None
     held_config: str | None
     drain: Drain | None
+    standby: int
+    pool: list[str]
+    released: dict[str, float]
     pods: dict[str, Pod]
     """The pods not terminating, by name."""
     excluded: frozenset[str]
@@ -82,6 +85,9 @@ class Work:
             hold_reason=state.hold_reason,
             held_config=state.held_config,
             drain=state.drain,
+            standby=state.standby,
+            pool=list(state.pool),
+            released=dict(state.released),
             pods={p.name: p for p in tick.pods if not p.terminating},
             excluded=frozenset(v.name for v in state.drain.victims) if state.drain else frozenset(),
         )
@@ -116,9 +122,16 @@ class Work:
         return self.drain is not None and self.drain.scaled_s is None
 
     def warming_pod(self, name: str) -> bool:
-        """Whether the pod is still warming up: labelled `warming`, not warm, not a victim."""
+        """Whether the pod is still warming up: labelled `warming`, not warm, not a victim, not
+        waiting in the standby pool."""
         pod = self.pods.get(name)
-        return pod is not None and pod.warming and not pod.warm and name not in self.excluded
+        return (
+            pod is not None
+            and pod.warming
+            and not pod.warm
+            and name not in self.excluded
+            and name not in self.pool
+        )
 
     def step_pct(self) -> int:
         return self.config.steps_pct[self.step]
@@ -214,6 +227,9 @@ class Work:
             hold_reason=self.hold_reason,
             held_config=self.held_config,
             drain=self.drain,
+            standby=self.standby,
+            pool=tuple(self.pool),
+            released=self.released,
         )
 
 

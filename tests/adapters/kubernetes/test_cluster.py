@@ -273,6 +273,29 @@ async def test_invalid_annotations_skip_the_service_with_one_event(
     assert len(await events_of(api, "bad", "InvalidConfig")) == 2
 
 
+async def test_a_pool_without_the_warm_up_gate_is_refused_and_the_service_goes_on(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A standby pool asked for on a template without the gate gets an InvalidConfig Event
+    naming the key, value and rule; the service is managed without a pool."""
+    notes = settings(**{"standby-replicas": "1"})
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=notes))
+    made = await make_cluster()
+
+    with structlog.testing.capture_logs() as logs:
+        (found,) = await managed(made, "web")
+    await made.events.wait_idle()
+
+    assert found.ramp is None
+    (event,) = await events_of(api, "web", "InvalidConfig")
+    assert event["type"] == "Warning"
+    assert event["message"].startswith(
+        'autoscaler.dsec.io/standby-replicas="1": needs the warm-up gate in the pod template'
+    )
+    (line,) = [entry for entry in logs if entry["event"] == "config.invalid"]
+    assert line["problems"] == [event["message"]]
+
+
 async def test_state_annotation_is_resumed_and_a_malformed_one_ignored(
     apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:

@@ -15,8 +15,9 @@ from kube.emulator import Kube
 from kube.kubelet import EPOCH, FakeClock, FakeCluster
 from kubernetes_asyncio import client
 
-from autoscaler.adapters.kubernetes import cluster, placement
+from autoscaler.adapters.kubernetes import cluster, nodecache, placement
 from autoscaler.clock import ManualClock
+from autoscaler.contract import annotations as contract
 from autoscaler.contract import modelid
 from autoscaler.core import cache
 
@@ -237,3 +238,26 @@ async def test_a_label_another_replica_wrote_is_left_alone(
     await made.tend()
     assert labels_of(kube, "gpu-a")[other] == "1"
     assert labels_of(kube, "gpu-a")[LABEL] == "1"
+
+
+def test_a_pod_let_out_of_the_standby_pool_started_when_its_containers_were_ready() -> None:
+    """A pod promoted from the standby pool counts its start-up to ContainersReady, not to the
+    Ready its promotion brought, as the serving start-up does."""
+
+    def pod(reason: str) -> dict[str, Any]:
+        conditions = [
+            {
+                "type": "ContainersReady",
+                "status": "True",
+                "lastTransitionTime": "2026-01-01T00:01:30Z",
+            },
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T01:00:00Z"},
+            {"type": contract.WARM_GATE, "status": "True", "reason": reason},
+        ]
+        return {"metadata": {"name": "web-1"}, "status": {"conditions": conditions}}
+
+    promoted = nodecache._ready_s(pod(cluster.STANDBY_REASON))
+    warmed = nodecache._ready_s(pod("Warm"))
+    assert warmed is not None
+    assert promoted is not None
+    assert warmed - promoted == 3600 - 90

@@ -21,6 +21,7 @@ from autoscaler.clock import ManualClock
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
 from autoscaler.core import gates, model
+from autoscaler.core.ramp import pool
 
 from .support import NS, WALL_S, deployment, eventually, running, settings
 
@@ -303,6 +304,51 @@ async def test_set_warm_merges_the_condition_by_type_and_opens_the_readiness_gat
     warm = _api.condition(kube.store.get(PODS, NS, name), ramp.WARM_CONDITION)
     assert warm is not None
     assert (warm["status"], warm["reason"]) == ("False", ramp.COLD_REASON)
+
+
+async def test_a_pod_let_out_of_the_standby_pool_says_so_in_its_warm_condition(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_ramp: MakeRamp
+) -> None:
+    """The pool's promotion gets its own reason, which the start-up measure reads."""
+    await cluster_with_tiers(kube, kubelet, apps)
+    made, built = await make_ramp()
+    name = owner_pod(kube)
+    await cached(made, name, lambda pod: _api.condition(pod, "Ready") is not None)
+
+    await built.set_warm(WEB, name, True, pool.PROMOTED)
+
+    warm = _api.condition(kube.store.get(PODS, NS, name), ramp.WARM_CONDITION)
+    assert warm is not None
+    assert (warm["status"], warm["reason"]) == ("True", cluster.STANDBY_REASON)
+
+
+def test_a_pod_from_the_standby_pool_counts_its_start_up_until_its_containers_were_ready() -> None:
+    """Its wait in the pool is not start-up: a pod Ready an hour after its containers counts
+    the 90 s to the containers, the other pod its 60 s to Ready."""
+
+    def pod(ready_s: int, containers_s: int, reason: str) -> dict[str, object]:
+        def at(seconds: int) -> str:
+            return codec.format_time(EPOCH.timestamp() + seconds)
+
+        return {
+            "metadata": {"creationTimestamp": at(0)},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": at(ready_s)},
+                    {
+                        "type": "ContainersReady",
+                        "status": "True",
+                        "lastTransitionTime": at(containers_s),
+                    },
+                    {"type": ramp.WARM_CONDITION, "status": "True", "reason": reason},
+                ]
+            },
+        }
+
+    promoted = pod(3_600, 90, cluster.STANDBY_REASON)
+    warmed = pod(60, 50, ramp.WARM_REASON)
+    assert cluster.startup_s([promoted], recent=5) == 90.0
+    assert cluster.startup_s([warmed], recent=5) == 60.0
 
 
 async def test_set_labels_sets_and_removes_the_ramp_labels(

@@ -115,6 +115,14 @@ class RampMachine(RuleBasedStateMachine):
             assert set(world.stable_set()) >= stable_before
         self.check_round_trip()
 
+    @rule(size=st.integers(0, 2))
+    def standby(self, size: int) -> None:
+        """The standby pool resized, the serving replicas kept."""
+        world = self.world
+        serving = max(1, world.replicas - world.state.standby)
+        world.scale(serving + size, standby=size)
+        self.check_round_trip()
+
     @rule(dt_s=st.sampled_from([0.5, 1.0, 5.0, 11.0, 31.0, 61.0, 301.0]), resumed=st.booleans())
     def tick(self, dt_s: float, resumed: bool) -> None:
         self.checked_tick(dt_s, resumed=resumed)
@@ -160,7 +168,8 @@ class RampMachine(RuleBasedStateMachine):
 
     @rule()
     def quiesce(self) -> None:
-        """With every input steady and healthy, the ramp ends promoted, rolled back or held."""
+        """With every input steady and healthy, the ramp ends promoted, rolled back or held,
+        but for the pods waiting in the standby pool."""
         world = self.world
         world.health, world.probe, world.settles, world.in_flight = "good", "good", True, 0.0
         world.alone = {}
@@ -169,14 +178,19 @@ class RampMachine(RuleBasedStateMachine):
                 del world.pods[name]  # terminated; its ReplicaSet already counts the rest
             world.start_all()
             self.checked_tick(5.0)
+            pool = world.state.pool
             if world.state.phase in (Phase.IDLE, Phase.HELD) and (
-                world.state.held or not [p for p in world.pods.values() if p.warming]
+                world.state.held
+                or not [p for p in world.pods.values() if p.warming and p.name not in pool]
             ):
                 break
         else:
             raise AssertionError(f"stuck: {world.state}")
         assert world.weight == 0
         assert world.state.drain is None or world.state.drain.scaled_s is not None
+        # A pool resized down may keep a surplus pod while a drain takes a pending pod
+        # instead; once quiet, it holds no more than its size.
+        assert len(world.state.pool) <= world.state.standby
 
     def check_weights(self, plan: Plan) -> None:
         world = self.world
@@ -227,13 +241,23 @@ class RampMachine(RuleBasedStateMachine):
                 assert self.world.now >= started + self.world.config.min_dwell_ratio * interval
 
     def check_round_trip(self) -> None:
-        """Every state survives a restart (all but the probe throttle and the time of the
-        awaited health request, which are not saved); the latter stays, as in the driver's
-        memory, since a restart that loses it is `leader_restart`."""
+        """Every state survives a restart (all but the probe throttle, the time of the awaited
+        health request and the pods set warm not yet seen so, which are not saved); they stay,
+        as in the driver's memory, since a restart that loses them is `leader_restart`."""
         state = self.world.state
         restored = ramp.loads(ramp.dumps(state))
-        assert restored == dataclasses.replace(state, probe_after={}, asked_s=None)
-        self.world.state = dataclasses.replace(restored, asked_s=state.asked_s)
+        assert restored == dataclasses.replace(state, probe_after={}, asked_s=None, released={})
+        self.world.state = dataclasses.replace(
+            restored, asked_s=state.asked_s, released=state.released
+        )
+
+    @invariant()
+    def the_pool_gets_no_traffic(self) -> None:
+        """A pod in the standby pool is in no routed set and no cohort."""
+        world = self.world
+        pool = set(world.state.pool)
+        assert not pool & {p.name for p in world.routed()}
+        assert not pool & set(world.state.cohort)
 
     @invariant()
     def weights_sum_to_100(self) -> None:

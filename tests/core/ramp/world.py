@@ -130,6 +130,7 @@ class World:
             probes=probes,
             settled=settled,
             resumed=resumed,
+            replicas=self.replicas,
         )
         plan = ramp.advance(self.config, self.state, tick)
         self.carry_out(plan)
@@ -142,13 +143,14 @@ class World:
         self.state = ramp.loads(ramp.dumps(self.state))
         return self.tick(gap_s, resumed=True)
 
-    def scale(self, replicas: int) -> Plan | Refusal:
+    def scale(self, replicas: int, *, standby: int | None = None) -> Plan | Refusal:
         answer = ramp.scale(
             self.config,
             self.state,
             pods=tuple(self.pods.values()),
             replicas=replicas,
             current=self.replicas,
+            standby=standby,
         )
         if isinstance(answer, Plan):
             self.carry_out(answer)
@@ -218,7 +220,10 @@ class World:
         self.replicas = replicas
         while len(self.pods) > replicas:
             marked = sorted(self.marked & self.pods.keys())
-            name = marked[0] if marked else ramp.victim_order(self.pods.values())[0].name
+            if marked:
+                name = marked[0]
+            else:
+                name = ramp.victim_order(self.pods.values(), pool=self.state.pool)[0].name
             del self.pods[name]
         while len(self.pods) < replicas:
             self.add(running=False)
