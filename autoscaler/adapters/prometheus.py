@@ -537,7 +537,10 @@ class MetricsSource:
             if isinstance(series, list):
                 by_signal.setdefault(signal, []).extend(series)
         for signal, series in by_signal.items():
-            _fill(values[:, signal], series, rows, mean=signal is model.Signal.CAPACITY)
+            if signal in model.LATENCY_SIGNALS:
+                _fill_quantile(values[:, signal], series, rows, QUANTILE)
+            else:
+                _fill(values[:, signal], series, rows, mean=signal in model.MEAN_SIGNALS)
         return values
 
     def _locate(
@@ -673,7 +676,8 @@ def build_queries(
     by_requests: dict[str, _PodSet] = {}
     by_queue: dict[str, _PodSet] = {}
     everyone = _PodSet()
-    for serving in targets:
+    targets_list = list(targets)
+    for serving in targets_list:
         _check_names(serving)
         for groups, name in (
             (by_requests, serving.metrics.requests),
@@ -699,6 +703,7 @@ def build_queries(
         queries[model.Signal.LOAD] = " or ".join(loads)
     if queues:
         queries[model.Signal.SATURATION] = " or ".join(queues)
+    queries.update(_token_queries(targets_list, window, age, max_pod_matcher_chars))
     percent = _gpu_query(gpu_metric, everyone, age, max_pod_matcher_chars)
     if gpu_ratio_metric is None:
         queries[model.Signal.CAPACITY] = percent
@@ -707,6 +712,64 @@ def build_queries(
         # the ratio (MIG instances have nothing else) reads it, any other pod the percent.
         ratio = _gpu_query(gpu_ratio_metric, everyone, age, max_pod_matcher_chars, scale=100.0)
         queries[model.Signal.CAPACITY] = f"{ratio} or {percent}"
+    return queries
+
+
+QUANTILE: Final = 0.95
+"""The percentile of the TTFT and TPOT signals."""
+
+
+def _token_queries(
+    targets: Sequence[ServingPods], window: str, age: str, max_pod_matcher_chars: int
+) -> dict[model.Signal, str]:
+    """One query per token signal over every service whose server exports it.
+
+    KV-cache usage is the gauge per pod; tokens per second the rate of the prompt counter plus
+    the generation counter's, per pod; TTFT and TPOT the rate of each bucket per pod (`le`
+    kept), so that `sample` adds up a service's buckets and takes the percentile of the sum:
+    a service's P95, not a mean of its pods' P95s, from a query shared by every service.
+    """
+
+    def grouped(names_of: Callable[[MetricNames], tuple[str, ...]]) -> list[tuple[str, _PodSet]]:
+        groups: dict[str, _PodSet] = {}
+        for serving in targets:
+            for name in names_of(serving.metrics):
+                groups.setdefault(name, _PodSet()).add(serving)
+        return sorted(groups.items())
+
+    def selector(name: str, pods: _PodSet) -> str:
+        return _selector(name, pods.matchers(max_pod_matcher_chars))
+
+    def rates(names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
+        parts = []
+        for name, pods in grouped(names_of):
+            sel = selector(name, pods)
+            parts.append(f"sum by (namespace, pod) ({_fresh(f'rate({sel}[{window}])', sel, age)})")
+        return " or ".join(parts)
+
+    def buckets(names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
+        parts = []
+        for name, pods in grouped(names_of):
+            sel = selector(f"{name}_bucket", pods)
+            fresh = _fresh(f"rate({sel}[{window}])", sel, age)
+            parts.append(f"sum by (namespace, pod, le) ({fresh})")
+        return " or ".join(parts)
+
+    queries: dict[model.Signal, str] = {}
+    kv = [
+        f"avg by (namespace, pod) ({_fresh(sel, sel, age)})"
+        for name, pods in grouped(lambda m: m.kv_cache)
+        for sel in (selector(name, pods),)
+    ]
+    if kv:
+        queries[model.Signal.KV_CACHE] = " or ".join(kv)
+    prompt, generation = rates(lambda m: m.prompt_tokens), rates(lambda m: m.generation_tokens)
+    if prompt and generation:
+        queries[model.Signal.TOKENS] = f"({prompt}) + ({generation})"
+    if ttft := buckets(lambda m: m.ttft):
+        queries[model.Signal.TTFT] = ttft
+    if tpot := buckets(lambda m: m.tpot):
+        queries[model.Signal.TPOT] = tpot
     return queries
 
 
@@ -803,6 +866,54 @@ def _fill(
             count[row] += 1
     reported = count > 0
     column[reported] = total[reported] / count[reported] if mean else total[reported]
+
+
+def _fill_quantile(
+    column: npt.NDArray[np.float64],
+    series: list[Any],
+    rows: Mapping[_Pod, list[int]],
+    quantile: float,
+) -> None:
+    """Write each row's `quantile` of the bucket rates of its pods added up; rows with no
+    bucket, or no observation in the window, stay NaN."""
+    buckets: dict[int, dict[float, float]] = {}
+    for item in series:
+        try:
+            bound = float(item["metric"]["le"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise errors.ObservationError(f"Prometheus bucket malformed: {item!r:.200}") from e
+        for pod, value in _per_pod([item]):
+            for row in rows.get(pod, ()):
+                by_bound = buckets.setdefault(row, {})
+                by_bound[bound] = by_bound.get(bound, 0.0) + value
+    for row, by_bound in buckets.items():
+        column[row] = histogram_quantile(quantile, by_bound)
+
+
+def histogram_quantile(quantile: float, cumulative: Mapping[float, float]) -> float:
+    """Prometheus's `histogram_quantile` over cumulative bucket counts by upper bound: linear
+    within the bucket the rank falls in (from 0 for the first), the highest finite bound when
+    it falls in the `+Inf` bucket; NaN without a `+Inf` bucket or with no observation."""
+    bounds = sorted(cumulative)
+    if not bounds or bounds[-1] != math.inf:
+        return math.nan
+    total = cumulative[math.inf]
+    if not total > 0:
+        return math.nan
+    rank = quantile * total
+    below_bound, below_count = 0.0, 0.0
+    for bound in bounds:
+        count = cumulative[bound]
+        if count >= rank:
+            if bound == math.inf:
+                return below_bound
+            if count <= below_count:
+                return bound
+            return below_bound + (bound - below_bound) * (rank - below_count) / (
+                count - below_count
+            )
+        below_bound, below_count = bound, count
+    return below_bound
 
 
 def _per_pod(series: list[Any]) -> Iterator[tuple[_Pod, float]]:

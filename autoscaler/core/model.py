@@ -25,9 +25,24 @@ class Signal(enum.IntEnum):
     """Requests waiting in the servers' queues (sum over serving pods)."""
     CAPACITY = 2
     """GPU utilisation in percent (mean over serving pods); auxiliary, never scales up alone."""
+    KV_CACHE = 3
+    """KV-cache usage of an LLM server, a ratio in [0, 1] (mean over serving pods)."""
+    TOKENS = 4
+    """Prompt plus generated tokens per second (sum over serving pods)."""
+    TTFT = 5
+    """P95 time to first token in seconds, over the service's serving pods."""
+    TPOT = 6
+    """P95 time per output token in seconds, over the service's serving pods."""
 
 
 PRIMARY_SIGNALS = (Signal.LOAD, Signal.SATURATION)
+TOKEN_SIGNALS = (Signal.KV_CACHE, Signal.TOKENS)
+"""The LLM servers' capacity signals: each votes as a utilisation against its target."""
+LATENCY_SIGNALS = (Signal.TTFT, Signal.TPOT)
+"""The LLM servers' latency percentiles: each votes for more when above its target."""
+MEAN_SIGNALS = frozenset({Signal.CAPACITY, Signal.KV_CACHE})
+"""Signals that average over a service's pods; the others add up (or, latencies, are one
+percentile over every pod's histogram)."""
 
 
 class Kind(enum.Enum):
@@ -312,6 +327,12 @@ class PolicyConfig:
     target_load_per_replica: float | None = None
     target_queue_per_replica: float | None = None
     target_gpu_utilization_pct: float | None = 75.0
+    target_kv_cache_ratio: float | None = None
+    """KV-cache usage per serving replica, a ratio in (0, 1]."""
+    target_tokens_per_replica: float | None = None
+    """Prompt plus generated tokens per second per serving replica."""
+    target_ttft_p95_s: float | None = None
+    target_tpot_p95_s: float | None = None
     deadband_ratio: float = 0.1
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
@@ -331,25 +352,36 @@ class PolicyConfig:
         _require(self.max_replicas >= 1, "max_replicas must be >= 1")
         _require(self.min_replicas <= self.max_replicas, "min_replicas must be <= max_replicas")
         _require(
-            self.target_load_per_replica is not None or self.target_queue_per_replica is not None,
-            "at least one of target_load_per_replica, target_queue_per_replica is required",
+            any(self.target(signal) is not None for signal in (*PRIMARY_SIGNALS, *TOKEN_SIGNALS)),
+            "at least one of target_load_per_replica, target_queue_per_replica, "
+            "target_kv_cache_ratio, target_tokens_per_replica is required",
         )
         for name in ("target_load_per_replica", "target_queue_per_replica"):
             value = getattr(self, name)
             _require(value is None or (math.isfinite(value) and value > 0), f"{name} must be > 0")
         gpu = self.target_gpu_utilization_pct
         _require(gpu is None or 0 < gpu <= 100, "target_gpu_utilization_pct must be in (0, 100]")
+        kv = self.target_kv_cache_ratio
+        _require(kv is None or 0 < kv <= 1, "target_kv_cache_ratio must be in (0, 1]")
+        for name in ("target_tokens_per_replica", "target_ttft_p95_s", "target_tpot_p95_s"):
+            value = getattr(self, name)
+            _require(value is None or (math.isfinite(value) and value > 0), f"{name} must be > 0")
         _require(0 <= self.deadband_ratio < 1, "deadband_ratio must be in [0, 1)")
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
 
     def target(self, signal: Signal) -> float | None:
-        if signal is Signal.LOAD:
-            return self.target_load_per_replica
-        if signal is Signal.SATURATION:
-            return self.target_queue_per_replica
-        return self.target_gpu_utilization_pct
+        """The signal's target, per serving replica (a latency's is service-wide)."""
+        return {
+            Signal.LOAD: self.target_load_per_replica,
+            Signal.SATURATION: self.target_queue_per_replica,
+            Signal.CAPACITY: self.target_gpu_utilization_pct,
+            Signal.KV_CACHE: self.target_kv_cache_ratio,
+            Signal.TOKENS: self.target_tokens_per_replica,
+            Signal.TTFT: self.target_ttft_p95_s,
+            Signal.TPOT: self.target_tpot_p95_s,
+        }[signal]
 
 
 class SignalEstimate(NamedTuple):

@@ -49,7 +49,9 @@ from autoscaler import errors, ports
 from autoscaler.core import forecast, model
 from autoscaler.sim import tokens as tokens_
 
-_NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # one per model.Signal
+_NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # LOAD to CAPACITY
+_NAN_TOKENS: tuple[float, float, float, float] = (math.nan, math.nan, math.nan, math.nan)
+"""KV_CACHE, TOKENS, TTFT, TPOT of a service with no token series (the request model)."""
 # Scrape times are compared with this slack (float rounding of the clock).
 _EPS = 1e-9
 
@@ -175,6 +177,8 @@ class SimMetrics:
         self._queries = 0
         self.next_scrape_s: float | None = None
         self._tokens: dict[model.ServiceId, deque[tuple[float, TokenReading]]] = {}
+        self._token_rows: dict[model.ServiceId, tuple[float, float, float, float]] = {}
+        """Each token-mode service's token signals at its last scrape, in `Signal` order."""
 
     @property
     def queries(self) -> int:
@@ -221,6 +225,8 @@ class SimMetrics:
 
     def remove_service(self, service: model.ServiceId) -> None:
         self._series.pop(service, None)
+        self._tokens.pop(service, None)
+        self._token_rows.pop(service, None)
 
     def scrape_due(self, now_s: float) -> bool:
         return self.next_scrape_s is not None and now_s >= self.next_scrape_s - _EPS
@@ -254,6 +260,13 @@ class SimMetrics:
             if samples and samples[-1][0] >= now_s - _EPS:
                 samples.pop()
             samples.append((now_s, reading))
+            signals = self._token_signals(service, now_s)
+            self._token_rows[service] = (
+                signals.kv_cache_usage_ratio,
+                signals.prompt_tokens_per_s + signals.generation_tokens_per_s,
+                signals.ttft_p95_s,
+                signals.tpot_p95_s,
+            )
 
     def token_signals(self, service: model.ServiceId, now_s: float) -> TokenSignals:
         """The service's token signals at `now_s` from its scrapes within the rate window.
@@ -265,6 +278,9 @@ class SimMetrics:
                 raise errors.ObservationError(
                     f"simulated metrics outage from {outage.start_s:g}s to {outage.end_s:g}s"
                 )
+        return self._token_signals(service, now_s)
+
+    def _token_signals(self, service: model.ServiceId, now_s: float) -> TokenSignals:
         samples = self._tokens.get(service)
         if not samples:
             return TokenSignals(math.nan, math.nan, math.nan, math.nan, math.nan)
@@ -306,7 +322,12 @@ class SimMetrics:
     ) -> npt.NDArray[np.float64]:
         self._queries += 1
         series = self._series
-        rows = [s.latest if (s := series.get(w.id)) is not None else _NAN_ROW for w in workloads]
+        tokens = self._token_rows
+        rows = [
+            (s.latest if (s := series.get(w.id)) is not None else _NAN_ROW)
+            + tokens.get(w.id, _NAN_TOKENS)
+            for w in workloads
+        ]
         values = np.array(rows, dtype=np.float64).reshape(len(workloads), len(model.Signal))
         if self._outages:
             self._apply_outages(values, workloads, now_s)
