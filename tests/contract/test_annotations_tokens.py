@@ -1,0 +1,92 @@
+"""The LLM servers' annotations: `target-kv-cache-utilization`, `target-tokens-per-replica`,
+`target-ttft-p95` and `target-tpot-p95`."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.contract.annotations import PREFIX
+from tests.annotations.test_annotations_parse import messages, ok
+
+SHARE_RULE = "must be a ratio > 0 and <= 1 (0.8) or a percentage > 0 and <= 100 with % (80%)"
+
+
+@pytest.mark.parametrize("text", ["0.8", "80%", "80.0%", "0.80"])
+def test_the_kv_cache_target_is_a_ratio_or_a_percentage(text: str) -> None:
+    """`0.8` and `80%` are the same KV-cache target."""
+    config = ok({"target-kv-cache-utilization": text}).policy
+    assert config.target_kv_cache_ratio == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("text", ["80", "1.5", "0", "0%", "120%", "-0.5", "high", "0.8 "])
+def test_a_bad_kv_cache_target_names_the_key_the_value_and_the_rule(text: str) -> None:
+    """A bare 80 (percent without its sign), a ratio above 1 or words are refused."""
+    (message,) = messages({"target-kv-cache-utilization": text})
+    assert message.startswith(f"{PREFIX}target-kv-cache-utilization")
+    assert SHARE_RULE in message
+
+
+def test_the_token_and_latency_targets_reach_the_policy() -> None:
+    """Tokens per second and the two P95 durations become the policy's targets."""
+    config = ok(
+        {
+            "target-tokens-per-replica": "2500",
+            "target-ttft-p95": "800ms",
+            "target-tpot-p95": "0.05",
+        }
+    ).policy
+    assert config.target_tokens_per_replica == 2500.0
+    assert config.target_ttft_p95_s == pytest.approx(0.8)
+    assert config.target_tpot_p95_s == pytest.approx(0.05)
+
+
+def test_no_token_annotation_means_no_token_vote() -> None:
+    """Without the keys the policy has no token target."""
+    config = ok().policy
+    assert config.target_kv_cache_ratio is None
+    assert config.target_tokens_per_replica is None
+    assert config.target_ttft_p95_s is None
+    assert config.target_tpot_p95_s is None
+
+
+def test_a_kv_cache_target_alone_is_a_complete_configuration() -> None:
+    """A service may scale on its KV cache with no request target."""
+    config = ok({"target-qps-per-replica": None, "target-kv-cache-utilization": "70%"}).policy
+    assert config.target_load_per_replica is None
+    assert config.target_kv_cache_ratio == pytest.approx(0.7)
+
+
+def test_a_latency_target_alone_is_not_enough() -> None:
+    """TTFT only scales up: a service needs a capacity target too."""
+    (message,) = messages({"target-qps-per-replica": None, "target-ttft-p95": "1s"})
+    assert message.startswith(f"{PREFIX}target-qps-per-replica: required unless one of")
+
+
+def test_a_target_the_server_does_not_export_is_refused() -> None:
+    """TGI has no KV-cache gauge nor TTFT histogram: the keys are refused, naming the server."""
+    problems = messages(
+        {"server": "tgi", "target-kv-cache-utilization": "0.8", "target-ttft-p95": "1s"}
+    )
+    rule = "`server: tgi` does not export the signal this target reads"
+    assert problems == [
+        f'{PREFIX}target-kv-cache-utilization="0.8": {rule}',
+        f'{PREFIX}target-ttft-p95="1s": {rule}',
+    ]
+
+
+def test_tgi_scales_on_tokens_and_tpot() -> None:
+    """TGI's token histograms and per-token latency are read."""
+    config = ok({"server": "tgi", "target-tokens-per-replica": "900", "target-tpot-p95": "40ms"})
+    assert config.policy.target_tokens_per_replica == 900.0
+    assert config.metrics.prompt_tokens == ("tgi_request_input_length_sum",)
+
+
+def test_a_custom_server_has_no_token_series() -> None:
+    """`server: custom` names no token series, so its token targets are refused."""
+    problems = messages(
+        {"server": "custom", "metric-requests": "my_requests_total", "target-tpot-p95": "50ms"}
+    )
+    assert problems == [
+        f'{PREFIX}target-tpot-p95="50ms": needs a server preset that exports the signal '
+        "(`server: custom` names none)"
+    ]
