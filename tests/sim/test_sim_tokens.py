@@ -206,3 +206,27 @@ def test_the_default_policy_sizes_for_the_ttft_slo_in_token_mode() -> None:
         quantile=sim_policies.SLO_QUANTILE,
         replica_capacity_rps=params.replica_capacity_rps,
     )
+
+
+async def test_the_batched_sample_carries_the_token_signals_to_the_loop() -> None:
+    """The loop's one query per tick reads the token signals in their `Signal` columns for a
+    token-mode service, and NaN for a request-mode one."""
+    arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
+    params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
+    sim = world.World(params)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix)
+    sim.add_service("llm/plain", arrivals, SimParams(), replicas=2)
+    sim.advance(120.0)
+
+    values = await sim.metrics.sample(sim.cluster.workloads(), 120.0)
+
+    signals = sim.metrics.token_signals(sid, 120.0)
+    chat, plain = values
+    assert chat[model.Signal.KV_CACHE] == signals.kv_cache_usage_ratio
+    assert chat[model.Signal.TOKENS] == pytest.approx(
+        signals.prompt_tokens_per_s + signals.generation_tokens_per_s
+    )
+    assert chat[model.Signal.TTFT] == signals.ttft_p95_s
+    assert chat[model.Signal.TPOT] == signals.tpot_p95_s
+    assert np.isnan(plain[list(model.TOKEN_SIGNALS + model.LATENCY_SIGNALS)]).all()
+    assert not np.isnan(plain[model.Signal.LOAD])
