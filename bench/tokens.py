@@ -15,12 +15,19 @@ request's prompt and output lengths drawn jointly from the bundled Azure hour
 - `tokens-code`: from 20 min on, `CODE_SHARE` of the requests are code completions: prompts
   `CODE_PROMPT_FACTOR` times longer, outputs `CODE_OUTPUT_DIVISOR` times shorter.
 
-Every policy scales on request signals with mu measured on the stable mix
+Every policy but one scales on request signals with mu measured on the stable mix
 (`measure_capacity`: the highest rate that ten replicas serve with at most 1 % of requests over
 the TTFT SLO, per replica, and the time a request stays in the server at the load target, for
 the concurrency targets), as an operator would set its targets after a load test. Each runs at its
 default target and through the equal-SLO search of `autoscaler.experiment.sweep` on the TTFT
 SLO; the table gives misses (TTFT over the SLO, or dropped) and GPU-hours.
+
+`default-tokens` is ours with the token signals besides: the KV-cache usage and the tokens per
+second one replica shows at mu on the stable mix (`Capacity`), times the same utilisation target
+as its request target, and a P95 TTFT target of `TTFT_TARGET_SHARE` of the SLO; what a load test
+on the stable mix gives an operator, who then annotates `target-kv-cache-utilization`,
+`target-tokens-per-replica` and `target-ttft-p95`. It is registered with the simulator's
+policies for this bench only.
 
 It lives beside `bench.run` rather than in `bench.scenarios` so the default benchmark's running
 time does not change. It must not change the simulator or the policies.
@@ -40,9 +47,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler.core import model
 from autoscaler.experiment import equal_slo, sweep, trace
 from autoscaler.experiment import run as sim_run
 from autoscaler.experiment.scenario import Scenario
+from autoscaler.sim import policies as sim_policies
 from autoscaler.sim import tokens
 from autoscaler.sim.params import SimParams
 from bench import common
@@ -58,7 +67,10 @@ CODE_SHARE = 0.7
 CODE_PROMPT_FACTOR = 3.0
 CODE_OUTPUT_DIVISOR = 4.0
 SEED = 16
-POLICIES = ("seed", "default", "hpa", "keda", "kpa", "oracle")
+TOKENS_POLICY = "default-tokens"
+POLICIES = ("seed", "default", TOKENS_POLICY, "hpa", "keda", "kpa", "oracle")
+TTFT_TARGET_SHARE = 0.5
+"""`default-tokens`'s P95 TTFT target, as a share of the SLO: it votes before requests miss."""
 TOKEN_CONFIG = tokens.TokenConfig()
 GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """Utilisation targets the equal-SLO search may try: a shift to long prompts can need three
@@ -174,31 +186,76 @@ class Capacity:
     Little's law: running over throughput): the request model's `service_time_s`, from which
     the concurrency targets (KPA's) are set. Under continuous batching it grows with the load
     (a fuller batch decodes slower), so it is taken where the policies aim, not at mu."""
+    tokens_per_s: float = 0.0
+    """Prompt plus output tokens per second one replica serves at mu."""
+    kv_usage_ratio: float = 0.0
+    """The mean share of its KV cache one replica holds at mu."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    miss_pct: float
+    in_service_s: float
+    tokens_per_s: float
+    kv_usage_ratio: float
 
 
 def measure_capacity(config: tokens.TokenConfig = TOKEN_CONFIG) -> Capacity:
     """Bisect, on ten replicas, the highest per-replica rate within the SLO, to 0.05
     requests/s."""
 
-    def probe(per_replica: float) -> tuple[float, float]:
+    def probe(per_replica: float) -> _Probe:
         rate = per_replica * _PROBE_REPLICAS
         arrivals, mix = draw(rate, _PROBE_S, np.zeros(_PROBE_S), _rag, seed=SEED + 1)
         traffic = tokens.TokenTraffic(arrivals, mix, config)
-        running = 0.0
+        running = served_tokens = kv = 0.0
         for _ in range(_PROBE_S):
-            running += traffic.step(_PROBE_REPLICAS).running
+            second = traffic.step(_PROBE_REPLICAS)
+            running += second.running
+            served_tokens += second.prompt_tokens + second.generation_tokens
+            kv += second.kv_usage_ratio
         missed = traffic.slo_misses + traffic.unmet_at_end()
-        return 100.0 * missed / traffic.arrived, running / _PROBE_S / rate
+        return _Probe(
+            100.0 * missed / traffic.arrived,
+            running / _PROBE_S / rate,
+            served_tokens / _PROBE_S / _PROBE_REPLICAS,
+            kv / _PROBE_S,
+        )
 
     lo, hi = 0.5, 20.0
     while hi - lo > 0.05:
         mid = (lo + hi) / 2
-        if probe(mid)[0] <= equal_slo.SLO_MISS_LIMIT_PCT:
+        if probe(mid).miss_pct <= equal_slo.SLO_MISS_LIMIT_PCT:
             lo = mid
         else:
             hi = mid
     mu = round(lo, 2)
-    return Capacity(mu, round(probe(mu * SimParams().target_utilisation)[1], 2))
+    at_mu = probe(mu)
+    return Capacity(
+        mu,
+        round(probe(mu * SimParams().target_utilisation).in_service_s, 2),
+        round(at_mu.tokens_per_s),
+        round(at_mu.kv_usage_ratio, 3),
+    )
+
+
+def register_tokens_policy(capacity: Capacity, config: tokens.TokenConfig = TOKEN_CONFIG) -> None:
+    """Register `default-tokens`: ours with the token targets a load test at mu gives."""
+
+    def policy_config(params: SimParams) -> model.PolicyConfig:
+        u = params.target_utilisation
+        return dataclasses.replace(
+            sim_policies.default_config(params),
+            target_kv_cache_ratio=min(1.0, u * capacity.kv_usage_ratio),
+            target_tokens_per_replica=u * capacity.tokens_per_s,
+            target_ttft_p95_s=TTFT_TARGET_SHARE * config.slo_ttft_s,
+        )
+
+    entry = sim_policies.PolicyEntry(
+        policy_config, about="ours with KV-cache, token-rate and TTFT votes besides"
+    )
+    sim_policies.register(TOKENS_POLICY, entry, replace=True)
+    sweep.DEFAULT_UTILISATION[TOKENS_POLICY] = sweep.DEFAULT_UTILISATION["default"]
 
 
 def _trial(
@@ -218,9 +275,10 @@ def _trial(
 _SCENARIOS: dict[str, TokenScenario] = {}
 
 
-def _start(scenarios: dict[str, TokenScenario]) -> None:
+def _start(scenarios: dict[str, TokenScenario], capacity: Capacity) -> None:
     sweep.quiet_logs()
     _SCENARIOS.update(scenarios)
+    register_tokens_policy(capacity)
 
 
 def search(
@@ -277,11 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     policies = tuple(p for p in args.policies.split(",") if p)
-    unknown = [p for p in policies if p not in sweep.DEFAULT_UTILISATION]
+    unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         parser.error(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
     started = time.perf_counter()
     capacity = measure_capacity()
+    register_tokens_policy(capacity)
     mu = capacity.mu_rps
     scenarios = build(mu, args.duration_s)
     base = dataclasses.replace(
@@ -292,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     jobs = [(name, policy) for name in scenarios for policy in policies]
     with concurrent.futures.ProcessPoolExecutor(
-        max_workers=args.jobs, initializer=_start, initargs=(scenarios,)
+        max_workers=args.jobs, initializer=_start, initargs=(scenarios, capacity)
     ) as pool:
         futures = [
             pool.submit(search, name, policy, args.regime, base, None if args.no_search else GRID)
@@ -301,8 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = [f.result() for f in futures]
     header = (
         f"Token mode, {args.regime} start-up, TTFT SLO {TOKEN_CONFIG.slo_ttft_s:g} s, "
-        f"mu {mu:g} requests/s per replica and {capacity.in_service_s:g} s in the server "
-        "(measured on the stable mix)"
+        f"mu {mu:g} requests/s per replica and {capacity.in_service_s:g} s in the server; "
+        f"at mu, {capacity.tokens_per_s:g} tokens/s and {capacity.kv_usage_ratio:.1%} of the "
+        "KV cache per replica (measured on the stable mix)"
     )
     print(markdown(rows, scenarios, header, searched=not args.no_search))
     elapsed = time.perf_counter() - started
