@@ -267,7 +267,9 @@ class Annotations(BaseModel):
         None,
         alias="target-ttft-p95",
         description="LLM servers: P95 time to first token; above it, a vote for more replicas "
-        "(at most twice the serving ones per decision), and near it no scale-down.",
+        "(at most twice the serving ones per decision), and near it no scale-down. With "
+        "`policy: default` and no other latency SLO, also the SLO's queueing model, sized as "
+        "a queueing delay (as `target-p95-queue-delay`; `replica-capacity` applies).",
     )
     target_tpot_p95_s: Annotated[float | None, _v(_LATENCY)] = Field(
         None,
@@ -550,8 +552,11 @@ def _slo(a: Annotations) -> list[Problem]:
     if a.service_time_s is not None and a.target_p95_latency_s is None:
         rule = f"has no effect without {PREFIX}target-p95-latency"
         problems.append(Problem(PREFIX + "service-time", _value("service-time", a), rule))
-    if a.replica_capacity_rps is not None and not targets:
-        rule = f"has no effect without {PREFIX}target-p95-latency or {PREFIX}target-p95-queue-delay"
+    if a.replica_capacity_rps is not None and not targets and a.target_ttft_p95_s is None:
+        rule = (
+            f"has no effect without {PREFIX}target-p95-latency, {PREFIX}target-p95-queue-delay "
+            f"or {PREFIX}target-ttft-p95"
+        )
         problems.append(Problem(PREFIX + "replica-capacity", _value("replica-capacity", a), rule))
     return problems
 
@@ -566,6 +571,13 @@ def _slo_config(a: Annotations) -> model.SloConfig | None:
     if a.target_p95_queue_delay_s is not None:
         return model.SloConfig(
             target_latency_s=a.target_p95_queue_delay_s,
+            replica_capacity_rps=a.replica_capacity_rps,
+        )
+    if a.target_ttft_p95_s is not None and a.policy is PolicyName.DEFAULT:
+        # The time to first token is mostly the wait for a place in the batch: the SLO's
+        # queueing model sizes it as a queueing delay.
+        return model.SloConfig(
+            target_latency_s=a.target_ttft_p95_s,
             replica_capacity_rps=a.replica_capacity_rps,
         )
     return None

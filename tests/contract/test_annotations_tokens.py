@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.contract.annotations import PREFIX
+from autoscaler.core import model
 from tests.annotations.test_annotations_parse import messages, ok
 
 SHARE_RULE = "must be a ratio > 0 and <= 1 (0.8) or a percentage > 0 and <= 100 with % (80%)"
@@ -90,3 +91,25 @@ def test_a_custom_server_has_no_token_series() -> None:
         f'{PREFIX}target-tpot-p95="50ms": needs a server preset that exports the signal '
         "(`server: custom` names none)"
     ]
+
+
+def test_a_ttft_target_feeds_the_slo_sizing_of_the_default_policy() -> None:
+    """With `policy: default` the TTFT target is also the SLO's queueing delay, with the
+    replica's capacity when given."""
+    config = ok({"target-ttft-p95": "1s", "replica-capacity": "3.5"}).policy
+    assert config.slo == model.SloConfig(target_latency_s=1.0, replica_capacity_rps=3.5)
+    assert config.target_ttft_p95_s == 1.0
+
+
+def test_the_seed_policy_keeps_the_ttft_vote_alone() -> None:
+    """`policy: seed` has no SLO sizing: the TTFT target only votes."""
+    config = ok({"policy": "seed", "target-ttft-p95": "1s"}).policy
+    assert config.slo is None
+    assert config.target_ttft_p95_s == 1.0
+
+
+def test_an_explicit_latency_slo_wins_over_the_ttft_target() -> None:
+    """`target-p95-queue-delay` sets the SLO sizing; the TTFT target still votes on its own."""
+    config = ok({"target-p95-queue-delay": "300ms", "target-ttft-p95": "1s"}).policy
+    assert config.slo == model.SloConfig(target_latency_s=0.3)
+    assert config.target_ttft_p95_s == 1.0
