@@ -275,7 +275,8 @@ def _trial(
 _SCENARIOS: dict[str, TokenScenario] = {}
 
 
-def _start(scenarios: dict[str, TokenScenario], capacity: Capacity) -> None:
+def start_worker(scenarios: dict[str, TokenScenario], capacity: Capacity) -> None:
+    """Make this process ready for `search`: the scenarios, and `default-tokens` registered."""
     sweep.quiet_logs()
     _SCENARIOS.update(scenarios)
     register_tokens_policy(capacity)
@@ -351,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     jobs = [(name, policy) for name in scenarios for policy in policies]
     with concurrent.futures.ProcessPoolExecutor(
-        max_workers=args.jobs, initializer=_start, initargs=(scenarios, capacity)
+        max_workers=args.jobs, initializer=start_worker, initargs=(scenarios, capacity)
     ) as pool:
         futures = [
             pool.submit(search, name, policy, args.regime, base, None if args.no_search else GRID)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from autoscaler.experiment import sweep
 from bench import tokens
 
 MU_RPS = 3.74
@@ -46,3 +49,21 @@ def test_long_prompts_arrive_only_in_the_shift_scenarios() -> None:
     code_output = code.mix.output_tokens[2400:].sum() / code.scenario.arrivals[2400:].sum()
     stable_output = stable.mix.output_tokens[2400:].sum() / stable.scenario.arrivals[2400:].sum()
     assert code_output < 0.6 * stable_output
+
+
+def test_token_signals_see_the_code_shift_that_request_signals_miss() -> None:
+    """On the code shift at a flat request rate, ours with token signals adds replicas in time
+    and misses fewer TTFTs than ours on request signals."""
+    capacity = tokens.Capacity(MU_RPS, 7.63, tokens_per_s=5086.0, kv_usage_ratio=0.8)
+    tokens.register_tokens_policy(capacity)
+    built = tokens.build(MU_RPS, duration_s=2400)
+    tokens.start_worker({"tokens-code": built["tokens-code"]}, capacity)
+    base = dataclasses.replace(
+        sweep.BASE, tokens=tokens.TOKEN_CONFIG, replica_capacity_rps=MU_RPS, service_time_s=7.63
+    )
+
+    plain = tokens.search("tokens-code", "default", "cold", base, None)
+    with_tokens = tokens.search("tokens-code", tokens.TOKENS_POLICY, "cold", base, None)
+
+    assert with_tokens.default.slo_miss_pct < 1.0
+    assert plain.default.slo_miss_pct > 5.0
