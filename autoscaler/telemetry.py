@@ -132,7 +132,8 @@ SIGNAL = Family(
 SIGNAL_TARGET = Family(
     _Gauge,
     "autoscaler_signal_target",
-    "Service-wide target for the signal: per-replica target x serving replicas.",
+    "Service-wide target for the signal: per-replica target x serving replicas (a latency "
+    "percentile's target as set).",
     ("signal",),
 )
 COOLDOWN = Family(
@@ -349,7 +350,9 @@ def _render_tick(
         if math.isfinite(vote.estimate):
             out[SIGNAL].add_metric([namespace, name, label], vote.estimate)
         if target is not None:
-            out[SIGNAL_TARGET].add_metric([namespace, name, label], target * workload.serving)
+            # A latency percentile's target is the service's own, not one per replica.
+            per = 1 if signal in model.LATENCY_SIGNALS else workload.serving
+            out[SIGNAL_TARGET].add_metric([namespace, name, label], target * per)
 
 
 def _render_kept(
