@@ -179,6 +179,8 @@ class SimMetrics:
         self._tokens: dict[model.ServiceId, deque[tuple[float, TokenReading]]] = {}
         self._token_rows: dict[model.ServiceId, tuple[float, float, float, float]] = {}
         """Each token-mode service's token signals at its last scrape, in `Signal` order."""
+        self._token_scraped: set[model.ServiceId] = set()
+        """Token-mode services scraped since their row was last worked out."""
 
     @property
     def queries(self) -> int:
@@ -227,6 +229,7 @@ class SimMetrics:
         self._series.pop(service, None)
         self._tokens.pop(service, None)
         self._token_rows.pop(service, None)
+        self._token_scraped.discard(service)
 
     def scrape_due(self, now_s: float) -> bool:
         return self.next_scrape_s is not None and now_s >= self.next_scrape_s - _EPS
@@ -260,13 +263,21 @@ class SimMetrics:
             if samples and samples[-1][0] >= now_s - _EPS:
                 samples.pop()
             samples.append((now_s, reading))
-            signals = self._token_signals(service, now_s)
+            self._token_scraped.add(service)
+
+    def _token_row(self, service: model.ServiceId) -> tuple[float, float, float, float]:
+        """The service's token signals at its last scrape, in `Signal` order; worked out at the
+        first sample after the scrape, so a run nobody samples pays nothing for them."""
+        if service in self._token_scraped:
+            self._token_scraped.discard(service)
+            signals = self._token_signals(service, self._tokens[service][-1][0])
             self._token_rows[service] = (
                 signals.kv_cache_usage_ratio,
                 signals.prompt_tokens_per_s + signals.generation_tokens_per_s,
                 signals.ttft_p95_s,
                 signals.tpot_p95_s,
             )
+        return self._token_rows.get(service, _NAN_TOKENS)
 
     def token_signals(self, service: model.ServiceId, now_s: float) -> TokenSignals:
         """The service's token signals at `now_s` from its scrapes within the rate window.
@@ -322,10 +333,9 @@ class SimMetrics:
     ) -> npt.NDArray[np.float64]:
         self._queries += 1
         series = self._series
-        tokens = self._token_rows
+        token_row = self._token_row
         rows = [
-            (s.latest if (s := series.get(w.id)) is not None else _NAN_ROW)
-            + tokens.get(w.id, _NAN_TOKENS)
+            (s.latest if (s := series.get(w.id)) is not None else _NAN_ROW) + token_row(w.id)
             for w in workloads
         ]
         values = np.array(rows, dtype=np.float64).reshape(len(workloads), len(model.Signal))
