@@ -36,6 +36,7 @@ def test_a_full_kv_cache_scales_up_at_a_flat_request_rate() -> None:
 
     assert decision.kind is Kind.SCALE_UP
     assert decision.desired == 7
+    assert decision.detail == "kv_cache ratio 1.58 asks for 7"
     vote = decision.contributions[Signal.KV_CACHE]
     assert vote.desired == 7
     assert vote.ratio == 0.95 / 0.6
