@@ -7,7 +7,7 @@ import pytest
 
 from autoscaler.contract.annotations import PREFIX
 from autoscaler.core import model
-from tests.annotations.test_annotations_parse import messages, ok
+from tests.contract.test_annotations_parse import messages, ok
 
 SHARE_RULE = "must be a ratio > 0 and <= 1 (0.8) or a percentage > 0 and <= 100 with % (80%)"
 

@@ -230,15 +230,3 @@ async def test_the_batched_sample_carries_the_token_signals_to_the_loop() -> Non
     assert chat[model.Signal.TPOT] == signals.tpot_p95_s
     assert np.isnan(plain[list(model.TOKEN_SIGNALS + model.LATENCY_SIGNALS)]).all()
     assert not np.isnan(plain[model.Signal.LOAD])
-
-
-def test_the_default_policy_sizes_for_the_ttft_slo_in_token_mode() -> None:
-    """In token mode the default policy's SLO is the TTFT SLO, sized as a wait, whatever the
-    time a request spends in the server."""
-    params = SimParams(tokens=tokens.TokenConfig(slo_ttft_s=2.0), service_time_s=7.6)
-    config = sim_policies.default_config(params)
-    assert config.slo == model.SloConfig(
-        target_latency_s=2.0,
-        quantile=sim_policies.SLO_QUANTILE,
-        replica_capacity_rps=params.replica_capacity_rps,
-    )
