@@ -126,6 +126,8 @@ class ServingPods:
     pods: frozenset[str]
     """Pods warm and in the stable traffic set: the only ones whose series count."""
     metrics: MetricNames
+    llm_signals: frozenset[model.Signal] = frozenset()
+    """The LLM signals the service sets a target for: its pods join only their queries."""
 
 
 class QueryRejected(errors.ObservationError):
@@ -552,7 +554,9 @@ class MetricsSource:
         for row, workload in enumerate(workloads):
             if workload.metrics is None or not workload.pods:
                 continue
-            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
+            serving = ServingPods(
+                workload.namespace, workload.pods, workload.metrics, workload.policy.llm_signals
+            )
             if not is_namespace(serving.namespace):
                 log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
                 continue
@@ -722,7 +726,8 @@ QUANTILE: Final = 0.95
 def _token_queries(
     targets: Sequence[ServingPods], window: str, age: str, max_pod_matcher_chars: int
 ) -> dict[model.Signal, str]:
-    """One query per token signal over every service whose server exports it.
+    """One query per token signal over every service that sets its target and whose server
+    exports it: a fleet where no service sets one sends none of these queries.
 
     KV-cache usage is the gauge per pod; tokens per second the rate of the prompt counter plus
     the generation counter's, per pod; TTFT and TPOT the rate of each bucket per pod (`le`
@@ -730,11 +735,18 @@ def _token_queries(
     a service's P95, not a mean of its pods' P95s, from a query shared by every service.
     """
 
-    def grouped(names_of: Callable[[MetricNames], tuple[str, ...]]) -> list[tuple[str, _PodSet]]:
+    opted = [serving for serving in targets if serving.llm_signals]
+    if not opted:
+        return {}
+
+    def grouped(
+        signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]
+    ) -> list[tuple[str, _PodSet]]:
         groups: dict[str, _PodSet] = {}
-        for serving in targets:
-            for name in names_of(serving.metrics):
-                groups.setdefault(name, _PodSet()).add(serving)
+        for serving in opted:
+            if signal in serving.llm_signals:
+                for name in names_of(serving.metrics):
+                    groups.setdefault(name, _PodSet()).add(serving)
         return sorted(groups.items())
 
     def selector(name: str, pods: _PodSet) -> str:
@@ -742,14 +754,14 @@ def _token_queries(
 
     def rates(names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
         parts = []
-        for name, pods in grouped(names_of):
+        for name, pods in grouped(model.Signal.TOKENS, names_of):
             sel = selector(name, pods)
             parts.append(f"sum by (namespace, pod) ({_fresh(f'rate({sel}[{window}])', sel, age)})")
         return " or ".join(parts)
 
-    def buckets(names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
+    def buckets(signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
         parts = []
-        for name, pods in grouped(names_of):
+        for name, pods in grouped(signal, names_of):
             sel = selector(f"{name}_bucket", pods)
             fresh = _fresh(f"rate({sel}[{window}])", sel, age)
             parts.append(f"sum by (namespace, pod, le) ({fresh})")
@@ -758,7 +770,7 @@ def _token_queries(
     queries: dict[model.Signal, str] = {}
     kv = [
         f"avg by (namespace, pod) ({_fresh(sel, sel, age)})"
-        for name, pods in grouped(lambda m: m.kv_cache)
+        for name, pods in grouped(model.Signal.KV_CACHE, lambda m: m.kv_cache)
         for sel in (selector(name, pods),)
     ]
     if kv:
@@ -766,9 +778,9 @@ def _token_queries(
     prompt, generation = rates(lambda m: m.prompt_tokens), rates(lambda m: m.generation_tokens)
     if prompt and generation:
         queries[model.Signal.TOKENS] = f"({prompt}) + ({generation})"
-    if ttft := buckets(lambda m: m.ttft):
+    if ttft := buckets(model.Signal.TTFT, lambda m: m.ttft):
         queries[model.Signal.TTFT] = ttft
-    if tpot := buckets(lambda m: m.tpot):
+    if tpot := buckets(model.Signal.TPOT, lambda m: m.tpot):
         queries[model.Signal.TPOT] = tpot
     return queries
 
@@ -1351,7 +1363,9 @@ class LoadHistory:
         for workload in workloads:
             if workload.metrics is None or workload.metrics.requests is None:
                 continue
-            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
+            serving = ServingPods(
+                workload.namespace, workload.pods, workload.metrics, workload.policy.llm_signals
+            )
             if not is_namespace(serving.namespace):
                 continue
             wanted.append((workload.id, serving))

@@ -36,10 +36,16 @@ class Signal(enum.IntEnum):
 
 
 PRIMARY_SIGNALS = (Signal.LOAD, Signal.SATURATION)
+BASE_SIGNALS = (Signal.LOAD, Signal.SATURATION, Signal.CAPACITY)
+"""The signals read, recorded and smoothed for every service."""
 TOKEN_SIGNALS = (Signal.KV_CACHE, Signal.TOKENS)
 """The LLM servers' capacity signals: each votes as a utilisation against its target."""
 LATENCY_SIGNALS = (Signal.TTFT, Signal.TPOT)
 """The LLM servers' latency percentiles: each votes for more when above its target."""
+LLM_SIGNALS = (*TOKEN_SIGNALS, *LATENCY_SIGNALS)
+"""The signals a service opts into by setting their targets (`PolicyConfig.llm_signals`): only
+then are they queried, recorded and smoothed for it."""
+_NONE: frozenset[Signal] = frozenset()
 MEAN_SIGNALS = frozenset({Signal.CAPACITY, Signal.KV_CACHE})
 """Signals that average over a service's pods; the others add up (or, latencies, are one
 percentile over every pod's histogram)."""
@@ -370,6 +376,21 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
+
+    @property
+    def llm_signals(self) -> frozenset[Signal]:
+        """The LLM signals this service sets a target for: the only ones read for it. A
+        service without any costs what it did before they existed: no query names its pods
+        for them, and its windows hold no column for them."""
+        # Read every tick for every service: the common case is four attribute reads.
+        if (
+            self.target_kv_cache_ratio is None
+            and self.target_tokens_per_replica is None
+            and self.target_ttft_p95_s is None
+            and self.target_tpot_p95_s is None
+        ):
+            return _NONE
+        return frozenset(s for s in LLM_SIGNALS if self.target(s) is not None)
 
     def target(self, signal: Signal) -> float | None:
         """The signal's target, per serving replica (a latency's is service-wide)."""

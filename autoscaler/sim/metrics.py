@@ -334,8 +334,11 @@ class SimMetrics:
         self._queries += 1
         series = self._series
         token_row = self._token_row
+        # A service reads its token signals only when it sets a target for one, as in a
+        # cluster, where no query names its pods for them otherwise.
         rows = [
-            (s.latest if (s := series.get(w.id)) is not None else _NAN_ROW) + token_row(w.id)
+            (s.latest if (s := series.get(w.id)) is not None else _NAN_ROW)
+            + (token_row(w.id) if w.policy.llm_signals else _NAN_TOKENS)
             for w in workloads
         ]
         values = np.array(rows, dtype=np.float64).reshape(len(workloads), len(model.Signal))

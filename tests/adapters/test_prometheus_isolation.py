@@ -17,7 +17,7 @@ from autoscaler.core import model
 
 LOAD, SATURATION = model.Signal.LOAD, model.Signal.SATURATION
 VLLM = metricnames.PRESETS["vllm"]
-SIGNALS = len(model.Signal)
+SIGNALS = len(model.BASE_SIGNALS)  # what a service without token targets is read for
 BAD_DATA = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"})
 
 
@@ -100,8 +100,7 @@ async def test_a_service_that_breaks_the_shared_query_is_found_and_read_apart(
 
         values = await reader.sample(load, 0.0)
 
-        # The shared queries, and the culprit's own: it names no token series, so three.
-        assert reader.queries_sent - first_tick == SIGNALS + 3
+        assert reader.queries_sent - first_tick == 2 * SIGNALS  # shared, and the culprit's own
         assert np.isfinite(values[good, LOAD]).all()
         assert np.isnan(values[names.index(bad), LOAD])
         assert set(reader.rejected) == {bad}

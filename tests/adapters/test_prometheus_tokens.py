@@ -3,13 +3,16 @@ percentile of a service's histograms, and a real Prometheus scraping vLLM-style 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pytest
 from prom import server
 from prom.fixtures import Stack
 
+from autoscaler import ports
 from autoscaler.adapters import prometheus
 from autoscaler.core import model
 from tests.adapters.test_prometheus import SourceFactory, serving, workloads
@@ -17,15 +20,35 @@ from tests.adapters.test_prometheus import source_for as source_for  # the fixtu
 
 Signal = model.Signal
 VLLM = prometheus.PRESETS["vllm"]
-TOKEN_COLUMNS = [*model.TOKEN_SIGNALS, *model.LATENCY_SIGNALS]
+TOKEN_COLUMNS = list(model.LLM_SIGNALS)
+TOKEN_CONFIG = model.PolicyConfig(
+    max_replicas=10,
+    target_load_per_replica=1.0,
+    target_kv_cache_ratio=0.8,
+    target_tokens_per_replica=2000.0,
+    target_ttft_p95_s=2.0,
+    target_tpot_p95_s=0.05,
+)
+
+
+def opted(
+    namespace: str,
+    *pods: str,
+    metrics: prometheus.MetricNames = VLLM,
+    signals: Iterable[model.Signal] = model.LLM_SIGNALS,
+) -> prometheus.ServingPods:
+    """A service's pods, with targets set for `signals`."""
+    return dataclasses.replace(
+        serving(namespace, *pods, metrics=metrics), llm_signals=frozenset(signals)
+    )
 
 
 def test_one_query_per_token_signal_reads_every_version_of_a_name() -> None:
     """Both of vLLM's KV-cache names and every server's names share one query per signal."""
     services = [
-        serving("a", "chat-0"),
-        serving("b", "chat-0", metrics=prometheus.PRESETS["sglang"]),
-        serving("c", "chat-0", metrics=prometheus.PRESETS["tgi"]),
+        opted("a", "chat-0"),
+        opted("b", "chat-0", metrics=prometheus.PRESETS["sglang"]),
+        opted("c", "chat-0", metrics=prometheus.PRESETS["tgi"]),
     ]
     queries = prometheus.build_queries(services, rate_window_s=4.0, max_age_s=3.0)
 
@@ -45,11 +68,41 @@ def test_one_query_per_token_signal_reads_every_version_of_a_name() -> None:
 def test_servers_without_token_series_send_no_token_query() -> None:
     """Triton exports no token series: its services add no token query."""
     queries = prometheus.build_queries(
-        [serving("a", "m-0", metrics=prometheus.PRESETS["triton"])],
+        [opted("a", "m-0", metrics=prometheus.PRESETS["triton"])],
         rate_window_s=4.0,
         max_age_s=3.0,
     )
     assert set(queries) == {Signal.LOAD, Signal.SATURATION, Signal.CAPACITY}
+
+
+def test_services_without_token_targets_send_no_token_query() -> None:
+    """vLLM and SGLang services that set no token target add no token query: a fleet without
+    one sends the three queries it sent before the token signals existed."""
+    services = [
+        serving("a", "chat-0"),
+        serving("b", "chat-0", metrics=prometheus.PRESETS["sglang"]),
+    ]
+    queries = prometheus.build_queries(services, rate_window_s=4.0, max_age_s=3.0)
+    assert set(queries) == set(model.BASE_SIGNALS)
+    assert not any("token" in q or "cache" in q for q in queries.values())
+
+
+def test_a_token_query_names_only_the_pods_of_services_that_set_its_target() -> None:
+    """A service that sets only a KV-cache target joins the KV-cache query and no other; the
+    pods of a service without a token target are in none of them."""
+    services = [
+        opted("a", "kv-0", signals=[Signal.KV_CACHE]),
+        opted("b", "slo-0", signals=[Signal.TTFT]),
+        serving("c", "plain-0"),
+    ]
+    queries = prometheus.build_queries(services, rate_window_s=4.0, max_age_s=3.0)
+
+    assert set(queries) == {*model.BASE_SIGNALS, Signal.KV_CACHE, Signal.TTFT}
+    assert "kv-0" in queries[Signal.KV_CACHE]
+    assert "slo-0" not in queries[Signal.KV_CACHE]
+    assert "slo-0" in queries[Signal.TTFT]
+    assert "kv-0" not in queries[Signal.TTFT]
+    assert not any("plain-0" in queries[s] for s in (Signal.KV_CACHE, Signal.TTFT))
 
 
 @pytest.mark.parametrize(
@@ -91,7 +144,7 @@ async def test_token_signals_come_back_per_service(
         **common,
     )
     stack.upper.set_vllm(b, "chat-0", rate_per_s=1.0, waiting=1)
-    services = {"a/chat": serving(a, "chat-0", "chat-1"), "b/chat": serving(b, "chat-0")}
+    services = {"a/chat": opted(a, "chat-0", "chat-1"), "b/chat": opted(b, "chat-0")}
     source = source_for(stack.prometheus.url)
     full = f"{source.rate_window_s + 2 * server.SCRAPE_INTERVAL_S:g}"
     await stack.prometheus.wait_for_series(
@@ -101,7 +154,7 @@ async def test_token_signals_come_back_per_service(
         ),
     )
 
-    values = await source.sample(workloads(services, "a/chat", "b/chat"), 0.0)
+    values = await source.sample(token_workloads(services, "a/chat", "b/chat"), 0.0)
 
     assert source.queries_sent == len(Signal)
     chat, other = values
@@ -119,3 +172,35 @@ async def test_token_signals_come_back_per_service(
     assert chat[Signal.TTFT] == pytest.approx(float(answer["value"][1]))
     assert np.isnan(other[TOKEN_COLUMNS]).all()
     assert not np.isnan(other[Signal.SATURATION])
+
+
+def token_workloads(
+    services: Mapping[str, prometheus.ServingPods], *ids: str
+) -> list[ports.Workload]:
+    """The records of `ids`, each with the targets its `ServingPods` opts into."""
+    found = workloads(services, *ids)
+    return [
+        dataclasses.replace(w, policy=TOKEN_CONFIG) if services[w.id].llm_signals else w
+        for w in found
+    ]
+
+
+async def test_token_queries_stay_one_per_signal_however_many_services_opt_in(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """A hundred services, a third of them with token targets: one HTTP query per signal, as
+    for one service; with none opted in, the three of the request signals."""
+    for every, expected in ((3, len(Signal)), (0, len(model.BASE_SIGNALS))):
+        services = {
+            f"ns/s{i}": (opted if every and i % every == 0 else serving)(
+                f"{unique}-{i % 7}", f"s{i}-0", f"s{i}-1"
+            )
+            for i in range(100)
+        }
+        source = source_for(stack.prometheus.url)
+        received = stack.prometheus.http_requests("/api/v1/query")
+
+        await source.sample(token_workloads(services, *services), 0.0)
+
+        assert stack.prometheus.http_requests("/api/v1/query") - received == expected
+        assert source.queries_sent == len(source.last_queries) == expected

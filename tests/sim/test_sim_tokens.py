@@ -208,13 +208,23 @@ def test_the_default_policy_sizes_for_the_ttft_slo_in_token_mode() -> None:
     )
 
 
+TOKEN_TARGETS = model.PolicyConfig(
+    max_replicas=20,
+    target_load_per_replica=3.0,
+    target_kv_cache_ratio=0.8,
+    target_tokens_per_replica=3000.0,
+    target_ttft_p95_s=2.0,
+    target_tpot_p95_s=0.05,
+)
+
+
 async def test_the_batched_sample_carries_the_token_signals_to_the_loop() -> None:
     """The loop's one query per tick reads the token signals in their `Signal` columns for a
-    token-mode service, and NaN for a request-mode one."""
+    token-mode service with token targets, and NaN for a request-mode one."""
     arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
     params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
     sim = world.World(params)
-    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix, policy_config=TOKEN_TARGETS)
     sim.add_service("llm/plain", arrivals, SimParams(), replicas=2)
     sim.advance(120.0)
 
@@ -230,3 +240,19 @@ async def test_the_batched_sample_carries_the_token_signals_to_the_loop() -> Non
     assert chat[model.Signal.TPOT] == signals.tpot_p95_s
     assert np.isnan(plain[list(model.TOKEN_SIGNALS + model.LATENCY_SIGNALS)]).all()
     assert not np.isnan(plain[model.Signal.LOAD])
+
+
+async def test_a_token_mode_service_without_token_targets_reads_no_token_signal() -> None:
+    """A token-mode server's series are there, but a service that sets no token target reads
+    none of them, as in a cluster, where no query names its pods for them."""
+    arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
+    params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
+    sim = world.World(params)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix)
+    sim.advance(120.0)
+
+    (chat,) = await sim.metrics.sample(sim.cluster.workloads(), 120.0)
+
+    assert np.isfinite(sim.metrics.token_signals(sid, 120.0).kv_cache_usage_ratio)
+    assert np.isnan(chat[list(model.LLM_SIGNALS)]).all()
+    assert not np.isnan(chat[model.Signal.LOAD])
