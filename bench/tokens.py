@@ -1,7 +1,7 @@
 """Token-mix scenarios in the simulator's token mode: every policy at the same TTFT SLO.
 
-    python -m bench.tokens [--regime cold] [--policies p,q] [--jobs N] [--duration-s S]
-                           [--no-search]
+    python -m bench.tokens [--regime cold] [--policies p,q] [--scenarios a,b] [--jobs N]
+                           [--duration-s S] [--prompt-token-weight W] [--no-search]
 
 An LLM server's capacity is tokens, not requests: when long prompts arrive (retrieval-augmented
 answers, code with its repository context) at the same request rate, each replica carries a
@@ -26,8 +26,10 @@ SLO; the table gives misses (TTFT over the SLO, or dropped) and GPU-hours.
 second one replica shows at mu on the stable mix (`Capacity`), times the same utilisation target
 as its request target, and a P95 TTFT target of `TTFT_TARGET_SHARE` of the SLO; what a load test
 on the stable mix gives an operator, who then annotates `target-kv-cache-utilization`,
-`target-tokens-per-replica` and `target-ttft-p95`. It is registered with the simulator's
-policies for this bench only.
+`target-tokens-per-replica` and `target-ttft-p95`. The tokens target counts generated tokens, a
+prompt token as `prompt-token-weight` of one (`--prompt-token-weight`, the annotation's default
+unless told; 1 counts every token alike). It is registered with the simulator's policies for
+this bench only.
 
 It lives beside `bench.run` rather than in `bench.scenarios` so the default benchmark's running
 time does not change. It must not change the simulator or the policies.
@@ -187,7 +189,9 @@ class Capacity:
     the concurrency targets (KPA's) are set. Under continuous batching it grows with the load
     (a fuller batch decodes slower), so it is taken where the policies aim, not at mu."""
     tokens_per_s: float = 0.0
-    """Prompt plus output tokens per second one replica serves at mu."""
+    """Output (generated) tokens per second one replica serves at mu."""
+    prompt_tokens_per_s: float = 0.0
+    """Prompt tokens per second one replica prefills at mu."""
     kv_usage_ratio: float = 0.0
     """The mean share of its KV cache one replica holds at mu."""
 
@@ -197,6 +201,7 @@ class _Probe:
     miss_pct: float
     in_service_s: float
     tokens_per_s: float
+    prompt_tokens_per_s: float
     kv_usage_ratio: float
 
 
@@ -208,17 +213,19 @@ def measure_capacity(config: tokens.TokenConfig = TOKEN_CONFIG) -> Capacity:
         rate = per_replica * _PROBE_REPLICAS
         arrivals, mix = draw(rate, _PROBE_S, np.zeros(_PROBE_S), _rag, seed=SEED + 1)
         traffic = tokens.TokenTraffic(arrivals, mix, config)
-        running = served_tokens = kv = 0.0
+        running = generated = prompt = kv = 0.0
         for _ in range(_PROBE_S):
             second = traffic.step(_PROBE_REPLICAS)
             running += second.running
-            served_tokens += second.prompt_tokens + second.generation_tokens
+            generated += second.generation_tokens
+            prompt += second.prompt_tokens
             kv += second.kv_usage_ratio
         missed = traffic.slo_misses + traffic.unmet_at_end()
         return _Probe(
             100.0 * missed / traffic.arrived,
             running / _PROBE_S / rate,
-            served_tokens / _PROBE_S / _PROBE_REPLICAS,
+            generated / _PROBE_S / _PROBE_REPLICAS,
+            prompt / _PROBE_S / _PROBE_REPLICAS,
             kv / _PROBE_S,
         )
 
@@ -235,19 +242,28 @@ def measure_capacity(config: tokens.TokenConfig = TOKEN_CONFIG) -> Capacity:
         mu,
         round(probe(mu * SimParams().target_utilisation).in_service_s, 2),
         round(at_mu.tokens_per_s),
+        round(at_mu.prompt_tokens_per_s),
         round(at_mu.kv_usage_ratio, 3),
     )
 
 
-def register_tokens_policy(capacity: Capacity, config: tokens.TokenConfig = TOKEN_CONFIG) -> None:
-    """Register `default-tokens`: ours with the token targets a load test at mu gives."""
+def register_tokens_policy(
+    capacity: Capacity,
+    config: tokens.TokenConfig = TOKEN_CONFIG,
+    *,
+    prompt_token_weight: float = model.DEFAULT_PROMPT_TOKEN_WEIGHT,
+) -> None:
+    """Register `default-tokens`: ours with the token targets a load test at mu gives, a
+    prompt token counted as `prompt_token_weight` of a generated one."""
+    per_replica = capacity.tokens_per_s + prompt_token_weight * capacity.prompt_tokens_per_s
 
     def policy_config(params: SimParams) -> model.PolicyConfig:
         u = params.target_utilisation
         return dataclasses.replace(
             sim_policies.default_config(params),
             target_kv_cache_ratio=min(1.0, u * capacity.kv_usage_ratio),
-            target_tokens_per_replica=u * capacity.tokens_per_s,
+            target_tokens_per_replica=u * per_replica,
+            prompt_token_weight=prompt_token_weight,
             target_ttft_p95_s=TTFT_TARGET_SHARE * config.slo_ttft_s,
         )
 
@@ -275,11 +291,15 @@ def _trial(
 _SCENARIOS: dict[str, TokenScenario] = {}
 
 
-def start_worker(scenarios: dict[str, TokenScenario], capacity: Capacity) -> None:
+def start_worker(
+    scenarios: dict[str, TokenScenario],
+    capacity: Capacity,
+    prompt_token_weight: float = model.DEFAULT_PROMPT_TOKEN_WEIGHT,
+) -> None:
     """Make this process ready for `search`: the scenarios, and `default-tokens` registered."""
     sweep.quiet_logs()
     _SCENARIOS.update(scenarios)
-    register_tokens_policy(capacity)
+    register_tokens_policy(capacity, prompt_token_weight=prompt_token_weight)
 
 
 def search(
@@ -331,6 +351,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES), metavar="P,Q")
     parser.add_argument("--jobs", type=common.positive_int, default=sweep.available_cpus())
     parser.add_argument("--duration-s", type=common.positive_int, default=DURATION_S)
+    parser.add_argument("--scenarios", default="", metavar="A,B", help="default: all three")
+    parser.add_argument(
+        "--prompt-token-weight",
+        type=float,
+        default=model.DEFAULT_PROMPT_TOKEN_WEIGHT,
+        metavar="W",
+        help="generated tokens one prompt token counts for in default-tokens' tokens target "
+        "(default: the annotation's, %(default)s)",
+    )
     parser.add_argument(
         "--no-search", action="store_true", help="default targets only, no equal-SLO search"
     )
@@ -340,10 +369,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
     started = time.perf_counter()
+    weight = args.prompt_token_weight
+    if not 0 < weight <= 1:
+        parser.error("--prompt-token-weight must be > 0 and <= 1")
     capacity = measure_capacity()
-    register_tokens_policy(capacity)
+    register_tokens_policy(capacity, prompt_token_weight=weight)
     mu = capacity.mu_rps
     scenarios = build(mu, args.duration_s)
+    if args.scenarios:
+        chosen = [n for n in args.scenarios.split(",") if n]
+        if unknown := [n for n in chosen if n not in scenarios]:
+            parser.error(f"unknown scenario {', '.join(unknown)}; known: {', '.join(scenarios)}")
+        scenarios = {n: scenarios[n] for n in chosen}
     base = dataclasses.replace(
         sweep.BASE,
         tokens=TOKEN_CONFIG,
@@ -352,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     jobs = [(name, policy) for name in scenarios for policy in policies]
     with concurrent.futures.ProcessPoolExecutor(
-        max_workers=args.jobs, initializer=start_worker, initargs=(scenarios, capacity)
+        max_workers=args.jobs, initializer=start_worker, initargs=(scenarios, capacity, weight)
     ) as pool:
         futures = [
             pool.submit(search, name, policy, args.regime, base, None if args.no_search else GRID)
@@ -362,8 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = (
         f"Token mode, {args.regime} start-up, TTFT SLO {TOKEN_CONFIG.slo_ttft_s:g} s, "
         f"mu {mu:g} requests/s per replica and {capacity.in_service_s:g} s in the server; "
-        f"at mu, {capacity.tokens_per_s:g} tokens/s and {capacity.kv_usage_ratio:.1%} of the "
-        "KV cache per replica (measured on the stable mix)"
+        f"at mu, {capacity.prompt_tokens_per_s:g} prompt and {capacity.tokens_per_s:g} output "
+        f"tokens/s and {capacity.kv_usage_ratio:.1%} of the KV cache per replica (measured on "
+        f"the stable mix); prompt-token-weight {weight:g}"
     )
     print(markdown(rows, scenarios, header, searched=not args.no_search))
     elapsed = time.perf_counter() - started

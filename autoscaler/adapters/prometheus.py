@@ -729,8 +729,8 @@ def _token_queries(
     """One query per token signal over every service that sets its target and whose server
     exports it: a fleet where no service sets one sends none of these queries.
 
-    KV-cache usage is the gauge per pod; tokens per second the rate of the prompt counter plus
-    the generation counter's, per pod; TTFT and TPOT the rate of each bucket per pod (`le`
+    KV-cache usage is the gauge per pod; TOKENS the rate of the generation counter per pod,
+    PROMPT_TOKENS the prompt counter's; TTFT and TPOT the rate of each bucket per pod (`le`
     kept), so that `sample` adds up a service's buckets and takes the percentile of the sum:
     a service's P95, not a mean of its pods' P95s, from a query shared by every service.
     """
@@ -752,9 +752,9 @@ def _token_queries(
     def selector(name: str, pods: _PodSet) -> str:
         return _selector(name, pods.matchers(max_pod_matcher_chars))
 
-    def rates(names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
+    def rates(signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
         parts = []
-        for name, pods in grouped(model.Signal.TOKENS, names_of):
+        for name, pods in grouped(signal, names_of):
             sel = selector(name, pods)
             parts.append(f"sum by (namespace, pod) ({_fresh(f'rate({sel}[{window}])', sel, age)})")
         return " or ".join(parts)
@@ -775,9 +775,12 @@ def _token_queries(
     ]
     if kv:
         queries[model.Signal.KV_CACHE] = " or ".join(kv)
-    prompt, generation = rates(lambda m: m.prompt_tokens), rates(lambda m: m.generation_tokens)
-    if prompt and generation:
-        queries[model.Signal.TOKENS] = f"({prompt}) + ({generation})"
+    # A server reads its token rate only when it exports both counters (the contract refuses
+    # a tokens target otherwise), so a service has both columns or neither.
+    if generation := rates(model.Signal.TOKENS, lambda m: m.generation_tokens):
+        queries[model.Signal.TOKENS] = generation
+    if prompt := rates(model.Signal.PROMPT_TOKENS, lambda m: m.prompt_tokens):
+        queries[model.Signal.PROMPT_TOKENS] = prompt
     if ttft := buckets(model.Signal.TTFT, lambda m: m.ttft):
         queries[model.Signal.TTFT] = ttft
     if tpot := buckets(model.Signal.TPOT, lambda m: m.tpot):

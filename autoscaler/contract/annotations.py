@@ -141,6 +141,7 @@ _PAUSED_REPLICAS = values.whole(0, _MAX_REPLICAS)
 _TARGET = values.number(0, None, lo_open=True)
 _GPU_PCT = values.number(0, 100, lo_open=True, percent=True)
 _SHARE = values.fraction()
+_WEIGHT = values.number(0, 1, lo_open=True)
 _LATENCY = values.duration(0.001, _HOUR_S)
 _METRIC = values.metric_name()
 _WINDOW = values.duration(10.0, _HOUR_S)
@@ -261,7 +262,18 @@ class Annotations(BaseModel):
     target_tokens_per_replica: Annotated[float | None, _v(_TARGET)] = Field(
         None,
         alias="target-tokens-per-replica",
-        description="LLM servers: prompt plus generated tokens per second per serving replica.",
+        description="LLM servers: generated tokens per second per serving replica, a prompt "
+        "token counting as `prompt-token-weight` of one; the replicas that carry the "
+        "service's tokens at it are a vote.",
+    )
+    prompt_token_weight: Annotated[float | None, _v(_WEIGHT)] = Field(
+        None,
+        alias="prompt-token-weight",
+        description="LLM servers: what one prompt token counts for in "
+        "`target-tokens-per-replica`, in generated tokens: a replica's output tokens per "
+        "second with a full batch over its prompt tokens per second (both from a load test). "
+        f"Unset: {model.DEFAULT_PROMPT_TOKEN_WEIGHT:g} (vLLM, Llama-3-8B, one A100: about "
+        "10,000 prompt against 2,000 output tokens per second).",
     )
     target_ttft_p95_s: Annotated[float | None, _v(_LATENCY)] = Field(
         None,
@@ -480,6 +492,13 @@ def _token_signal_of(key: str, names: metricnames.MetricNames) -> bool:
     )
 
 
+def _prompt_weight(a: Annotations) -> list[Problem]:
+    if a.prompt_token_weight is None or a.target_tokens_per_replica is not None:
+        return []
+    rule = f"has no effect without {PREFIX}target-tokens-per-replica"
+    return [Problem(PREFIX + "prompt-token-weight", _value("prompt-token-weight", a), rule)]
+
+
 def _token_targets(a: Annotations) -> list[Problem]:
     if a.server is Server.CUSTOM:
         rule = "needs a server preset that exports the signal (`server: custom` names none)"
@@ -596,6 +615,10 @@ CROSS_RULES = (
         "`target-tpot-p95` only with a `server` whose preset exports the signal (vLLM: all "
         "four; SGLang: all four; TGI: tokens and TPOT; Triton and `custom`: none).",
         _token_targets,
+    ),
+    _CrossRule(
+        "`prompt-token-weight` only with `target-tokens-per-replica`.",
+        _prompt_weight,
     ),
     _CrossRule(
         "`metric-*` keys only with `server: custom`. With `custom`: `metric-requests` when "
@@ -810,6 +833,11 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
         target_tokens_per_replica=a.target_tokens_per_replica,
         target_ttft_p95_s=a.target_ttft_p95_s,
         target_tpot_p95_s=a.target_tpot_p95_s,
+        prompt_token_weight=(
+            model.DEFAULT_PROMPT_TOKEN_WEIGHT
+            if a.prompt_token_weight is None
+            else a.prompt_token_weight
+        ),
         deadband_ratio=a.deadband_ratio,
         scale_up_cooldown_s=a.scale_up_cooldown_s,
         scale_down_cooldown_s=a.scale_down_cooldown_s,

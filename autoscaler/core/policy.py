@@ -18,8 +18,9 @@ returns the decision and the next state. The steps, in order:
      for, skipping the scale-up cooldown (`model.BurstConfig`).
    An LLM server's token signals vote beside them, each only with its target: the KV-cache
    usage and the token rate as utilisations (`ceil(serving x usage / target)`,
-   `ceil(tokens per second / target)`), and the P95 time to first token and per output token
-   for more replicas while above their targets (at most doubling per decision).
+   `ceil((generated + weight x prompt tokens per second) / target)`, a prompt token weighed as
+   the share of a generated one it costs), and the P95 time to first token and per output
+   token for more replicas while above their targets (at most doubling per decision).
    With a latency SLO (`model.SloConfig`, set per service), every vote in requests per second
    is then raised to the fewest replicas that keep the SLO at that rate (`core.queueing`); the
    decision's detail says what the SLO asked for, and a scale-up it drives has the reason `slo`.
@@ -389,7 +390,11 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
         if target is None:
             continue
         est = observation.signal(signal)
-        if not (est.fresh and math.isfinite(est.mean)) or serving <= 0:
+        if (
+            not _usable(est)
+            or serving <= 0
+            or (signal is Signal.TOKENS and not _usable(observation.signal(Signal.PROMPT_TOKENS)))
+        ):
             missing.append(signal)
             contributions[signal] = Contribution(math.nan, None, "missing")
             continue
@@ -417,17 +422,33 @@ def _kv_cache_vote(
     return Contribution(_ratio(held, target, serving), desired, "mean", held)
 
 
+def _usable(est: model.SignalEstimate) -> bool:
+    return est.fresh and math.isfinite(est.mean)
+
+
 def _token_rate_vote(
     config: model.PolicyConfig,
     est: model.SignalEstimate,
     target: float,
     observation: model.Observation,
 ) -> Contribution:
-    """The replicas that carry the prompt and generated tokens per second at the per-replica
-    target: the load vote counted in tokens, so that a shift towards longer prompts or answers
-    at a flat request rate still asks for capacity. The look-ahead applies as to the load."""
-    value, estimator = _estimate(config, est, observation.startup_s)
-    value = max(0.0, value)
+    """The replicas that carry the tokens per second at the per-replica target: the load vote
+    counted in tokens, so that a shift towards longer prompts or answers at a flat request rate
+    still asks for capacity. The look-ahead applies to each rate as to the load.
+
+    The target counts generated tokens, and a prompt token as `prompt_token_weight` of one: a
+    replica prefills prompts several times faster than it generates (a prefill step runs many
+    tokens per read of the weights, a decode step one per request), so a prompt token counted
+    as a whole generated one would read a shift to long prompts as several times the load it
+    is, and size capacity past what the server needs.
+    """
+    generated, estimator = _estimate(config, est, observation.startup_s)
+    prompt, prompt_estimator = _estimate(
+        config, observation.signal(Signal.PROMPT_TOKENS), observation.startup_s
+    )
+    if prompt_estimator == "forecast":
+        estimator = "forecast"
+    value = max(0.0, generated) + config.prompt_token_weight * max(0.0, prompt)
     desired = math.ceil(value / target - _CEIL_SLACK)
     return Contribution(_ratio(value, target, observation.serving), desired, estimator, value)
 

@@ -50,8 +50,9 @@ from autoscaler.core import forecast, model
 from autoscaler.sim import tokens as tokens_
 
 _NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # LOAD to CAPACITY
-_NAN_TOKENS: tuple[float, float, float, float] = (math.nan, math.nan, math.nan, math.nan)
-"""KV_CACHE, TOKENS, TTFT, TPOT of a service with no token series (the request model)."""
+_NAN_TOKENS: tuple[float, ...] = (math.nan,) * 5
+"""KV_CACHE, TOKENS, TTFT, TPOT, PROMPT_TOKENS of a service with no token series (the request
+model)."""
 # Scrape times are compared with this slack (float rounding of the clock).
 _EPS = 1e-9
 
@@ -177,7 +178,7 @@ class SimMetrics:
         self._queries = 0
         self.next_scrape_s: float | None = None
         self._tokens: dict[model.ServiceId, deque[tuple[float, TokenReading]]] = {}
-        self._token_rows: dict[model.ServiceId, tuple[float, float, float, float]] = {}
+        self._token_rows: dict[model.ServiceId, tuple[float, ...]] = {}
         """Each token-mode service's token signals at its last scrape, in `Signal` order."""
         self._token_scraped: set[model.ServiceId] = set()
         """Token-mode services scraped since their row was last worked out."""
@@ -265,7 +266,7 @@ class SimMetrics:
             samples.append((now_s, reading))
             self._token_scraped.add(service)
 
-    def _token_row(self, service: model.ServiceId) -> tuple[float, float, float, float]:
+    def _token_row(self, service: model.ServiceId) -> tuple[float, ...]:
         """The service's token signals at its last scrape, in `Signal` order; worked out at the
         first sample after the scrape, so a run nobody samples pays nothing for them."""
         if service in self._token_scraped:
@@ -273,9 +274,10 @@ class SimMetrics:
             signals = self._token_signals(service, self._tokens[service][-1][0])
             self._token_rows[service] = (
                 signals.kv_cache_usage_ratio,
-                signals.prompt_tokens_per_s + signals.generation_tokens_per_s,
+                signals.generation_tokens_per_s,
                 signals.ttft_p95_s,
                 signals.tpot_p95_s,
+                signals.prompt_tokens_per_s,
             )
         return self._token_rows.get(service, _NAN_TOKENS)
 

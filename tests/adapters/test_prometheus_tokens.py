@@ -57,7 +57,9 @@ def test_one_query_per_token_signal_reads_every_version_of_a_name() -> None:
     for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"):
         assert f"avg by (namespace, pod) ({name}{{" in kv
     assert "tgi" not in kv
-    assert "rate(tgi_request_input_length_sum{" in queries[Signal.TOKENS]
+    assert "rate(tgi_request_input_length_sum{" in queries[Signal.PROMPT_TOKENS]
+    assert "rate(tgi_request_generated_tokens_sum{" in queries[Signal.TOKENS]
+    assert "prompt" not in queries[Signal.TOKENS]
     assert (
         "sum by (namespace, pod, le) (rate(vllm:time_to_first_token_seconds_bucket{"
         in (queries[Signal.TTFT])
@@ -159,7 +161,8 @@ async def test_token_signals_come_back_per_service(
     assert source.queries_sent == len(Signal)
     chat, other = values
     assert chat[Signal.KV_CACHE] == pytest.approx(0.7)
-    assert chat[Signal.TOKENS] == pytest.approx(2200.0, rel=0.1)
+    assert chat[Signal.TOKENS] == pytest.approx(200.0, rel=0.1)
+    assert chat[Signal.PROMPT_TOKENS] == pytest.approx(2000.0, rel=0.1)
     # Half the requests within 0.5 s, half within 5 s: the P95 is in the (2.5, 5] bucket.
     assert chat[Signal.TTFT] == pytest.approx(2.5 + 2.5 * 0.9, rel=1e-3)  # two scrape clocks
     assert chat[Signal.TPOT] == pytest.approx(0.01 + 0.015 * 0.95)

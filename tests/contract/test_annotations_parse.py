@@ -95,7 +95,7 @@ def test_every_design_key_is_a_setting() -> None:
         "max-replicas", "server",
         "target-qps-per-replica", "target-queue-per-replica", "target-gpu-utilization",
         "target-kv-cache-utilization", "target-tokens-per-replica", "target-ttft-p95",
-        "target-tpot-p95", "target-p95-latency", "target-p95-queue-delay", "service-time",
+        "target-tpot-p95", "prompt-token-weight", "target-p95-latency", "target-p95-queue-delay", "service-time",
         "replica-capacity",
         "metric-requests", "metric-queue", "metric-errors", "metric-latency",
         "window", "half-life", "deadband", "scale-up-cooldown", "scale-down-cooldown",

@@ -1,5 +1,5 @@
 """The LLM servers' annotations: `target-kv-cache-utilization`, `target-tokens-per-replica`,
-`target-ttft-p95` and `target-tpot-p95`."""
+`target-ttft-p95`, `target-tpot-p95` and `prompt-token-weight`."""
 
 from __future__ import annotations
 
@@ -113,3 +113,32 @@ def test_an_explicit_latency_slo_wins_over_the_ttft_target() -> None:
     config = ok({"target-p95-queue-delay": "300ms", "target-ttft-p95": "1s"}).policy
     assert config.slo == model.SloConfig(target_latency_s=0.3)
     assert config.target_ttft_p95_s == 1.0
+
+
+def test_the_prompt_token_weight_reaches_the_policy() -> None:
+    """`prompt-token-weight` beside a tokens target sets how much a prompt token counts."""
+    config = ok({"target-tokens-per-replica": "2000", "prompt-token-weight": "0.15"}).policy
+    assert config.prompt_token_weight == pytest.approx(0.15)
+
+
+def test_an_unset_prompt_token_weight_is_the_default() -> None:
+    """Without the key a prompt token counts as the default share of a generated one."""
+    config = ok({"target-tokens-per-replica": "2000"}).policy
+    assert config.prompt_token_weight == model.DEFAULT_PROMPT_TOKEN_WEIGHT
+
+
+@pytest.mark.parametrize("text", ["0", "1.5", "-0.2", "a fifth"])
+def test_a_bad_prompt_token_weight_names_the_key_the_value_and_the_rule(text: str) -> None:
+    """A weight of zero, above one or in words is refused."""
+    (message,) = messages({"target-tokens-per-replica": "2000", "prompt-token-weight": text})
+    assert message.startswith(f"{PREFIX}prompt-token-weight")
+    assert "must be a decimal number > 0 and <= 1" in message
+
+
+def test_a_prompt_token_weight_without_a_tokens_target_is_refused() -> None:
+    """The weight means nothing without `target-tokens-per-replica`: the key, its value and
+    the rule are named."""
+    (message,) = messages({"prompt-token-weight": "0.2"})
+    assert message.startswith(f"{PREFIX}prompt-token-weight")
+    assert "0.2" in message
+    assert f"has no effect without {PREFIX}target-tokens-per-replica" in message

@@ -44,13 +44,52 @@ def test_a_full_kv_cache_scales_up_at_a_flat_request_rate() -> None:
 
 
 def test_the_token_rate_votes_like_the_load_counted_in_tokens() -> None:
-    """Longer prompts at the same request rate: 9,000 tokens/s against 1,500 per replica asks
-    for 6."""
-    decision = decide(builders.config(target_tokens_per_replica=1500.0), llm(tokens=9000.0))
+    """Longer answers at the same request rate: 9,000 generated tokens/s against 1,500 per
+    replica asks for 6."""
+    decision = decide(
+        builders.config(target_tokens_per_replica=1500.0), llm(tokens=9000.0, prompt_tokens=0.0)
+    )
 
     assert decision.kind is Kind.SCALE_UP
     assert decision.desired == 6
     assert decision.contributions[Signal.TOKENS].estimate == 9000.0
+
+
+def test_a_prompt_token_counts_as_its_weight_of_a_generated_one() -> None:
+    """2,000 generated and 20,000 prompt tokens/s at a weight of 0.2 are 6,000 generated-token
+    equivalents: 4 replicas at 1,500 each, where counting every prompt token whole asks for
+    15."""
+    config = builders.config(target_tokens_per_replica=1500.0, prompt_token_weight=0.2)
+    decision = decide(config, llm(tokens=2000.0, prompt_tokens=20_000.0))
+
+    vote = decision.contributions[Signal.TOKENS]
+    assert vote.estimate == pytest.approx(6000.0)
+    assert vote.desired == 4
+    whole = decide(
+        dataclasses.replace(config, prompt_token_weight=1.0),
+        llm(tokens=2000.0, prompt_tokens=20_000.0),
+    )
+    assert whole.contributions[Signal.TOKENS].desired == 15
+
+
+def test_the_default_weight_counts_a_prompt_token_as_a_fifth_of_a_generated_one() -> None:
+    """Unset, the weight is 0.2: a long-prompt shift asks for a fifth of what its prompt tokens
+    would ask counted whole."""
+    config = builders.config(target_tokens_per_replica=1000.0)
+    decision = decide(config, llm(tokens=1000.0, prompt_tokens=50_000.0))
+
+    assert config.prompt_token_weight == model.DEFAULT_PROMPT_TOKEN_WEIGHT == 0.2
+    assert decision.contributions[Signal.TOKENS].desired == 11
+
+
+def test_a_missing_prompt_rate_holds_the_token_vote() -> None:
+    """Generated tokens without the prompt rate beside them are not read as a prompt rate of
+    zero: the token vote is missing."""
+    config = builders.config(target_tokens_per_replica=1000.0)
+    decision = decide(config, llm(tokens=9000.0, prompt_tokens=stale()))
+
+    assert decision.contributions[Signal.TOKENS].estimator == "missing"
+    assert decision.contributions[Signal.TOKENS].desired is None
 
 
 def test_token_signals_without_targets_do_not_vote() -> None:
@@ -118,7 +157,7 @@ def test_a_latency_above_target_waits_for_the_scale_up_cooldown() -> None:
 def test_a_token_target_alone_is_enough_to_scale_on() -> None:
     """A service may scale on tokens per second with no request or queue target."""
     config = builders.config(target_load_per_replica=None, target_tokens_per_replica=1000.0)
-    decision = decide(config, llm(tokens=6000.0))
+    decision = decide(config, llm(tokens=6000.0, prompt_tokens=0.0))
 
     assert decision.desired == 6
     assert set(decision.contributions) == {Signal.TOKENS}

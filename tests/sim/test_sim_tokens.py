@@ -233,9 +233,8 @@ async def test_the_batched_sample_carries_the_token_signals_to_the_loop() -> Non
     signals = sim.metrics.token_signals(sid, 120.0)
     chat, plain = values
     assert chat[model.Signal.KV_CACHE] == signals.kv_cache_usage_ratio
-    assert chat[model.Signal.TOKENS] == pytest.approx(
-        signals.prompt_tokens_per_s + signals.generation_tokens_per_s
-    )
+    assert chat[model.Signal.TOKENS] == signals.generation_tokens_per_s
+    assert chat[model.Signal.PROMPT_TOKENS] == signals.prompt_tokens_per_s
     assert chat[model.Signal.TTFT] == signals.ttft_p95_s
     assert chat[model.Signal.TPOT] == signals.tpot_p95_s
     assert np.isnan(plain[list(model.TOKEN_SIGNALS + model.LATENCY_SIGNALS)]).all()
