@@ -266,6 +266,33 @@ class SimMetrics:
             samples.append((now_s, reading))
             self._token_scraped.add(service)
 
+    def seed_tokens(
+        self,
+        service: model.ServiceId,
+        now_s: float,
+        reading: TokenReading,
+        *,
+        prompt_per_s: float,
+        generation_per_s: float,
+    ) -> None:
+        """A window of scrapes before `now_s` whose counters grew at these steady rates up to
+        `reading` (the values before the run's zero are the history's), as `add_service`'s
+        `history_rps` gives the request counter: a server that was running before the
+        simulation began reads its token rates from the first tick, not a rate that climbs
+        from zero while the window fills (and a look-ahead that takes the climb for growth).
+        The histograms hold nothing from before, so TTFT and TPOT read missing until two
+        scrapes of the run."""
+        if not (math.isfinite(prompt_per_s) and math.isfinite(generation_per_s)):
+            raise ValueError("the seeded token rates must be finite")
+        n = math.floor(self.rate_window_s / self.scrape_interval_s + _EPS)
+        for k in range(n, 0, -1):
+            back_s = k * self.scrape_interval_s
+            past = reading._replace(
+                prompt_tokens_total=reading.prompt_tokens_total - prompt_per_s * back_s,
+                generation_tokens_total=reading.generation_tokens_total - generation_per_s * back_s,
+            )
+            self.scrape_tokens(now_s - back_s, {service: past})
+
     def _token_row(self, service: model.ServiceId) -> tuple[float, ...]:
         """The service's token signals at its last scrape, in `Signal` order; worked out at the
         first sample after the scrape, so a run nobody samples pays nothing for them."""

@@ -255,3 +255,31 @@ async def test_a_token_mode_service_without_token_targets_reads_no_token_signal(
     assert np.isfinite(sim.metrics.token_signals(sid, 120.0).kv_cache_usage_ratio)
     assert np.isnan(chat[list(model.LLM_SIGNALS)]).all()
     assert not np.isnan(chat[model.Signal.LOAD])
+
+
+def test_a_warm_started_token_service_reads_its_token_rates_from_the_first_scrape() -> None:
+    """A service that was running before the simulation reads its opening token rates at the
+    first scrape after the start, not a rate that climbs from zero while the window fills."""
+    arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
+    params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
+    sim = world.World(params)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix)
+    sim.advance(sim.metrics.scrape_interval_s)
+
+    signals = sim.metrics.token_signals(sid, sim.metrics.scrape_interval_s)
+
+    assert signals.prompt_tokens_per_s == pytest.approx(3000.0, rel=0.1)
+    assert signals.generation_tokens_per_s == pytest.approx(300.0, rel=0.1)
+
+
+def test_a_fresh_token_service_starts_its_counters_from_zero() -> None:
+    """Without a warm start the counters have no history: the first rate reads low."""
+    arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
+    params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
+    sim = world.World(params)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix, warm_start=False)
+    sim.advance(sim.metrics.scrape_interval_s)
+
+    signals = sim.metrics.token_signals(sid, sim.metrics.scrape_interval_s)
+
+    assert signals.prompt_tokens_per_s < 0.5 * 3000.0
