@@ -449,8 +449,30 @@ def _token_rate_vote(
     if prompt_estimator == "forecast":
         estimator = "forecast"
     value = max(0.0, generated) + config.prompt_token_weight * max(0.0, prompt)
+    backlog = _backlog_ratio(config, observation)
+    if backlog > 1.0:
+        value, estimator = value * backlog, "queue-demand"
     desired = math.ceil(value / target - _CEIL_SLACK)
     return Contribution(_ratio(value, target, observation.serving), desired, estimator, value)
+
+
+def _backlog_ratio(config: model.PolicyConfig, observation: model.Observation) -> float:
+    """The queue's demand over the served request rate (`QueueDrainConfig`), or 1 without it.
+
+    Token counters count what the servers processed: while they are saturated the rate stays at
+    what the replicas carry, whatever waits, so the token vote alone grows by one utilisation
+    step per decision, the start-up time apart, while the queue fills. The requests waiting and
+    the queue's growth are the demand it misses; at the tokens per request being served they
+    raise the token rate in the same proportion as they raise the request rate.
+    """
+    drain = config.queue_drain
+    if drain is None:
+        return 1.0
+    load, queue = observation.signal(Signal.LOAD), observation.signal(Signal.SATURATION)
+    if not (_usable(load) and _usable(queue)) or not load.mean > 0:
+        return 1.0
+    demand, _ = _queue_demand(config, drain, queue, load.mean)
+    return demand / load.mean
 
 
 LATENCY_STEP_MAX_RATIO = 2.0

@@ -183,3 +183,36 @@ def test_a_kv_cache_target_outside_zero_to_one_is_refused(bad: float) -> None:
     """The core refuses a KV-cache target outside (0, 1]."""
     with pytest.raises(ValueError, match="target_kv_cache_ratio"):
         builders.config(target_kv_cache_ratio=bad)
+
+
+def test_a_queue_behind_saturated_servers_raises_the_token_vote() -> None:
+    """Token counters count what saturated servers processed: 600 requests waiting at 40 served
+    per second, drained over 30 s, raise the token vote by the same 50 % as the request
+    demand (1,500 generated-token equivalents per second to 2,250)."""
+    config = builders.config(
+        target_tokens_per_replica=500.0,
+        prompt_token_weight=0.2,
+        queue_drain=model.QueueDrainConfig(drain_s=30.0, confidence_z=0.0),
+    )
+    observation = llm(tokens=500.0, prompt_tokens=5000.0, saturation=600.0)
+
+    vote = decide(config, observation).contributions[Signal.TOKENS]
+
+    assert vote.estimator == "queue-demand"
+    assert vote.estimate == pytest.approx(1500.0 * 1.5)
+    assert vote.desired == 5
+
+
+def test_an_empty_queue_leaves_the_token_vote_at_the_served_rate() -> None:
+    """With nothing waiting the token vote is the weighted rate the servers report."""
+    config = builders.config(
+        target_tokens_per_replica=500.0,
+        prompt_token_weight=0.2,
+        queue_drain=model.QueueDrainConfig(drain_s=30.0, confidence_z=0.0),
+    )
+    vote = decide(config, llm(tokens=500.0, prompt_tokens=5000.0, saturation=0.0)).contributions[
+        Signal.TOKENS
+    ]
+
+    assert vote.estimator == "mean"
+    assert vote.estimate == pytest.approx(1500.0)
