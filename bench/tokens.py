@@ -29,7 +29,9 @@ on the stable mix gives an operator, who then annotates `target-kv-cache-utiliza
 `target-tokens-per-replica` and `target-ttft-p95`. The tokens target counts generated tokens, a
 prompt token as `prompt-token-weight` of one (`--prompt-token-weight`, the annotation's default
 unless told; 1 counts every token alike). It is registered with the simulator's policies for
-this bench only.
+this bench only, and so is `default-token-rate`: ours with the tokens target alone (no
+KV-cache or TTFT target), to tell what the weighted token rate does from what the other two
+votes add.
 
 It lives beside `bench.run` rather than in `bench.scenarios` so the default benchmark's running
 time does not change. It must not change the simulator or the policies.
@@ -70,7 +72,8 @@ CODE_PROMPT_FACTOR = 3.0
 CODE_OUTPUT_DIVISOR = 4.0
 SEED = 16
 TOKENS_POLICY = "default-tokens"
-POLICIES = ("seed", "default", TOKENS_POLICY, "hpa", "keda", "kpa", "oracle")
+TOKEN_RATE_POLICY = "default-token-rate"
+POLICIES = ("seed", "default", TOKENS_POLICY, TOKEN_RATE_POLICY, "hpa", "keda", "kpa", "oracle")
 TTFT_TARGET_SHARE = 0.5
 """`default-tokens`'s P95 TTFT target, as a share of the SLO: it votes before requests miss."""
 TOKEN_CONFIG = tokens.TokenConfig()
@@ -267,11 +270,19 @@ def register_tokens_policy(
             target_ttft_p95_s=TTFT_TARGET_SHARE * config.slo_ttft_s,
         )
 
-    entry = sim_policies.PolicyEntry(
-        policy_config, about="ours with KV-cache, token-rate and TTFT votes besides"
-    )
-    sim_policies.register(TOKENS_POLICY, entry, replace=True)
-    sweep.DEFAULT_UTILISATION[TOKENS_POLICY] = sweep.DEFAULT_UTILISATION["default"]
+    def rate_config(params: SimParams) -> model.PolicyConfig:
+        return dataclasses.replace(
+            sim_policies.default_config(params),
+            target_tokens_per_replica=params.target_utilisation * per_replica,
+            prompt_token_weight=prompt_token_weight,
+        )
+
+    for name, factory, about in (
+        (TOKENS_POLICY, policy_config, "ours with KV-cache, token-rate and TTFT votes besides"),
+        (TOKEN_RATE_POLICY, rate_config, "ours with the token-rate vote besides"),
+    ):
+        sim_policies.register(name, sim_policies.PolicyEntry(factory, about=about), replace=True)
+        sweep.DEFAULT_UTILISATION[name] = sweep.DEFAULT_UTILISATION["default"]
 
 
 def _trial(
