@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 import structlog
 
 from autoscaler import clock as clock_
@@ -53,6 +54,21 @@ act (`ActuationError`); anything else it raises ends the process, as in the tick
 
 def _always() -> bool:
     return True
+
+
+# The base signals lead `Signal`'s order, so their columns are a view, not a copy per tick.
+_BASE_COLUMNS = slice(0, len(model.BASE_SIGNALS))
+assert tuple(model.Signal)[_BASE_COLUMNS] == model.BASE_SIGNALS
+_LLM_COLUMNS = np.asarray(model.LLM_SIGNALS, dtype=np.intp)
+
+
+def _joined(
+    base: dict[model.Signal, model.SignalEstimate],
+    llm: dict[model.Signal, model.SignalEstimate] | None,
+) -> dict[model.Signal, model.SignalEstimate]:
+    if llm is not None:
+        base.update(llm)
+    return base
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +127,9 @@ class Loop:
         self.policy: ports.Policy = policy or ports.CorePolicy()
         self.smoothing_config = smoothing_config or smoothing.SmoothingConfig()
         self._windows = smoothing.Windows(self.smoothing_config)
+        # The LLM signals' windows hold rows only for services that set a target for one of
+        # them, and exist only once one does: the others cost what they did without them.
+        self._llm_windows: smoothing.Windows | None = None
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
         self._metrics_down = False
@@ -131,6 +150,12 @@ class Loop:
 
     def state_of(self, service: model.ServiceId) -> model.PolicyState | None:
         return self._states.get(service)
+
+    @property
+    def windows_nbytes(self) -> int:
+        """Bytes the smoothing windows hold, the LLM signals' included."""
+        llm = self._llm_windows
+        return self._windows.nbytes + (0 if llm is None else llm.nbytes)
 
     async def step(self) -> TickReport:
         """Run one tick: sample every managed service once, decide each, act on changes."""
@@ -153,7 +178,7 @@ class Loop:
             if self._metrics_down:
                 log.info("metrics.recovered")
         self._metrics_down = metrics_error is not None
-        self._windows.record(now, rows, values)
+        self._windows.record(now, rows, values[:, _BASE_COLUMNS])
         half_lives = np.fromiter((w.half_life_s for w in workloads), float, len(workloads))
         windows = np.fromiter(
             (math.nan if w.window_s is None else w.window_s for w in workloads),
@@ -161,6 +186,7 @@ class Loop:
             len(workloads),
         )
         estimates = self._windows.estimate(now, rows, half_lives, windows).rows()
+        llm_estimates = self._llm_estimates(workloads, now, values, half_lives, windows)
         forecasts = await self._forecasts(workloads, now)
         pools = self._pools(workloads, now, values, estimates)
 
@@ -173,7 +199,7 @@ class Loop:
                 # The policy decides the serving replicas; the pool is counted on top.
                 replicas=workload.replicas - (0 if pool is None else pool.replicas),
                 serving=workload.serving,
-                signals=estimates[i],
+                signals=_joined(estimates[i], llm_estimates.get(i)),
                 startup_s=workload.startup_s,
                 admissible=workload.admissible,
                 admissible_reason=workload.admissible_reason,
@@ -453,6 +479,33 @@ class Loop:
             ahead = forecast.horizon_s(config, workload.startup_s)
             scored = forecast.backtest(config, history, now_s=now, horizon_s=ahead)
             self._seasonal[workload.id] = _Seasonal(history, scored)
+
+    def _llm_estimates(
+        self,
+        workloads: Sequence[ports.Workload],
+        now: float,
+        values: npt.NDArray[np.float64],
+        half_lives: npt.NDArray[np.float64],
+        windows: npt.NDArray[np.float64],
+    ) -> dict[int, dict[model.Signal, model.SignalEstimate]]:
+        """The LLM signals' estimates of the services that set a target for one, by their
+        index in `workloads`; the windows of services that stopped doing so are dropped."""
+        opted = [i for i, w in enumerate(workloads) if w.policy.llm_signals]
+        llm = self._llm_windows
+        if llm is None:
+            if not opted:
+                return {}
+            llm = self._llm_windows = smoothing.Windows(
+                self.smoothing_config, signals=model.LLM_SIGNALS
+            )
+        ids = [workloads[i].id for i in opted]
+        if stale := llm.known().difference(ids):
+            llm.forget(stale)
+        rows = llm.rows_for(ids)
+        picked = np.asarray(opted, dtype=np.intp)
+        llm.record(now, rows, values[np.ix_(picked, _LLM_COLUMNS)])
+        estimates = llm.estimate(now, rows, half_lives[picked], windows[picked]).rows()
+        return {i: estimates[k] for k, i in enumerate(opted)}
 
     def _forget_gone(self, workloads: Sequence[ports.Workload]) -> None:
         present = {w.id for w in workloads}

@@ -52,10 +52,10 @@ def check_metric_name(name: str) -> None:
 class MetricNames:
     """The series one kind of model server exports, each name checked against PromQL's grammar.
 
-    Only `requests` and `queue` are read per tick; `latency` and `errors` are for the traffic
-    ramp's health gates. A `custom` server may name only one of `requests` and `queue` (the one
-    its target needs); the other signal then reads as missing, which the policy ignores for a
-    signal without a target.
+    `requests`, `queue` and the token signals are read per tick; `latency` and `errors` are for
+    the traffic ramp's health gates. A `custom` server may name only one of `requests` and
+    `queue` (the one its target needs); the other signal then reads as missing, which the
+    policy ignores for a signal without a target.
     """
 
     requests: str | None
@@ -69,17 +69,41 @@ class MetricNames:
     error_label: str | None = None
     """When set, only the `errors` series whose `error_label` is one of `error_values` count."""
     error_values: tuple[str, ...] = ()
+    # An LLM server's token signals. Each is a tuple of names, one per version of the server
+    # that renamed it: a pod reports under whichever its version exports, and the adapter's
+    # query reads them all (`or`). Empty: the server exports none, and the signal reads missing.
+    kv_cache: tuple[str, ...] = ()
+    """Gauge of the KV cache in use, a ratio in [0, 1]: the KV_CACHE signal."""
+    prompt_tokens: tuple[str, ...] = ()
+    """Counter of prompt tokens prefilled; with `generation_tokens`, the TOKENS signal."""
+    generation_tokens: tuple[str, ...] = ()
+    """Counter of output tokens generated."""
+    ttft: tuple[str, ...] = ()
+    """Histogram of the time to first token in seconds (the name without `_bucket`): TTFT."""
+    tpot: tuple[str, ...] = ()
+    """Histogram of the time per output token in seconds: TPOT."""
 
     def __post_init__(self) -> None:
         if self.requests is None and self.queue is None:
             raise ValueError("a server needs a request counter or a queue gauge")
-        for name in (self.requests, self.queue, self.latency, self.errors):
+        for name in (self.requests, self.queue, self.latency, self.errors, *self.token_names):
             if name is not None:
                 check_metric_name(name)
         if self.error_label is not None and not LABEL_NAME.fullmatch(self.error_label):
             raise ValueError(f"not a Prometheus label name: {self.error_label!r}")
         if (self.error_label is None) != (not self.error_values):
             raise ValueError("error_label and error_values go together")
+
+    @property
+    def token_names(self) -> tuple[str, ...]:
+        """Every name of the token signals."""
+        return (
+            *self.kv_cache,
+            *self.prompt_tokens,
+            *self.generation_tokens,
+            *self.ttft,
+            *self.tpot,
+        )
 
 
 # Names as each server exports them, checked against the source that registers them (names
@@ -97,6 +121,13 @@ PRESETS: Final[Mapping[str, MetricNames]] = types.MappingProxyType(
             errors="vllm:request_success_total",
             error_label="finished_reason",
             error_values=("abort", "error"),
+            # The KV-cache gauge was `vllm:gpu_cache_usage_perc` (a ratio despite the name)
+            # until vLLM 0.10 renamed it `vllm:kv_cache_usage_perc`.
+            kv_cache=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+            prompt_tokens=("vllm:prompt_tokens_total",),
+            generation_tokens=("vllm:generation_tokens_total",),
+            ttft=("vllm:time_to_first_token_seconds",),
+            tpot=("vllm:time_per_output_token_seconds",),
         ),
         # huggingface/text-generation-inference docs/source/reference/metrics.md; the Rust
         # exporter adds no `_total`. `tgi_request_count` is incremented as a request arrives
@@ -107,6 +138,12 @@ PRESETS: Final[Mapping[str, MetricNames]] = types.MappingProxyType(
             queue="tgi_queue_size",
             latency="tgi_request_duration",
             errors="tgi_request_failure",
+            # TGI exports no KV-cache gauge and no time to first token. Its token counts are
+            # per-request histograms whose `_sum` grows by each request's tokens, so their rate
+            # is tokens per second (counted as the request finishes).
+            prompt_tokens=("tgi_request_input_length_sum",),
+            generation_tokens=("tgi_request_generated_tokens_sum",),
+            tpot=("tgi_request_mean_time_per_token_duration",),
         ),
         # triton-inference-server/server docs/user_guide/metrics.md. Load counts successful
         # requests only: summing two counters per pod needs the metric name that `rate()` drops
@@ -127,6 +164,14 @@ PRESETS: Final[Mapping[str, MetricNames]] = types.MappingProxyType(
             queue="sglang:num_queue_reqs",
             latency="sglang:e2e_request_latency_seconds",
             errors="sglang:num_aborted_requests_total",
+            # docs/references/production_metrics.md: `sglang:token_usage` is the KV-cache
+            # (token pool) usage ratio; the per-token histogram was renamed
+            # `sglang:inter_token_latency_seconds` in later versions.
+            kv_cache=("sglang:token_usage",),
+            prompt_tokens=("sglang:prompt_tokens_total",),
+            generation_tokens=("sglang:generation_tokens_total",),
+            ttft=("sglang:time_to_first_token_seconds",),
+            tpot=("sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds"),
         ),
     }
 )

@@ -132,7 +132,8 @@ SIGNAL = Family(
 SIGNAL_TARGET = Family(
     _Gauge,
     "autoscaler_signal_target",
-    "Service-wide target for the signal: per-replica target x serving replicas.",
+    "Service-wide target for the signal: per-replica target x serving replicas (a latency "
+    "percentile's target as set).",
     ("signal",),
 )
 COOLDOWN = Family(
@@ -398,7 +399,9 @@ def _render_tick(
         if math.isfinite(vote.estimate):
             out[SIGNAL].add_metric([namespace, name, label], vote.estimate)
         if target is not None:
-            out[SIGNAL_TARGET].add_metric([namespace, name, label], target * workload.serving)
+            # A latency percentile's target is the service's own, not one per replica.
+            per = 1 if signal in model.LATENCY_SIGNALS else workload.serving
+            out[SIGNAL_TARGET].add_metric([namespace, name, label], target * per)
     if workload.startup_s is not None:
         out[STARTUP].add_metric([namespace, name, "all"], workload.startup_s)
     split = workload.startup_split

@@ -4,7 +4,8 @@
 synthetic multi-day trace with the default policy, and the same synthetic trace through the
 world alone (no loop), and prints one line per run. `--tokens` times the token mode instead:
 the bundled hour per request (its prompt and output tokens) at four times its rate, through the
-loop and through the world alone, beside the same hour in request mode. Timings are printed,
+loop and through the world alone, beside the same hour in request mode, and through the loop
+with ours reading the token signals (`bench.tokens`' targets). Timings are printed,
 never asserted (docs/benchmark.md). Like the CLI, it sets logging to warnings so the loop's
 per-decision lines are not what gets measured.
 
@@ -28,6 +29,7 @@ from autoscaler import logs
 from autoscaler.experiment import run, trace
 from autoscaler.sim import tokens, world
 from autoscaler.sim.params import SimParams
+from bench import tokens as bench_tokens
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -141,7 +143,19 @@ def _time_tokens() -> int:
         print(timed(f"{label}, {mode}, loop", len(arrivals), loop).line(), flush=True)
         alone = functools.partial(world_only, arrivals, params, token_mix)
         print(timed(f"{label}, {mode}, world only", len(arrivals), alone).line(), flush=True)
+    # The token signals are read only for a service that sets a token target: ours with the
+    # targets of bench.tokens, so that their sampling and smoothing are timed too.
+    bench_tokens.register_tokens_policy(TOKEN_CAPACITY)
+    signals = dataclasses.replace(token_mode, policy=bench_tokens.TOKENS_POLICY)
+    loop = functools.partial(run.simulate, arrivals, signals, token_mix=mix)
+    print(timed(f"{label}, tokens with token signals, loop", len(arrivals), loop).line())
     return 0
+
+
+TOKEN_CAPACITY = bench_tokens.Capacity(
+    TOKEN_MU_RPS, 7.63, tokens_per_s=780.0, prompt_tokens_per_s=4306.0, kv_usage_ratio=0.8
+)
+"""One replica on the Azure mix, as `bench.tokens.measure_capacity` finds it."""
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Token-mix scenarios in the simulator's token mode: every policy at the same TTFT SLO.
 
-    python -m bench.tokens [--regime cold] [--policies p,q] [--jobs N] [--duration-s S]
-                           [--no-search]
+    python -m bench.tokens [--regime cold] [--policies p,q] [--scenarios a,b] [--jobs N]
+                           [--duration-s S] [--prompt-token-weight W] [--no-search]
 
 An LLM server's capacity is tokens, not requests: when long prompts arrive (retrieval-augmented
 answers, code with its repository context) at the same request rate, each replica carries a
@@ -15,12 +15,23 @@ request's prompt and output lengths drawn jointly from the bundled Azure hour
 - `tokens-code`: from 20 min on, `CODE_SHARE` of the requests are code completions: prompts
   `CODE_PROMPT_FACTOR` times longer, outputs `CODE_OUTPUT_DIVISOR` times shorter.
 
-Every policy scales on request signals with mu measured on the stable mix
+Every policy but one scales on request signals with mu measured on the stable mix
 (`measure_capacity`: the highest rate that ten replicas serve with at most 1 % of requests over
 the TTFT SLO, per replica, and the time a request stays in the server at the load target, for
 the concurrency targets), as an operator would set its targets after a load test. Each runs at its
 default target and through the equal-SLO search of `autoscaler.experiment.sweep` on the TTFT
 SLO; the table gives misses (TTFT over the SLO, or dropped) and GPU-hours.
+
+`default-tokens` is ours with the token signals besides: the KV-cache usage and the tokens per
+second one replica shows at mu on the stable mix (`Capacity`), times the same utilisation target
+as its request target, and a P95 TTFT target of `TTFT_TARGET_SHARE` of the SLO; what a load test
+on the stable mix gives an operator, who then annotates `target-kv-cache-utilization`,
+`target-tokens-per-replica` and `target-ttft-p95`. The tokens target counts generated tokens, a
+prompt token as `prompt-token-weight` of one (`--prompt-token-weight`, the annotation's default
+unless told; 1 counts every token alike). It is registered with the simulator's policies for
+this bench only, and so is `default-token-rate`: ours with the tokens target alone (no
+KV-cache or TTFT target), to tell what the weighted token rate does from what the other two
+votes add.
 
 It lives beside `bench.run` rather than in `bench.scenarios` so the default benchmark's running
 time does not change. It must not change the simulator or the policies.
@@ -40,9 +51,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from autoscaler.core import model
 from autoscaler.experiment import equal_slo, sweep, trace
 from autoscaler.experiment import run as sim_run
 from autoscaler.experiment.scenario import Scenario
+from autoscaler.sim import policies as sim_policies
 from autoscaler.sim import tokens
 from autoscaler.sim.params import SimParams
 from bench import common
@@ -58,7 +71,11 @@ CODE_SHARE = 0.7
 CODE_PROMPT_FACTOR = 3.0
 CODE_OUTPUT_DIVISOR = 4.0
 SEED = 16
-POLICIES = ("seed", "default", "hpa", "keda", "kpa", "oracle")
+TOKENS_POLICY = "default-tokens"
+TOKEN_RATE_POLICY = "default-token-rate"
+POLICIES = ("seed", "default", TOKENS_POLICY, TOKEN_RATE_POLICY, "hpa", "keda", "kpa", "oracle")
+TTFT_TARGET_SHARE = 0.5
+"""`default-tokens`'s P95 TTFT target, as a share of the SLO: it votes before requests miss."""
 TOKEN_CONFIG = tokens.TokenConfig()
 GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """Utilisation targets the equal-SLO search may try: a shift to long prompts can need three
@@ -174,31 +191,98 @@ class Capacity:
     Little's law: running over throughput): the request model's `service_time_s`, from which
     the concurrency targets (KPA's) are set. Under continuous batching it grows with the load
     (a fuller batch decodes slower), so it is taken where the policies aim, not at mu."""
+    tokens_per_s: float = 0.0
+    """Output (generated) tokens per second one replica serves at mu."""
+    prompt_tokens_per_s: float = 0.0
+    """Prompt tokens per second one replica prefills at mu."""
+    kv_usage_ratio: float = 0.0
+    """The mean share of its KV cache one replica holds at mu."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    miss_pct: float
+    in_service_s: float
+    tokens_per_s: float
+    prompt_tokens_per_s: float
+    kv_usage_ratio: float
 
 
 def measure_capacity(config: tokens.TokenConfig = TOKEN_CONFIG) -> Capacity:
     """Bisect, on ten replicas, the highest per-replica rate within the SLO, to 0.05
     requests/s."""
 
-    def probe(per_replica: float) -> tuple[float, float]:
+    def probe(per_replica: float) -> _Probe:
         rate = per_replica * _PROBE_REPLICAS
         arrivals, mix = draw(rate, _PROBE_S, np.zeros(_PROBE_S), _rag, seed=SEED + 1)
         traffic = tokens.TokenTraffic(arrivals, mix, config)
-        running = 0.0
+        running = generated = prompt = kv = 0.0
         for _ in range(_PROBE_S):
-            running += traffic.step(_PROBE_REPLICAS).running
+            second = traffic.step(_PROBE_REPLICAS)
+            running += second.running
+            generated += second.generation_tokens
+            prompt += second.prompt_tokens
+            kv += second.kv_usage_ratio
         missed = traffic.slo_misses + traffic.unmet_at_end()
-        return 100.0 * missed / traffic.arrived, running / _PROBE_S / rate
+        return _Probe(
+            100.0 * missed / traffic.arrived,
+            running / _PROBE_S / rate,
+            generated / _PROBE_S / _PROBE_REPLICAS,
+            prompt / _PROBE_S / _PROBE_REPLICAS,
+            kv / _PROBE_S,
+        )
 
     lo, hi = 0.5, 20.0
     while hi - lo > 0.05:
         mid = (lo + hi) / 2
-        if probe(mid)[0] <= equal_slo.SLO_MISS_LIMIT_PCT:
+        if probe(mid).miss_pct <= equal_slo.SLO_MISS_LIMIT_PCT:
             lo = mid
         else:
             hi = mid
     mu = round(lo, 2)
-    return Capacity(mu, round(probe(mu * SimParams().target_utilisation)[1], 2))
+    at_mu = probe(mu)
+    return Capacity(
+        mu,
+        round(probe(mu * SimParams().target_utilisation).in_service_s, 2),
+        round(at_mu.tokens_per_s),
+        round(at_mu.prompt_tokens_per_s),
+        round(at_mu.kv_usage_ratio, 3),
+    )
+
+
+def register_tokens_policy(
+    capacity: Capacity,
+    config: tokens.TokenConfig = TOKEN_CONFIG,
+    *,
+    prompt_token_weight: float = model.DEFAULT_PROMPT_TOKEN_WEIGHT,
+) -> None:
+    """Register `default-tokens`: ours with the token targets a load test at mu gives, a
+    prompt token counted as `prompt_token_weight` of a generated one."""
+    per_replica = capacity.tokens_per_s + prompt_token_weight * capacity.prompt_tokens_per_s
+
+    def policy_config(params: SimParams) -> model.PolicyConfig:
+        u = params.target_utilisation
+        return dataclasses.replace(
+            sim_policies.default_config(params),
+            target_kv_cache_ratio=min(1.0, u * capacity.kv_usage_ratio),
+            target_tokens_per_replica=u * per_replica,
+            prompt_token_weight=prompt_token_weight,
+            target_ttft_p95_s=TTFT_TARGET_SHARE * config.slo_ttft_s,
+        )
+
+    def rate_config(params: SimParams) -> model.PolicyConfig:
+        return dataclasses.replace(
+            sim_policies.default_config(params),
+            target_tokens_per_replica=params.target_utilisation * per_replica,
+            prompt_token_weight=prompt_token_weight,
+        )
+
+    for name, factory, about in (
+        (TOKENS_POLICY, policy_config, "ours with KV-cache, token-rate and TTFT votes besides"),
+        (TOKEN_RATE_POLICY, rate_config, "ours with the token-rate vote besides"),
+    ):
+        sim_policies.register(name, sim_policies.PolicyEntry(factory, about=about), replace=True)
+        sweep.DEFAULT_UTILISATION[name] = sweep.DEFAULT_UTILISATION["default"]
 
 
 def _trial(
@@ -218,9 +302,15 @@ def _trial(
 _SCENARIOS: dict[str, TokenScenario] = {}
 
 
-def _start(scenarios: dict[str, TokenScenario]) -> None:
+def start_worker(
+    scenarios: dict[str, TokenScenario],
+    capacity: Capacity,
+    prompt_token_weight: float = model.DEFAULT_PROMPT_TOKEN_WEIGHT,
+) -> None:
+    """Make this process ready for `search`: the scenarios, and `default-tokens` registered."""
     sweep.quiet_logs()
     _SCENARIOS.update(scenarios)
+    register_tokens_policy(capacity, prompt_token_weight=prompt_token_weight)
 
 
 def search(
@@ -272,18 +362,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES), metavar="P,Q")
     parser.add_argument("--jobs", type=common.positive_int, default=sweep.available_cpus())
     parser.add_argument("--duration-s", type=common.positive_int, default=DURATION_S)
+    parser.add_argument("--scenarios", default="", metavar="A,B", help="default: all three")
+    parser.add_argument(
+        "--prompt-token-weight",
+        type=float,
+        default=model.DEFAULT_PROMPT_TOKEN_WEIGHT,
+        metavar="W",
+        help="generated tokens one prompt token counts for in default-tokens' tokens target "
+        "(default: the annotation's, %(default)s)",
+    )
     parser.add_argument(
         "--no-search", action="store_true", help="default targets only, no equal-SLO search"
     )
     args = parser.parse_args(argv)
     policies = tuple(p for p in args.policies.split(",") if p)
-    unknown = [p for p in policies if p not in sweep.DEFAULT_UTILISATION]
+    unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         parser.error(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
     started = time.perf_counter()
+    weight = args.prompt_token_weight
+    if not 0 < weight <= 1:
+        parser.error("--prompt-token-weight must be > 0 and <= 1")
     capacity = measure_capacity()
+    register_tokens_policy(capacity, prompt_token_weight=weight)
     mu = capacity.mu_rps
     scenarios = build(mu, args.duration_s)
+    if args.scenarios:
+        chosen = [n for n in args.scenarios.split(",") if n]
+        if unknown := [n for n in chosen if n not in scenarios]:
+            parser.error(f"unknown scenario {', '.join(unknown)}; known: {', '.join(scenarios)}")
+        scenarios = {n: scenarios[n] for n in chosen}
     base = dataclasses.replace(
         sweep.BASE,
         tokens=TOKEN_CONFIG,
@@ -292,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     jobs = [(name, policy) for name in scenarios for policy in policies]
     with concurrent.futures.ProcessPoolExecutor(
-        max_workers=args.jobs, initializer=_start, initargs=(scenarios,)
+        max_workers=args.jobs, initializer=start_worker, initargs=(scenarios, capacity, weight)
     ) as pool:
         futures = [
             pool.submit(search, name, policy, args.regime, base, None if args.no_search else GRID)
@@ -301,8 +409,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = [f.result() for f in futures]
     header = (
         f"Token mode, {args.regime} start-up, TTFT SLO {TOKEN_CONFIG.slo_ttft_s:g} s, "
-        f"mu {mu:g} requests/s per replica and {capacity.in_service_s:g} s in the server "
-        "(measured on the stable mix)"
+        f"mu {mu:g} requests/s per replica and {capacity.in_service_s:g} s in the server; "
+        f"at mu, {capacity.prompt_tokens_per_s:g} prompt and {capacity.tokens_per_s:g} output "
+        f"tokens/s and {capacity.kv_usage_ratio:.1%} of the KV cache per replica (measured on "
+        f"the stable mix); prompt-token-weight {weight:g}"
     )
     print(markdown(rows, scenarios, header, searched=not args.no_search))
     elapsed = time.perf_counter() - started

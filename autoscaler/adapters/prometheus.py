@@ -126,6 +126,8 @@ class ServingPods:
     pods: frozenset[str]
     """Pods warm and in the stable traffic set: the only ones whose series count."""
     metrics: MetricNames
+    llm_signals: frozenset[model.Signal] = frozenset()
+    """The LLM signals the service sets a target for: its pods join only their queries."""
 
 
 class QueryRejected(errors.ObservationError):
@@ -537,7 +539,10 @@ class MetricsSource:
             if isinstance(series, list):
                 by_signal.setdefault(signal, []).extend(series)
         for signal, series in by_signal.items():
-            _fill(values[:, signal], series, rows, mean=signal is model.Signal.CAPACITY)
+            if signal in model.LATENCY_SIGNALS:
+                _fill_quantile(values[:, signal], series, rows, QUANTILE)
+            else:
+                _fill(values[:, signal], series, rows, mean=signal in model.MEAN_SIGNALS)
         return values
 
     def _locate(
@@ -549,7 +554,9 @@ class MetricsSource:
         for row, workload in enumerate(workloads):
             if workload.metrics is None or not workload.pods:
                 continue
-            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
+            serving = ServingPods(
+                workload.namespace, workload.pods, workload.metrics, workload.policy.llm_signals
+            )
             if not is_namespace(serving.namespace):
                 log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
                 continue
@@ -673,7 +680,8 @@ def build_queries(
     by_requests: dict[str, _PodSet] = {}
     by_queue: dict[str, _PodSet] = {}
     everyone = _PodSet()
-    for serving in targets:
+    targets_list = list(targets)
+    for serving in targets_list:
         _check_names(serving)
         for groups, name in (
             (by_requests, serving.metrics.requests),
@@ -699,6 +707,7 @@ def build_queries(
         queries[model.Signal.LOAD] = " or ".join(loads)
     if queues:
         queries[model.Signal.SATURATION] = " or ".join(queues)
+    queries.update(_token_queries(targets_list, window, age, max_pod_matcher_chars))
     percent = _gpu_query(gpu_metric, everyone, age, max_pod_matcher_chars)
     if gpu_ratio_metric is None:
         queries[model.Signal.CAPACITY] = percent
@@ -707,6 +716,75 @@ def build_queries(
         # the ratio (MIG instances have nothing else) reads it, any other pod the percent.
         ratio = _gpu_query(gpu_ratio_metric, everyone, age, max_pod_matcher_chars, scale=100.0)
         queries[model.Signal.CAPACITY] = f"{ratio} or {percent}"
+    return queries
+
+
+QUANTILE: Final = 0.95
+"""The percentile of the TTFT and TPOT signals."""
+
+
+def _token_queries(
+    targets: Sequence[ServingPods], window: str, age: str, max_pod_matcher_chars: int
+) -> dict[model.Signal, str]:
+    """One query per token signal over every service that sets its target and whose server
+    exports it: a fleet where no service sets one sends none of these queries.
+
+    KV-cache usage is the gauge per pod; TOKENS the rate of the generation counter per pod,
+    PROMPT_TOKENS the prompt counter's; TTFT and TPOT the rate of each bucket per pod (`le`
+    kept), so that `sample` adds up a service's buckets and takes the percentile of the sum:
+    a service's P95, not a mean of its pods' P95s, from a query shared by every service.
+    """
+
+    opted = [serving for serving in targets if serving.llm_signals]
+    if not opted:
+        return {}
+
+    def grouped(
+        signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]
+    ) -> list[tuple[str, _PodSet]]:
+        groups: dict[str, _PodSet] = {}
+        for serving in opted:
+            if signal in serving.llm_signals:
+                for name in names_of(serving.metrics):
+                    groups.setdefault(name, _PodSet()).add(serving)
+        return sorted(groups.items())
+
+    def selector(name: str, pods: _PodSet) -> str:
+        return _selector(name, pods.matchers(max_pod_matcher_chars))
+
+    def rates(signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
+        parts = []
+        for name, pods in grouped(signal, names_of):
+            sel = selector(name, pods)
+            parts.append(f"sum by (namespace, pod) ({_fresh(f'rate({sel}[{window}])', sel, age)})")
+        return " or ".join(parts)
+
+    def buckets(signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
+        parts = []
+        for name, pods in grouped(signal, names_of):
+            sel = selector(f"{name}_bucket", pods)
+            fresh = _fresh(f"rate({sel}[{window}])", sel, age)
+            parts.append(f"sum by (namespace, pod, le) ({fresh})")
+        return " or ".join(parts)
+
+    queries: dict[model.Signal, str] = {}
+    kv = [
+        f"avg by (namespace, pod) ({_fresh(sel, sel, age)})"
+        for name, pods in grouped(model.Signal.KV_CACHE, lambda m: m.kv_cache)
+        for sel in (selector(name, pods),)
+    ]
+    if kv:
+        queries[model.Signal.KV_CACHE] = " or ".join(kv)
+    # A server reads its token rate only when it exports both counters (the contract refuses
+    # a tokens target otherwise), so a service has both columns or neither.
+    if generation := rates(model.Signal.TOKENS, lambda m: m.generation_tokens):
+        queries[model.Signal.TOKENS] = generation
+    if prompt := rates(model.Signal.PROMPT_TOKENS, lambda m: m.prompt_tokens):
+        queries[model.Signal.PROMPT_TOKENS] = prompt
+    if ttft := buckets(model.Signal.TTFT, lambda m: m.ttft):
+        queries[model.Signal.TTFT] = ttft
+    if tpot := buckets(model.Signal.TPOT, lambda m: m.tpot):
+        queries[model.Signal.TPOT] = tpot
     return queries
 
 
@@ -803,6 +881,54 @@ def _fill(
             count[row] += 1
     reported = count > 0
     column[reported] = total[reported] / count[reported] if mean else total[reported]
+
+
+def _fill_quantile(
+    column: npt.NDArray[np.float64],
+    series: list[Any],
+    rows: Mapping[_Pod, list[int]],
+    quantile: float,
+) -> None:
+    """Write each row's `quantile` of the bucket rates of its pods added up; rows with no
+    bucket, or no observation in the window, stay NaN."""
+    buckets: dict[int, dict[float, float]] = {}
+    for item in series:
+        try:
+            bound = float(item["metric"]["le"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise errors.ObservationError(f"Prometheus bucket malformed: {item!r:.200}") from e
+        for pod, value in _per_pod([item]):
+            for row in rows.get(pod, ()):
+                by_bound = buckets.setdefault(row, {})
+                by_bound[bound] = by_bound.get(bound, 0.0) + value
+    for row, by_bound in buckets.items():
+        column[row] = histogram_quantile(quantile, by_bound)
+
+
+def histogram_quantile(quantile: float, cumulative: Mapping[float, float]) -> float:
+    """Prometheus's `histogram_quantile` over cumulative bucket counts by upper bound: linear
+    within the bucket the rank falls in (from 0 for the first), the highest finite bound when
+    it falls in the `+Inf` bucket; NaN without a `+Inf` bucket or with no observation."""
+    bounds = sorted(cumulative)
+    if not bounds or bounds[-1] != math.inf:
+        return math.nan
+    total = cumulative[math.inf]
+    if not total > 0:
+        return math.nan
+    rank = quantile * total
+    below_bound, below_count = 0.0, 0.0
+    for bound in bounds:
+        count = cumulative[bound]
+        if count >= rank:
+            if bound == math.inf:
+                return below_bound
+            if count <= below_count:
+                return bound
+            return below_bound + (bound - below_bound) * (rank - below_count) / (
+                count - below_count
+            )
+        below_bound, below_count = bound, count
+    return below_bound
 
 
 def _per_pod(series: list[Any]) -> Iterator[tuple[_Pod, float]]:
@@ -1240,7 +1366,9 @@ class LoadHistory:
         for workload in workloads:
             if workload.metrics is None or workload.metrics.requests is None:
                 continue
-            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
+            serving = ServingPods(
+                workload.namespace, workload.pods, workload.metrics, workload.policy.llm_signals
+            )
             if not is_namespace(serving.namespace):
                 continue
             wanted.append((workload.id, serving))

@@ -145,6 +145,9 @@ _MAX_REPLICAS_P = values.whole(1, _MAX_REPLICAS)
 _PAUSED_REPLICAS = values.whole(0, _MAX_REPLICAS)
 _TARGET = values.number(0, None, lo_open=True)
 _GPU_PCT = values.number(0, 100, lo_open=True, percent=True)
+_SHARE = values.fraction()
+_WEIGHT = values.number(0, 1, lo_open=True)
+_LATENCY = values.duration(0.001, _HOUR_S)
 _METRIC = values.metric_name()
 _WINDOW = values.duration(10.0, _HOUR_S)
 _HALF_LIFE = values.duration(1.0, _HOUR_S)
@@ -261,6 +264,41 @@ class Annotations(BaseModel):
         alias="target-gpu-utilization",
         description="Capacity guard, percent (DCGM GPU utilisation): above it, no scale-down; "
         "it never scales up on its own.",
+    )
+    target_kv_cache_ratio: Annotated[float | None, _v(_SHARE)] = Field(
+        None,
+        alias="target-kv-cache-utilization",
+        description="LLM servers: KV-cache usage per serving replica (`0.8` or `80%`); the "
+        "replicas that bring the mean usage to it are a vote.",
+    )
+    target_tokens_per_replica: Annotated[float | None, _v(_TARGET)] = Field(
+        None,
+        alias="target-tokens-per-replica",
+        description="LLM servers: generated tokens per second per serving replica, a prompt "
+        "token counting as `prompt-token-weight` of one; the replicas that carry the "
+        "service's tokens at it are a vote.",
+    )
+    prompt_token_weight: Annotated[float | None, _v(_WEIGHT)] = Field(
+        None,
+        alias="prompt-token-weight",
+        description="LLM servers: what one prompt token counts for in "
+        "`target-tokens-per-replica`, in generated tokens: a replica's output tokens per "
+        "second with a full batch over its prompt tokens per second (both from a load test). "
+        f"Unset: {model.DEFAULT_PROMPT_TOKEN_WEIGHT:g} (vLLM, Llama-3-8B, one A100: about "
+        "10,000 prompt against 2,000 output tokens per second).",
+    )
+    target_ttft_p95_s: Annotated[float | None, _v(_LATENCY)] = Field(
+        None,
+        alias="target-ttft-p95",
+        description="LLM servers: P95 time to first token; above it, a vote for more replicas "
+        "(at most twice the serving ones per decision), and near it no scale-down. With "
+        "`policy: default` and no other latency SLO, also the SLO's queueing model, sized as "
+        "a queueing delay (as `target-p95-queue-delay`; `replica-capacity` applies).",
+    )
+    target_tpot_p95_s: Annotated[float | None, _v(_LATENCY)] = Field(
+        None,
+        alias="target-tpot-p95",
+        description="LLM servers: P95 time per output token, voting as `target-ttft-p95`.",
     )
     target_p95_latency_s: Annotated[float | None, _v(_P95)] = Field(
         None,
@@ -460,11 +498,58 @@ def _bounds(a: Annotations) -> list[Problem]:
     return [Problem(PREFIX + "min-replicas", _value("min-replicas", a), rule)]
 
 
+_CAPACITY_TARGETS = (
+    "target-qps-per-replica",
+    "target-queue-per-replica",
+    "target-kv-cache-utilization",
+    "target-tokens-per-replica",
+)
+_TOKEN_TARGETS = (
+    "target-kv-cache-utilization",
+    "target-tokens-per-replica",
+    "target-ttft-p95",
+    "target-tpot-p95",
+)
+
+
 def _targets(a: Annotations) -> list[Problem]:
-    if a.target_qps_per_replica is not None or a.target_queue_per_replica is not None:
+    if any(getattr(a, _FIELD_BY_KEY[key]) is not None for key in _CAPACITY_TARGETS):
         return []
-    rule = f"required unless {PREFIX}target-queue-per-replica is set"
+    others = ", ".join(PREFIX + key for key in _CAPACITY_TARGETS[1:])
+    rule = f"required unless one of {others} is set"
     return [Problem(PREFIX + "target-qps-per-replica", None, rule)]
+
+
+def _token_signal_of(key: str, names: metricnames.MetricNames) -> bool:
+    return bool(
+        {
+            "target-kv-cache-utilization": names.kv_cache,
+            "target-tokens-per-replica": names.prompt_tokens and names.generation_tokens,
+            "target-ttft-p95": names.ttft,
+            "target-tpot-p95": names.tpot,
+        }[key]
+    )
+
+
+def _prompt_weight(a: Annotations) -> list[Problem]:
+    if a.prompt_token_weight is None or a.target_tokens_per_replica is not None:
+        return []
+    rule = f"has no effect without {PREFIX}target-tokens-per-replica"
+    return [Problem(PREFIX + "prompt-token-weight", _value("prompt-token-weight", a), rule)]
+
+
+def _token_targets(a: Annotations) -> list[Problem]:
+    if a.server is Server.CUSTOM:
+        rule = "needs a server preset that exports the signal (`server: custom` names none)"
+    else:
+        rule = f"`server: {a.server.value}` does not export the signal this target reads"
+    names = None if a.server is Server.CUSTOM else metricnames.PRESETS[a.server.value]
+    return [
+        Problem(PREFIX + key, _value(key, a), rule)
+        for key in _TOKEN_TARGETS
+        if getattr(a, _FIELD_BY_KEY[key]) is not None
+        and (names is None or not _token_signal_of(key, names))
+    ]
 
 
 _METRIC_KEYS = ("metric-requests", "metric-queue", "metric-errors", "metric-latency")
@@ -525,8 +610,11 @@ def _slo(a: Annotations) -> list[Problem]:
     if a.service_time_s is not None and a.target_p95_latency_s is None:
         rule = f"has no effect without {PREFIX}target-p95-latency"
         problems.append(Problem(PREFIX + "service-time", _value("service-time", a), rule))
-    if a.replica_capacity_rps is not None and not targets:
-        rule = f"has no effect without {PREFIX}target-p95-latency or {PREFIX}target-p95-queue-delay"
+    if a.replica_capacity_rps is not None and not targets and a.target_ttft_p95_s is None:
+        rule = (
+            f"has no effect without {PREFIX}target-p95-latency, {PREFIX}target-p95-queue-delay "
+            f"or {PREFIX}target-ttft-p95"
+        )
         problems.append(Problem(PREFIX + "replica-capacity", _value("replica-capacity", a), rule))
     return problems
 
@@ -569,15 +657,33 @@ def _slo_config(a: Annotations) -> model.SloConfig | None:
             target_latency_s=a.target_p95_queue_delay_s,
             replica_capacity_rps=a.replica_capacity_rps,
         )
+    if a.target_ttft_p95_s is not None and a.policy is PolicyName.DEFAULT:
+        # The time to first token is mostly the wait for a place in the batch: the SLO's
+        # queueing model sizes it as a queueing delay.
+        return model.SloConfig(
+            target_latency_s=a.target_ttft_p95_s,
+            replica_capacity_rps=a.replica_capacity_rps,
+        )
     return None
 
 
 CROSS_RULES = (
     _CrossRule("`min-replicas` ≤ `max-replicas`.", _bounds),
     _CrossRule(
-        "At least one of `target-qps-per-replica`, `target-queue-per-replica`; with both, the "
-        "larger replica count wins.",
+        "At least one of `target-qps-per-replica`, `target-queue-per-replica`, "
+        "`target-kv-cache-utilization`, `target-tokens-per-replica`; with several, the "
+        "largest replica count wins.",
         _targets,
+    ),
+    _CrossRule(
+        "`target-kv-cache-utilization`, `target-tokens-per-replica`, `target-ttft-p95` and "
+        "`target-tpot-p95` only with a `server` whose preset exports the signal (vLLM: all "
+        "four; SGLang: all four; TGI: tokens and TPOT; Triton and `custom`: none).",
+        _token_targets,
+    ),
+    _CrossRule(
+        "`prompt-token-weight` only with `target-tokens-per-replica`.",
+        _prompt_weight,
     ),
     _CrossRule(
         "`metric-*` keys only with `server: custom`. With `custom`: `metric-requests` when "
@@ -799,6 +905,15 @@ def _service(a: Annotations, *, namespace: str) -> ServiceConfig | Invalid:
         target_load_per_replica=a.target_qps_per_replica,
         target_queue_per_replica=a.target_queue_per_replica,
         target_gpu_utilization_pct=a.target_gpu_utilization_pct,
+        target_kv_cache_ratio=a.target_kv_cache_ratio,
+        target_tokens_per_replica=a.target_tokens_per_replica,
+        target_ttft_p95_s=a.target_ttft_p95_s,
+        target_tpot_p95_s=a.target_tpot_p95_s,
+        prompt_token_weight=(
+            model.DEFAULT_PROMPT_TOKEN_WEIGHT
+            if a.prompt_token_weight is None
+            else a.prompt_token_weight
+        ),
         deadband_ratio=a.deadband_ratio,
         scale_up_cooldown_s=a.scale_up_cooldown_s,
         scale_down_cooldown_s=a.scale_down_cooldown_s,

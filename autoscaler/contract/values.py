@@ -221,6 +221,24 @@ def number(
     return Parser(f"must be {kind} {bounds}", convert, lambda v: f"{v:g}")
 
 
+def fraction() -> Parser[float]:
+    """A share in (0, 1]: a ratio (`0.8`) or a percentage with its sign (`80%`)."""
+
+    def convert(text: str) -> float | None:
+        percent = text.endswith("%")
+        digits = text[:-1] if percent else text
+        if not _DECIMAL.fullmatch(digits):
+            return None
+        value = Decimal(digits) / (100 if percent else 1)
+        return float(value) if 0 < value <= 1 else None
+
+    return Parser(
+        "must be a ratio > 0 and <= 1 (0.8) or a percentage > 0 and <= 100 with % (80%)",
+        convert,
+        lambda v: f"{v:g}",
+    )
+
+
 def duration(lo_s: float, hi_s: float, *, zero: bool = False) -> Parser[float]:
     def convert(text: str) -> float | None:
         seconds = parse_duration(text)

@@ -25,9 +25,38 @@ class Signal(enum.IntEnum):
     """Requests waiting in the servers' queues (sum over serving pods)."""
     CAPACITY = 2
     """GPU utilisation in percent (mean over serving pods); auxiliary, never scales up alone."""
+    KV_CACHE = 3
+    """KV-cache usage of an LLM server, a ratio in [0, 1] (mean over serving pods)."""
+    TOKENS = 4
+    """Generated (output) tokens per second (sum over serving pods)."""
+    TTFT = 5
+    """P95 time to first token in seconds, over the service's serving pods."""
+    TPOT = 6
+    """P95 time per output token in seconds, over the service's serving pods."""
+    PROMPT_TOKENS = 7
+    """Prompt tokens prefilled per second (sum over serving pods); it votes within the TOKENS
+    vote, weighted by `PolicyConfig.prompt_token_weight`."""
 
 
 PRIMARY_SIGNALS = (Signal.LOAD, Signal.SATURATION)
+BASE_SIGNALS = (Signal.LOAD, Signal.SATURATION, Signal.CAPACITY)
+"""The signals read, recorded and smoothed for every service."""
+TOKEN_SIGNALS = (Signal.KV_CACHE, Signal.TOKENS)
+"""The LLM servers' capacity signals: each votes as a utilisation against its target."""
+LATENCY_SIGNALS = (Signal.TTFT, Signal.TPOT)
+"""The LLM servers' latency percentiles: each votes for more when above its target."""
+LLM_SIGNALS = (*TOKEN_SIGNALS, Signal.PROMPT_TOKENS, *LATENCY_SIGNALS)
+"""The signals a service opts into by setting their targets (`PolicyConfig.llm_signals`): only
+then are they queried, recorded and smoothed for it."""
+_NONE: frozenset[Signal] = frozenset()
+DEFAULT_PROMPT_TOKEN_WEIGHT = 0.2
+"""Generated tokens one prompt token counts for when the service does not say: prefill runs
+many tokens per weight read where decode runs one, so an LLM server prefills several times the
+tokens per second it generates (vLLM with Llama-3-8B on one A100: about 10,000 prompt tokens/s
+against 1,700 to 2,500 output tokens/s with a full batch)."""
+MEAN_SIGNALS = frozenset({Signal.CAPACITY, Signal.KV_CACHE})
+"""Signals that average over a service's pods; the others add up (or, latencies, are one
+percentile over every pod's histogram)."""
 
 
 class Kind(enum.Enum):
@@ -312,6 +341,15 @@ class PolicyConfig:
     target_load_per_replica: float | None = None
     target_queue_per_replica: float | None = None
     target_gpu_utilization_pct: float | None = 75.0
+    target_kv_cache_ratio: float | None = None
+    """KV-cache usage per serving replica, a ratio in (0, 1]."""
+    target_tokens_per_replica: float | None = None
+    """Prompt plus generated tokens per second per serving replica."""
+    target_ttft_p95_s: float | None = None
+    target_tpot_p95_s: float | None = None
+    prompt_token_weight: float = DEFAULT_PROMPT_TOKEN_WEIGHT
+    """What one prompt token counts for in `target_tokens_per_replica`, in generated tokens:
+    a replica's output tokens per second at a full batch over its prompt tokens per second."""
     deadband_ratio: float = 0.1
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
@@ -331,25 +369,60 @@ class PolicyConfig:
         _require(self.max_replicas >= 1, "max_replicas must be >= 1")
         _require(self.min_replicas <= self.max_replicas, "min_replicas must be <= max_replicas")
         _require(
-            self.target_load_per_replica is not None or self.target_queue_per_replica is not None,
-            "at least one of target_load_per_replica, target_queue_per_replica is required",
+            any(self.target(signal) is not None for signal in (*PRIMARY_SIGNALS, *TOKEN_SIGNALS)),
+            "at least one of target_load_per_replica, target_queue_per_replica, "
+            "target_kv_cache_ratio, target_tokens_per_replica is required",
         )
         for name in ("target_load_per_replica", "target_queue_per_replica"):
             value = getattr(self, name)
             _require(value is None or (math.isfinite(value) and value > 0), f"{name} must be > 0")
         gpu = self.target_gpu_utilization_pct
         _require(gpu is None or 0 < gpu <= 100, "target_gpu_utilization_pct must be in (0, 100]")
+        kv = self.target_kv_cache_ratio
+        _require(kv is None or 0 < kv <= 1, "target_kv_cache_ratio must be in (0, 1]")
+        for name in (
+            "target_tokens_per_replica",
+            "target_ttft_p95_s",
+            "target_tpot_p95_s",
+            "prompt_token_weight",
+        ):
+            value = getattr(self, name)
+            _require(value is None or (math.isfinite(value) and value > 0), f"{name} must be > 0")
         _require(0 <= self.deadband_ratio < 1, "deadband_ratio must be in [0, 1)")
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
 
+    @property
+    def llm_signals(self) -> frozenset[Signal]:
+        """The LLM signals this service sets a target for: the only ones read for it. A
+        service without any costs what it did before they existed: no query names its pods
+        for them, and its windows hold no column for them."""
+        # Read every tick for every service: the common case is four attribute reads.
+        if (
+            self.target_kv_cache_ratio is None
+            and self.target_tokens_per_replica is None
+            and self.target_ttft_p95_s is None
+            and self.target_tpot_p95_s is None
+        ):
+            return _NONE
+        opted = {s for s in (*TOKEN_SIGNALS, *LATENCY_SIGNALS) if self.target(s) is not None}
+        if Signal.TOKENS in opted:
+            opted.add(Signal.PROMPT_TOKENS)
+        return frozenset(opted)
+
     def target(self, signal: Signal) -> float | None:
-        if signal is Signal.LOAD:
-            return self.target_load_per_replica
-        if signal is Signal.SATURATION:
-            return self.target_queue_per_replica
-        return self.target_gpu_utilization_pct
+        """The signal's target, per serving replica (a latency's is service-wide)."""
+        return {
+            Signal.LOAD: self.target_load_per_replica,
+            Signal.SATURATION: self.target_queue_per_replica,
+            Signal.CAPACITY: self.target_gpu_utilization_pct,
+            Signal.KV_CACHE: self.target_kv_cache_ratio,
+            Signal.TOKENS: self.target_tokens_per_replica,
+            Signal.TTFT: self.target_ttft_p95_s,
+            Signal.TPOT: self.target_tpot_p95_s,
+            Signal.PROMPT_TOKENS: None,  # counted within the TOKENS target
+        }[signal]
 
 
 class SignalEstimate(NamedTuple):

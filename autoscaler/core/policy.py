@@ -16,6 +16,11 @@ returns the decision and the next state. The steps, in order:
    - the burst path raises a vote to what the newest fresh sample asks for (the queue's rise
      over its short mean counted as arrivals) when that is `threshold` times the capacity asked
      for, skipping the scale-up cooldown (`model.BurstConfig`).
+   An LLM server's token signals vote beside them, each only with its target: the KV-cache
+   usage and the token rate as utilisations (`ceil(serving x usage / target)`,
+   `ceil((generated + weight x prompt tokens per second) / target)`, a prompt token weighed as
+   the share of a generated one it costs), and the P95 time to first token and per output
+   token for more replicas while above their targets (at most doubling per decision).
    With a latency SLO (`model.SloConfig`, set per service), every vote in requests per second
    is then raised to the fewest replicas that keep the SLO at that rate (`core.queueing`); the
    decision's detail says what the SLO asked for, and a scale-up it drives has the reason `slo`.
@@ -375,8 +380,124 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
         if signal in recent and serving > 0:
             by_slo = size(recent[signal][0]) / serving
             recent_ratios[signal] = max(recent_ratios[signal], by_slo)
+    for signal, cast in (
+        (Signal.KV_CACHE, _kv_cache_vote),
+        (Signal.TOKENS, _token_rate_vote),
+        (Signal.TTFT, _latency_vote),
+        (Signal.TPOT, _latency_vote),
+    ):
+        target = config.target(signal)
+        if target is None:
+            continue
+        est = observation.signal(signal)
+        if (
+            not _usable(est)
+            or serving <= 0
+            or (signal is Signal.TOKENS and not _usable(observation.signal(Signal.PROMPT_TOKENS)))
+        ):
+            missing.append(signal)
+            contributions[signal] = Contribution(math.nan, None, "missing")
+            continue
+        contributions[signal] = cast(config, est, target, observation)
     wanted, driver = _leading(contributions)
     return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios, slo)
+
+
+def _kv_cache_vote(
+    config: model.PolicyConfig,
+    est: model.SignalEstimate,
+    target: float,
+    observation: model.Observation,
+) -> Contribution:
+    """The replicas that bring the mean KV-cache usage to its target, as a utilisation target
+    does: `ceil(serving x usage / target)`.
+
+    The cache is what an LLM server runs out of first when prompts grow: requests wait for
+    room in it while the request rate stays flat. Usage is a ratio, so the look-ahead (made
+    for rates) does not apply.
+    """
+    serving = observation.serving
+    held = max(0.0, est.mean) * serving
+    desired = math.ceil(held / target - _CEIL_SLACK)
+    return Contribution(_ratio(held, target, serving), desired, "mean", held)
+
+
+def _usable(est: model.SignalEstimate) -> bool:
+    return est.fresh and math.isfinite(est.mean)
+
+
+def _token_rate_vote(
+    config: model.PolicyConfig,
+    est: model.SignalEstimate,
+    target: float,
+    observation: model.Observation,
+) -> Contribution:
+    """The replicas that carry the tokens per second at the per-replica target: the load vote
+    counted in tokens, so that a shift towards longer prompts or answers at a flat request rate
+    still asks for capacity. The look-ahead applies to each rate as to the load.
+
+    The target counts generated tokens, and a prompt token as `prompt_token_weight` of one: a
+    replica prefills prompts several times faster than it generates (a prefill step runs many
+    tokens per read of the weights, a decode step one per request), so a prompt token counted
+    as a whole generated one would read a shift to long prompts as several times the load it
+    is, and size capacity past what the server needs.
+    """
+    generated, estimator = _estimate(config, est, observation.startup_s)
+    prompt, prompt_estimator = _estimate(
+        config, observation.signal(Signal.PROMPT_TOKENS), observation.startup_s
+    )
+    if prompt_estimator == "forecast":
+        estimator = "forecast"
+    value = max(0.0, generated) + config.prompt_token_weight * max(0.0, prompt)
+    backlog = _backlog_ratio(config, observation)
+    if backlog > 1.0:
+        value, estimator = value * backlog, "queue-demand"
+    desired = math.ceil(value / target - _CEIL_SLACK)
+    return Contribution(_ratio(value, target, observation.serving), desired, estimator, value)
+
+
+def _backlog_ratio(config: model.PolicyConfig, observation: model.Observation) -> float:
+    """The queue's demand over the served request rate (`QueueDrainConfig`), or 1 without it.
+
+    Token counters count what the servers processed: while they are saturated the rate stays at
+    what the replicas carry, whatever waits, so the token vote alone grows by one utilisation
+    step per decision, the start-up time apart, while the queue fills. The requests waiting and
+    the queue's growth are the demand it misses; at the tokens per request being served they
+    raise the token rate in the same proportion as they raise the request rate.
+    """
+    drain = config.queue_drain
+    if drain is None:
+        return 1.0
+    load, queue = observation.signal(Signal.LOAD), observation.signal(Signal.SATURATION)
+    if not (_usable(load) and _usable(queue)) or not load.mean > 0:
+        return 1.0
+    demand, _ = _queue_demand(config, drain, queue, load.mean)
+    return demand / load.mean
+
+
+LATENCY_STEP_MAX_RATIO = 2.0
+"""The most one latency vote multiplies the serving replicas by."""
+
+
+def _latency_vote(
+    config: model.PolicyConfig,
+    est: model.SignalEstimate,
+    target: float,
+    observation: model.Observation,
+) -> Contribution:
+    """More replicas while the measured P95 (time to first token, or per output token) is above
+    its target: `ceil(serving x p95 / target)`, at most `LATENCY_STEP_MAX_RATIO` times the
+    serving replicas per decision, since latency is not proportional to the replicas (it falls
+    steeply once the queue drains). Under the target it asks for nothing, and its ratio, the
+    P95 over the target, keeps a scale-down back while it is within the deadband of the target.
+    The deadband and cooldowns apply as to every vote.
+    """
+    serving = observation.serving
+    ratio = max(0.0, est.mean) / target
+    desired = 0
+    if ratio > 1.0:
+        desired = math.ceil(serving * min(ratio, LATENCY_STEP_MAX_RATIO) - _CEIL_SLACK)
+    return Contribution(ratio, desired, "p95", est.mean)
 
 
 def _leading(contributions: dict[Signal, Contribution]) -> tuple[int | None, Signal | None]:

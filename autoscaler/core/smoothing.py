@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +70,8 @@ class Estimates:
     burst_mean: FloatArray
     last: FloatArray
     fresh: npt.NDArray[np.bool_]
+    signals: tuple[model.Signal, ...] = model.BASE_SIGNALS
+    """The signal of each column."""
 
     def rows(self) -> Rows:
         """The same values row by row, each row's mapping made when it is asked for."""
@@ -85,9 +87,10 @@ class Rows:
     services, and the garbage collector walked them all again and again.
     """
 
-    __slots__ = ("_table",)
+    __slots__ = ("_signals", "_table")
 
     def __init__(self, estimates: Estimates) -> None:
+        self._signals = estimates.signals
         # Columns in the field order of SignalEstimate (`fresh` as 0/1 until it is read).
         self._table = np.stack(
             [
@@ -111,16 +114,15 @@ class Rows:
         return {
             signal: make(mean, level, trend, burst, last, fresh > 0, se, age)
             for signal, (mean, level, trend, burst, last, fresh, se, age) in zip(
-                _SIGNALS, self._table[row].tolist(), strict=False
+                self._signals, self._table[row].tolist(), strict=False
             )
         }
 
 
-_SIGNALS: Final = tuple(model.Signal)
-
-
 class Windows:
-    """Ring buffers of samples, one row per service, one column per signal.
+    """Ring buffers of samples, one row per service, one column per signal of `signals`
+    (`model.BASE_SIGNALS` unless told; `n_signals` columns named by the first signals of
+    `model.Signal` when given instead).
 
     Rows are handed out by `rows_for` and recycled by `forget`. `record` writes one tick;
     ticks that were never recorded (a slow loop skipped them) read as missing samples.
@@ -132,8 +134,17 @@ class Windows:
     squares the trend's error needs are made at estimate time, a block of rows at a time.
     """
 
-    def __init__(self, config: SmoothingConfig, *, n_signals: int = len(model.Signal)) -> None:
+    def __init__(
+        self,
+        config: SmoothingConfig,
+        *,
+        signals: Sequence[model.Signal] = model.BASE_SIGNALS,
+        n_signals: int | None = None,
+    ) -> None:
         self.config = config
+        self.signals = tuple(signals) if n_signals is None else tuple(model.Signal)[:n_signals]
+        """The signal of each column, in order."""
+        n_signals = len(self.signals) if n_signals is None else n_signals
         self._n_signals = n_signals
         self._slots = config.slots
         # Values with 0 where missing, and a presence mask: the estimates are then plain matrix
@@ -236,7 +247,7 @@ class Windows:
         fresh = np.zeros(shape, dtype=bool)
         last = np.full(shape, np.nan)
         if n == 0 or self._last_tick is None:
-            return Estimates(**out, last=last, fresh=fresh)
+            return Estimates(**out, last=last, fresh=fresh, signals=self.signals)
 
         tick = self._tick(now_s)
         age_ticks = tick - self._slot_tick
@@ -269,7 +280,7 @@ class Windows:
                     picked = slice(int(block[0]), int(block[-1]) + 1)
                 for name, column in self._reduce(picked, basis).items():
                     out[name][block] = column
-        return Estimates(**out, last=last, fresh=fresh)
+        return Estimates(**out, last=last, fresh=fresh, signals=self.signals)
 
     @property
     def _block_rows(self) -> int:

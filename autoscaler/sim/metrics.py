@@ -49,7 +49,10 @@ from autoscaler import errors, ports
 from autoscaler.core import forecast, model
 from autoscaler.sim import tokens as tokens_
 
-_NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # one per model.Signal
+_NAN_ROW: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # LOAD to CAPACITY
+_NAN_TOKENS: tuple[float, ...] = (math.nan,) * 5
+"""KV_CACHE, TOKENS, TTFT, TPOT, PROMPT_TOKENS of a service with no token series (the request
+model)."""
 # Scrape times are compared with this slack (float rounding of the clock).
 _EPS = 1e-9
 
@@ -175,6 +178,10 @@ class SimMetrics:
         self._queries = 0
         self.next_scrape_s: float | None = None
         self._tokens: dict[model.ServiceId, deque[tuple[float, TokenReading]]] = {}
+        self._token_rows: dict[model.ServiceId, tuple[float, ...]] = {}
+        """Each token-mode service's token signals at its last scrape, in `Signal` order."""
+        self._token_scraped: set[model.ServiceId] = set()
+        """Token-mode services scraped since their row was last worked out."""
 
     @property
     def queries(self) -> int:
@@ -221,6 +228,9 @@ class SimMetrics:
 
     def remove_service(self, service: model.ServiceId) -> None:
         self._series.pop(service, None)
+        self._tokens.pop(service, None)
+        self._token_rows.pop(service, None)
+        self._token_scraped.discard(service)
 
     def scrape_due(self, now_s: float) -> bool:
         return self.next_scrape_s is not None and now_s >= self.next_scrape_s - _EPS
@@ -254,6 +264,49 @@ class SimMetrics:
             if samples and samples[-1][0] >= now_s - _EPS:
                 samples.pop()
             samples.append((now_s, reading))
+            self._token_scraped.add(service)
+
+    def seed_tokens(
+        self,
+        service: model.ServiceId,
+        now_s: float,
+        reading: TokenReading,
+        *,
+        prompt_per_s: float,
+        generation_per_s: float,
+    ) -> None:
+        """A window of scrapes before `now_s` whose counters grew at these steady rates up to
+        `reading` (the values before the run's zero are the history's), as `add_service`'s
+        `history_rps` gives the request counter: a server that was running before the
+        simulation began reads its token rates from the first tick, not a rate that climbs
+        from zero while the window fills (and a look-ahead that takes the climb for growth).
+        The histograms hold nothing from before, so TTFT and TPOT read missing until two
+        scrapes of the run."""
+        if not (math.isfinite(prompt_per_s) and math.isfinite(generation_per_s)):
+            raise ValueError("the seeded token rates must be finite")
+        n = math.floor(self.rate_window_s / self.scrape_interval_s + _EPS)
+        for k in range(n, 0, -1):
+            back_s = k * self.scrape_interval_s
+            past = reading._replace(
+                prompt_tokens_total=reading.prompt_tokens_total - prompt_per_s * back_s,
+                generation_tokens_total=reading.generation_tokens_total - generation_per_s * back_s,
+            )
+            self.scrape_tokens(now_s - back_s, {service: past})
+
+    def _token_row(self, service: model.ServiceId) -> tuple[float, ...]:
+        """The service's token signals at its last scrape, in `Signal` order; worked out at the
+        first sample after the scrape, so a run nobody samples pays nothing for them."""
+        if service in self._token_scraped:
+            self._token_scraped.discard(service)
+            signals = self._token_signals(service, self._tokens[service][-1][0])
+            self._token_rows[service] = (
+                signals.kv_cache_usage_ratio,
+                signals.generation_tokens_per_s,
+                signals.ttft_p95_s,
+                signals.tpot_p95_s,
+                signals.prompt_tokens_per_s,
+            )
+        return self._token_rows.get(service, _NAN_TOKENS)
 
     def token_signals(self, service: model.ServiceId, now_s: float) -> TokenSignals:
         """The service's token signals at `now_s` from its scrapes within the rate window.
@@ -265,6 +318,9 @@ class SimMetrics:
                 raise errors.ObservationError(
                     f"simulated metrics outage from {outage.start_s:g}s to {outage.end_s:g}s"
                 )
+        return self._token_signals(service, now_s)
+
+    def _token_signals(self, service: model.ServiceId, now_s: float) -> TokenSignals:
         samples = self._tokens.get(service)
         if not samples:
             return TokenSignals(math.nan, math.nan, math.nan, math.nan, math.nan)
@@ -306,7 +362,14 @@ class SimMetrics:
     ) -> npt.NDArray[np.float64]:
         self._queries += 1
         series = self._series
-        rows = [s.latest if (s := series.get(w.id)) is not None else _NAN_ROW for w in workloads]
+        token_row = self._token_row
+        # A service reads its token signals only when it sets a target for one, as in a
+        # cluster, where no query names its pods for them otherwise.
+        rows = [
+            (s.latest if (s := series.get(w.id)) is not None else _NAN_ROW)
+            + (token_row(w.id) if w.policy.llm_signals else _NAN_TOKENS)
+            for w in workloads
+        ]
         values = np.array(rows, dtype=np.float64).reshape(len(workloads), len(model.Signal))
         if self._outages:
             self._apply_outages(values, workloads, now_s)

@@ -305,8 +305,20 @@ class World:
             if state.serving > 0:
                 utilisation = 100.0 * history / (state.serving_speed * feed.capacity_rps)
         self.metrics.scrape(float(self._t), {sid: metrics_.Reading(0.0, 0.0, utilisation, running)})
-        if feed.tokens is not None:
-            self.metrics.scrape_tokens(float(self._t), {sid: _token_reading(feed.tokens)})
+        if feed.tokens is not None and token_mix is not None:
+            reading = _token_reading(feed.tokens)
+            if history is not None:
+                # The token counters get the same window of history as the request counter,
+                # at the opening's tokens per request.
+                per_request = history / max(_opening_rps(values), 1e-9)
+                self.metrics.seed_tokens(
+                    sid,
+                    float(self._t),
+                    reading,
+                    prompt_per_s=per_request * _opening_rps(token_mix.prompt_tokens),
+                    generation_per_s=per_request * _opening_rps(token_mix.output_tokens),
+                )
+            self.metrics.scrape_tokens(float(self._t), {sid: reading})
         return sid
 
     def traffic(

@@ -17,7 +17,7 @@ from autoscaler.core import model
 
 LOAD, SATURATION = model.Signal.LOAD, model.Signal.SATURATION
 VLLM = metricnames.PRESETS["vllm"]
-SIGNALS = len(model.Signal)
+SIGNALS = len(model.BASE_SIGNALS)  # what a service without token targets is read for
 BAD_DATA = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"})
 
 

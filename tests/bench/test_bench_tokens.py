@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from autoscaler.core import model
+from autoscaler.experiment import sweep
 from bench import tokens
 
 MU_RPS = 3.74
+CAPACITY = tokens.Capacity(
+    MU_RPS, 7.63, tokens_per_s=780.0, prompt_tokens_per_s=4306.0, kv_usage_ratio=0.8
+)
+"""What `measure_capacity` finds on the stable mix."""
+BASE = dataclasses.replace(
+    sweep.BASE, tokens=tokens.TOKEN_CONFIG, replica_capacity_rps=MU_RPS, service_time_s=7.63
+)
 
 
 def per_request_prompt(built: tokens.TokenScenario, start: int, end: int) -> float:
@@ -46,3 +57,31 @@ def test_long_prompts_arrive_only_in_the_shift_scenarios() -> None:
     code_output = code.mix.output_tokens[2400:].sum() / code.scenario.arrivals[2400:].sum()
     stable_output = stable.mix.output_tokens[2400:].sum() / stable.scenario.arrivals[2400:].sum()
     assert code_output < 0.6 * stable_output
+
+
+def test_token_signals_see_the_code_shift_that_request_signals_miss() -> None:
+    """On the code shift at a flat request rate, ours with token signals adds replicas in time
+    and misses fewer TTFTs than ours on request signals."""
+    tokens.register_tokens_policy(CAPACITY)
+    built = tokens.build(MU_RPS, duration_s=2400)
+    tokens.start_worker({"tokens-code": built["tokens-code"]}, CAPACITY)
+
+    plain = tokens.search("tokens-code", "default", "cold", BASE, None)
+    with_tokens = tokens.search("tokens-code", tokens.TOKENS_POLICY, "cold", BASE, None)
+
+    assert with_tokens.default.slo_miss_pct < 1.0
+    assert plain.default.slo_miss_pct > 5.0
+
+
+def test_weighing_prompt_tokens_apart_pays_less_for_the_code_shift() -> None:
+    """On the code shift (prompts three times longer), counting a prompt token as its weight of
+    a generated one costs fewer GPU-hours than counting every token alike, within the SLO."""
+    built = tokens.build(MU_RPS, duration_s=2400)
+    runs = {}
+    for weight in (model.DEFAULT_PROMPT_TOKEN_WEIGHT, 1.0):
+        tokens.start_worker({"tokens-code": built["tokens-code"]}, CAPACITY, weight)
+        runs[weight] = tokens.search("tokens-code", tokens.TOKENS_POLICY, "cold", BASE, None)
+
+    weighed, alike = runs[model.DEFAULT_PROMPT_TOKEN_WEIGHT].default, runs[1.0].default
+    assert weighed.slo_miss_pct < 1.0
+    assert weighed.gpu_hours < 0.9 * alike.gpu_hours

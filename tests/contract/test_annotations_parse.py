@@ -94,7 +94,9 @@ def test_every_design_key_is_a_setting() -> None:
         "enabled", "mode", "paused", "paused-replicas", "policy", "forecast", "min-replicas",
         "max-replicas", "server",
         "target-qps-per-replica", "target-queue-per-replica", "target-gpu-utilization",
-        "target-p95-latency", "target-p95-queue-delay", "service-time", "replica-capacity",
+        "target-kv-cache-utilization", "target-tokens-per-replica", "target-ttft-p95",
+        "target-tpot-p95", "prompt-token-weight", "target-p95-latency", "target-p95-queue-delay",
+        "service-time", "replica-capacity",
         "metric-requests", "metric-queue", "metric-errors", "metric-latency",
         "window", "half-life", "deadband", "scale-up-cooldown", "scale-down-cooldown",
         "scale-down-max-ratio", "traffic-router", "traffic-steps", "traffic-step-interval",
@@ -355,9 +357,13 @@ def test_enabled_is_required() -> None:
 
 
 def test_a_target_is_required() -> None:
-    """With neither target there is nothing to scale on."""
+    """With no capacity target there is nothing to scale on."""
+    others = (
+        f"{PREFIX}target-queue-per-replica, {PREFIX}target-kv-cache-utilization, "
+        f"{PREFIX}target-tokens-per-replica"
+    )
     assert messages({"target-qps-per-replica": None}) == [
-        f"{PREFIX}target-qps-per-replica: required unless {PREFIX}target-queue-per-replica is set"
+        f"{PREFIX}target-qps-per-replica: required unless one of {others} is set"
     ]
 
 

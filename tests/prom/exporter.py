@@ -35,6 +35,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # vLLM's buckets for vllm:e2e_request_latency_seconds (vllm/v1/metrics/loggers.py).
 LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0)
 GPU_MODEL = "NVIDIA A100-SXM4-80GB"
+# vLLM's buckets for the TTFT and TPOT histograms (a subset, vllm/v1/metrics/loggers.py).
+TOKEN_LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass
@@ -66,6 +68,22 @@ class VllmPod:
     latency_sum_s: float = 0.0
     latency_ramps: dict[float, _Ramp] = field(default_factory=dict)
     """Requests finishing at a constant rate per latency (seconds), from `set_traffic`."""
+    tokens: Tokens | None = None
+    """The token series, from `set_tokens`; None serves none."""
+
+
+@dataclass
+class Tokens:
+    """One vLLM server's token series: the KV-cache gauge under the name of its version, the
+    token counters, and TTFT/TPOT histograms where every request lands in one bucket."""
+
+    kv_cache_ratio: float
+    kv_cache_name: str
+    prompt: _Ramp
+    generation: _Ramp
+    requests: _Ramp
+    ttft_s: float
+    tpot_s: float
 
 
 @dataclass
@@ -168,6 +186,35 @@ class Exporter:
                     break
             else:
                 vllm.latency_over += 1
+
+    def set_tokens(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        kv_cache_ratio: float,
+        prompt_per_s: float,
+        generation_per_s: float,
+        requests_per_s: float,
+        ttft_s: float,
+        tpot_s: float,
+        kv_cache_name: str = "vllm:kv_cache_usage_perc",
+    ) -> None:
+        """Serve a vLLM pod's token series from now on: the KV-cache gauge (under
+        `kv_cache_name`, the name of vLLM >= 0.10 by default), the token counters growing at
+        their rates, and `requests_per_s` TTFT and TPOT observations at the given values."""
+        now_s = time.monotonic()
+        with self._lock:
+            vllm = self._vllm.setdefault((namespace, pod), VllmPod(namespace, pod))
+            vllm.tokens = Tokens(
+                kv_cache_ratio,
+                kv_cache_name,
+                _Ramp(since_s=now_s, rate_per_s=prompt_per_s),
+                _Ramp(since_s=now_s, rate_per_s=generation_per_s),
+                _Ramp(since_s=now_s, rate_per_s=requests_per_s),
+                ttft_s,
+                tpot_s,
+            )
 
     def set_gpu(
         self,
@@ -294,6 +341,39 @@ def _vllm_families(pods: list[VllmPod], now_s: float) -> Iterator[Metric]:
         buckets.append(("+Inf", cumulative + over))
         latency.add_metric(values, buckets, total_s, timestamp=ts)
     yield from (completed, waiting, running, latency)
+    yield from _token_families([p for p in pods if p.tokens is not None], now_s)
+
+
+def _token_families(pods: list[VllmPod], now_s: float) -> Iterator[Metric]:
+    labels = ["namespace", "pod", "model_name", "engine"]
+    kv: dict[str, GaugeMetricFamily] = {}
+    prompt = CounterMetricFamily("vllm:prompt_tokens", "Prefill tokens.", labels=labels)
+    generation = CounterMetricFamily("vllm:generation_tokens", "Generated tokens.", labels=labels)
+    ttft = HistogramMetricFamily(
+        "vllm:time_to_first_token_seconds", "Time to first token.", labels=labels
+    )
+    tpot = HistogramMetricFamily(
+        "vllm:time_per_output_token_seconds", "Time per output token.", labels=labels
+    )
+    for p in pods:
+        tokens = p.tokens
+        assert tokens is not None
+        values = [p.namespace, p.pod, "test-model", "0"]
+        gauge = kv.setdefault(
+            tokens.kv_cache_name,
+            GaugeMetricFamily(tokens.kv_cache_name, "KV-cache usage.", labels=labels),
+        )
+        gauge.add_metric(values, tokens.kv_cache_ratio)
+        prompt.add_metric(values, tokens.prompt.at(now_s))
+        generation.add_metric(values, tokens.generation.at(now_s))
+        requests = tokens.requests.at(now_s)
+        for family, seconds in ((ttft, tokens.ttft_s), (tpot, tokens.tpot_s)):
+            buckets = [
+                (f"{bound}", requests if seconds <= bound else 0.0)
+                for bound in TOKEN_LATENCY_BUCKETS_S
+            ]
+            family.add_metric(values, [*buckets, ("+Inf", requests)], requests * seconds)
+    yield from (*kv.values(), prompt, generation, ttft, tpot)
 
 
 def _gpu_family(

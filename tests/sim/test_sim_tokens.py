@@ -206,3 +206,80 @@ def test_the_default_policy_sizes_for_the_ttft_slo_in_token_mode() -> None:
         quantile=sim_policies.SLO_QUANTILE,
         replica_capacity_rps=params.replica_capacity_rps,
     )
+
+
+TOKEN_TARGETS = model.PolicyConfig(
+    max_replicas=20,
+    target_load_per_replica=3.0,
+    target_kv_cache_ratio=0.8,
+    target_tokens_per_replica=3000.0,
+    target_ttft_p95_s=2.0,
+    target_tpot_p95_s=0.05,
+)
+
+
+async def test_the_batched_sample_carries_the_token_signals_to_the_loop() -> None:
+    """The loop's one query per tick reads the token signals in their `Signal` columns for a
+    token-mode service with token targets, and NaN for a request-mode one."""
+    arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
+    params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
+    sim = world.World(params)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix, policy_config=TOKEN_TARGETS)
+    sim.add_service("llm/plain", arrivals, SimParams(), replicas=2)
+    sim.advance(120.0)
+
+    values = await sim.metrics.sample(sim.cluster.workloads(), 120.0)
+
+    signals = sim.metrics.token_signals(sid, 120.0)
+    chat, plain = values
+    assert chat[model.Signal.KV_CACHE] == signals.kv_cache_usage_ratio
+    assert chat[model.Signal.TOKENS] == signals.generation_tokens_per_s
+    assert chat[model.Signal.PROMPT_TOKENS] == signals.prompt_tokens_per_s
+    assert chat[model.Signal.TTFT] == signals.ttft_p95_s
+    assert chat[model.Signal.TPOT] == signals.tpot_p95_s
+    assert np.isnan(plain[list(model.TOKEN_SIGNALS + model.LATENCY_SIGNALS)]).all()
+    assert not np.isnan(plain[model.Signal.LOAD])
+
+
+async def test_a_token_mode_service_without_token_targets_reads_no_token_signal() -> None:
+    """A token-mode server's series are there, but a service that sets no token target reads
+    none of them, as in a cluster, where no query names its pods for them."""
+    arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
+    params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
+    sim = world.World(params)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix)
+    sim.advance(120.0)
+
+    (chat,) = await sim.metrics.sample(sim.cluster.workloads(), 120.0)
+
+    assert np.isfinite(sim.metrics.token_signals(sid, 120.0).kv_cache_usage_ratio)
+    assert np.isnan(chat[list(model.LLM_SIGNALS)]).all()
+    assert not np.isnan(chat[model.Signal.LOAD])
+
+
+def test_a_warm_started_token_service_reads_its_token_rates_from_the_first_scrape() -> None:
+    """A service that was running before the simulation reads its opening token rates at the
+    first scrape after the start, not a rate that climbs from zero while the window fills."""
+    arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
+    params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
+    sim = world.World(params)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix)
+    sim.advance(sim.metrics.scrape_interval_s)
+
+    signals = sim.metrics.token_signals(sid, sim.metrics.scrape_interval_s)
+
+    assert signals.prompt_tokens_per_s == pytest.approx(3000.0, rel=0.1)
+    assert signals.generation_tokens_per_s == pytest.approx(300.0, rel=0.1)
+
+
+def test_a_fresh_token_service_starts_its_counters_from_zero() -> None:
+    """Without a warm start the counters have no history: the first rate reads low."""
+    arrivals, mix = steady(3.0, 1000.0, 100.0, 200)
+    params = SimParams(tokens=tokens.TokenConfig(), replica_capacity_rps=3.0, initial_replicas=2)
+    sim = world.World(params)
+    sid = sim.add_service("llm/chat", arrivals, params, token_mix=mix, warm_start=False)
+    sim.advance(sim.metrics.scrape_interval_s)
+
+    signals = sim.metrics.token_signals(sid, sim.metrics.scrape_interval_s)
+
+    assert signals.prompt_tokens_per_s < 0.5 * 3000.0

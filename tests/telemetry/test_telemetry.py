@@ -364,3 +364,28 @@ def test_the_standby_pool_is_counted_apart_in_replicas_and_core_hours() -> None:
     assert _value(t, "autoscaler_standby_replicas", **ids, state="waiting") == 1
     assert _value(t, "autoscaler_gpu_core_hours_total", **ids, project="ml") == 8.0
     assert _value(t, "autoscaler_standby_gpu_core_hours_total", **ids, project="ml") == 2.0
+
+
+def test_token_votes_export_their_signal_and_target() -> None:
+    """The KV-cache target is per replica times the serving ones; the TTFT target is the P95
+    the service is held to, not multiplied."""
+    config = model.PolicyConfig(max_replicas=10, target_kv_cache_ratio=0.5, target_ttft_p95_s=1.5)
+    workload = dataclasses.replace(_workload(serving=4), policy=config)
+    report = _report(model.Kind.STEADY, model.Reason.AT_DESIRED)
+    contributions = {
+        model.Signal.KV_CACHE: model.Contribution(0.9, 4, "mean", 1.8),
+        model.Signal.TTFT: model.Contribution(0.4, 0, "p95", 0.6),
+    }
+    decision = dataclasses.replace(report.decisions[SVC], contributions=contributions)
+    t = telemetry.Telemetry()
+    t.observe_tick(
+        dataclasses.replace(report, decisions={SVC: decision}),
+        [workload],
+        duration_s=0.02,
+        wall_time_s=1.7e9,
+    )
+    ids = {"namespace": "ml", "service": "llama"}
+    assert _value(t, "autoscaler_signal", **ids, signal="kv_cache") == 1.8
+    assert _value(t, "autoscaler_signal_target", **ids, signal="kv_cache") == 2.0
+    assert _value(t, "autoscaler_signal", **ids, signal="ttft") == 0.6
+    assert _value(t, "autoscaler_signal_target", **ids, signal="ttft") == 1.5
