@@ -479,6 +479,11 @@ class MetricsSource:
         """The PromQL of the last `sample`; empty when no pod was to be read."""
         self.rejected: dict[model.ServiceId, Rejected] = {}
         """Services whose metric names Prometheus refused in a query, queried apart."""
+        # Records change only on informer events: what is read from one (its names checked,
+        # its pods mapped to rows, the query text) is kept while the same records come back.
+        self._targets: dict[model.ServiceId, tuple[ports.Workload, _Target | None]] = {}
+        self._located: _Located | None = None
+        self._plans: dict[tuple[int, ...], tuple[Sequence[_Target], _Plan]] = {}
 
     async def sample(
         self, workloads: Sequence[ports.Workload], now_s: float
@@ -489,7 +494,8 @@ class MetricsSource:
         its own current time and judges freshness by the same clock it stamped the samples with.
         """
         values = np.full((len(workloads), len(model.Signal)), np.nan)
-        rows, targets = self._locate(workloads)
+        located = self._locate(workloads)
+        rows, targets = located.rows, located.targets
         sent: list[str] = []
         self.last_queries = ()
         if not rows:
@@ -510,13 +516,14 @@ class MetricsSource:
         groups += [[t] for t in targets if t.service in apart]
         budget = _Budget(self.max_isolation_queries - len(apart) * len(model.Signal))
         blamed: dict[model.ServiceId, Rejected] = {}
-        plans = _Plans(self)
+        plans = _Plans(self, self._plans)
         reads = [(signal, group) for group in groups for signal in model.Signal]
         answers = await asyncio.gather(
             *(self._read(signal, group, budget, blamed, sent, plans) for signal, group in reads),
             return_exceptions=True,
         )
         self.last_queries = tuple(sent)
+        self._plans = plans.made
         # Every query has finished here, so nothing of a failed tick is still running.
         for answer in answers:
             if isinstance(answer, BaseException):
@@ -532,37 +539,47 @@ class MetricsSource:
         for service in apart - set(blamed):
             log.info("metrics.query_accepted", service=service)
         self.rejected = blamed
-        by_signal: dict[model.Signal, list[Any]] = {}
-        for (signal, _), series in zip(reads, answers, strict=True):
-            if isinstance(series, list):
-                by_signal.setdefault(signal, []).extend(series)
-        for signal, series in by_signal.items():
-            _fill(values[:, signal], series, rows, mean=signal is model.Signal.CAPACITY)
+        by_signal: dict[model.Signal, list[tuple[_Pod, float]]] = {}
+        for (signal, _), samples in zip(reads, answers, strict=True):
+            if isinstance(samples, list):
+                by_signal.setdefault(signal, []).extend(samples)
+        for signal, samples in by_signal.items():
+            _fill(values[:, signal], samples, rows, mean=signal is model.Signal.CAPACITY)
         return values
 
-    def _locate(
-        self, workloads: Sequence[ports.Workload]
-    ) -> tuple[dict[_Pod, list[int]], list[_Target]]:
-        """Each serving pod's rows, and the services' pods with invalid names left out."""
-        rows: dict[_Pod, list[int]] = {}
+    def _locate(self, workloads: Sequence[ports.Workload]) -> _Located:
+        """Each serving pod's row, and the services' pods with invalid names left out.
+
+        Made again only when a record differs (by identity) from the last call's: a tick whose
+        records all come back unchanged reuses the last answer whole.
+        """
+        last = self._located
+        if (
+            last is not None
+            and len(last.workloads) == len(workloads)
+            and all(a is b for a, b in zip(last.workloads, workloads, strict=True))
+        ):
+            return last
+        known = self._targets
+        if len(known) > len(workloads):
+            present = {w.id for w in workloads}
+            for gone in [service for service in known if service not in present]:
+                del known[gone]
+        rows = _Rows()
         targets: list[_Target] = []
         for row, workload in enumerate(workloads):
-            if workload.metrics is None or not workload.pods:
+            entry = known.get(workload.id)
+            if entry is None or entry[0] is not workload:
+                entry = (workload, _target_of(workload))
+                known[workload.id] = entry
+            target = entry[1]
+            if target is None:
                 continue
-            serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
-            if not is_namespace(serving.namespace):
-                log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
-                continue
-            pods = frozenset(p for p in serving.pods if is_pod_name(p))
-            if rejected := serving.pods - pods:
-                log.warning("metrics.pods_skipped", service=workload.id, pods=sorted(rejected))
-                serving = dataclasses.replace(serving, pods=pods)
-            if not pods:
-                continue
-            targets.append(_Target(workload.id, serving))
-            for pod in pods:
-                rows.setdefault((serving.namespace, pod), []).append(row)
-        return rows, targets
+            targets.append(target)
+            for pod in target.serving.pods:
+                rows.add((target.serving.namespace, pod), row)
+        self._located = _Located(tuple(workloads), rows, targets)
+        return self._located
 
     async def _read(
         self,
@@ -572,8 +589,8 @@ class MetricsSource:
         blamed: dict[model.ServiceId, Rejected],
         sent: list[str],
         plans: _Plans,
-    ) -> list[Any]:
-        """The series of `signal` for `group`'s pods, bisecting the group while Prometheus
+    ) -> list[tuple[_Pod, float]]:
+        """The samples of `signal` for `group`'s pods, bisecting the group while Prometheus
         refuses its query; the services that alone break it go to `blamed`."""
         plan = plans.of(group)
         promql = plan.queries.get(signal)
@@ -588,7 +605,7 @@ class MetricsSource:
         else:
             # A namespace-wide query also answers for pods of services outside the group.
             pods = plan.pods
-            return [item for item in series if (pod := _pod_of(item)) is None or pod in pods]
+            return [sample for sample in _per_pod(series) if sample[0] in pods]
         if len(group) == 1:
             (target,) = group
             blamed[target.service] = Rejected(target.serving.metrics, signal, str(refused))
@@ -604,7 +621,7 @@ class MetricsSource:
         for part in parts:
             if isinstance(part, BaseException):
                 raise part
-        return [item for part in parts if isinstance(part, list) for item in part]
+        return [sample for part in parts if isinstance(part, list) for sample in part]
 
 
 @dataclass(frozen=True, slots=True)
@@ -618,15 +635,25 @@ class _Plan:
 
 class _Plans:
     """The plans of one tick, each made once per group however many signals read it (a
-    bisected half is a group of its own)."""
+    bisected half is a group of its own), and taken from the last tick's when a group holds
+    the very same targets (no record changed)."""
 
-    def __init__(self, source: MetricsSource) -> None:
+    def __init__(
+        self,
+        source: MetricsSource,
+        last: Mapping[tuple[int, ...], tuple[Sequence[_Target], _Plan]],
+    ) -> None:
         self._source = source
-        self._made: dict[int, tuple[Sequence[_Target], _Plan]] = {}
+        self._last = last
+        self.made: dict[tuple[int, ...], tuple[Sequence[_Target], _Plan]] = {}
+        """This tick's plans by the identities of their targets (the targets kept, so that
+        no identity is reused while they are)."""
 
     def of(self, group: Sequence[_Target]) -> _Plan:
-        found = self._made.get(id(group))
-        if found is not None and found[0] is group:
+        key = tuple(map(id, group))
+        found = self.made.get(key) or self._last.get(key)
+        if found is not None and all(a is b for a, b in zip(found[0], group, strict=True)):
+            self.made[key] = found
             return found[1]
         s = self._source
         plan = _Plan(
@@ -640,18 +667,50 @@ class _Plans:
             ),
             frozenset((t.serving.namespace, pod) for t in group for pod in t.serving.pods),
         )
-        self._made[id(group)] = (group, plan)  # the group is kept: its id is not reused
+        self.made[key] = (group, plan)
         return plan
 
 
-def _pod_of(item: Any) -> _Pod | None:
-    """The sample's pod; None for a malformed sample, which `_per_pod` reports."""
-    try:
-        labels = item["metric"]
-        float(item["value"][1])
-        return (str(labels.get("namespace", "")), str(labels.get("pod", "")))
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+def _target_of(workload: ports.Workload) -> _Target | None:
+    """What the metrics read of one record: None when it names no metrics, no pods or a bad
+    namespace; pods whose names are not valid are left out, with a warning naming them."""
+    if workload.metrics is None or not workload.pods:
         return None
+    serving = ServingPods(workload.namespace, workload.pods, workload.metrics)
+    if not is_namespace(serving.namespace):
+        log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
+        return None
+    pods = frozenset(p for p in serving.pods if is_pod_name(p))
+    if rejected := serving.pods - pods:
+        log.warning("metrics.pods_skipped", service=workload.id, pods=sorted(rejected))
+        serving = dataclasses.replace(serving, pods=pods)
+    if not pods:
+        return None
+    return _Target(workload.id, serving)
+
+
+class _Rows:
+    """Each serving pod's row: one row for nearly every pod, a list where services share one."""
+
+    __slots__ = ("more", "one")
+
+    def __init__(self) -> None:
+        self.one: dict[_Pod, int] = {}
+        self.more: dict[_Pod, list[int]] = {}
+
+    def add(self, pod: _Pod, row: int) -> None:
+        first = self.one.setdefault(pod, row)
+        if first != row:
+            self.more.setdefault(pod, []).append(row)
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    """The services of one call to `sample` as the queries read them."""
+
+    workloads: tuple[ports.Workload, ...]
+    rows: _Rows
+    targets: list[_Target]
 
 
 def build_queries(
@@ -789,18 +848,29 @@ def _duration(seconds: float) -> str:
 
 def _fill(
     column: npt.NDArray[np.float64],
-    series: list[Any],
-    rows: Mapping[_Pod, list[int]],
+    samples: Sequence[tuple[_Pod, float]],
+    rows: _Rows,
     *,
     mean: bool,
 ) -> None:
     """Write each row's sum (or mean) over its reporting pods; rows without one stay NaN."""
-    total = np.zeros(len(column))
-    count = np.zeros(len(column))
-    for pod, value in _per_pod(series):
-        for row in rows.get(pod, ()):
-            total[row] += value
-            count[row] += 1
+    at: list[int] = []
+    values: list[float] = []
+    one, more = rows.one, rows.more
+    for pod, value in samples:
+        row = one.get(pod)
+        if row is None:
+            continue
+        at.append(row)
+        values.append(value)
+        for other in more.get(pod, ()) if more else ():
+            at.append(other)
+            values.append(value)
+    index = np.fromiter(at, np.intp, len(at))
+    total = np.bincount(
+        index, weights=np.fromiter(values, float, len(values)), minlength=len(column)
+    )
+    count = np.bincount(index, minlength=len(column))
     reported = count > 0
     column[reported] = total[reported] / count[reported] if mean else total[reported]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import time
@@ -15,6 +16,7 @@ import numpy.typing as npt
 import pytest
 from prom import server, stub
 from prom.fixtures import Stack
+from structlog.testing import capture_logs
 
 from autoscaler import errors, ports
 from autoscaler.adapters import prometheus
@@ -453,6 +455,53 @@ async def test_a_tick_builds_each_groups_queries_once(
 
     assert source.queries_sent == 3
     assert len(built) == 1
+
+
+async def test_queries_are_built_again_only_when_a_record_changes(
+    stack: Stack, unique: str, source_for: SourceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ticks over the same records reuse their queries; a changed record's pods are queried."""
+    built: list[int] = []
+    real = prometheus.build_queries
+
+    def counting(targets: Any, **kwargs: Any) -> dict[model.Signal, str]:
+        built.append(1)
+        return real(targets, **kwargs)
+
+    monkeypatch.setattr(prometheus, "build_queries", counting)
+    services = {f"ns/s{i}": serving(unique, f"s{i}-0") for i in range(5)}
+    records = workloads(services, *services)
+    source = source_for(stack.prometheus.url)
+
+    await source.sample(records, 0.0)
+    first = source.last_queries
+    await source.sample(list(records), 1.0)
+    assert len(built) == 1
+    assert source.last_queries == first
+
+    records[2] = dataclasses.replace(records[2], pods=frozenset({"s2-0", "s2-new"}))
+    await source.sample(records, 2.0)
+    assert len(built) == 2
+    assert all("s2-new" in promql for promql in source.last_queries)
+
+
+async def test_a_bad_pod_name_is_warned_of_once_per_record(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """A pod name that is not a Kubernetes name is logged when its record is new, not each tick."""
+    services = {"a/chat": serving(unique, "chat-0", "Bad_Pod")}
+    records = workloads(services, "a/chat")
+    source = source_for(stack.prometheus.url)
+
+    with capture_logs() as logs:
+        await source.sample(records, 0.0)
+        await source.sample(records, 1.0)
+        changed = [dataclasses.replace(records[0], pods=frozenset({"chat-1", "Bad_Pod"}))]
+        await source.sample(changed, 2.0)
+
+    skipped = [e for e in logs if e["event"] == "metrics.pods_skipped"]
+    assert [(e["service"], e["pods"]) for e in skipped] == [("a/chat", ["Bad_Pod"])] * 2
+    assert all("Bad_Pod" not in promql for promql in source.last_queries)
 
 
 async def test_hostile_names_from_the_index_never_reach_promql(
