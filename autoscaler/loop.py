@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 import structlog
 
 from autoscaler import clock as clock_
@@ -77,6 +78,17 @@ class _Seasonal:
     vote: model.ForecastVote | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """What the smoothing reads of a tick's records, one entry per record, in their order."""
+
+    workloads: tuple[ports.Workload, ...]
+    rows: npt.NDArray[np.intp]
+    half_lives: npt.NDArray[np.float64]
+    windows: npt.NDArray[np.float64]
+    """Seconds; NaN for the loop's own window."""
+
+
 class Loop:
     def __init__(
         self,
@@ -115,6 +127,7 @@ class Loop:
         self._history_due_s: float | None = None
         self._refresh: asyncio.Future[None] | None = None
         self._history_error: str | None = None
+        self._last_columns: _Columns | None = None
 
     @property
     def tick_s(self) -> float:
@@ -127,9 +140,8 @@ class Loop:
         """Run one tick: sample every managed service once, decide each, act on changes."""
         now = self.clock.now()
         workloads = self.cluster.workloads()
-        self._forget_gone(workloads)
-        ids = [w.id for w in workloads]
-        rows = self._windows.rows_for(ids)
+        columns = self._columns(workloads)
+        rows = columns.rows
 
         metrics_error: str | None = None
         try:
@@ -145,13 +157,7 @@ class Loop:
                 log.info("metrics.recovered")
         self._metrics_down = metrics_error is not None
         self._windows.record(now, rows, values)
-        half_lives = np.fromiter((w.half_life_s for w in workloads), float, len(workloads))
-        windows = np.fromiter(
-            (math.nan if w.window_s is None else w.window_s for w in workloads),
-            float,
-            len(workloads),
-        )
-        estimates = self._windows.estimate(now, rows, half_lives, windows).rows()
+        estimates = self._windows.estimate(now, rows, columns.half_lives, columns.windows).rows()
         forecasts = await self._forecasts(workloads, now)
 
         decisions: dict[model.ServiceId, model.Decision] = {}
@@ -376,6 +382,29 @@ class Loop:
             ahead = forecast.horizon_s(config, workload.startup_s)
             scored = forecast.backtest(config, history, now_s=now, horizon_s=ahead)
             self._seasonal[workload.id] = _Seasonal(history, scored)
+
+    def _columns(self, workloads: Sequence[ports.Workload]) -> _Columns:
+        """The services' window rows, half-lives and windows, made again only when a record
+        differs (by identity) from the last tick's: most ticks no record has changed."""
+        last = self._last_columns
+        if (
+            last is not None
+            and len(last.workloads) == len(workloads)
+            and all(a is b for a, b in zip(last.workloads, workloads, strict=True))
+        ):
+            return last
+        self._forget_gone(workloads)
+        count = len(workloads)
+        columns = _Columns(
+            tuple(workloads),
+            self._windows.rows_for([w.id for w in workloads]),
+            np.fromiter((w.half_life_s for w in workloads), float, count),
+            np.fromiter(
+                (math.nan if w.window_s is None else w.window_s for w in workloads), float, count
+            ),
+        )
+        self._last_columns = columns
+        return columns
 
     def _forget_gone(self, workloads: Sequence[ports.Workload]) -> None:
         present = {w.id for w in workloads}
