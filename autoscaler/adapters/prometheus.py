@@ -569,9 +569,14 @@ class MetricsSource:
         targets: list[_Target] = []
         for row, workload in enumerate(workloads):
             entry = known.get(workload.id)
-            if entry is None or entry[0] is not workload:
-                entry = (workload, _target_of(workload))
-                known[workload.id] = entry
+            if entry is None:
+                entry = known[workload.id] = (workload, _target_of(workload))
+            elif entry[0] is not workload:
+                # A record made again for a change of its counts reads the same pods: its
+                # target is kept, and so is every plan that holds it.
+                if not _reads_the_same(entry[0], workload):
+                    entry = (workload, _target_of(workload))
+                known[workload.id] = (workload, entry[1])
             target = entry[1]
             if target is None:
                 continue
@@ -605,7 +610,7 @@ class MetricsSource:
         else:
             # A namespace-wide query also answers for pods of services outside the group.
             pods = plan.pods
-            return [sample for sample in _per_pod(series) if sample[0] in pods]
+            return _samples(series, pods)
         if len(group) == 1:
             (target,) = group
             blamed[target.service] = Rejected(target.serving.metrics, signal, str(refused))
@@ -659,6 +664,7 @@ class _Plans:
         plan = _Plan(
             build_queries(
                 [t.serving for t in group],
+                names_checked=True,
                 rate_window_s=s.rate_window_s,
                 max_age_s=s.max_age_s,
                 gpu_metric=s.gpu_metric,
@@ -669,6 +675,10 @@ class _Plans:
         )
         self.made[key] = (group, plan)
         return plan
+
+
+def _reads_the_same(a: ports.Workload, b: ports.Workload) -> bool:
+    return a.namespace == b.namespace and a.metrics == b.metrics and a.pods == b.pods
 
 
 def _target_of(workload: ports.Workload) -> _Target | None:
@@ -721,19 +731,22 @@ def build_queries(
     gpu_metric: str = GPU_UTILIZATION,
     gpu_ratio_metric: str | None = GPU_ACTIVITY,
     max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
+    names_checked: bool = False,
 ) -> dict[model.Signal, str]:
     """The PromQL for one tick: one query per signal, covering every pod of `targets`.
 
     Services whose servers export different metric names share the query, one `or` branch per
     name; a signal that no service names a metric for gets no query (its column stays NaN).
     Raises `ValueError` for a metric, namespace or pod name that is not valid: such text never
-    reaches PromQL.
+    reaches PromQL. `names_checked` says the namespaces and pods were checked already (the
+    metrics source checks each record's once); metric names are checked all the same.
     """
     by_requests: dict[str, _PodSet] = {}
     by_queue: dict[str, _PodSet] = {}
     everyone = _PodSet()
     for serving in targets:
-        _check_names(serving)
+        if not names_checked:
+            _check_names(serving)
         for groups, name in (
             (by_requests, serving.metrics.requests),
             (by_queue, serving.metrics.queue),
@@ -867,12 +880,33 @@ def _fill(
             at.append(other)
             values.append(value)
     index = np.fromiter(at, np.intp, len(at))
-    total = np.bincount(
-        index, weights=np.fromiter(values, float, len(values)), minlength=len(column)
-    )
+    weights = np.fromiter(values, float, len(values))
+    if not bool(np.isfinite(weights).all()):  # a NaN or infinite sample is missing data
+        finite = np.isfinite(weights)
+        index, weights = index[finite], weights[finite]
+    total = np.bincount(index, weights=weights, minlength=len(column))
     count = np.bincount(index, minlength=len(column))
     reported = count > 0
     column[reported] = total[reported] / count[reported] if mean else total[reported]
+
+
+def _samples(series: list[Any], pods: Collection[_Pod]) -> list[tuple[_Pod, float]]:
+    """(pod, value) of each sample of one of `pods`, NaN and infinite values included (`_fill`
+    leaves them out); a malformed sample raises `ObservationError` as in `_per_pod`.
+
+    One comprehension over the answer: at 10,000 services it holds 20,000 samples per signal.
+    """
+    try:
+        parsed = [
+            ((labels.get("namespace", ""), labels.get("pod", "")), float(item["value"][1]))
+            for item in series
+            for labels in (item["metric"],)
+        ]
+        return [sample for sample in parsed if sample[0] in pods]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        for _ in _per_pod(series):  # raises, naming the sample
+            pass
+        raise errors.ObservationError(f"Prometheus sample malformed: {_brief(e)}") from e
 
 
 def _per_pod(series: list[Any]) -> Iterator[tuple[_Pod, float]]:
