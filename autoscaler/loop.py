@@ -39,6 +39,13 @@ PUBLISH_CONCURRENCY = 16
 HISTORY_WAIT_RATIO = 0.5
 """Share of a tick the loop waits for a load-history refresh before going on without it."""
 
+OUTAGE_QUIET_S = 10.0
+"""How long a loop-wide metrics outage (the whole sample failed: Prometheus down or past its
+deadline) goes unpublished per service. Every service holds for missing data from its first
+tick, as always; only the status writes and Events wait, so that one slow query does not cost
+two writes per service (the hold, then the return), and an outage that lasts is published."""
+"""Share of a tick the loop waits for a load-history refresh before going on without it."""
+
 _PublishKey = tuple[int, model.Kind, model.Reason | None]
 
 Chore = Callable[[], Awaitable[None]]
@@ -103,9 +110,11 @@ class Loop:
         chores: Sequence[Chore] = (),
         on_tick: Sequence[OnTick] = (),
         timer: Callable[[], float] = time.perf_counter,
+        outage_quiet_s: float = OUTAGE_QUIET_S,
     ) -> None:
         """`chores` end every tick, in order; `on_tick` are told of every tick `run` runs, with
-        its duration by `timer` (a high-resolution clock: the tick's cost, not policy time)."""
+        its duration by `timer` (a high-resolution clock: the tick's cost, not policy time).
+        `outage_quiet_s`: see `OUTAGE_QUIET_S`."""
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
@@ -119,7 +128,9 @@ class Loop:
         self._windows = smoothing.Windows(self.smoothing_config)
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
-        self._metrics_down = False
+        self._metrics_down_s: float | None = None
+        """When the metrics outage under way began; None while they answer."""
+        self.outage_quiet_s = outage_quiet_s
         self.chores = tuple(chores)
         self.on_tick = tuple(on_tick)
         self._timer = timer
@@ -150,12 +161,16 @@ class Loop:
             # Recorded as missing, never as zero: every service holds and says why.
             metrics_error = str(e)
             values = np.full((len(workloads), len(model.Signal)), np.nan)
-            if not self._metrics_down:  # once per outage, not once per tick
+            if self._metrics_down_s is None:  # once per outage, not once per tick
                 log.warning("metrics.unavailable", error=metrics_error)
+                self._metrics_down_s = now
         else:
-            if self._metrics_down:
+            if self._metrics_down_s is not None:
                 log.info("metrics.recovered")
-        self._metrics_down = metrics_error is not None
+            self._metrics_down_s = None
+        quiet = (
+            self._metrics_down_s is not None and now - self._metrics_down_s < self.outage_quiet_s
+        )
         self._windows.record(now, rows, values)
         estimates = self._windows.estimate(now, rows, columns.half_lives, columns.windows).rows()
         forecasts = await self._forecasts(workloads, now)
@@ -182,7 +197,7 @@ class Loop:
                 self._states[workload.id] = next_state
 
         scaled, failed = await self._act(workloads, decisions, pending)
-        await self._publish(decisions, failed)
+        await self._publish(decisions, failed, outage_quiet=quiet)
         if self.ramps is not None:
             await self.ramps.reconcile(now, workloads)
         for chore in self.chores:
@@ -258,11 +273,19 @@ class Loop:
         return done, tuple(failed)
 
     async def _publish(
-        self, decisions: dict[model.ServiceId, model.Decision], failed: Sequence[model.ServiceId]
+        self,
+        decisions: dict[model.ServiceId, model.Decision],
+        failed: Sequence[model.ServiceId],
+        *,
+        outage_quiet: bool = False,
     ) -> None:
+        """Publish the decisions whose outcome changed; with `outage_quiet`, not the holds for
+        missing data (see `OUTAGE_QUIET_S`)."""
         changed: list[tuple[model.ServiceId, model.Decision, _PublishKey]] = []
         for service, decision in decisions.items():
             if service in failed:
+                continue
+            if outage_quiet and decision.reason is model.Reason.MISSING_DATA:
                 continue
             # Steady outcomes differ only in wording (in the deadband, at the desired count):
             # flipping between them under noise is not news worth a write.
