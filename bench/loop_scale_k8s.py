@@ -21,7 +21,8 @@ replicas are written), the rest keep theirs. The controller starts once Promethe
 every pod.
 
 Printed: the duration of the whole tick (`Loop.step()`, with its publish, and the telemetry
-that follows it), the first tick apart; process CPU per tick; the controller process's RSS;
+that follows it), the first tick apart; process CPU per tick; the garbage collector's time per
+tick and its collections by generation (0, 1, 2); the controller process's RSS;
 Prometheus queries per tick (the adapter's counter); API writes per tick (the emulator's
 request log); and the ticks' decisions by kind.
 
@@ -34,6 +35,7 @@ import argparse
 import asyncio
 import cProfile
 import datetime
+import gc
 import itertools
 import json
 import os
@@ -343,6 +345,26 @@ def rss_mib() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+class Collections:
+    """Time the garbage collector spends, by generation, from `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.counts = [0, 0, 0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.seconds[generation] += time.perf_counter() - self._started
+            self.counts[generation] += 1
+
+    def snapshot(self) -> tuple[float, list[int]]:
+        return sum(self.seconds), list(self.counts)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -422,6 +444,9 @@ async def measure(
     cpu: list[float] = []
     kinds: Counter[str] = Counter()
     counted = asyncio.Event()
+    collections = Collections()
+    gc.callbacks.append(collections)
+    collected: list[tuple[float, list[int]]] = []
     try:
         with (
             tempfile.TemporaryDirectory() as tmp,
@@ -449,6 +474,7 @@ async def measure(
                 durations.append(duration_s)
                 queries.append(box["controller"].metrics.queries_sent)
                 cpu.append(time.process_time())
+                collected.append(collections.snapshot())
                 if len(durations) > 1:
                     kinds.update(
                         f"{d.kind.value}/{d.reason.value}" for d in report.decisions.values()
@@ -476,6 +502,7 @@ async def measure(
                 await task
             rss, hwm = rss_mib()
     finally:
+        gc.callbacks.remove(collections)
         stdin.close()
         await child.wait()
     writes = {
@@ -498,6 +525,10 @@ async def measure(
         "tick_max_s": round(max(steady), 4),
         "ticks_measured": len(steady),
         "cpu_per_tick_s": round(statistics.mean(steady_cpu), 4) if steady_cpu else None,
+        "gc_s_per_tick": round((collected[-1][0] - collected[1][0]) / max(1, len(steady_cpu)), 4),
+        "gc_collections_in_later_ticks": [
+            b - a for a, b in zip(collected[1][1], collected[-1][1], strict=True)
+        ],
         "decisions_in_later_ticks": dict(sorted(kinds.items())),
         "prometheus_queries_first_tick": queries[0],
         "prometheus_queries_per_tick": sorted(set(steady_queries)),
