@@ -315,6 +315,8 @@ class Client:
         self._session: aiohttp.ClientSession | None = None
         self.sent = 0
         """Queries sent since construction (each is one HTTP request)."""
+        self.scanned = 0
+        """Answers of `query_per_pod` read by the scan, without decoding their JSON."""
 
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
@@ -330,9 +332,31 @@ class Client:
         params["step"] = f"{step_s:g}"
         return await self._get(what, self.endpoint + "_range", params, "a range matrix")
 
+    async def query_per_pod(self, what: str, promql: str) -> list[tuple[_Pod, float]]:
+        """The samples of an instant query grouped `by (namespace, pod)`, each as its pod and
+        value (NaN and infinite ones included); raises as `query` does, and `ObservationError`
+        for a malformed sample.
+
+        At 10,000 services an answer holds 20,000 series, some 2 MB of JSON, and decoding
+        it was the largest single cost of a tick: the answer is first scanned for the one shape
+        Prometheus writes such series in, and decoded as JSON only when any series is not of
+        that shape (an escaped or an extra label, an error).
+        """
+        status, body = await self._fetch(what, self.endpoint, {"query": promql})
+        if status == 200 and (scanned := _scan_per_pod(body)) is not None:
+            self.scanned += 1
+            return scanned
+        return _parse_per_pod(self._decode(what, status, body, "an instant vector"))
+
     async def _get(
         self, what: str, endpoint: str, params: Mapping[str, str], shape: str
     ) -> list[Any]:
+        status, body = await self._fetch(what, endpoint, params)
+        return self._decode(what, status, body, shape)
+
+    async def _fetch(
+        self, what: str, endpoint: str, params: Mapping[str, str]
+    ) -> tuple[int, bytes]:
         headers = self.access.request_headers()
         self.sent += 1
         try:
@@ -353,6 +377,9 @@ class Client:
                 f"Prometheus {what} query refused: HTTP {status} {_REFUSED[status]} "
                 f"(sent: {self.access.scheme} auth); the server said: {said!r}"
             )
+        return status, body
+
+    def _decode(self, what: str, status: int, body: bytes, shape: str) -> list[Any]:
         try:
             answer = json.loads(body)
         except ValueError as e:  # HTML from a proxy, a truncated body
@@ -604,13 +631,13 @@ class MetricsSource:
         sent.append(promql)
         self.queries_sent += 1
         try:
-            series = await self.client.query(signal.name.lower(), promql)
+            samples = await self.client.query_per_pod(signal.name.lower(), promql)
         except QueryRejected as e:
             refused = e
         else:
             # A namespace-wide query also answers for pods of services outside the group.
             pods = plan.pods
-            return _samples(series, pods)
+            return [sample for sample in samples if sample[0] in pods]
         if len(group) == 1:
             (target,) = group
             blamed[target.service] = Rejected(target.serving.metrics, signal, str(refused))
@@ -890,19 +917,43 @@ def _fill(
     column[reported] = total[reported] / count[reported] if mean else total[reported]
 
 
-def _samples(series: list[Any], pods: Collection[_Pod]) -> list[tuple[_Pod, float]]:
-    """(pod, value) of each sample of one of `pods`, NaN and infinite values included (`_fill`
-    leaves them out); a malformed sample raises `ObservationError` as in `_per_pod`.
+_VECTOR_START: Final = b'{"status":"success","data":{"resultType":"vector","result":['
+_PER_POD_SERIES: Final = re.compile(
+    rb'\{"metric":\{"namespace":"([a-z0-9.-]*)","pod":"([a-z0-9.-]*)"\},'
+    rb'"value":\[[0-9.e+-]+,"([^"\\]*)"\]\}'
+)
+"""One series of an instant vector grouped `by (namespace, pod)` as Prometheus writes it:
+compact, labels in name order, Kubernetes names (never escaped in JSON)."""
 
-    One comprehension over the answer: at 10,000 services it holds 20,000 samples per signal.
+
+def _scan_per_pod(body: bytes) -> list[tuple[_Pod, float]] | None:
+    """The samples of a successful answer whose every series has the shape `_PER_POD_SERIES`
+    matches; None when it is anything else, for the JSON decoder to read (and judge).
+
+    Every series of an answer has one `"metric":` and a label value cannot hold that text (its
+    quotes would be escaped), so the scan has read the whole answer exactly when it matched
+    that many series.
     """
+    if not body.startswith(_VECTOR_START):
+        return None
+    found = _PER_POD_SERIES.findall(body)
+    if len(found) != body.count(b'"metric":'):
+        return None
     try:
-        parsed = [
+        return [((ns.decode(), pod.decode()), float(value)) for ns, pod, value in found]
+    except ValueError:  # a value that is not a number: for the decoder to report
+        return None
+
+
+def _parse_per_pod(series: list[Any]) -> list[tuple[_Pod, float]]:
+    """(pod, value) of each sample of a decoded answer, NaN and infinite values included
+    (`_fill` leaves them out); a malformed sample raises `ObservationError` as in `_per_pod`."""
+    try:
+        return [
             ((labels.get("namespace", ""), labels.get("pod", "")), float(item["value"][1]))
             for item in series
             for labels in (item["metric"],)
         ]
-        return [sample for sample in parsed if sample[0] in pods]
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         for _ in _per_pod(series):  # raises, naming the sample
             pass

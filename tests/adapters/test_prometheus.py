@@ -233,6 +233,55 @@ async def test_rates_and_queues_come_back_per_service(
     assert values[:, LOAD] == pytest.approx([7.0, 7.0], rel=0.1)
     assert values[:, SATURATION].tolist() == [7.0, 5.0]
     assert np.isnan(values[:, CAPACITY]).all()
+    assert source.client.scanned == 3  # Prometheus's answers, read without the JSON decoder
+    for promql in source.last_queries:
+        client = source.client
+        _, body = await client._fetch("check", client.endpoint, {"query": promql})
+        decoded = prometheus._parse_per_pod(json.loads(body)["data"]["result"])
+        assert prometheus._scan_per_pod(body) == decoded
+
+
+def per_pod_answer(*series: dict[str, Any]) -> bytes:
+    """An instant vector written as Prometheus writes it (compact, labels sorted)."""
+    answer = {"status": "success", "data": {"resultType": "vector", "result": list(series)}}
+    return json.dumps(answer, separators=(",", ":"), sort_keys=False).encode()
+
+
+def per_pod(namespace: str, pod: str, value: str, **more: str) -> dict[str, Any]:
+    return {"metric": {"namespace": namespace, "pod": pod, **more}, "value": [1764.5, value]}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        per_pod_answer(),
+        per_pod_answer(per_pod("ns-a", "chat-0", "2.5"), per_pod("ns-b", "chat.x-1", "NaN")),
+        per_pod_answer(per_pod("ns-a", "chat-0", "+Inf"), per_pod("ns-a", "chat-1", "1e+06")),
+    ],
+)
+def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
+    """Answers of the usual shape give the same samples by the scan as by decoding them."""
+    scanned = prometheus._scan_per_pod(body)
+    decoded = prometheus._parse_per_pod(json.loads(body)["data"]["result"])
+    assert scanned is not None
+    assert repr(scanned) == repr(decoded)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        per_pod_answer(per_pod("ns-a", "chat-0", "1"), per_pod('ns-"b', "chat-0", "2")),
+        per_pod_answer(per_pod("ns-a", "chat-0", "1"), per_pod("ns-a", "chat-1", "2", le="1")),
+        per_pod_answer(per_pod("ns-a", "chat-0", "1"), {"metric": {"pod": "p"}, "value": [1, "2"]}),
+        per_pod_answer(per_pod("ns-a", "chat-0", "not a number")),
+        json.dumps({"status": "error", "errorType": "bad_data", "error": "x"}).encode(),
+        json.dumps({"status": "success", "data": {"result": []}}).encode(),
+    ],
+)
+def test_any_other_answer_is_left_to_the_json_decoder(body: bytes) -> None:
+    """An escaped, a missing or an extra label, a value that is no number, or an error is not
+    scanned: the decoder reads it and reports what is wrong."""
+    assert prometheus._scan_per_pod(body) is None
 
 
 @pytest.mark.parametrize("max_pod_matcher_chars", [prometheus.DEFAULT_MAX_POD_MATCHER_CHARS, 0])
