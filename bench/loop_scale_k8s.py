@@ -4,6 +4,10 @@
         [--change-share 0.1] [--change-every-s 60] [--seed 14] [--scrape-interval-s 5]
         [--query-timeout-s 2] [--profile PATH]
 
+Run it with `OPENBLAS_NUM_THREADS=1`, as the image runs the controller: the controller runs in
+this process, and idle BLAS threads spinning beside a single-threaded loop double its CPU on a
+busy two-core machine.
+
 The controller is wired by `autoscaler.app` exactly as `autoscaler run` wires it (wall clock,
 1 s ticks, leader election, caches, HTTP server) and talks over HTTP to the in-process
 Kubernetes API emulator of the tests (`tests/kube`), which runs in a child process so that this
