@@ -588,10 +588,6 @@ class MetricsSource:
         ):
             return last
         known = self._targets
-        if len(known) > len(workloads):
-            present = {w.id for w in workloads}
-            for gone in [service for service in known if service not in present]:
-                del known[gone]
         rows = _Rows()
         targets: list[_Target] = []
         for row, workload in enumerate(workloads):
@@ -610,6 +606,10 @@ class MetricsSource:
             targets.append(target)
             for pod in target.serving.pods:
                 rows.add((target.serving.namespace, pod), row)
+        if len(known) > len(workloads):  # every present service is known: others are gone
+            present = {w.id for w in workloads}
+            for gone in [service for service in known if service not in present]:
+                del known[gone]
         self._located = _Located(tuple(workloads), rows, targets)
         return self._located
 

@@ -536,6 +536,19 @@ async def test_queries_are_built_again_only_when_a_record_changes(
     assert all("s2-new" in promql for promql in source.last_queries)
 
 
+async def test_a_service_gone_is_forgotten_when_another_takes_its_place(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """What the source keeps of a service goes with it, though the number of services stays."""
+    services = {f"ns/s{i}": serving(unique, f"s{i}-0") for i in range(3)}
+    source = source_for(stack.prometheus.url)
+
+    await source.sample(workloads(services, "ns/s0", "ns/s1"), 0.0)
+    await source.sample(workloads(services, "ns/s0", "ns/s2"), 1.0)
+
+    assert set(source._targets) == {"ns/s0", "ns/s2"}
+
+
 async def test_a_bad_pod_name_is_warned_of_once_per_record(
     stack: Stack, unique: str, source_for: SourceFactory
 ) -> None:
