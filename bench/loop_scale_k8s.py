@@ -28,7 +28,9 @@ Printed: the duration of the whole tick (`Loop.step()`, with its publish, and th
 that follows it), the first tick apart; process CPU per tick; the garbage collector's time per
 tick and its collections by generation (0, 1, 2); the controller process's RSS;
 Prometheus queries per tick (the adapter's counter); API writes per tick (the emulator's
-request log); and the ticks' decisions by kind.
+request log), beside the outcomes that changed (a new count, kind or, unless steady, reason:
+what the loop publishes on, so status writes should not outnumber them); and the ticks'
+decisions by kind.
 
 Timings are printed, never asserted (docs/benchmark.md).
 """
@@ -451,6 +453,8 @@ async def measure(
     collections = Collections()
     gc.callbacks.append(collections)
     collected: list[tuple[float, list[int]]] = []
+    changes: list[int] = []
+    last_outcomes: dict[Any, tuple[Any, ...]] = {}
     try:
         with (
             tempfile.TemporaryDirectory() as tmp,
@@ -479,10 +483,18 @@ async def measure(
                 queries.append(box["controller"].metrics.queries_sent)
                 cpu.append(time.process_time())
                 collected.append(collections.snapshot())
+                outcomes = {
+                    service: (d.desired, d.kind, None if d.kind.value == "steady" else d.reason)
+                    for service, d in report.decisions.items()
+                }
                 if len(durations) > 1:
                     kinds.update(
                         f"{d.kind.value}/{d.reason.value}" for d in report.decisions.values()
                     )
+                    # What the loop publishes on: a new count, kind or (unless steady) reason.
+                    changes.append(sum(outcomes[s] != last_outcomes.get(s) for s in outcomes))
+                last_outcomes.clear()
+                last_outcomes.update(outcomes)
                 if len(durations) in (2, ticks + 1):
                     counted.set()
                 if profile is not None and len(durations) == 1:
@@ -538,6 +550,7 @@ async def measure(
         "prometheus_queries_per_tick": sorted(set(steady_queries)),
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
+        "outcomes_changed_in_later_ticks": sum(changes),
         "pods_at_end": last.get("pods (not a write)"),
         "rss_mib_before_controller": round(before_mib, 1),
         "rss_mib_at_end": round(rss, 1),
