@@ -352,7 +352,8 @@ def rss_mib() -> tuple[float, float]:
 
 
 class Collections:
-    """Time the garbage collector spends, by generation, from `gc.callbacks`."""
+    """CPU time the garbage collector spends, by generation, from `gc.callbacks` (process time:
+    on a shared machine, wall time would count the time the process waits for a core)."""
 
     def __init__(self) -> None:
         self.seconds = [0.0, 0.0, 0.0]
@@ -361,10 +362,10 @@ class Collections:
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started = time.process_time()
         else:
             generation = info["generation"]
-            self.seconds[generation] += time.perf_counter() - self._started
+            self.seconds[generation] += time.process_time() - self._started
             self.counts[generation] += 1
 
     def snapshot(self) -> tuple[float, list[int]]:
