@@ -13,7 +13,8 @@ telemetry, Prometheus itself, and a machine shared with all of them.
 
 Printed: CPU per tick (process time: the server's share is the same few copies of bytes for any
 code under test), its wall time, the garbage collector's share, and with `--profile` the top of
-the steady ticks' profile. Timings are printed, never asserted (docs/benchmark.md).
+the steady ticks' profile (then without the collector's share). Timings are printed, never
+asserted (docs/benchmark.md).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ async def measure(
             ticking.advance(1.0)
         gc.collect()
         gc.freeze()  # as the controller does once its caches have synced
-        gc.callbacks.append(timed)
+        if profile is None:  # the callback would time the profiler too
+            gc.callbacks.append(timed)
         for _ in range(ticks):
             answers.renew()
             cpu_s, wall_s = time.process_time(), time.perf_counter()
