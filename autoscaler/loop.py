@@ -45,6 +45,12 @@ PUBLISH_CONCURRENCY = 16
 HISTORY_WAIT_RATIO = 0.5
 """Share of a tick the loop waits for a load-history refresh before going on without it."""
 
+OUTAGE_QUIET_S = 10.0
+"""How long a loop-wide metrics outage (the whole sample failed: Prometheus down or past its
+deadline) goes unpublished per service. Every service holds for missing data from its first
+tick, as always; only the status writes and Events wait, so that one slow query does not cost
+two writes per service (the hold, then the return), and an outage that lasts is published."""
+
 _PublishKey = tuple[int, model.Kind, model.Reason | None, tuple[int, int, int] | None]
 
 Chore = Callable[[], Awaitable[None]]
@@ -99,6 +105,17 @@ class _Seasonal:
     vote: model.ForecastVote | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """What the smoothing reads of a tick's records, one entry per record, in their order."""
+
+    workloads: tuple[ports.Workload, ...]
+    rows: npt.NDArray[np.intp]
+    half_lives: npt.NDArray[np.float64]
+    windows: npt.NDArray[np.float64]
+    """Seconds; NaN for the loop's own window."""
+
+
 class Loop:
     def __init__(
         self,
@@ -113,9 +130,11 @@ class Loop:
         chores: Sequence[Chore] = (),
         on_tick: Sequence[OnTick] = (),
         timer: Callable[[], float] = time.perf_counter,
+        outage_quiet_s: float = OUTAGE_QUIET_S,
     ) -> None:
         """`chores` end every tick, in order; `on_tick` are told of every tick `run` runs, with
-        its duration by `timer` (a high-resolution clock: the tick's cost, not policy time)."""
+        its duration by `timer` (a high-resolution clock: the tick's cost, not policy time).
+        `outage_quiet_s`: see `OUTAGE_QUIET_S`."""
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
@@ -132,7 +151,9 @@ class Loop:
         self._llm_windows: smoothing.Windows | None = None
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
-        self._metrics_down = False
+        self._metrics_down_s: float | None = None
+        """When the metrics outage under way began; None while they answer."""
+        self.outage_quiet_s = outage_quiet_s
         self.chores = tuple(chores)
         self.on_tick = tuple(on_tick)
         self._timer = timer
@@ -143,6 +164,7 @@ class Loop:
         self._shortfalls: dict[model.ServiceId, standby.ShortfallTracker] = {}
         """How far the load outran the estimate within one start-up, per service whose pool
         is sized automatically."""
+        self._last_columns: _Columns | None = None
 
     @property
     def tick_s(self) -> float:
@@ -161,9 +183,8 @@ class Loop:
         """Run one tick: sample every managed service once, decide each, act on changes."""
         now = self.clock.now()
         workloads = self.cluster.workloads()
-        self._forget_gone(workloads)
-        ids = [w.id for w in workloads]
-        rows = self._windows.rows_for(ids)
+        columns = self._columns(workloads)
+        rows = columns.rows
 
         metrics_error: str | None = None
         try:
@@ -172,21 +193,21 @@ class Loop:
             # Recorded as missing, never as zero: every service holds and says why.
             metrics_error = str(e)
             values = np.full((len(workloads), len(model.Signal)), np.nan)
-            if not self._metrics_down:  # once per outage, not once per tick
+            if self._metrics_down_s is None:  # once per outage, not once per tick
                 log.warning("metrics.unavailable", error=metrics_error)
+                self._metrics_down_s = now
         else:
-            if self._metrics_down:
+            if self._metrics_down_s is not None:
                 log.info("metrics.recovered")
-        self._metrics_down = metrics_error is not None
-        self._windows.record(now, rows, values[:, _BASE_COLUMNS])
-        half_lives = np.fromiter((w.half_life_s for w in workloads), float, len(workloads))
-        windows = np.fromiter(
-            (math.nan if w.window_s is None else w.window_s for w in workloads),
-            float,
-            len(workloads),
+            self._metrics_down_s = None
+        quiet = (
+            self._metrics_down_s is not None and now - self._metrics_down_s < self.outage_quiet_s
         )
-        estimates = self._windows.estimate(now, rows, half_lives, windows).rows()
-        llm_estimates = self._llm_estimates(workloads, now, values, half_lives, windows)
+        self._windows.record(now, rows, values[:, _BASE_COLUMNS])
+        estimates = self._windows.estimate(now, rows, columns.half_lives, columns.windows).rows()
+        llm_estimates = self._llm_estimates(
+            workloads, now, values, columns.half_lives, columns.windows
+        )
         forecasts = await self._forecasts(workloads, now)
         pools = self._pools(workloads, now, values, estimates)
 
@@ -216,7 +237,7 @@ class Loop:
                 self._states[workload.id] = next_state
 
         scaled, failed = await self._act(workloads, decisions, pending)
-        await self._publish(decisions, failed)
+        await self._publish(decisions, failed, outage_quiet=quiet)
         if self.ramps is not None:
             sizes = {service: pool.size for service, pool in pools.items()}
             await self.ramps.reconcile(now, workloads, standby=sizes)
@@ -299,11 +320,19 @@ class Loop:
         return done, tuple(failed)
 
     async def _publish(
-        self, decisions: dict[model.ServiceId, model.Decision], failed: Sequence[model.ServiceId]
+        self,
+        decisions: dict[model.ServiceId, model.Decision],
+        failed: Sequence[model.ServiceId],
+        *,
+        outage_quiet: bool = False,
     ) -> None:
+        """Publish the decisions whose outcome changed; with `outage_quiet`, not the holds for
+        missing data (see `OUTAGE_QUIET_S`)."""
         changed: list[tuple[model.ServiceId, model.Decision, _PublishKey]] = []
         for service, decision in decisions.items():
             if service in failed:
+                continue
+            if outage_quiet and decision.reason is model.Reason.MISSING_DATA:
                 continue
             # Steady outcomes differ only in wording (in the deadband, at the desired count):
             # flipping between them under noise is not news worth a write.
@@ -506,6 +535,29 @@ class Loop:
         llm.record(now, rows, values[np.ix_(picked, _LLM_COLUMNS)])
         estimates = llm.estimate(now, rows, half_lives[picked], windows[picked]).rows()
         return {i: estimates[k] for k, i in enumerate(opted)}
+
+    def _columns(self, workloads: Sequence[ports.Workload]) -> _Columns:
+        """The services' window rows, half-lives and windows, made again only when a record
+        differs (by identity) from the last tick's: most ticks no record has changed."""
+        last = self._last_columns
+        if (
+            last is not None
+            and len(last.workloads) == len(workloads)
+            and all(a is b for a, b in zip(last.workloads, workloads, strict=True))
+        ):
+            return last
+        self._forget_gone(workloads)
+        count = len(workloads)
+        columns = _Columns(
+            tuple(workloads),
+            self._windows.rows_for([w.id for w in workloads]),
+            np.fromiter((w.half_life_s for w in workloads), float, count),
+            np.fromiter(
+                (math.nan if w.window_s is None else w.window_s for w in workloads), float, count
+            ),
+        )
+        self._last_columns = columns
+        return columns
 
     def _forget_gone(self, workloads: Sequence[ports.Workload]) -> None:
         present = {w.id for w in workloads}

@@ -4,6 +4,10 @@
         [--change-share 0.1] [--change-every-s 60] [--seed 14] [--scrape-interval-s 5]
         [--query-timeout-s 2] [--profile PATH]
 
+Run it with `OPENBLAS_NUM_THREADS=1`, as the image runs the controller: the controller runs in
+this process, and idle BLAS threads spinning beside a single-threaded loop double its CPU on a
+busy two-core machine.
+
 The controller is wired by `autoscaler.app` exactly as `autoscaler run` wires it (wall clock,
 1 s ticks, leader election, caches, HTTP server) and talks over HTTP to the in-process
 Kubernetes API emulator of the tests (`tests/kube`), which runs in a child process so that this
@@ -21,9 +25,12 @@ replicas are written), the rest keep theirs. The controller starts once Promethe
 every pod.
 
 Printed: the duration of the whole tick (`Loop.step()`, with its publish, and the telemetry
-that follows it), the first tick apart; process CPU per tick; the controller process's RSS;
+that follows it), the first tick apart; process CPU per tick; the garbage collector's time per
+tick and its collections by generation (0, 1, 2); the controller process's RSS;
 Prometheus queries per tick (the adapter's counter); API writes per tick (the emulator's
-request log); and the ticks' decisions by kind.
+request log), beside the outcomes that changed (a new count, kind or, unless steady, reason:
+what the loop publishes on, so status writes should not outnumber them); and the ticks'
+decisions by kind.
 
 Timings are printed, never asserted (docs/benchmark.md).
 """
@@ -34,6 +41,7 @@ import argparse
 import asyncio
 import cProfile
 import datetime
+import gc
 import itertools
 import json
 import os
@@ -343,6 +351,27 @@ def rss_mib() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+class Collections:
+    """CPU time the garbage collector spends, by generation, from `gc.callbacks` (process time:
+    on a shared machine, wall time would count the time the process waits for a core)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.counts = [0, 0, 0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            generation = info["generation"]
+            self.seconds[generation] += time.process_time() - self._started
+            self.counts[generation] += 1
+
+    def snapshot(self) -> tuple[float, list[int]]:
+        return sum(self.seconds), list(self.counts)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -422,6 +451,11 @@ async def measure(
     cpu: list[float] = []
     kinds: Counter[str] = Counter()
     counted = asyncio.Event()
+    collections = Collections()
+    gc.callbacks.append(collections)
+    collected: list[tuple[float, list[int]]] = []
+    changes: list[int] = []
+    last_outcomes: dict[Any, tuple[Any, ...]] = {}
     try:
         with (
             tempfile.TemporaryDirectory() as tmp,
@@ -449,10 +483,19 @@ async def measure(
                 durations.append(duration_s)
                 queries.append(box["controller"].metrics.queries_sent)
                 cpu.append(time.process_time())
+                collected.append(collections.snapshot())
+                outcomes = {
+                    service: (d.desired, d.kind, None if d.kind.value == "steady" else d.reason)
+                    for service, d in report.decisions.items()
+                }
                 if len(durations) > 1:
                     kinds.update(
                         f"{d.kind.value}/{d.reason.value}" for d in report.decisions.values()
                     )
+                    # What the loop publishes on: a new count, kind or (unless steady) reason.
+                    changes.append(sum(outcomes[s] != last_outcomes.get(s) for s in outcomes))
+                last_outcomes.clear()
+                last_outcomes.update(outcomes)
                 if len(durations) in (2, ticks + 1):
                     counted.set()
                 if profile is not None and len(durations) == 1:
@@ -476,6 +519,7 @@ async def measure(
                 await task
             rss, hwm = rss_mib()
     finally:
+        gc.callbacks.remove(collections)
         stdin.close()
         await child.wait()
     writes = {
@@ -498,11 +542,16 @@ async def measure(
         "tick_max_s": round(max(steady), 4),
         "ticks_measured": len(steady),
         "cpu_per_tick_s": round(statistics.mean(steady_cpu), 4) if steady_cpu else None,
+        "gc_s_per_tick": round((collected[-1][0] - collected[1][0]) / max(1, len(steady_cpu)), 4),
+        "gc_collections_in_later_ticks": [
+            b - a for a, b in zip(collected[1][1], collected[-1][1], strict=True)
+        ],
         "decisions_in_later_ticks": dict(sorted(kinds.items())),
         "prometheus_queries_first_tick": queries[0],
         "prometheus_queries_per_tick": sorted(set(steady_queries)),
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
+        "outcomes_changed_in_later_ticks": sum(changes),
         "pods_at_end": last.get("pods (not a write)"),
         "rss_mib_before_controller": round(before_mib, 1),
         "rss_mib_at_end": round(rss, 1),

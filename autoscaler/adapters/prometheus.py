@@ -317,6 +317,8 @@ class Client:
         self._session: aiohttp.ClientSession | None = None
         self.sent = 0
         """Queries sent since construction (each is one HTTP request)."""
+        self.scanned = 0
+        """Answers of `query_per_pod` read by the scan, without decoding their JSON."""
 
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
@@ -332,9 +334,31 @@ class Client:
         params["step"] = f"{step_s:g}"
         return await self._get(what, self.endpoint + "_range", params, "a range matrix")
 
+    async def query_per_pod(self, what: str, promql: str) -> list[tuple[_Pod, float]]:
+        """The samples of an instant query grouped `by (namespace, pod)`, each as its pod and
+        value (NaN and infinite ones included); raises as `query` does, and `ObservationError`
+        for a malformed sample.
+
+        At 10,000 services an answer holds 20,000 series, some 2 MB of JSON, and decoding
+        it was the largest single cost of a tick: the answer is first scanned for the one shape
+        Prometheus writes such series in, and decoded as JSON only when any series is not of
+        that shape (an escaped or an extra label, an error).
+        """
+        status, body = await self._fetch(what, self.endpoint, {"query": promql})
+        if status == 200 and (scanned := _scan_per_pod(body)) is not None:
+            self.scanned += 1
+            return scanned
+        return _parse_per_pod(self._decode(what, status, body, "an instant vector"))
+
     async def _get(
         self, what: str, endpoint: str, params: Mapping[str, str], shape: str
     ) -> list[Any]:
+        status, body = await self._fetch(what, endpoint, params)
+        return self._decode(what, status, body, shape)
+
+    async def _fetch(
+        self, what: str, endpoint: str, params: Mapping[str, str]
+    ) -> tuple[int, bytes]:
         headers = self.access.request_headers()
         self.sent += 1
         try:
@@ -355,6 +379,9 @@ class Client:
                 f"Prometheus {what} query refused: HTTP {status} {_REFUSED[status]} "
                 f"(sent: {self.access.scheme} auth); the server said: {said!r}"
             )
+        return status, body
+
+    def _decode(self, what: str, status: int, body: bytes, shape: str) -> list[Any]:
         try:
             answer = json.loads(body)
         except ValueError as e:  # HTML from a proxy, a truncated body
@@ -481,6 +508,11 @@ class MetricsSource:
         """The PromQL of the last `sample`; empty when no pod was to be read."""
         self.rejected: dict[model.ServiceId, Rejected] = {}
         """Services whose metric names Prometheus refused in a query, queried apart."""
+        # Records change only on informer events: what is read from one (its names checked,
+        # its pods mapped to rows, the query text) is kept while the same records come back.
+        self._targets: dict[model.ServiceId, tuple[ports.Workload, _Target | None]] = {}
+        self._located: _Located | None = None
+        self._plans: dict[tuple[int, ...], tuple[Sequence[_Target], _Plan]] = {}
 
     async def sample(
         self, workloads: Sequence[ports.Workload], now_s: float
@@ -491,7 +523,8 @@ class MetricsSource:
         its own current time and judges freshness by the same clock it stamped the samples with.
         """
         values = np.full((len(workloads), len(model.Signal)), np.nan)
-        rows, targets = self._locate(workloads)
+        located = self._locate(workloads)
+        rows, targets = located.rows, located.targets
         sent: list[str] = []
         self.last_queries = ()
         if not rows:
@@ -512,13 +545,14 @@ class MetricsSource:
         groups += [[t] for t in targets if t.service in apart]
         budget = _Budget(self.max_isolation_queries - len(apart) * len(model.Signal))
         blamed: dict[model.ServiceId, Rejected] = {}
-        plans = _Plans(self)
+        plans = _Plans(self, self._plans)
         reads = [(signal, group) for group in groups for signal in model.Signal]
         answers = await asyncio.gather(
             *(self._read(signal, group, budget, blamed, sent, plans) for signal, group in reads),
             return_exceptions=True,
         )
         self.last_queries = tuple(sent)
+        self._plans = plans.made
         # Every query has finished here, so nothing of a failed tick is still running.
         for answer in answers:
             if isinstance(answer, BaseException):
@@ -535,41 +569,54 @@ class MetricsSource:
             log.info("metrics.query_accepted", service=service)
         self.rejected = blamed
         by_signal: dict[model.Signal, list[Any]] = {}
-        for (signal, _), series in zip(reads, answers, strict=True):
-            if isinstance(series, list):
-                by_signal.setdefault(signal, []).extend(series)
-        for signal, series in by_signal.items():
+        for (signal, _), answer in zip(reads, answers, strict=True):
+            if isinstance(answer, list):
+                by_signal.setdefault(signal, []).extend(answer)
+        for signal, answer in by_signal.items():
             if signal in model.LATENCY_SIGNALS:
-                _fill_quantile(values[:, signal], series, rows, QUANTILE)
+                _fill_quantile(values[:, signal], answer, rows, QUANTILE)
             else:
-                _fill(values[:, signal], series, rows, mean=signal in model.MEAN_SIGNALS)
+                _fill(values[:, signal], answer, rows, mean=signal in model.MEAN_SIGNALS)
         return values
 
-    def _locate(
-        self, workloads: Sequence[ports.Workload]
-    ) -> tuple[dict[_Pod, list[int]], list[_Target]]:
-        """Each serving pod's rows, and the services' pods with invalid names left out."""
-        rows: dict[_Pod, list[int]] = {}
+    def _locate(self, workloads: Sequence[ports.Workload]) -> _Located:
+        """Each serving pod's row, and the services' pods with invalid names left out.
+
+        Made again only when a record differs (by identity) from the last call's: a tick whose
+        records all come back unchanged reuses the last answer whole.
+        """
+        last = self._located
+        if (
+            last is not None
+            and len(last.workloads) == len(workloads)
+            and all(a is b for a, b in zip(last.workloads, workloads, strict=True))
+        ):
+            return last
+        known = self._targets
+        rows = _Rows()
         targets: list[_Target] = []
         for row, workload in enumerate(workloads):
-            if workload.metrics is None or not workload.pods:
+            entry = known.get(workload.id)
+            if entry is None:
+                entry = known[workload.id] = (workload, _target_of(workload))
+            elif entry[0] is not workload:
+                # A record made again for a change of its counts reads the same pods: its
+                # target is kept, and so is every plan that holds it.
+                if not _reads_the_same(entry[0], workload):
+                    entry = (workload, _target_of(workload))
+                known[workload.id] = (workload, entry[1])
+            target = entry[1]
+            if target is None:
                 continue
-            serving = ServingPods(
-                workload.namespace, workload.pods, workload.metrics, workload.policy.llm_signals
-            )
-            if not is_namespace(serving.namespace):
-                log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
-                continue
-            pods = frozenset(p for p in serving.pods if is_pod_name(p))
-            if rejected := serving.pods - pods:
-                log.warning("metrics.pods_skipped", service=workload.id, pods=sorted(rejected))
-                serving = dataclasses.replace(serving, pods=pods)
-            if not pods:
-                continue
-            targets.append(_Target(workload.id, serving))
-            for pod in pods:
-                rows.setdefault((serving.namespace, pod), []).append(row)
-        return rows, targets
+            targets.append(target)
+            for pod in target.serving.pods:
+                rows.add((target.serving.namespace, pod), row)
+        if len(known) > len(workloads):  # every present service is known: others are gone
+            present = {w.id for w in workloads}
+            for gone in [service for service in known if service not in present]:
+                del known[gone]
+        self._located = _Located(tuple(workloads), rows, targets)
+        return self._located
 
     async def _read(
         self,
@@ -580,22 +627,27 @@ class MetricsSource:
         sent: list[str],
         plans: _Plans,
     ) -> list[Any]:
-        """The series of `signal` for `group`'s pods, bisecting the group while Prometheus
-        refuses its query; the services that alone break it go to `blamed`."""
+        """The answer to `signal` for `group`'s pods, bisecting the group while Prometheus
+        refuses its query; the services that alone break it go to `blamed`. A latency
+        percentile's answer is its bucket series (each with its `le` label); any other is
+        (pod, value) samples.
+        """
         plan = plans.of(group)
         promql = plan.queries.get(signal)
         if promql is None:
             return []
         sent.append(promql)
         self.queries_sent += 1
+        # A namespace-wide query also answers for pods of services outside the group.
+        pods = plan.pods
         try:
-            series = await self.client.query(signal.name.lower(), promql)
+            if signal in model.LATENCY_SIGNALS:
+                series = await self.client.query(signal.name.lower(), promql)
+                return [item for item in series if (pod := _pod_of(item)) is None or pod in pods]
+            samples = await self.client.query_per_pod(signal.name.lower(), promql)
+            return [sample for sample in samples if sample[0] in pods]
         except QueryRejected as e:
             refused = e
-        else:
-            # A namespace-wide query also answers for pods of services outside the group.
-            pods = plan.pods
-            return [item for item in series if (pod := _pod_of(item)) is None or pod in pods]
         if len(group) == 1:
             (target,) = group
             blamed[target.service] = Rejected(target.serving.metrics, signal, str(refused))
@@ -625,20 +677,31 @@ class _Plan:
 
 class _Plans:
     """The plans of one tick, each made once per group however many signals read it (a
-    bisected half is a group of its own)."""
+    bisected half is a group of its own), and taken from the last tick's when a group holds
+    the very same targets (no record changed)."""
 
-    def __init__(self, source: MetricsSource) -> None:
+    def __init__(
+        self,
+        source: MetricsSource,
+        last: Mapping[tuple[int, ...], tuple[Sequence[_Target], _Plan]],
+    ) -> None:
         self._source = source
-        self._made: dict[int, tuple[Sequence[_Target], _Plan]] = {}
+        self._last = last
+        self.made: dict[tuple[int, ...], tuple[Sequence[_Target], _Plan]] = {}
+        """This tick's plans by the identities of their targets (the targets kept, so that
+        no identity is reused while they are)."""
 
     def of(self, group: Sequence[_Target]) -> _Plan:
-        found = self._made.get(id(group))
-        if found is not None and found[0] is group:
+        key = tuple(map(id, group))
+        found = self.made.get(key) or self._last.get(key)
+        if found is not None and all(a is b for a, b in zip(found[0], group, strict=True)):
+            self.made[key] = found
             return found[1]
         s = self._source
         plan = _Plan(
             build_queries(
                 [t.serving for t in group],
+                names_checked=True,
                 rate_window_s=s.rate_window_s,
                 max_age_s=s.max_age_s,
                 gpu_metric=s.gpu_metric,
@@ -647,18 +710,68 @@ class _Plans:
             ),
             frozenset((t.serving.namespace, pod) for t in group for pod in t.serving.pods),
         )
-        self._made[id(group)] = (group, plan)  # the group is kept: its id is not reused
+        self.made[key] = (group, plan)
         return plan
 
 
-def _pod_of(item: Any) -> _Pod | None:
-    """The sample's pod; None for a malformed sample, which `_per_pod` reports."""
-    try:
-        labels = item["metric"]
-        float(item["value"][1])
-        return (str(labels.get("namespace", "")), str(labels.get("pod", "")))
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+def _reads_the_same(a: ports.Workload, b: ports.Workload) -> bool:
+    return (
+        a.namespace == b.namespace
+        and a.metrics == b.metrics
+        and a.pods == b.pods
+        and a.policy.llm_signals == b.policy.llm_signals
+    )
+
+
+def _target_of(workload: ports.Workload) -> _Target | None:
+    """What the metrics read of one record: None when it names no metrics, no pods or a bad
+    namespace; pods whose names are not valid are left out, with a warning naming them."""
+    if workload.metrics is None or not workload.pods:
         return None
+    serving = ServingPods(
+        workload.namespace, workload.pods, workload.metrics, workload.policy.llm_signals
+    )
+    if not is_namespace(serving.namespace):
+        log.warning("metrics.service_skipped", service=workload.id, reason="bad namespace")
+        return None
+    pods = frozenset(p for p in serving.pods if is_pod_name(p))
+    if rejected := serving.pods - pods:
+        log.warning("metrics.pods_skipped", service=workload.id, pods=sorted(rejected))
+        serving = dataclasses.replace(serving, pods=pods)
+    if not pods:
+        return None
+    return _Target(workload.id, serving)
+
+
+class _Rows:
+    """Each serving pod's row: one row for nearly every pod, a list where services share one."""
+
+    __slots__ = ("more", "one")
+
+    def __init__(self) -> None:
+        self.one: dict[_Pod, int] = {}
+        self.more: dict[_Pod, list[int]] = {}
+
+    def add(self, pod: _Pod, row: int) -> None:
+        first = self.one.setdefault(pod, row)
+        if first != row:
+            self.more.setdefault(pod, []).append(row)
+
+    def of(self, pod: _Pod) -> list[int]:
+        """The pod's rows; none for a pod of no service."""
+        first = self.one.get(pod)
+        if first is None:
+            return []
+        return [first, *self.more.get(pod, ())]
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    """The services of one call to `sample` as the queries read them."""
+
+    workloads: tuple[ports.Workload, ...]
+    rows: _Rows
+    targets: list[_Target]
 
 
 def build_queries(
@@ -669,20 +782,23 @@ def build_queries(
     gpu_metric: str = GPU_UTILIZATION,
     gpu_ratio_metric: str | None = GPU_ACTIVITY,
     max_pod_matcher_chars: int = DEFAULT_MAX_POD_MATCHER_CHARS,
+    names_checked: bool = False,
 ) -> dict[model.Signal, str]:
     """The PromQL for one tick: one query per signal, covering every pod of `targets`.
 
     Services whose servers export different metric names share the query, one `or` branch per
     name; a signal that no service names a metric for gets no query (its column stays NaN).
     Raises `ValueError` for a metric, namespace or pod name that is not valid: such text never
-    reaches PromQL.
+    reaches PromQL. `names_checked` says the namespaces and pods were checked already (the
+    metrics source checks each record's once); metric names are checked all the same.
     """
     by_requests: dict[str, _PodSet] = {}
     by_queue: dict[str, _PodSet] = {}
     everyone = _PodSet()
     targets_list = list(targets)
     for serving in targets_list:
-        _check_names(serving)
+        if not names_checked:
+            _check_names(serving)
         for groups, name in (
             (by_requests, serving.metrics.requests),
             (by_queue, serving.metrics.queue),
@@ -867,26 +983,49 @@ def _duration(seconds: float) -> str:
 
 def _fill(
     column: npt.NDArray[np.float64],
-    series: list[Any],
-    rows: Mapping[_Pod, list[int]],
+    samples: Sequence[tuple[_Pod, float]],
+    rows: _Rows,
     *,
     mean: bool,
 ) -> None:
     """Write each row's sum (or mean) over its reporting pods; rows without one stay NaN."""
-    total = np.zeros(len(column))
-    count = np.zeros(len(column))
-    for pod, value in _per_pod(series):
-        for row in rows.get(pod, ()):
-            total[row] += value
-            count[row] += 1
+    at: list[int] = []
+    values: list[float] = []
+    one, more = rows.one, rows.more
+    for pod, value in samples:
+        row = one.get(pod)
+        if row is None:
+            continue
+        at.append(row)
+        values.append(value)
+        for other in more.get(pod, ()) if more else ():
+            at.append(other)
+            values.append(value)
+    index = np.fromiter(at, np.intp, len(at))
+    weights = np.fromiter(values, float, len(values))
+    if not bool(np.isfinite(weights).all()):  # a NaN or infinite sample is missing data
+        finite = np.isfinite(weights)
+        index, weights = index[finite], weights[finite]
+    total = np.bincount(index, weights=weights, minlength=len(column))
+    count = np.bincount(index, minlength=len(column))
     reported = count > 0
     column[reported] = total[reported] / count[reported] if mean else total[reported]
+
+
+def _pod_of(item: Any) -> _Pod | None:
+    """The sample's pod; None for a malformed sample, which `_per_pod` reports."""
+    try:
+        labels = item["metric"]
+        float(item["value"][1])
+        return (str(labels.get("namespace", "")), str(labels.get("pod", "")))
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def _fill_quantile(
     column: npt.NDArray[np.float64],
     series: list[Any],
-    rows: Mapping[_Pod, list[int]],
+    rows: _Rows,
     quantile: float,
 ) -> None:
     """Write each row's `quantile` of the bucket rates of its pods added up; rows with no
@@ -898,7 +1037,7 @@ def _fill_quantile(
         except (KeyError, TypeError, ValueError) as e:
             raise errors.ObservationError(f"Prometheus bucket malformed: {item!r:.200}") from e
         for pod, value in _per_pod([item]):
-            for row in rows.get(pod, ()):
+            for row in rows.of(pod):
                 by_bound = buckets.setdefault(row, {})
                 by_bound[bound] = by_bound.get(bound, 0.0) + value
     for row, by_bound in buckets.items():
@@ -929,6 +1068,49 @@ def histogram_quantile(quantile: float, cumulative: Mapping[float, float]) -> fl
             )
         below_bound, below_count = bound, count
     return below_bound
+
+
+_VECTOR_START: Final = b'{"status":"success","data":{"resultType":"vector","result":['
+_PER_POD_SERIES: Final = re.compile(
+    rb'\{"metric":\{"namespace":"([a-z0-9.-]*)","pod":"([a-z0-9.-]*)"\},'
+    rb'"value":\[[0-9.e+-]+,"([^"\\]*)"\]\}'
+)
+"""One series of an instant vector grouped `by (namespace, pod)` as Prometheus writes it:
+compact, labels in name order, Kubernetes names (never escaped in JSON)."""
+
+
+def _scan_per_pod(body: bytes) -> list[tuple[_Pod, float]] | None:
+    """The samples of a successful answer whose every series has the shape `_PER_POD_SERIES`
+    matches; None when it is anything else, for the JSON decoder to read (and judge).
+
+    Every series of an answer has one `"metric":` and a label value cannot hold that text (its
+    quotes would be escaped), so the scan has read the whole answer exactly when it matched
+    that many series.
+    """
+    if not body.startswith(_VECTOR_START):
+        return None
+    found = _PER_POD_SERIES.findall(body)
+    if len(found) != body.count(b'"metric":'):
+        return None
+    try:
+        return [((ns.decode(), pod.decode()), float(value)) for ns, pod, value in found]
+    except ValueError:  # a value that is not a number: for the decoder to report
+        return None
+
+
+def _parse_per_pod(series: list[Any]) -> list[tuple[_Pod, float]]:
+    """(pod, value) of each sample of a decoded answer, NaN and infinite values included
+    (`_fill` leaves them out); a malformed sample raises `ObservationError` as in `_per_pod`."""
+    try:
+        return [
+            ((labels.get("namespace", ""), labels.get("pod", "")), float(item["value"][1]))
+            for item in series
+            for labels in (item["metric"],)
+        ]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        for _ in _per_pod(series):  # raises, naming the sample
+            pass
+        raise errors.ObservationError(f"Prometheus sample malformed: {_brief(e)}") from e
 
 
 def _per_pod(series: list[Any]) -> Iterator[tuple[_Pod, float]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import time
@@ -15,6 +16,7 @@ import numpy.typing as npt
 import pytest
 from prom import server, stub
 from prom.fixtures import Stack
+from structlog.testing import capture_logs
 
 from autoscaler import errors, ports
 from autoscaler.adapters import prometheus
@@ -231,6 +233,55 @@ async def test_rates_and_queues_come_back_per_service(
     assert values[:, LOAD] == pytest.approx([7.0, 7.0], rel=0.1)
     assert values[:, SATURATION].tolist() == [7.0, 5.0]
     assert np.isnan(values[:, CAPACITY]).all()
+    assert source.client.scanned == 3  # Prometheus's answers, read without the JSON decoder
+    for promql in source.last_queries:
+        client = source.client
+        _, body = await client._fetch("check", client.endpoint, {"query": promql})
+        decoded = prometheus._parse_per_pod(json.loads(body)["data"]["result"])
+        assert prometheus._scan_per_pod(body) == decoded
+
+
+def per_pod_answer(*series: dict[str, Any]) -> bytes:
+    """An instant vector written as Prometheus writes it (compact, labels sorted)."""
+    answer = {"status": "success", "data": {"resultType": "vector", "result": list(series)}}
+    return json.dumps(answer, separators=(",", ":"), sort_keys=False).encode()
+
+
+def per_pod(namespace: str, pod: str, value: str, **more: str) -> dict[str, Any]:
+    return {"metric": {"namespace": namespace, "pod": pod, **more}, "value": [1764.5, value]}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        per_pod_answer(),
+        per_pod_answer(per_pod("ns-a", "chat-0", "2.5"), per_pod("ns-b", "chat.x-1", "NaN")),
+        per_pod_answer(per_pod("ns-a", "chat-0", "+Inf"), per_pod("ns-a", "chat-1", "1e+06")),
+    ],
+)
+def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
+    """Answers of the usual shape give the same samples by the scan as by decoding them."""
+    scanned = prometheus._scan_per_pod(body)
+    decoded = prometheus._parse_per_pod(json.loads(body)["data"]["result"])
+    assert scanned is not None
+    assert repr(scanned) == repr(decoded)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        per_pod_answer(per_pod("ns-a", "chat-0", "1"), per_pod('ns-"b', "chat-0", "2")),
+        per_pod_answer(per_pod("ns-a", "chat-0", "1"), per_pod("ns-a", "chat-1", "2", le="1")),
+        per_pod_answer(per_pod("ns-a", "chat-0", "1"), {"metric": {"pod": "p"}, "value": [1, "2"]}),
+        per_pod_answer(per_pod("ns-a", "chat-0", "not a number")),
+        json.dumps({"status": "error", "errorType": "bad_data", "error": "x"}).encode(),
+        json.dumps({"status": "success", "data": {"result": []}}).encode(),
+    ],
+)
+def test_any_other_answer_is_left_to_the_json_decoder(body: bytes) -> None:
+    """An escaped, a missing or an extra label, a value that is no number, or an error is not
+    scanned: the decoder reads it and reports what is wrong."""
+    assert prometheus._scan_per_pod(body) is None
 
 
 @pytest.mark.parametrize("max_pod_matcher_chars", [prometheus.DEFAULT_MAX_POD_MATCHER_CHARS, 0])
@@ -453,6 +504,68 @@ async def test_a_tick_builds_each_groups_queries_once(
 
     assert source.queries_sent == 3
     assert len(built) == 1
+
+
+async def test_queries_are_built_again_only_when_a_record_changes(
+    stack: Stack, unique: str, source_for: SourceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ticks over records that read the same pods reuse their queries; new pods are queried."""
+    built: list[int] = []
+    real = prometheus.build_queries
+
+    def counting(targets: Any, **kwargs: Any) -> dict[model.Signal, str]:
+        built.append(1)
+        return real(targets, **kwargs)
+
+    monkeypatch.setattr(prometheus, "build_queries", counting)
+    services = {f"ns/s{i}": serving(unique, f"s{i}-0") for i in range(5)}
+    records = workloads(services, *services)
+    source = source_for(stack.prometheus.url)
+
+    await source.sample(records, 0.0)
+    first = source.last_queries
+    await source.sample(list(records), 1.0)
+    records[1] = dataclasses.replace(records[1], replicas=3)  # made again, the same pods
+    await source.sample(records, 1.5)
+    assert len(built) == 1
+    assert source.last_queries == first
+
+    records[2] = dataclasses.replace(records[2], pods=frozenset({"s2-0", "s2-new"}))
+    await source.sample(records, 2.0)
+    assert len(built) == 2
+    assert all("s2-new" in promql for promql in source.last_queries)
+
+
+async def test_a_service_gone_is_forgotten_when_another_takes_its_place(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """What the source keeps of a service goes with it, though the number of services stays."""
+    services = {f"ns/s{i}": serving(unique, f"s{i}-0") for i in range(3)}
+    source = source_for(stack.prometheus.url)
+
+    await source.sample(workloads(services, "ns/s0", "ns/s1"), 0.0)
+    await source.sample(workloads(services, "ns/s0", "ns/s2"), 1.0)
+
+    assert set(source._targets) == {"ns/s0", "ns/s2"}
+
+
+async def test_a_bad_pod_name_is_warned_of_once_per_record(
+    stack: Stack, unique: str, source_for: SourceFactory
+) -> None:
+    """A pod name that is not a Kubernetes name is logged when its record is new, not each tick."""
+    services = {"a/chat": serving(unique, "chat-0", "Bad_Pod")}
+    records = workloads(services, "a/chat")
+    source = source_for(stack.prometheus.url)
+
+    with capture_logs() as logs:
+        await source.sample(records, 0.0)
+        await source.sample(records, 1.0)
+        changed = [dataclasses.replace(records[0], pods=frozenset({"chat-1", "Bad_Pod"}))]
+        await source.sample(changed, 2.0)
+
+    skipped = [e for e in logs if e["event"] == "metrics.pods_skipped"]
+    assert [(e["service"], e["pods"]) for e in skipped] == [("a/chat", ["Bad_Pod"])] * 2
+    assert all("Bad_Pod" not in promql for promql in source.last_queries)
 
 
 async def test_hostile_names_from_the_index_never_reach_promql(

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import numpy as np
+import pytest
 
 from autoscaler.core import model
 from autoscaler.experiment import sweep
+from autoscaler.sim import policies as sim_policies
 from bench import tokens
+
+
+@pytest.fixture(autouse=True)
+def _registry() -> Iterator[None]:
+    """The policies this bench registers leave with each test, so no other test sees them."""
+    kept = dict(sim_policies._REGISTRY)
+    yield
+    sim_policies._REGISTRY.clear()
+    sim_policies._REGISTRY.update(kept)
+
 
 MU_RPS = 3.74
 CAPACITY = tokens.Capacity(

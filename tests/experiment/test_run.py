@@ -123,10 +123,7 @@ def test_unknown_policy_name_lists_the_valid_ones() -> None:
     """An unknown policy name is a ValueError that names every valid policy."""
     with pytest.raises(
         ValueError,
-        match=(
-            "valid policies: default, default-token-rate, default-tokens, hpa, hpa-conc, keda, "
-            "keda-conc, kpa, oracle, seed"
-        ),
+        match="valid policies: default, hpa, hpa-conc, keda, keda-conc, kpa, oracle, seed",
     ):
         run.simulate(np.full(10, 1.0), dataclasses.replace(PARAMS, policy="nope"))
     assert {"seed", "default"} <= set(run.POLICIES)

@@ -93,3 +93,60 @@ async def test_a_metrics_outage_is_logged_once_and_its_end_once() -> None:
     events = [entry["event"] for entry in logs]
     assert events.count("metrics.unavailable") == 1
     assert events.count("metrics.recovered") == 1
+
+
+class CountingCluster:
+    """Services within their bounds; every publish is kept with its outcome."""
+
+    def __init__(self, n: int) -> None:
+        self._workloads = [
+            ports.Workload(
+                model.ServiceId(f"ns/s{i}"), CONFIG, half_life_s=30.0, replicas=2, serving=2
+            )
+            for i in range(n)
+        ]
+        self.published: list[tuple[model.ServiceId, model.Reason]] = []
+
+    def workloads(self) -> Sequence[ports.Workload]:
+        return self._workloads
+
+    async def scale(self, service: model.ServiceId, replicas: int) -> None:
+        return None
+
+    async def publish(
+        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
+    ) -> None:
+        self.published.append((service, decision.reason))
+
+
+async def test_a_short_metrics_outage_writes_nothing_and_a_long_one_writes_each_hold_once() -> None:
+    """An outage shorter than the quiet time publishes nothing, before or after; a longer one
+    publishes each service's missing-data hold once, and its end each service's return."""
+    metrics = SwitchableMetrics()
+    ticking = clock.ManualClock()
+    cluster = CountingCluster(3)
+    the_loop = loop.Loop(cluster=cluster, metrics=metrics, clock=ticking, outage_quiet_s=5.0)
+    await the_loop.step()
+    steady = list(cluster.published)
+    assert len(steady) == 3
+
+    metrics.up = False
+    for _ in range(4):
+        ticking.advance(1.0)
+        report = await the_loop.step()
+        assert {d.reason for d in report.decisions.values()} == {model.Reason.MISSING_DATA}
+    metrics.up = True
+    ticking.advance(1.0)
+    await the_loop.step()
+    assert cluster.published == steady
+
+    metrics.up = False
+    for _ in range(8):
+        ticking.advance(1.0)
+        await the_loop.step()
+    metrics.up = True
+    ticking.advance(1.0)
+    await the_loop.step()
+    later = [(service, reason.value) for service, reason in cluster.published[len(steady) :]]
+    held = [(service, model.Reason.MISSING_DATA.value) for service, _ in steady]
+    assert sorted(later) == sorted(held + [(service, reason.value) for service, reason in steady])

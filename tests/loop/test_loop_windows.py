@@ -67,3 +67,61 @@ async def test_two_services_with_different_windows_get_their_own_estimates() -> 
     }
     assert estimates[SHORT] == pytest.approx(np.mean(np.arange(90.0, 100.0)), rel=1e-12)
     assert estimates[DEFAULT] == pytest.approx(np.mean(np.arange(40.0, 100.0)), rel=1e-12)
+
+
+class Records:
+    """The same record objects on every call, until the test swaps one."""
+
+    def __init__(self, records: list[ports.Workload]) -> None:
+        self.records = records
+
+    def workloads(self) -> Sequence[ports.Workload]:
+        return list(self.records)
+
+    async def scale(self, service: model.ServiceId, replicas: int) -> None:
+        return None
+
+    async def publish(
+        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
+    ) -> None:
+        return None
+
+
+async def test_unchanged_records_keep_their_rows_and_a_changed_window_counts_at_once() -> None:
+    """Rows are looked up only when a record changes, and a record's new window is used from
+    the tick it appears."""
+    the_clock = clock.ManualClock(0.0)
+    cluster = Records(
+        [
+            ports.Workload(SHORT, CONFIG, half_life_s=math.inf, replicas=5, serving=5, window_s=10),
+            ports.Workload(DEFAULT, CONFIG, half_life_s=math.inf, replicas=5, serving=5),
+        ]
+    )
+    the_loop = loop.Loop(
+        cluster=cluster,
+        metrics=Ramp(the_clock),
+        clock=the_clock,
+        smoothing_config=smoothing.SmoothingConfig(window_s=60.0),
+    )
+    windows = the_loop._windows
+    lookups: list[int] = []
+    real = windows.rows_for
+
+    def counting(ids: Sequence[model.ServiceId]) -> npt.NDArray[np.intp]:
+        lookups.append(len(ids))
+        return real(ids)
+
+    windows.rows_for = counting  # type: ignore[method-assign]
+    for _ in range(100):
+        await the_loop.step()
+        the_clock.advance(1.0)
+    assert lookups == [2]
+
+    cluster.records[0] = ports.Workload(
+        SHORT, CONFIG, half_life_s=math.inf, replicas=5, serving=5, window_s=30
+    )
+    report = await the_loop.step()
+
+    assert lookups == [2, 2]
+    estimate = report.decisions[SHORT].contributions[model.Signal.LOAD].estimate
+    assert estimate == pytest.approx(np.mean(np.arange(71.0, 101.0)), rel=1e-12)
