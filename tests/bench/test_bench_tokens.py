@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import structlog
 
 from autoscaler.core import model
 from autoscaler.experiment import sweep
@@ -16,11 +17,13 @@ from bench import tokens
 
 @pytest.fixture(autouse=True)
 def _registry() -> Iterator[None]:
-    """The policies this bench registers leave with each test, so no other test sees them."""
+    """The policies this bench registers, and the quiet logs of its worker set-up, leave with
+    each test, so no other test sees them."""
     kept = dict(sim_policies._REGISTRY)
     yield
     sim_policies._REGISTRY.clear()
     sim_policies._REGISTRY.update(kept)
+    structlog.reset_defaults()
 
 
 MU_RPS = 3.74
