@@ -401,22 +401,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="A,B",
         help=f"comma-separated (default: {','.join(SCENARIOS)})",
     )
-    parser.add_argument(
-        "--duration-s",
-        type=common.positive_int,
-        metavar="S",
-        help="cut every trace to its first S seconds",
-    )
-    parser.add_argument(
-        "--jobs", type=common.positive_int, metavar="N", help="worker processes (default: the CPUs)"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help=f"output directory (default: {DEFAULT_OUT}, or {QUICK_OUT} with --quick)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="print the table only")
+    common.add_sweep_arguments(parser, DEFAULT_OUT, QUICK_OUT)
     return parser
 
 

@@ -23,6 +23,29 @@ def add_output_arguments(parser: argparse.ArgumentParser, default_out: Path) -> 
     parser.add_argument("--quiet", action="store_true", help="print the table only")
 
 
+def add_sweep_arguments(
+    parser: argparse.ArgumentParser, default_out: Path, quick_out: Path
+) -> None:
+    """`--duration-s`, `--jobs`, `--out DIR` (its default depends on `--quick`) and `--quiet`,
+    as the benches that run the equal-SLO search take them."""
+    parser.add_argument(
+        "--duration-s",
+        type=positive_int,
+        metavar="S",
+        help="cut every trace to its first S seconds",
+    )
+    parser.add_argument(
+        "--jobs", type=positive_int, metavar="N", help="worker processes (default: the CPUs)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help=f"output directory (default: {default_out}, or {quick_out} with --quick)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print the table only")
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
     try:

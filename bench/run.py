@@ -156,22 +156,7 @@ def _parser() -> argparse.ArgumentParser:
         help="start-up regimes: "
         + ", ".join(f"{r.name} (~{r.startup_s:g} s, {r.about})" for r in sweep.REGIMES.values()),
     )
-    parser.add_argument(
-        "--duration-s",
-        type=common.positive_int,
-        metavar="S",
-        help="cut every trace to its first S seconds",
-    )
-    parser.add_argument(
-        "--jobs", type=common.positive_int, metavar="N", help="worker processes (default: the CPUs)"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help=f"output directory (default: {DEFAULT_OUT}, or {QUICK_OUT} with --quick)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="print the table only")
+    common.add_sweep_arguments(parser, DEFAULT_OUT, QUICK_OUT)
     return parser
 
 

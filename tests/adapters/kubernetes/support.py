@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
-from autoscaler.adapters.kubernetes import _api, informer
+from autoscaler.adapters.kubernetes import _api, cluster, informer
 
 NS = "default"
 WALL_S = 1_750_000_000.0
@@ -146,3 +146,9 @@ async def events_of(
         for event in listed["items"]
         if event["involvedObject"]["name"] == name and reason in (None, event["reason"])
     ]
+
+
+class MakeCluster(Protocol):
+    """The `make_cluster` fixture: a running, synced `KubeCluster` built with these options."""
+
+    def __call__(self, **kwargs: Any) -> Awaitable[cluster.KubeCluster]: ...

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-import random
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -27,36 +24,17 @@ from autoscaler.contract import codec
 from autoscaler.core import model
 from autoscaler.loop import Loop
 
-from .support import NS, WALL_S, deployment, events_of, eventually, running, settings
+from .support import (
+    NS,
+    WALL_S,
+    MakeCluster,
+    deployment,
+    events_of,
+    eventually,
+    settings,
+)
 
 WEB = model.ServiceId(f"{NS}/web")
-
-
-class MakeCluster(Protocol):
-    def __call__(self, **kwargs: Any) -> Awaitable[cluster.KubeCluster]: ...
-
-
-@pytest.fixture
-async def make_cluster(api: client.ApiClient) -> AsyncIterator[MakeCluster]:
-    """Builds running, synced clusters on the emulator; stops them at the end of the test."""
-    stack = contextlib.AsyncExitStack()
-
-    async def make(**kwargs: Any) -> cluster.KubeCluster:
-        options: dict[str, Any] = {
-            "identity": "autoscaler-0",
-            "clock": ManualClock(),
-            "wall_now": lambda: WALL_S,
-            "rng": random.Random(7),
-        }
-        options.update(kwargs)
-        made = cluster.KubeCluster(api, **options)
-        await stack.enter_async_context(running(made.run()))
-        async with asyncio.timeout(5):
-            await made.wait_synced()
-        return made
-
-    async with stack:
-        yield make
 
 
 def decision(

@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import random
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 import structlog
@@ -16,51 +12,22 @@ from kube.kubelet import FakeCluster
 from kubernetes_asyncio import client
 
 from autoscaler.adapters.kubernetes import _api, caches, cluster
-from autoscaler.clock import ManualClock
 from autoscaler.contract import targets
 from autoscaler.core import model
 
 from .support import (
     NS,
-    WALL_S,
+    MakeCluster,
     StepClock,
     deployment,
     events_of,
     eventually,
-    running,
     settings,
 )
 
 MODEL = model.ServiceId(f"{NS}/model")
 STATEFULSETS = "apps/v1/statefulsets"
 MERGE = "application/merge-patch+json"
-
-
-class MakeCluster(Protocol):
-    def __call__(self, **kwargs: Any) -> Awaitable[cluster.KubeCluster]: ...
-
-
-@pytest.fixture
-async def make_cluster(api: client.ApiClient) -> AsyncIterator[MakeCluster]:
-    """Builds running, synced clusters on the emulator; stops them at the end of the test."""
-    stack = contextlib.AsyncExitStack()
-
-    async def make(**kwargs: Any) -> cluster.KubeCluster:
-        options: dict[str, Any] = {
-            "identity": "autoscaler-0",
-            "clock": ManualClock(),
-            "wall_now": lambda: WALL_S,
-            "rng": random.Random(7),
-        }
-        options.update(kwargs)
-        made = cluster.KubeCluster(api, **options)
-        await stack.enter_async_context(running(made.run()))
-        async with asyncio.timeout(5):
-            await made.wait_synced()
-        return made
-
-    async with stack:
-        yield make
 
 
 def statefulset(name: str, **kwargs: Any) -> dict[str, Any]:
