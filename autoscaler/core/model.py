@@ -316,6 +316,15 @@ class PolicyConfig:
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
     scale_down_max_ratio: float = 0.2
+    scale_down_stabilised: bool = False
+    """Read `scale_down_cooldown_s` as a stabilisation window (`policy.default`; HPA's
+    `stabilizationWindowSeconds`): a scale-down goes to the largest count wanted within the
+    last `scale_down_cooldown_s`, as soon as that is below the current count, instead of
+    waiting that long after every change. A scale-up still holds for the whole window (what
+    it wanted is in it), and consecutive scale-downs are `scale_down_step_s` apart."""
+    scale_down_step_s: float = 15.0
+    """With `scale_down_stabilised`: the least time between two scale-downs, so the cap and
+    the signals' reaction to the last removal are felt before the next."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
@@ -343,6 +352,7 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
+        _require(self.scale_down_step_s >= 0, "scale_down_step_s must be >= 0")
 
     def target(self, signal: Signal) -> float | None:
         if signal is Signal.LOAD:
@@ -430,6 +440,13 @@ class PolicyState:
     """When the current pause began; None when not paused (a resume is seen by its end)."""
     paused_replicas: int | None = None
     """The `Pause.replicas` already carried out in this pause: it is not carried out again."""
+    wanted: tuple[tuple[float, int], ...] = ()
+    """With `PolicyConfig.scale_down_stabilised`: the counts wanted over the stabilisation
+    window, as (start of a `policy.WANTED_BUCKET_S` bucket, the largest count wanted in it),
+    oldest first. Not persisted: after a restart the window starts empty, and no scale-down
+    comes before it has filled."""
+    wanted_since_s: float | None = None
+    """When `wanted` began: the window covers `[wanted_since_s, now]`."""
 
 
 class Contribution(NamedTuple):

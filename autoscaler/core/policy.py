@@ -71,6 +71,7 @@ def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
         "forecast": model.ForecastConfig(),
+        "scale_down_stabilised": True,
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -174,13 +175,19 @@ def decide(
             paused_replicas=None,
             last_scale_change_s=observation.now_s,
             burst_until_s=None,
+            wanted=(),
+            wanted_since_s=None,
         )
     if votes.burst and config.burst is not None:
         state = dataclasses.replace(state, burst_until_s=observation.now_s + config.burst.hold_s)
+    lo, hi = config.min_replicas, config.max_replicas
+    if config.scale_down_stabilised and votes.wanted is not None:
+        state = _remember_wanted(
+            state, observation.now_s, min(hi, max(lo, votes.wanted)), config.scale_down_cooldown_s
+        )
     tick = _Tick(config, observation, state, votes)
     current = tick.current
 
-    lo, hi = config.min_replicas, config.max_replicas
     if current < lo:
         desired = lo if votes.wanted is None else min(hi, max(lo, votes.wanted))
         capped = _quota_capped(tick, desired)
@@ -282,7 +289,37 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
-    if state.last_scale_change_s is not None:
+    detail = "every signal below target"
+    if config.scale_down_stabilised:
+        window_s = config.scale_down_cooldown_s
+        since = state.wanted_since_s
+        if since is None or tick.now - since < window_s:
+            until = tick.now + window_s if since is None else since + window_s
+            return tick.hold(
+                Reason.COOLDOWN,
+                f"scale-down to {desired} waits until {window_s:g} s of wanted counts are known",
+                cooldown_until_s=until,
+            )
+        stable = max((count for _, count in state.wanted), default=tick.current)
+        if stable >= tick.current:
+            until = _stable_until_s(state, tick.current, window_s)
+            return tick.hold(
+                Reason.COOLDOWN,
+                f"scale-down to {desired} waits: {stable} wanted within the last {window_s:g} s",
+                cooldown_until_s=until,
+            )
+        if stable > desired:
+            detail += f"; {stable} wanted within the last {window_s:g} s"
+            desired = stable
+        last_down = state.last_scale_change_s
+        if last_down is not None and tick.now < last_down + config.scale_down_step_s:
+            until = last_down + config.scale_down_step_s
+            return tick.hold(
+                Reason.COOLDOWN,
+                f"scale-down to {desired} waits {config.scale_down_step_s:g} s after a change",
+                cooldown_until_s=until,
+            )
+    elif state.last_scale_change_s is not None:
         until = state.last_scale_change_s + config.scale_down_cooldown_s
         if tick.now < until:
             return tick.hold(
@@ -292,7 +329,6 @@ def _scale_down(
             )
     step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
     capped = max(desired, tick.current - step)
-    detail = "every signal below target"
     if capped > desired:
         detail += f"; {desired} wanted, at most {step} removed per step"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
@@ -314,6 +350,33 @@ def _quota_capped(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyStat
     if capped <= tick.current:
         return tick.hold(reason, detail)
     return tick.verdict(capped, Kind.SCALE_UP, reason, detail, bound=Bound.QUOTA)
+
+
+WANTED_BUCKET_S = 5.0
+"""The stabilisation window keeps the largest count wanted per bucket this long: a few dozen
+numbers per service whatever the tick, at the price of a window up to one bucket longer."""
+
+
+def _remember_wanted(
+    state: model.PolicyState, now_s: float, wanted: int, window_s: float
+) -> model.PolicyState:
+    """`state` with `wanted` counted in the window that ends now (`PolicyState.wanted`)."""
+    start = math.floor(now_s / WANTED_BUCKET_S) * WANTED_BUCKET_S
+    kept = tuple(b for b in state.wanted if b[0] + WANTED_BUCKET_S > now_s - window_s)
+    if kept and kept[-1][0] == start:
+        buckets = kept if kept[-1][1] >= wanted else (*kept[:-1], (start, wanted))
+    else:
+        buckets = (*kept, (start, wanted))
+    since = now_s if state.wanted_since_s is None else state.wanted_since_s
+    if buckets == state.wanted and since == state.wanted_since_s:
+        return state
+    return dataclasses.replace(state, wanted=buckets, wanted_since_s=since)
+
+
+def _stable_until_s(state: model.PolicyState, current: int, window_s: float) -> float:
+    """When the last count wanted at or above `current` leaves the window."""
+    last = max(start for start, count in state.wanted if count >= current)
+    return last + WANTED_BUCKET_S + window_s
 
 
 def max_scale_down_step(current: int, ratio: float) -> int:

@@ -1,0 +1,129 @@
+"""The default policy's stabilised scale-down (`PolicyConfig.scale_down_stabilised`): a
+scale-down follows the largest count wanted over the window instead of a fixed cooldown."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.core import model, policy
+from autoscaler.core.model import Kind, Reason
+
+from . import builders
+from .builders import NOW_S
+
+WINDOW_S = 300.0
+
+
+def stabilised(**overrides: object) -> model.PolicyConfig:
+    """The builders' seed config with the stabilised scale-down and a cap that removes all."""
+    fields: dict[str, object] = {"scale_down_stabilised": True, "scale_down_max_ratio": 1.0}
+    fields.update(overrides)
+    return builders.config(**fields)
+
+
+def filled(*wanted: tuple[float, int], since_s: float = NOW_S - 1000) -> model.PolicyState:
+    """A state whose window has been filling since `since_s`, holding `wanted` (ages in s)."""
+    buckets = tuple((NOW_S - age, count) for age, count in wanted)
+    return builders.state(wanted=buckets, wanted_since_s=since_s, last_scale_change_s=since_s)
+
+
+def low_load(replicas: int = 10) -> model.Observation:
+    """10 serving replicas and a load that asks for 3."""
+    return builders.observation(load=25.0, replicas=replicas, serving=replicas)
+
+
+def test_scale_down_goes_to_the_largest_count_wanted_in_the_window() -> None:
+    """Load asks for 3; 7 was wanted 200 s ago: 10 replicas go to 7, and the detail says why."""
+    decision, _ = policy.decide(stabilised(), low_load(), filled((200, 7), (100, 5)))
+    assert (decision.kind, decision.reason, decision.desired) == (
+        Kind.SCALE_DOWN,
+        Reason.BELOW_TARGET,
+        7,
+    )
+    assert "7 wanted within the last 300 s" in decision.detail
+
+
+def test_scale_down_holds_while_the_window_wants_the_current_count() -> None:
+    """10 wanted 100 s ago holds 10 replicas until that bucket leaves the window."""
+    decision, next_state = policy.decide(stabilised(), low_load(), filled((100, 10)))
+    assert (decision.kind, decision.reason, decision.desired) == (Kind.HOLD, Reason.COOLDOWN, 10)
+    assert decision.cooldown_until_s == NOW_S - 100 + policy.WANTED_BUCKET_S + WINDOW_S
+    assert "10 wanted within the last 300 s" in decision.detail
+    assert next_state.wanted[-1] == (NOW_S, 3)
+
+
+def test_a_scale_down_follows_a_scale_down_without_the_cooldown() -> None:
+    """20 s after a scale-down, with nothing higher wanted since, the next one goes ahead."""
+    state = dataclasses.replace(filled((30, 6)), last_scale_change_s=NOW_S - 20)
+    decision, _ = policy.decide(stabilised(), low_load(), state)
+    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 6)
+
+
+def test_scale_downs_are_a_step_apart() -> None:
+    """10 s after a change the next scale-down waits for the 15 s step."""
+    state = dataclasses.replace(filled((30, 6)), last_scale_change_s=NOW_S - 10)
+    decision, _ = policy.decide(stabilised(), low_load(), state)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+    assert decision.cooldown_until_s == NOW_S + 5
+
+
+def test_no_scale_down_before_the_window_has_filled() -> None:
+    """A controller that just started (or restarted) holds until a window of counts is known."""
+    decision, next_state = policy.decide(stabilised(), low_load(), builders.state())
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+    assert decision.cooldown_until_s == NOW_S + WINDOW_S
+    assert "waits until 300 s of wanted counts are known" in decision.detail
+    assert (next_state.wanted, next_state.wanted_since_s) == (((NOW_S, 3),), NOW_S)
+
+
+def test_a_scale_up_holds_scale_down_for_the_window() -> None:
+    """The count a scale-up wanted keeps the service there for the whole window after it."""
+    config = stabilised()
+    state = filled()
+    state, now = policy.decide(config, builders.observation(load=90.0), state)[1], NOW_S
+    for offset in (60.0, 299.0):
+        later = builders.observation(load=25.0, replicas=9, serving=9, now_s=now + offset)
+        decision, _ = policy.decide(config, later, state)
+        assert decision.kind is Kind.HOLD
+    later = builders.observation(load=25.0, replicas=9, serving=9, now_s=now + 310.0)
+    decision, _ = policy.decide(config, later, state)
+    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 3)
+
+
+def test_the_end_of_a_pause_restarts_the_window() -> None:
+    """A resumed service forgets the counts wanted before its pause."""
+    state = dataclasses.replace(filled((30, 6)), paused_s=NOW_S - 50)
+    decision, next_state = policy.decide(stabilised(), low_load(), state)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+    assert next_state.wanted_since_s == NOW_S
+
+
+def test_seed_keeps_no_window() -> None:
+    """Without the stabilised scale-down the state carries no counts."""
+    _, next_state = policy.decide(builders.config(), low_load(), builders.state())
+    assert (next_state.wanted, next_state.wanted_since_s) == ((), None)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 30.0), st.integers(0, 100)), min_size=1, max_size=200))
+def test_the_window_stays_small_and_keeps_its_largest_count(
+    ticks: list[tuple[float, float]],
+) -> None:
+    """Whatever the ticks, the state holds at most a window of buckets, and the largest count
+    wanted within the window is among them."""
+    config = stabilised(max_replicas=100, min_replicas=0)
+    state, now = builders.state(), NOW_S
+    seen: list[tuple[float, int]] = []
+    for gap_s, load in ticks:
+        now += gap_s
+        observation = builders.observation(load=float(load), now_s=now, replicas=50, serving=50)
+        decision, state = policy.decide(config, observation, state)
+        wanted = decision.contributions[model.Signal.LOAD].desired
+        assert wanted is not None
+        seen.append((now, wanted))
+    assert len(state.wanted) <= WINDOW_S / policy.WANTED_BUCKET_S + 2
+    recent = max(count for at, count in seen if at >= now - WINDOW_S)
+    assert max(count for _, count in state.wanted) >= min(recent, config.max_replicas)
