@@ -315,7 +315,8 @@ class Annotations(BaseModel):
     scale_down_cooldown_s: Annotated[float, _v(_COOLDOWN)] = Field(
         300.0,
         alias="scale-down-cooldown",
-        description="No scale-down this soon after any scale change.",
+        description="No scale-down this soon after any scale change; with the default "
+        "policy, no scale-down below a count wanted this recently (a stabilisation window).",
     )
     scale_down_max_ratio: Annotated[float, _v(_DOWN_RATIO)] = Field(
         0.2,
