@@ -322,9 +322,10 @@ class PolicyConfig:
     last `scale_down_cooldown_s`, as soon as that is below the current count, instead of
     waiting that long after every change. A scale-up still holds for the whole window (what
     it wanted is in it), and consecutive scale-downs are `scale_down_step_s` apart."""
-    scale_down_step_s: float = 15.0
-    """With `scale_down_stabilised`: the least time between two scale-downs, so the cap and
-    the signals' reaction to the last removal are felt before the next."""
+    scale_down_step_s: float = 60.0
+    """With `scale_down_stabilised`: the least time between two scale-downs, so that with the
+    cap a service sheds at most `scale_down_max_ratio` a minute once the window allows it (15 s
+    steps emptied a service between on/off bursts and missed the next one)."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None

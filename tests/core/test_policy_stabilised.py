@@ -56,18 +56,18 @@ def test_scale_down_holds_while_the_window_wants_the_current_count() -> None:
 
 
 def test_a_scale_down_follows_a_scale_down_without_the_cooldown() -> None:
-    """20 s after a scale-down, with nothing higher wanted since, the next one goes ahead."""
-    state = dataclasses.replace(filled((30, 6)), last_scale_change_s=NOW_S - 20)
+    """60 s after a scale-down, with nothing higher wanted since, the next one goes ahead."""
+    state = dataclasses.replace(filled((30, 6)), last_scale_change_s=NOW_S - 60)
     decision, _ = policy.decide(stabilised(), low_load(), state)
     assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 6)
 
 
 def test_scale_downs_are_a_step_apart() -> None:
-    """10 s after a change the next scale-down waits for the 15 s step."""
-    state = dataclasses.replace(filled((30, 6)), last_scale_change_s=NOW_S - 10)
+    """50 s after a change the next scale-down waits for the 60 s step."""
+    state = dataclasses.replace(filled((30, 6)), last_scale_change_s=NOW_S - 50)
     decision, _ = policy.decide(stabilised(), low_load(), state)
     assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
-    assert decision.cooldown_until_s == NOW_S + 5
+    assert decision.cooldown_until_s == NOW_S + 10
 
 
 def test_no_scale_down_before_the_window_has_filled() -> None:
