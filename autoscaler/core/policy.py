@@ -26,7 +26,13 @@ returns the decision and the next state. The steps, in order:
    every ratio is below 1 - deadband.
 5. **Capacity veto.** GPU utilisation above its target blocks a scale-down; it never scales up.
 6. **Cooldowns.** No scale-up within `scale_up_cooldown_s` of the last one (a burst skips this);
-   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
+   no scale-down while a burst holds. `seed`: no scale-down within `scale_down_cooldown_s` of
+   any change. `default` (`scale_down_stabilised`) reads that time as a stabilisation window
+   instead, as HPA's: a scale-down goes no lower than the largest count wanted within it
+   (`PolicyState.wanted`, the largest per `WANTED_BUCKET_S`), comes `scale_down_step_s` after
+   the last change at the earliest, and waits until a whole window of counts is known (after a
+   start or a resume). A load that falls steadily is followed a window behind, not one capped
+   step per window.
 7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
 8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
    (`observation.admissible`; docs/architecture.md, "The placement ladder"): it is clamped to
@@ -65,7 +71,8 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
     """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
-    as demand and the seasonal forecast (which votes only where its backtest says so)."""
+    as demand, the seasonal forecast (which votes only where its backtest says so) and the
+    stabilised scale-down."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
