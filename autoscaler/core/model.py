@@ -326,6 +326,14 @@ class PolicyConfig:
     """With `scale_down_stabilised`: the least time between two scale-downs, so that with the
     cap a service sheds at most `scale_down_max_ratio` a minute once the window allows it (15 s
     steps emptied a service between on/off bursts and missed the next one)."""
+    calm_s: float = 900.0
+    """With `scale_down_stabilised`: the stabilised way down is taken only when the load has not
+    surged for this long (a burst vote, or a count wanted `surge_ratio` times the least wanted
+    within the window); otherwise the fixed cooldown and cap hold, so a service whose bursts
+    recur keeps its capacity between them."""
+    surge_ratio: float = 1.5
+    """With `scale_down_stabilised`: how far above the least count wanted within the window a
+    count wanted counts as a surge (see `calm_s`)."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
@@ -354,6 +362,8 @@ class PolicyConfig:
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
         _require(self.scale_down_step_s >= 0, "scale_down_step_s must be >= 0")
+        _require(self.calm_s >= 0, "calm_s must be >= 0")
+        _require(self.surge_ratio > 1, "surge_ratio must be > 1")
 
     def target(self, signal: Signal) -> float | None:
         if signal is Signal.LOAD:
@@ -448,6 +458,10 @@ class PolicyState:
     comes before it has filled."""
     wanted_since_s: float | None = None
     """When `wanted` began: the window covers `[wanted_since_s, now]`."""
+    surge_s: float | None = None
+    """With `PolicyConfig.scale_down_stabilised`: the last surge (a burst vote, or a count wanted
+    `surge_ratio` times the window's least); the stabilised way down waits `calm_s` after it.
+    Not persisted, as `wanted`."""
 
 
 class Contribution(NamedTuple):

@@ -32,7 +32,10 @@ returns the decision and the next state. The steps, in order:
    (`PolicyState.wanted`, the largest per `WANTED_BUCKET_S`), comes `scale_down_step_s` after
    the last change at the earliest, and waits until a whole window of counts is known (after a
    start or a resume). A load that falls steadily is followed a window behind, not one capped
-   step per window.
+   step per window. Only while the load is calm, though: after a surge (a burst vote, or a count
+   wanted `surge_ratio` times the least wanted within the window; `PolicyState.surge_s`) the
+   `seed` rule holds for `calm_s`, so a service whose bursts recur keeps its capacity between
+   them; the decision's detail says when the load last surged.
 7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
 8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
    (`observation.admissible`; docs/architecture.md, "The placement ladder"): it is clamped to
@@ -184,13 +187,14 @@ def decide(
             burst_until_s=None,
             wanted=(),
             wanted_since_s=None,
+            surge_s=None,
         )
     if votes.burst and config.burst is not None:
         state = dataclasses.replace(state, burst_until_s=observation.now_s + config.burst.hold_s)
     lo, hi = config.min_replicas, config.max_replicas
     if config.scale_down_stabilised and votes.wanted is not None:
         state = _remember_wanted(
-            state, observation.now_s, min(hi, max(lo, votes.wanted)), config.scale_down_cooldown_s
+            config, state, observation.now_s, min(hi, max(lo, votes.wanted)), votes.burst
         )
     tick = _Tick(config, observation, state, votes)
     current = tick.current
@@ -297,7 +301,10 @@ def _scale_down(
             cooldown_until_s=state.burst_until_s,
         )
     detail = "every signal below target"
-    if config.scale_down_stabilised:
+    calm = config.scale_down_stabilised and (
+        state.surge_s is None or tick.now >= state.surge_s + config.calm_s
+    )
+    if calm:
         window_s = config.scale_down_cooldown_s
         since = state.wanted_since_s
         if since is None or tick.now - since < window_s:
@@ -328,12 +335,16 @@ def _scale_down(
             )
     elif state.last_scale_change_s is not None:
         until = state.last_scale_change_s + config.scale_down_cooldown_s
+        surged = ""
+        if config.scale_down_stabilised and state.surge_s is not None:
+            surged = f" (load surged {tick.now - state.surge_s:.0f} s ago)"
         if tick.now < until:
             return tick.hold(
                 Reason.COOLDOWN,
-                f"scale-down to {desired} waits for the scale-down cooldown",
+                f"scale-down to {desired} waits for the scale-down cooldown{surged}",
                 cooldown_until_s=until,
             )
+        detail += surged
     step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
     capped = max(desired, tick.current - step)
     if capped > desired:
@@ -365,11 +376,17 @@ numbers per service whatever the tick, at the price of a window up to one bucket
 
 
 def _remember_wanted(
-    state: model.PolicyState, now_s: float, wanted: int, window_s: float
+    config: model.PolicyConfig, state: model.PolicyState, now_s: float, wanted: int, burst: bool
 ) -> model.PolicyState:
-    """`state` with `wanted` counted in the window that ends now (`PolicyState.wanted`)."""
+    """`state` with `wanted` counted in the window that ends now (`PolicyState.wanted`), and a
+    surge noted when the burst path fired or `wanted` is `surge_ratio` times the window's least
+    (`PolicyState.surge_s`)."""
+    window_s = config.scale_down_cooldown_s
     start = math.floor(now_s / WANTED_BUCKET_S) * WANTED_BUCKET_S
     kept = tuple(b for b in state.wanted if b[0] + WANTED_BUCKET_S > now_s - window_s)
+    least = min((count for _, count in kept), default=wanted)
+    if burst or wanted >= config.surge_ratio * least - _CEIL_SLACK:
+        state = dataclasses.replace(state, surge_s=now_s)
     if kept and kept[-1][0] == start:
         buckets = kept if kept[-1][1] >= wanted else (*kept[:-1], (start, wanted))
     else:
