@@ -127,3 +127,65 @@ def test_the_window_stays_small_and_keeps_its_largest_count(
     assert len(state.wanted) <= WINDOW_S / policy.WANTED_BUCKET_S + 2
     recent = max(count for at, count in seen if at >= now - WINDOW_S)
     assert max(count for _, count in state.wanted) >= min(recent, config.max_replicas)
+
+
+# Calm load only ------------------------------------------------------------------------------
+
+
+def surged(age_s: float, *, changed_s: float) -> model.PolicyState:
+    """A filled window wanting 7 and 5, a surge `age_s` ago and a change `changed_s` ago."""
+    return dataclasses.replace(
+        filled((200, 7), (100, 5)), surge_s=NOW_S - age_s, last_scale_change_s=NOW_S - changed_s
+    )
+
+
+def test_after_a_surge_the_scale_down_waits_for_the_fixed_cooldown() -> None:
+    """400 s after a surge, 100 s after a change, the scale-down waits out the cooldown."""
+    decision, _ = policy.decide(stabilised(), low_load(), surged(400, changed_s=100))
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+    assert decision.cooldown_until_s == NOW_S - 100 + WINDOW_S
+    assert "waits for the scale-down cooldown (load surged 400 s ago)" in decision.detail
+
+
+def test_after_a_surge_the_scale_down_is_capped_not_stabilised() -> None:
+    """Past the cooldown, a service that surged 400 s ago steps down by the cap alone."""
+    config = stabilised(scale_down_max_ratio=0.2)
+    decision, _ = policy.decide(config, low_load(), surged(400, changed_s=310))
+    assert (decision.kind, decision.reason, decision.desired) == (
+        Kind.SCALE_DOWN,
+        Reason.BELOW_TARGET,
+        8,
+    )
+    assert "load surged 400 s ago" in decision.detail
+    assert "wanted within the last" not in decision.detail
+
+
+def test_calm_again_after_calm_s() -> None:
+    """901 s after a surge, the window's largest count leads the way down again."""
+    decision, _ = policy.decide(stabilised(), low_load(), surged(901, changed_s=100))
+    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 7)
+    assert "surged" not in decision.detail
+
+
+def test_a_count_half_again_the_windows_least_is_a_surge() -> None:
+    """6 wanted after 4 within the window is a surge; 5 is not."""
+    state = filled((100, 4))
+    _, after = policy.decide(stabilised(), builders.observation(load=60.0), state)
+    assert after.surge_s == NOW_S
+    _, after = policy.decide(stabilised(), builders.observation(load=50.0), state)
+    assert after.surge_s is None
+
+
+def test_a_burst_vote_is_a_surge() -> None:
+    """The burst path firing counts as a surge even when the count wanted is no higher."""
+    config = stabilised(burst=model.BurstConfig(window_s=6.0, threshold_ratio=2.0, hold_s=60.0))
+    load = builders.estimate(45.0, burst_mean=80.0)
+    _, after = policy.decide(config, builders.observation(load=load), filled((100, 8)))
+    assert after.surge_s == NOW_S
+
+
+def test_the_end_of_a_pause_forgets_the_surge() -> None:
+    """A resumed service starts calm: its window must fill again anyway."""
+    state = dataclasses.replace(surged(100, changed_s=100), paused_s=NOW_S - 50)
+    _, after = policy.decide(stabilised(), low_load(), state)
+    assert after.surge_s is None
