@@ -316,7 +316,8 @@ class Annotations(BaseModel):
         300.0,
         alias="scale-down-cooldown",
         description="No scale-down this soon after any scale change; with the default "
-        "policy, no scale-down below a count wanted this recently (a stabilisation window).",
+        "policy, while the load has not surged for 15 minutes, no scale-down below a count "
+        "wanted this recently instead (a stabilisation window).",
     )
     scale_down_max_ratio: Annotated[float, _v(_DOWN_RATIO)] = Field(
         0.2,

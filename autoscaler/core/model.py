@@ -329,8 +329,8 @@ class PolicyConfig:
     calm_s: float = 900.0
     """With `scale_down_stabilised`: the stabilised way down is taken only when the load has not
     surged for this long (a burst vote, or a count wanted `surge_ratio` times the least wanted
-    within the window); otherwise the fixed cooldown and cap hold, so a service whose bursts
-    recur keeps its capacity between them."""
+    within the window), watched for at least this long; otherwise the fixed cooldown and cap
+    hold, so a service whose bursts recur keeps its capacity between them."""
     surge_ratio: float = 1.5
     """With `scale_down_stabilised`: how far above the least count wanted within the window a
     count wanted counts as a surge (see `calm_s`)."""

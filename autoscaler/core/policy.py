@@ -301,8 +301,10 @@ def _scale_down(
             cooldown_until_s=state.burst_until_s,
         )
     detail = "every signal below target"
+    # Calm: no surge for `calm_s`, over a history at least that long (unknown load is not calm).
+    calm_from = state.surge_s if state.surge_s is not None else state.wanted_since_s
     calm = config.scale_down_stabilised and (
-        state.surge_s is None or tick.now >= state.surge_s + config.calm_s
+        calm_from is not None and tick.now >= calm_from + config.calm_s
     )
     if calm:
         window_s = config.scale_down_cooldown_s
@@ -338,6 +340,8 @@ def _scale_down(
         surged = ""
         if config.scale_down_stabilised and state.surge_s is not None:
             surged = f" (load surged {tick.now - state.surge_s:.0f} s ago)"
+        elif config.scale_down_stabilised and calm_from is not None:
+            surged = f" (load watched for {tick.now - calm_from:.0f} s only)"
         if tick.now < until:
             return tick.hold(
                 Reason.COOLDOWN,

@@ -70,9 +70,20 @@ def test_scale_downs_are_a_step_apart() -> None:
     assert decision.cooldown_until_s == NOW_S + 10
 
 
-def test_no_scale_down_before_the_window_has_filled() -> None:
-    """A controller that just started (or restarted) holds until a window of counts is known."""
-    decision, next_state = policy.decide(stabilised(), low_load(), builders.state())
+def test_a_new_watch_keeps_the_fixed_cooldown() -> None:
+    """A controller that just started (or restarted) has not seen the load calm: the cooldown
+    after the last change holds, and the detail says why."""
+    state = builders.state(last_scale_change_s=NOW_S - 100)
+    decision, next_state = policy.decide(stabilised(), low_load(), state)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+    assert decision.cooldown_until_s == NOW_S + 200
+    assert "(load watched for 0 s only)" in decision.detail
+    assert (next_state.wanted, next_state.wanted_since_s) == (((NOW_S, 3),), NOW_S)
+
+
+def test_no_stabilised_scale_down_before_the_window_has_filled() -> None:
+    """With no calm time asked for, a new watch still holds until a window of counts is known."""
+    decision, next_state = policy.decide(stabilised(calm_s=0.0), low_load(), builders.state())
     assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
     assert decision.cooldown_until_s == NOW_S + WINDOW_S
     assert "waits until 300 s of wanted counts are known" in decision.detail

@@ -11,7 +11,6 @@ import pytest
 
 from autoscaler import loop
 from autoscaler.core import model
-from autoscaler.core import policy as policy_
 from autoscaler.core.model import Signal
 from autoscaler.experiment import run
 from autoscaler.sim import world
@@ -149,8 +148,7 @@ async def test_load_flapping_around_the_target_scales_a_bounded_number_of_times(
 
 @pytest.mark.parametrize("policy", ["seed", "default"])
 async def test_metrics_outage_holds_then_recovers(policy: str) -> None:
-    """With metrics off, an oversized service holds and says missing-data; then it shrinks, at
-    once (seed) or once a stabilisation window of counts is known (default)."""
+    """With metrics off, an oversized service holds and says missing-data; then it shrinks."""
     params = dataclasses.replace(PARAMS, policy=policy, initial_replicas=10)
     sim = world.World(PARAMS)
     sid = sim.add_service("ns/model", np.full(900, 3.0), params)  # needs 4 replicas
@@ -170,9 +168,7 @@ async def test_metrics_outage_holds_then_recovers(policy: str) -> None:
     await controller.run(until_s=900)
     downs = [e for e in service.scale_events if e[2] < e[1]]
     assert downs
-    # The default policy never saw a count before the outage: it first fills its window.
-    known_s = SCALE_DOWN_COOLDOWN_S + policy_.WANTED_BUCKET_S if policy == "default" else 0.0
-    assert downs[0][0] <= outage_end_s + known_s + PARAMS.scrape_interval_s
+    assert downs[0][0] <= outage_end_s + PARAMS.scrape_interval_s
 
 
 async def test_one_missing_signal_blocks_scale_down_but_not_scale_up() -> None:
