@@ -315,9 +315,7 @@ class Annotations(BaseModel):
     scale_down_cooldown_s: Annotated[float, _v(_COOLDOWN)] = Field(
         300.0,
         alias="scale-down-cooldown",
-        description="No scale-down this soon after any scale change; with the default "
-        "policy, while the load has not surged for 15 minutes, no scale-down below a count "
-        "wanted this recently instead (a stabilisation window).",
+        description="No scale-down this soon after any scale change.",
     )
     scale_down_max_ratio: Annotated[float, _v(_DOWN_RATIO)] = Field(
         0.2,

@@ -123,7 +123,7 @@ def parse_state(text: str) -> tuple[model.PolicyState, int | None]:
     document = untrusted.loads(text, limit_bytes=contract.STATE_LIMIT_BYTES)
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
-    fields: dict[str, Any] = {}  # seconds or None, by `_STATE_FIELDS`
+    fields: dict[str, float | None] = {}
     for key, field in _STATE_FIELDS.items():
         value = document.get(key)
         if value is None:

@@ -316,24 +316,6 @@ class PolicyConfig:
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
     scale_down_max_ratio: float = 0.2
-    scale_down_stabilised: bool = False
-    """Read `scale_down_cooldown_s` as a stabilisation window (`policy.default`; HPA's
-    `stabilizationWindowSeconds`): a scale-down goes to the largest count wanted within the
-    last `scale_down_cooldown_s`, as soon as that is below the current count, instead of
-    waiting that long after every change. A scale-up still holds for the whole window (what
-    it wanted is in it), and consecutive scale-downs are `scale_down_step_s` apart."""
-    scale_down_step_s: float = 60.0
-    """With `scale_down_stabilised`: the least time between two scale-downs, so that with the
-    cap a service sheds at most `scale_down_max_ratio` a minute once the window allows it (15 s
-    steps emptied a service between on/off bursts and missed the next one)."""
-    calm_s: float = 900.0
-    """With `scale_down_stabilised`: the stabilised way down is taken only when the load has not
-    surged for this long (a burst vote, or a count wanted `surge_ratio` times the least wanted
-    within the window), watched for at least this long; otherwise the fixed cooldown and cap
-    hold, so a service whose bursts recur keeps its capacity between them."""
-    surge_ratio: float = 1.5
-    """With `scale_down_stabilised`: how far above the least count wanted within the window a
-    count wanted counts as a surge (see `calm_s`)."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
@@ -361,9 +343,6 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
-        _require(self.scale_down_step_s >= 0, "scale_down_step_s must be >= 0")
-        _require(self.calm_s >= 0, "calm_s must be >= 0")
-        _require(self.surge_ratio > 1, "surge_ratio must be > 1")
 
     def target(self, signal: Signal) -> float | None:
         if signal is Signal.LOAD:
@@ -451,17 +430,6 @@ class PolicyState:
     """When the current pause began; None when not paused (a resume is seen by its end)."""
     paused_replicas: int | None = None
     """The `Pause.replicas` already carried out in this pause: it is not carried out again."""
-    wanted: tuple[tuple[float, int], ...] = ()
-    """With `PolicyConfig.scale_down_stabilised`: the counts wanted over the stabilisation
-    window, as (start of a `policy.WANTED_BUCKET_S` bucket, the largest count wanted in it),
-    oldest first. Not persisted: after a restart the window starts empty, and no scale-down
-    comes before it has filled."""
-    wanted_since_s: float | None = None
-    """When `wanted` began: the window covers `[wanted_since_s, now]`."""
-    surge_s: float | None = None
-    """With `PolicyConfig.scale_down_stabilised`: the last surge (a burst vote, or a count wanted
-    `surge_ratio` times the window's least); the stabilised way down waits `calm_s` after it.
-    Not persisted, as `wanted`."""
 
 
 class Contribution(NamedTuple):

@@ -26,16 +26,7 @@ returns the decision and the next state. The steps, in order:
    every ratio is below 1 - deadband.
 5. **Capacity veto.** GPU utilisation above its target blocks a scale-down; it never scales up.
 6. **Cooldowns.** No scale-up within `scale_up_cooldown_s` of the last one (a burst skips this);
-   no scale-down while a burst holds. `seed`: no scale-down within `scale_down_cooldown_s` of
-   any change. `default` (`scale_down_stabilised`) reads that time as a stabilisation window
-   instead, as HPA's: a scale-down goes no lower than the largest count wanted within it
-   (`PolicyState.wanted`, the largest per `WANTED_BUCKET_S`), comes `scale_down_step_s` after
-   the last change at the earliest, and waits until a whole window of counts is known (after a
-   start or a resume). A load that falls steadily is followed a window behind, not one capped
-   step per window. Only while the load is calm, though: after a surge (a burst vote, or a count
-   wanted `surge_ratio` times the least wanted within the window; `PolicyState.surge_s`) the
-   `seed` rule holds for `calm_s`, so a service whose bursts recur keeps its capacity between
-   them; the decision's detail says when the load last surged.
+   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
 7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
 8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
    (`observation.admissible`; docs/architecture.md, "The placement ladder"): it is clamped to
@@ -74,14 +65,12 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
     """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
-    as demand, the seasonal forecast (which votes only where its backtest says so) and the
-    stabilised scale-down."""
+    as demand and the seasonal forecast (which votes only where its backtest says so)."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
         "forecast": model.ForecastConfig(),
-        "scale_down_stabilised": True,
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -185,20 +174,13 @@ def decide(
             paused_replicas=None,
             last_scale_change_s=observation.now_s,
             burst_until_s=None,
-            wanted=(),
-            wanted_since_s=None,
-            surge_s=None,
         )
     if votes.burst and config.burst is not None:
         state = dataclasses.replace(state, burst_until_s=observation.now_s + config.burst.hold_s)
-    lo, hi = config.min_replicas, config.max_replicas
-    if config.scale_down_stabilised and votes.wanted is not None:
-        state = _remember_wanted(
-            config, state, observation.now_s, min(hi, max(lo, votes.wanted)), votes.burst
-        )
     tick = _Tick(config, observation, state, votes)
     current = tick.current
 
+    lo, hi = config.min_replicas, config.max_replicas
     if current < lo:
         desired = lo if votes.wanted is None else min(hi, max(lo, votes.wanted))
         capped = _quota_capped(tick, desired)
@@ -300,57 +282,17 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
-    detail = "every signal below target"
-    # Calm: no surge for `calm_s`, over a history at least that long (unknown load is not calm).
-    calm_from = state.surge_s if state.surge_s is not None else state.wanted_since_s
-    calm = config.scale_down_stabilised and (
-        calm_from is not None and tick.now >= calm_from + config.calm_s
-    )
-    if calm:
-        window_s = config.scale_down_cooldown_s
-        since = state.wanted_since_s
-        if since is None or tick.now - since < window_s:
-            until = tick.now + window_s if since is None else since + window_s
-            return tick.hold(
-                Reason.COOLDOWN,
-                f"scale-down to {desired} waits until {window_s:g} s of wanted counts are known",
-                cooldown_until_s=until,
-            )
-        stable = max((count for _, count in state.wanted), default=tick.current)
-        if stable >= tick.current:
-            until = _stable_until_s(state, tick.current, window_s)
-            return tick.hold(
-                Reason.COOLDOWN,
-                f"scale-down to {desired} waits: {stable} wanted within the last {window_s:g} s",
-                cooldown_until_s=until,
-            )
-        if stable > desired:
-            detail += f"; {stable} wanted within the last {window_s:g} s"
-            desired = stable
-        last_down = state.last_scale_change_s
-        if last_down is not None and tick.now < last_down + config.scale_down_step_s:
-            until = last_down + config.scale_down_step_s
-            return tick.hold(
-                Reason.COOLDOWN,
-                f"scale-down to {desired} waits {config.scale_down_step_s:g} s after a change",
-                cooldown_until_s=until,
-            )
-    elif state.last_scale_change_s is not None:
+    if state.last_scale_change_s is not None:
         until = state.last_scale_change_s + config.scale_down_cooldown_s
-        surged = ""
-        if config.scale_down_stabilised and state.surge_s is not None:
-            surged = f" (load surged {tick.now - state.surge_s:.0f} s ago)"
-        elif config.scale_down_stabilised and calm_from is not None:
-            surged = f" (load watched for {tick.now - calm_from:.0f} s only)"
         if tick.now < until:
             return tick.hold(
                 Reason.COOLDOWN,
-                f"scale-down to {desired} waits for the scale-down cooldown{surged}",
+                f"scale-down to {desired} waits for the scale-down cooldown",
                 cooldown_until_s=until,
             )
-        detail += surged
     step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
     capped = max(desired, tick.current - step)
+    detail = "every signal below target"
     if capped > desired:
         detail += f"; {desired} wanted, at most {step} removed per step"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
@@ -372,39 +314,6 @@ def _quota_capped(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyStat
     if capped <= tick.current:
         return tick.hold(reason, detail)
     return tick.verdict(capped, Kind.SCALE_UP, reason, detail, bound=Bound.QUOTA)
-
-
-WANTED_BUCKET_S = 5.0
-"""The stabilisation window keeps the largest count wanted per bucket this long: a few dozen
-numbers per service whatever the tick, at the price of a window up to one bucket longer."""
-
-
-def _remember_wanted(
-    config: model.PolicyConfig, state: model.PolicyState, now_s: float, wanted: int, burst: bool
-) -> model.PolicyState:
-    """`state` with `wanted` counted in the window that ends now (`PolicyState.wanted`), and a
-    surge noted when the burst path fired or `wanted` is `surge_ratio` times the window's least
-    (`PolicyState.surge_s`)."""
-    window_s = config.scale_down_cooldown_s
-    start = math.floor(now_s / WANTED_BUCKET_S) * WANTED_BUCKET_S
-    kept = tuple(b for b in state.wanted if b[0] + WANTED_BUCKET_S > now_s - window_s)
-    least = min((count for _, count in kept), default=wanted)
-    if burst or wanted >= config.surge_ratio * least - _CEIL_SLACK:
-        state = dataclasses.replace(state, surge_s=now_s)
-    if kept and kept[-1][0] == start:
-        buckets = kept if kept[-1][1] >= wanted else (*kept[:-1], (start, wanted))
-    else:
-        buckets = (*kept, (start, wanted))
-    since = now_s if state.wanted_since_s is None else state.wanted_since_s
-    if buckets == state.wanted and since == state.wanted_since_s:
-        return state
-    return dataclasses.replace(state, wanted=buckets, wanted_since_s=since)
-
-
-def _stable_until_s(state: model.PolicyState, current: int, window_s: float) -> float:
-    """When the last count wanted at or above `current` leaves the window."""
-    last = max(start for start, count in state.wanted if count >= current)
-    return last + WANTED_BUCKET_S + window_s
 
 
 def max_scale_down_step(current: int, ratio: float) -> int:

@@ -65,7 +65,6 @@ def test_defaults_follow_the_design() -> None:
         scale_up_cooldown_s=60.0,
         scale_down_cooldown_s=300.0,
         scale_down_max_ratio=0.2,
-        scale_down_stabilised=True,
         burst=model.BurstConfig(threshold_ratio=1.5),
         lookahead=model.LookaheadConfig(),
         queue_drain=model.QueueDrainConfig(),

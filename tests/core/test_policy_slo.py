@@ -51,7 +51,7 @@ def test_the_slo_is_a_floor_under_the_target_not_a_ceiling() -> None:
 
 def test_at_a_full_utilisation_target_the_slo_sizes_the_service() -> None:
     """With the load target at the replica's capacity, 30 requests/s get the SLO's 32."""
-    config = slo_config(target_load_per_replica=1.0, scale_down_stabilised=False)
+    config = slo_config(target_load_per_replica=1.0)
     observation = builders.observation(load=30.0, queue=0.0, replicas=40, serving=40)
     decision, _ = policy.decide(config, observation, builders.state())
     assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 32)
