@@ -60,6 +60,7 @@ async def test_a_scale_up_promotes_the_standby_pod_first_and_refills_the_pool(
     chat.serve_pods(first, rate_per_s=17.5)
     chat.serve_pods([waiting], rate_per_s=10.0)
     await chat.wait_for_rate(first, 35.0)
+    await chat.wait_for_rate([waiting], 10.0)  # its ramp's first step judges its own counts
     await chat.run_until(lambda: chat.replicas == 5, limit_s=5, what="the scale-up")
     await kubelet.settle()
     new = sorted(set(chat.pods()) - set(first) - {waiting})
