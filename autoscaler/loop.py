@@ -540,11 +540,7 @@ class Loop:
         """The services' window rows, half-lives and windows, made again only when a record
         differs (by identity) from the last tick's: most ticks no record has changed."""
         last = self._last_columns
-        if (
-            last is not None
-            and len(last.workloads) == len(workloads)
-            and all(a is b for a, b in zip(last.workloads, workloads, strict=True))
-        ):
+        if last is not None and ports.same_records(last.workloads, workloads):
             return last
         self._forget_gone(workloads)
         count = len(workloads)

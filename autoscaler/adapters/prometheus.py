@@ -586,11 +586,7 @@ class MetricsSource:
         records all come back unchanged reuses the last answer whole.
         """
         last = self._located
-        if (
-            last is not None
-            and len(last.workloads) == len(workloads)
-            and all(a is b for a, b in zip(last.workloads, workloads, strict=True))
-        ):
+        if last is not None and ports.same_records(last.workloads, workloads):
             return last
         known = self._targets
         rows = _Rows()
