@@ -246,9 +246,7 @@ def startup_s(pods: list[Obj], *, recent: int) -> float | None:
     samples: list[tuple[float, float]] = []
     for pod in pods:
         created = _api.parse_time(_api.meta(pod).get("creationTimestamp"))
-        warm = _api.condition(pod, contract.WARM_GATE) or {}
-        until = "ContainersReady" if warm.get("reason") == STANDBY_REASON else "Ready"
-        ready = _api.parse_time((_api.condition(pod, until) or {}).get("lastTransitionTime"))
+        ready = nodecache.startup_end_s(pod)
         if created is not None and ready is not None and ready >= created:
             samples.append((created, ready - created))
     if not samples:

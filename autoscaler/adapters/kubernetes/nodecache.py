@@ -54,9 +54,11 @@ def model_of(owner: Obj, config: contract.ServiceConfig) -> cache.Model | None:
     )
 
 
-def _ready_s(pod: Obj) -> float | None:
-    """When the pod became Ready; for a pod let out of the standby pool, when its containers
-    did (it waited warm behind the closed gate), as `cluster.startup_s` counts it."""
+def startup_end_s(pod: Obj) -> float | None:
+    """When the pod's start-up ended: when it became Ready, or, for a pod let out of the standby
+    pool, when its containers did (it waited warm behind the closed gate, and its promotion
+    made it Ready much later); None while it is not Ready. The node cache and
+    `cluster.startup_s` count a start-up by this one rule."""
     ready = _api.condition(pod, "Ready")
     if ready is None or ready.get("status") != "True":
         return None
@@ -171,7 +173,7 @@ class NodeCache:
         self._pods_of[service] = seen
         for pod in pods:
             node = _api.spec(pod).get("nodeName")
-            ready_s = _ready_s(pod)
+            ready_s = startup_end_s(pod)
             if not isinstance(node, str) or not node or ready_s is None:
                 continue
             if _api.meta(pod).get("deletionTimestamp"):

@@ -256,8 +256,8 @@ def test_a_pod_let_out_of_the_standby_pool_started_when_its_containers_were_read
         ]
         return {"metadata": {"name": "web-1"}, "status": {"conditions": conditions}}
 
-    promoted = nodecache._ready_s(pod(cluster.STANDBY_REASON))
-    warmed = nodecache._ready_s(pod("Warm"))
+    promoted = nodecache.startup_end_s(pod(cluster.STANDBY_REASON))
+    warmed = nodecache.startup_end_s(pod("Warm"))
     assert warmed is not None
     assert promoted is not None
     assert warmed - promoted == 3600 - 90
