@@ -335,9 +335,9 @@ class Client:
         return await self._get(what, self.endpoint + "_range", params, "a range matrix")
 
     async def query_per_pod(self, what: str, promql: str) -> list[tuple[_Pod, float]]:
-        """The samples of an instant query grouped `by (namespace, pod)`, each as its pod and
-        value (NaN and infinite ones included); raises as `query` does, and `ObservationError`
-        for a malformed sample.
+        """The samples of an instant query grouped by pod (`by (namespace, pod)`, or `by (pod)`
+        where the namespace reads empty), each as its pod and value (NaN and infinite ones
+        included); raises as `query` does, and `ObservationError` for a malformed sample.
 
         At 10,000 services an answer holds 20,000 series, some 2 MB of JSON, and decoding
         it was the largest single cost of a tick: the answer is first scanned for the one shape
@@ -348,7 +348,7 @@ class Client:
         if status == 200 and (scanned := _scan_per_pod(body)) is not None:
             self.scanned += 1
             return scanned
-        return _parse_per_pod(self._decode(what, status, body, "an instant vector"))
+        return _per_pod(self._decode(what, status, body, "an instant vector"))
 
     async def _get(
         self, what: str, endpoint: str, params: Mapping[str, str], shape: str
@@ -625,8 +625,7 @@ class MetricsSource:
     ) -> list[Any]:
         """The answer to `signal` for `group`'s pods, bisecting the group while Prometheus
         refuses its query; the services that alone break it go to `blamed`. A latency
-        percentile's answer is its bucket series (each with its `le` label); any other is
-        (pod, value) samples.
+        percentile's answer is (pod, bucket bound, value) samples; any other is (pod, value).
         """
         plan = plans.of(group)
         promql = plan.queries.get(signal)
@@ -639,7 +638,7 @@ class MetricsSource:
         try:
             if signal in model.LATENCY_SIGNALS:
                 series = await self.client.query(signal.name.lower(), promql)
-                return [item for item in series if (pod := _pod_of(item)) is None or pod in pods]
+                return _buckets(series, pods)
             samples = await self.client.query_per_pod(signal.name.lower(), promql)
             return [sample for sample in samples if sample[0] in pods]
         except QueryRejected as e:
@@ -1008,34 +1007,21 @@ def _fill(
     column[reported] = total[reported] / count[reported] if mean else total[reported]
 
 
-def _pod_of(item: Any) -> _Pod | None:
-    """The sample's pod; None for a malformed sample, which `_per_pod` reports."""
-    try:
-        labels = item["metric"]
-        float(item["value"][1])
-        return (str(labels.get("namespace", "")), str(labels.get("pod", "")))
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-        return None
-
-
 def _fill_quantile(
     column: npt.NDArray[np.float64],
-    series: list[Any],
+    samples: Sequence[tuple[_Pod, float, float]],
     rows: _Rows,
     quantile: float,
 ) -> None:
-    """Write each row's `quantile` of the bucket rates of its pods added up; rows with no
-    bucket, or no observation in the window, stay NaN."""
+    """Write each row's `quantile` of the bucket rates of its pods added up, from (pod, bucket
+    bound, rate) samples; rows with no bucket, or no observation in the window, stay NaN."""
     buckets: dict[int, dict[float, float]] = {}
-    for item in series:
-        try:
-            bound = float(item["metric"]["le"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise errors.ObservationError(f"Prometheus bucket malformed: {item!r:.200}") from e
-        for pod, value in _per_pod([item]):
-            for row in rows.of(pod):
-                by_bound = buckets.setdefault(row, {})
-                by_bound[bound] = by_bound.get(bound, 0.0) + value
+    for pod, bound, value in samples:
+        if not math.isfinite(value):  # missing data
+            continue
+        for row in rows.of(pod):
+            by_bound = buckets.setdefault(row, {})
+            by_bound[bound] = by_bound.get(bound, 0.0) + value
     for row, by_bound in buckets.items():
         column[row] = histogram_quantile(quantile, by_bound)
 
@@ -1094,32 +1080,49 @@ def _scan_per_pod(body: bytes) -> list[tuple[_Pod, float]] | None:
         return None
 
 
-def _parse_per_pod(series: list[Any]) -> list[tuple[_Pod, float]]:
-    """(pod, value) of each sample of a decoded answer, NaN and infinite values included
-    (`_fill` leaves them out); a malformed sample raises `ObservationError` as in `_per_pod`."""
+def _sample(item: Any) -> tuple[Mapping[str, Any], float]:
+    """The labels and the value of one series of an instant vector, NaN and infinite values
+    included; a malformed series raises `ObservationError` naming it.
+
+    Every reader of a decoded answer goes through here; `_scan_per_pod` is the same reading of
+    the usual per-pod answer done on its bytes.
+    """
     try:
-        return [
-            ((labels.get("namespace", ""), labels.get("pod", "")), float(item["value"][1]))
-            for item in series
-            for labels in (item["metric"],)
-        ]
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-        for _ in _per_pod(series):  # raises, naming the sample
-            pass
-        raise errors.ObservationError(f"Prometheus sample malformed: {_brief(e)}") from e
+        labels = item["metric"]
+        value = float(item["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise errors.ObservationError(f"Prometheus sample malformed: {item!r:.200}") from e
+    if not isinstance(labels, dict):
+        raise errors.ObservationError(f"Prometheus sample malformed: {item!r:.200}")
+    return labels, value
 
 
-def _per_pod(series: list[Any]) -> Iterator[tuple[_Pod, float]]:
-    """(pod, value) of each sample; a NaN or infinite one is missing data, so it is left out."""
+def _pod_sample(item: Any) -> tuple[_Pod, float]:
+    """The pod (namespace and name, empty where a label is absent) and value of one series."""
+    labels, value = _sample(item)
+    return (str(labels.get("namespace", "")), str(labels.get("pod", ""))), value
+
+
+def _per_pod(series: Iterable[Any]) -> list[tuple[_Pod, float]]:
+    """(pod, value) of each series of a decoded answer, as `_scan_per_pod` reads its bytes:
+    NaN and infinite values included (the callers leave them out)."""
+    return [_pod_sample(item) for item in series]
+
+
+def _buckets(series: Iterable[Any], pods: Collection[_Pod]) -> list[tuple[_Pod, float, float]]:
+    """(pod, bucket bound, value) of each series of a per-pod histogram answer whose pod is in
+    `pods`; a malformed series raises `ObservationError` (its bound only when its pod is read)."""
+    found: list[tuple[_Pod, float, float]] = []
     for item in series:
+        pod, value = _pod_sample(item)
+        if pod not in pods:
+            continue
         try:
-            labels = item["metric"]
-            pod = (str(labels.get("namespace", "")), str(labels.get("pod", "")))
-            value = float(item["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-            raise errors.ObservationError(f"Prometheus sample malformed: {item!r:.200}") from e
-        if math.isfinite(value):
-            yield pod, value
+            bound = float(item["metric"]["le"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise errors.ObservationError(f"Prometheus bucket malformed: {item!r:.200}") from e
+        found.append((pod, bound, value))
+    return found
 
 
 def _brief(e: Exception) -> str:
@@ -1230,14 +1233,12 @@ class GpuHealth:
         series = await self.client.query("gpu health", self.query)
         found: dict[str, dict[str, float]] = {}
         for item in series:
-            try:
-                labels = item["metric"]
-                node, rule = str(labels.get(_NODE, "")), str(labels[_RULE_LABEL])
-                value = float(item["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-                raise errors.ObservationError(f"Prometheus sample malformed: {item!r:.200}") from e
+            labels, value = _sample(item)
+            if (rule := labels.get(_RULE_LABEL)) is None:
+                raise errors.ObservationError(f"Prometheus sample malformed: {item!r:.200}")
+            node = str(labels.get(_NODE, ""))
             if node and math.isfinite(value):
-                found.setdefault(node, {})[rule] = value
+                found.setdefault(node, {})[str(rule)] = value
         return {
             node: gpuhealth.Reading(xid_error=rules.get("xid"), memory_ratio=rules.get("memory"))
             for node, rules in found.items()
@@ -1426,12 +1427,9 @@ class HealthQueries:
         if promql is None or not pods:
             self.last_queries = ()
             return {}
-        answers = await self._ask({"in_flight": ("in-flight", promql)})
-        found: dict[str, float] = {}
-        for (_, pod), value in _per_pod(answers["in_flight"]):
-            if pod in pods:
-                found[pod] = value
-        return found
+        self.last_queries = (promql,)
+        samples = await self.client.query_per_pod("in-flight", promql)
+        return {pod: value for (_, pod), value in samples if pod in pods and math.isfinite(value)}
 
     async def _ask(self, queries: Mapping[Any, tuple[str, str]]) -> dict[Any, list[Any]]:
         """Every query at once, each under its deadline; raises once all have finished."""
@@ -1454,10 +1452,8 @@ def _scalar(what: str, series: list[Any]) -> float:
         return math.nan
     if len(series) > 1:
         raise errors.ObservationError(f"Prometheus {what} answer has {len(series)} series, not 1")
-    try:
-        return float(series[0]["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise errors.ObservationError(f"Prometheus sample malformed: {series[0]!r:.200}") from e
+    _, value = _sample(series[0])
+    return value
 
 
 def _group_health(requests_: float, failed: float, p95_s: float) -> ports.GroupHealth:

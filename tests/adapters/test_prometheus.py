@@ -237,7 +237,7 @@ async def test_rates_and_queues_come_back_per_service(
     for promql in source.last_queries:
         client = source.client
         _, body = await client._fetch("check", client.endpoint, {"query": promql})
-        decoded = prometheus._parse_per_pod(json.loads(body)["data"]["result"])
+        decoded = prometheus._per_pod(json.loads(body)["data"]["result"])
         assert prometheus._scan_per_pod(body) == decoded
 
 
@@ -262,7 +262,7 @@ def per_pod(namespace: str, pod: str, value: str, **more: str) -> dict[str, Any]
 def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
     """Answers of the usual shape give the same samples by the scan as by decoding them."""
     scanned = prometheus._scan_per_pod(body)
-    decoded = prometheus._parse_per_pod(json.loads(body)["data"]["result"])
+    decoded = prometheus._per_pod(json.loads(body)["data"]["result"])
     assert scanned is not None
     assert repr(scanned) == repr(decoded)
 
@@ -282,6 +282,23 @@ def test_any_other_answer_is_left_to_the_json_decoder(body: bytes) -> None:
     """An escaped, a missing or an extra label, a value that is no number, or an error is not
     scanned: the decoder reads it and reports what is wrong."""
     assert prometheus._scan_per_pod(body) is None
+
+
+def test_bucket_series_are_read_through_the_same_sample_reader() -> None:
+    """Buckets of other pods are skipped, even with a broken bound, while a broken value of any
+    pod raises as the per-pod reader does."""
+    asked = {("ns-a", "chat-0")}
+    good = per_pod("ns-a", "chat-0", "2.5", le="0.5")
+    other = per_pod("ns-a", "chat-9", "1", le="not a bound")
+    broken = per_pod("ns-a", "chat-9", "not a number", le="1")
+
+    assert prometheus._buckets([good, other], asked) == [(("ns-a", "chat-0"), 0.5, 2.5)]
+    for reader in (prometheus._per_pod, lambda series: prometheus._buckets(series, asked)):
+        with pytest.raises(errors.ObservationError, match="sample malformed") as caught:
+            reader([good, broken])
+        assert isinstance(caught.value.__cause__, ValueError)
+    with pytest.raises(errors.ObservationError, match="bucket malformed"):
+        prometheus._buckets([per_pod("ns-a", "chat-0", "1", le="x")], asked)
 
 
 @pytest.mark.parametrize("max_pod_matcher_chars", [prometheus.DEFAULT_MAX_POD_MATCHER_CHARS, 0])
