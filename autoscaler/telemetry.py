@@ -220,9 +220,9 @@ STARTUP = Family(
     ("cache",),
 )
 STARTS = Family(
-    _Gauge,
+    _Counter,
     "autoscaler_pod_starts",
-    "Pods of the service whose start was observed and that still exist, by cache hit or miss.",
+    "Pod start-ups of the service observed since the controller started, by cache hit or miss.",
     ("cache",),
 )
 HOLDING = Family(
@@ -407,8 +407,8 @@ def _render_tick(
     split = workload.startup_split
     if split is not None:
         for label, seconds, count in (
-            ("hit", split.hit_s, split.hits),
-            ("miss", split.miss_s, split.misses),
+            ("hit", split.hit_s, split.started_hits),
+            ("miss", split.miss_s, split.started_misses),
         ):
             if seconds is not None:
                 out[STARTUP].add_metric([namespace, name, label], seconds)

@@ -263,16 +263,24 @@ class Start:
 @dataclass(frozen=True, slots=True)
 class StartupSplit:
     """Median observed start-up of the recent pods that started on a warm node and on a cold one
-    (None without any), and how many of each were seen."""
+    (None without any), how many of each are still there, and how many of each were ever seen."""
 
     hit_s: float | None = None
     miss_s: float | None = None
     hits: int = 0
     misses: int = 0
+    started_hits: int = 0
+    """Pods of the service classed as a hit since the controller started, gone ones included:
+    it only grows (a counter)."""
+    started_misses: int = 0
+    """As `started_hits`, for the misses."""
 
 
-def split(starts: Iterable[Start], *, recent: int) -> StartupSplit:
-    """The median start-up of the `recent` newest hits and of the `recent` newest misses."""
+def split(
+    starts: Iterable[Start], *, recent: int, started_hits: int = 0, started_misses: int = 0
+) -> StartupSplit:
+    """The median start-up of the `recent` newest hits and of the `recent` newest misses, with
+    the counts of every start classed so far (`started_hits`, `started_misses`)."""
     newest = sorted(starts, key=lambda s: -s.created_s)
     hits = [s for s in newest if s.hit]
     misses = [s for s in newest if not s.hit]
@@ -281,6 +289,8 @@ def split(starts: Iterable[Start], *, recent: int) -> StartupSplit:
         miss_s=_median(misses[:recent]),
         hits=len(hits),
         misses=len(misses),
+        started_hits=started_hits,
+        started_misses=started_misses,
     )
 
 

@@ -100,6 +100,6 @@ async def test_a_scale_up_prefers_the_node_that_ran_the_model_and_counts_a_hit(
     assert (status["startup"]["hits"], status["startup"]["misses"]) == (1, 1)
     assert status["startup"]["hitSeconds"] is not None
     exposition = running.controller.telemetry.exposition().decode()
-    assert f'autoscaler_pod_starts{{cache="hit",namespace="{unique}",service="chat"}} 1.0' in (
-        exposition
-    )
+    for kind in ("hit", "miss"):
+        labels = f'cache="{kind}",namespace="{unique}",service="chat"'
+        assert f"autoscaler_pod_starts_total{{{labels}}} 1.0" in exposition

@@ -123,10 +123,10 @@ def test_each_service_says_why_it_holds_in_one_series() -> None:
 
 
 def test_start_up_is_split_by_cache_hit_and_miss() -> None:
-    """The start-up gauges give all pods, hits and misses, and how many of each were seen; a
-    kind without a sample has a count and no time."""
+    """The start-up gauges give all pods, hits and misses, and a counter how many of each ever
+    started, gone pods included; a kind without a sample has a count and no time."""
     t = telemetry.Telemetry()
-    split = cache.StartupSplit(hit_s=8.0, miss_s=None, hits=3, misses=0)
+    split = cache.StartupSplit(hit_s=8.0, miss_s=None, hits=1, misses=0, started_hits=3)
     workload = dataclasses.replace(_workload(), startup_s=8.5, startup_split=split)
     t.observe_tick(
         _report(model.Kind.STEADY, model.Reason.AT_DESIRED),
@@ -138,8 +138,9 @@ def test_start_up_is_split_by_cache_hit_and_miss() -> None:
     assert _value(t, "autoscaler_pod_startup_seconds", **ids, cache="all") == 8.5
     assert _value(t, "autoscaler_pod_startup_seconds", **ids, cache="hit") == 8.0
     assert _value(t, "autoscaler_pod_startup_seconds", **ids, cache="miss") is None
-    assert _value(t, "autoscaler_pod_starts", **ids, cache="hit") == 3
-    assert _value(t, "autoscaler_pod_starts", **ids, cache="miss") == 0
+    assert _value(t, "autoscaler_pod_starts_total", **ids, cache="hit") == 3
+    assert _value(t, "autoscaler_pod_starts_total", **ids, cache="miss") == 0
+    assert "# TYPE autoscaler_pod_starts_total counter" in t.exposition().decode()
 
 
 def test_series_of_a_service_that_is_gone_are_removed() -> None:

@@ -106,6 +106,8 @@ class NodeCache:
         self.started_warm = 0
         self.started_cold = 0
         """Pods classed as a cache hit and as a miss since this instance started."""
+        self._started: dict[model.ServiceId, tuple[int, int]] = {}
+        """The same (hits, misses) per service, while it is managed."""
         self._pods_of: dict[model.ServiceId, set[str]] = {}
         self._running: dict[model.ServiceId, tuple[cache.ModelKey, dict[str, float]]] = {}
         """Each service's model and the nodes its Ready pods run on (node -> earliest Ready):
@@ -186,10 +188,13 @@ class NodeCache:
                 hit = cache.is_hit(self._warm, key, node=node, created_s=created_s)
                 start = cache.Start(created_s, ready_s - created_s, hit)
                 self._starts[uid] = start
+                warm, cold = self._started.get(service, (0, 0))
                 if hit:
                     self.started_warm += 1
+                    self._started[service] = (warm + 1, cold)
                 else:
                     self.started_cold += 1
+                    self._started[service] = (warm, cold + 1)
                 log.info(
                     "startup.observed",
                     service=service,
@@ -206,7 +211,8 @@ class NodeCache:
         if before is not None and before[0] != key:  # the service's model changed
             self._learn(before[0], now_s)
         self._learn(key, now_s)
-        return cache.split(mine, recent=self._recent)
+        warm, cold = self._started.get(service, (0, 0))
+        return cache.split(mine, recent=self._recent, started_hits=warm, started_misses=cold)
 
     def _learn(self, key: cache.ModelKey, now_s: float) -> None:
         """The map after seeing where every managed service of the model runs it now."""
@@ -228,6 +234,7 @@ class NodeCache:
         for service in self._pods_of.keys() - present:
             for uid in self._pods_of.pop(service):
                 self._starts.pop(uid, None)
+            self._started.pop(service, None)
         now_s = self._wall_now()
         for service in self._running.keys() - present:
             key, _ = self._running.pop(service)

@@ -84,8 +84,8 @@ async def test_warm_nodes_are_labelled_preferred_by_new_tiers_and_forgotten_afte
     make_cluster: MakeCluster,
 ) -> None:
     """A node running the model is labelled `1`; the MIG tier created on a scale-up prefers the
-    label; once its pods go, a node keeps an expiry for the size-weighted retention, then loses
-    the label."""
+    label; once its pods go, their starts stay counted, and the node keeps an expiry for the
+    size-weighted retention, then loses the label."""
     add_whole_node(kubelet)
     add_mig_node(kubelet)
     notes = settings(**{"model-memory": "12Gi", "model": MODEL, "model-size-gib": "32"})
@@ -115,8 +115,10 @@ async def test_warm_nodes_are_labelled_preferred_by_new_tiers_and_forgotten_afte
     clock.advance(10)
     in_step(kube_clock, clock)
     await settled(kube, kubelet, made)
-    made.workloads()
+    (web,) = made.workloads()
     await made.tend()
+    assert web.startup_split is not None
+    assert (web.startup_split.misses, web.startup_split.started_misses) == (2, 4)
     expiry = math.ceil(clock.now() + 1800)
     assert labels_of(kube, "gpu-b")[LABEL] == str(expiry)
     assert labels_of(kube, "gpu-a")[LABEL] == "1"
@@ -151,7 +153,9 @@ async def test_a_restarted_controller_relearns_warm_nodes_from_labels_and_counts
     await settled(kube, kubelet, made)
 
     (web,) = made.workloads()
-    assert web.startup_split == cache.StartupSplit(hit_s=0.0, miss_s=None, hits=1, misses=0)
+    assert web.startup_split == cache.StartupSplit(
+        hit_s=0.0, miss_s=None, hits=1, misses=0, started_hits=1
+    )
     await made.tend()
     assert labels_of(kube, "gpu-b")[LABEL] == "1"  # a pod of the model runs there now
 
