@@ -544,11 +544,12 @@ def _parser() -> argparse.ArgumentParser:
     validate_ = commands.add_parser(
         "validate",
         help="lint the autoscaler annotations in manifests, offline",
-        description="Check every Deployment that opts in to the autoscaler in the given "
-        "manifests, without a cluster: its annotations, the readiness gate and warming label a "
-        "traffic router needs, its selector, spec.replicas (a warning) and any "
-        "HorizontalPodAutoscaler or ScaledObject that scales it too. One finding per line: "
-        "file, document, object, field or key, value and rule.",
+        description="Check every workload that opts in to the autoscaler in the given "
+        "manifests (Deployment, StatefulSet, LeaderWorkerSet, Argo Rollout), without a cluster: "
+        "its annotations, the readiness gate and warming label a traffic router needs, its "
+        "selector, spec.replicas (a warning) and any HorizontalPodAutoscaler or ScaledObject "
+        "that scales it too. One finding per line: file, document, object, field or key, value "
+        "and rule. A clean run ends with one line counting the autoscaled workloads by kind.",
         epilog="exit codes: 0 no problem (warnings are printed and still give 0, unless "
         "--strict); 1 problems found (or warnings, with --strict); 2 an input cannot be read or "
         "is not YAML/JSON (reported on stderr; the rest is still checked), or a usage error",

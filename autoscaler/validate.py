@@ -26,6 +26,9 @@ and the rule. It also catches what `parse` cannot see from one Deployment's anno
   template does not prefer the nodes warm for that model: the finding gives the node affinity
   term to add (docs/operations.md, "Cache-aware placement").
 
+A clean run ends with one line that counts the workloads that opt in, by kind (`OK: 4 autoscaled
+workloads (3 Deployments, 1 StatefulSet) in 2 files, no problems`).
+
 Exit codes (`EXIT_*`): 0 no problem (warnings alone are printed and still exit 0, unless
 `strict`), 1 problems found, 2 an input that cannot be read or parsed (stderr; the rest is still
 linted). No cluster access. Every name or value taken from a manifest reaches the output
@@ -152,12 +155,27 @@ def main(paths: Sequence[str], stdout: TextIO, stderr: TextIO, *, strict: bool =
     warnings = counts[Severity.WARNING]
     if counts[Severity.PROBLEM] or (strict and warnings):
         return EXIT_PROBLEMS
-    count = len(report.managed)
     stdout.write(
-        f"OK: {_plural(count, 'autoscaled Deployment')} in {_plural(report.files, 'file')}, "
+        f"OK: {_managed_summary(report.managed)} in {_plural(report.files, 'file')}, "
         f"no problems{', ' + _plural(warnings, 'warning') if warnings else ''}\n"
     )
     return EXIT_OK
+
+
+def _managed_summary(managed: Sequence[_Object]) -> str:
+    """The workloads that opt in, by kind in the order of `targets.KINDS`: `1 autoscaled
+    Deployment`, or `4 autoscaled workloads (3 Deployments, 1 StatefulSet)` across kinds."""
+    by_kind = dict.fromkeys((kind.kind for kind in targets.KINDS.values()), 0)
+    for obj in managed:
+        by_kind[obj.kind] += 1
+    found = [(kind, count) for kind, count in by_kind.items() if count]
+    if not found:
+        return "no autoscaled workload"
+    if len(found) == 1:
+        ((kind, count),) = found
+        return _plural(count, f"autoscaled {kind}")
+    kinds = ", ".join(_plural(count, kind) for kind, count in found)
+    return f"{_plural(len(managed), 'autoscaled workload')} ({kinds})"
 
 
 def _plural(count: int, noun: str) -> str:

@@ -141,6 +141,33 @@ def test_a_directory_is_read_recursively(run: Run, tmp_path: Path) -> None:
     ]
 
 
+def test_the_summary_names_each_kind_it_found(run: Run, tmp_path: Path) -> None:
+    """The summary counts the autoscaled workloads by kind, or says there is none."""
+    sts = GOOD.replace("kind: Deployment", "kind: StatefulSet")
+    lws = GOOD.replace(
+        "apps/v1\nkind: Deployment", "leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet"
+    )
+    documents = [
+        GOOD,
+        GOOD.replace("name: chat", "name: embed"),
+        GOOD.replace("name: chat", "name: rank"),
+        sts.replace("name: chat", "name: store"),
+        lws.replace("name: chat", "name: big"),
+    ]
+    write(tmp_path / "k8s" / "all.yaml", "---\n".join(documents))
+    write(tmp_path / "k8s" / "svc.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
+
+    mixed = run("validate", "-f", tmp_path / "k8s")
+    none = run("validate", "-f", tmp_path / "k8s" / "svc.yaml")
+
+    assert (mixed.code, mixed.out) == (
+        0,
+        "OK: 5 autoscaled workloads (3 Deployments, 1 StatefulSet, 1 LeaderWorkerSet) "
+        "in 2 files, no problems\n",
+    )
+    assert (none.code, none.out) == (0, "OK: no autoscaled workload in 1 file, no problems\n")
+
+
 def test_an_empty_directory_exits_2(run: Run, tmp_path: Path) -> None:
     """A directory without any manifest is an input error, not a pass."""
     (tmp_path / "k8s").mkdir()
