@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -641,6 +641,20 @@ def _parser() -> argparse.ArgumentParser:
         help="GPU memory the model needs, for --placement (default: %(default)s)",
     )
     simulate.add_argument(
+        "--gpus",
+        type=_integer(minimum=1),
+        metavar="N",
+        help="GPUs free for the service, one per replica, on nodes of --gpus-per-node (default: "
+        "never short of GPUs)",
+    )
+    simulate.add_argument(
+        "--gpus-per-node",
+        type=_integer(minimum=1),
+        metavar="N",
+        help=f"GPUs per node of --gpus (default: {simulation.DEFAULTS.gpus_per_node})",
+    )
+    _add_cold_start_flags(simulate)
+    simulate.add_argument(
         "--out",
         type=Path,
         default=DEFAULT_OUT,
@@ -715,6 +729,119 @@ def _add_bench(commands: Any) -> None:
     bench.add_argument("--quiet", action="store_true", help="print the table only")
 
 
+def _add_cold_start_flags(parser: argparse.ArgumentParser) -> None:
+    """The node caches and the standby pool of `simulate` (docs/simulator.md)."""
+    cached = simulation.CACHE_DEFAULTS
+    cache = parser.add_argument_group(
+        "node caches",
+        "Nodes keep a cache of model weights: a pod on a node whose cache holds the model "
+        "starts in --warm-startup-s, any other in --startup-s. Any of these options turns the "
+        "cache model on (the others keep their defaults); it needs --gpus.",
+    )
+    cache.add_argument(
+        "--node-cache-gib",
+        type=_number(minimum=0, inclusive=True),
+        metavar="G",
+        help=f"weights one node's cache holds, least recently used out first "
+        f"(default: {cached.node_cache_gib:g})",
+    )
+    cache.add_argument(
+        "--model-size-gib",
+        type=_number(minimum=0, inclusive=False),
+        metavar="G",
+        help=f"the weights of each model, the service's and the other tenants' "
+        f"(default: {cached.model_size_gib:g})",
+    )
+    cache.add_argument(
+        "--warm-startup-s",
+        type=_number(minimum=0, inclusive=True),
+        metavar="S",
+        help=f"median start-up of a pod whose node has the model cached "
+        f"(default: {cached.warm_startup_s:g})",
+    )
+    cache.add_argument(
+        "--cache-retention-s",
+        type=_number(minimum=0, inclusive=False),
+        metavar="S",
+        help="a model unused on a node this long leaves its cache (default: only eviction)",
+    )
+    cache.add_argument(
+        "--cache-placement",
+        choices=sim_params.CACHE_PLACEMENTS,
+        help="which free GPU a new pod gets: spread, a random node (a scheduler blind to the "
+        "caches); cache-aware, a node holding the model first, as the controller's node "
+        f"affinity asks (default: {cached.placement})",
+    )
+    cache.add_argument(
+        "--other-models",
+        type=_integer(minimum=0),
+        metavar="N",
+        help=f"other tenants' models competing for the caches (default: {cached.other_models})",
+    )
+    cache.add_argument(
+        "--other-loads-per-node-hour",
+        type=_number(minimum=0, inclusive=True),
+        metavar="X",
+        help=f"how often one of the other models starts on a node, per hour "
+        f"(default: {cached.other_loads_per_node_hour:g})",
+    )
+    pooled = simulation.STANDBY_DEFAULTS
+    pool = parser.add_argument_group(
+        "standby pool",
+        "Warm pods beside the replicas, serving nothing until a scale-up promotes them. Any of "
+        "these options turns the pool on (--standby auto unless given); not with --ramp, "
+        "--placement or --cluster.",
+    )
+    pool.add_argument(
+        "--standby",
+        type=_standby_size,
+        metavar="N|auto",
+        help="a fixed pool of N pods, or auto: the --standby-quantile of how far the load outran "
+        "the replicas within one start-up, in replicas, up to --standby-cap",
+    )
+    pool.add_argument(
+        "--standby-cap",
+        type=_integer(minimum=0),
+        metavar="N",
+        help=f"most pods of the automatic pool (default: {pooled.cap})",
+    )
+    pool.add_argument(
+        "--standby-quantile",
+        type=_number(minimum=0, inclusive=False, maximum=1),
+        metavar="Q",
+        help=f"the quantile of the shortfall the automatic pool covers "
+        f"(default: {pooled.quantile:g})",
+    )
+    pool.add_argument(
+        "--standby-min-history-s",
+        type=_number(minimum=0, inclusive=True),
+        metavar="S",
+        help=f"the automatic pool is empty until this much shortfall history "
+        f"(default: {pooled.min_history_s:g})",
+    )
+    pool.add_argument(
+        "--standby-horizon-s",
+        type=_number(minimum=0, inclusive=False),
+        metavar="S",
+        help=f"how far back the shortfall history reaches (default: {pooled.horizon_s:g})",
+    )
+    pool.add_argument(
+        "--standby-promote-s",
+        type=_number(minimum=0, inclusive=True),
+        metavar="S",
+        help=f"from a standby pod's promotion to its serving (default: {pooled.promote_s:g})",
+    )
+
+
+def _standby_size(text: str) -> int | Literal["auto"]:
+    if text.strip().lower() == simulation.AUTO:
+        return simulation.AUTO
+    try:
+        return _integer(minimum=0)(text)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"expected a number of pods or auto: {e}") from None
+
+
 def _add_trace_scale(parser: argparse.ArgumentParser, *, target: str) -> None:
     """`--rate-scale` or `--target-mean-replicas`: how a trace's counts are scaled."""
     scale = parser.add_mutually_exclusive_group()
@@ -780,7 +907,11 @@ def _integer(*, minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def _number(*, minimum: float, inclusive: bool) -> Callable[[str], float]:
+def _number(
+    *, minimum: float, inclusive: bool, maximum: float | None = None
+) -> Callable[[str], float]:
+    """A finite number above `minimum` (or at it, when `inclusive`), at most `maximum`."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -791,6 +922,8 @@ def _number(*, minimum: float, inclusive: bool) -> Callable[[str], float]:
         if value < minimum or (value == minimum and not inclusive):
             bound = "at least" if inclusive else "above"
             raise argparse.ArgumentTypeError(f"must be {bound} {minimum:g}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:g}, got {text}")
         return value
 
     return parse

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,13 @@ _PLACEMENT_ROWS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("pending replica-s", "pending_replica_s", _count),
 )
 """Rows added when a result ran on a cluster described by GPU tier (`SimParams.nodes`)."""
+_COLD_START_ROWS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("cache hits", "cold_start.cache_hit_ratio", lambda v: f"{100 * v:.0f} %"),
+    ("standby GPU-hours", "cold_start.standby_gpu_hours", lambda v: f"{v:,.2f}"),
+    ("standby promoted", "cold_start.standby_promoted", _count),
+)
+"""Rows added when a result ran with node caches or a standby pool (`SimParams.cache`,
+`SimParams.standby`); a key `a.b` is `b` within the summary's `a`."""
 
 
 def summary_table(*results: SimResult) -> str:
@@ -113,7 +120,11 @@ def summary_table(*results: SimResult) -> str:
     rows = _TABLE_ROWS
     if any(r.params.nodes for r in results):
         rows += _PLACEMENT_ROWS
-    body = [[label, *(_cell(r.summary.get(key), fmt) for r in results)] for label, key, fmt in rows]
+    if any(r.params.cache is not None or r.params.standby is not None for r in results):
+        rows += _COLD_START_ROWS
+    body = [
+        [label, *(_cell(_at(r.summary, key), fmt) for r in results)] for label, key, fmt in rows
+    ]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -125,6 +136,14 @@ def summary_table(*results: SimResult) -> str:
 
     rule = "|" + "|".join(["-" * (widths[0] + 2), *("-" * (w + 1) + ":" for w in widths[1:])]) + "|"
     return "\n".join([line(header), rule, *(line(row) for row in body)])
+
+
+def _at(summary: Mapping[str, Any], key: str) -> object:
+    """The summary's value at `key`, `a.b` within a nested `a`; None where there is none."""
+    found: object = summary
+    for part in key.split("."):
+        found = found.get(part) if isinstance(found, Mapping) else None
+    return found
 
 
 def _cell(value: object, fmt: Callable[[float], str]) -> str:

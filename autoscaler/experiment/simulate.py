@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,10 @@ DEMO_MEAN_REPLICAS = 20.0
 DEMO_POLICIES = ("default", "seed")
 """Ours first, then the plain policy (docs/architecture.md, "The replica count") for comparison."""
 DEFAULTS = sim_params.SimParams()
+CACHE_DEFAULTS: Final = sim_params.CacheConfig()
+STANDBY_DEFAULTS: Final = sim_params.StandbyConfig()
+AUTO: Final = "auto"
+"""`--standby auto`: the pool sized by `core.standby` rather than fixed."""
 
 ProgressFn = Callable[[float, float], None]
 Tracker = Callable[[str, float], AbstractContextManager[ProgressFn | None]]
@@ -59,6 +63,24 @@ class Options:
     model_memory_gib: float = DEFAULT_MODEL_MEMORY_GIB
     rate_scale: float | None = None
     target_mean_replicas: float | None = None
+    gpus: int | None = None
+    gpus_per_node: int | None = None
+    # The node caches (`sim_params.CacheConfig`): any of them turns the cache model on.
+    node_cache_gib: float | None = None
+    model_size_gib: float | None = None
+    warm_startup_s: float | None = None
+    cache_retention_s: float | None = None
+    cache_placement: str | None = None
+    other_models: int | None = None
+    other_loads_per_node_hour: float | None = None
+    # The standby pool (`sim_params.StandbyConfig`): any of them turns the pool on.
+    standby: int | Literal["auto"] | None = None
+    """A fixed pool of that many pods, or `AUTO`."""
+    standby_cap: int | None = None
+    standby_quantile: float | None = None
+    standby_min_history_s: float | None = None
+    standby_horizon_s: float | None = None
+    standby_promote_s: float | None = None
 
 
 def params_for(
@@ -69,19 +91,25 @@ def params_for(
     trace_name: str,
 ) -> sim_params.SimParams:
     """SimParams from the options given (the rest keep their defaults), checked as a whole."""
-    chosen: dict[str, Any] = {
-        "policy": options.policy,
-        "min_replicas": options.min_replicas,
-        "max_replicas": options.max_replicas,
-        "startup_s": options.startup_s,
-        "seed": options.seed,
-        "ramp": options.ramp,
-        **_placement(options),
-    }
-    base = sim_params.SimParams(
-        half_life_s=config.smoothing.half_life_s,
-        **{k: v for k, v in chosen.items() if v is not None},
-    )
+    try:
+        chosen: dict[str, Any] = {
+            "policy": options.policy,
+            "min_replicas": options.min_replicas,
+            "max_replicas": options.max_replicas,
+            "startup_s": options.startup_s,
+            "seed": options.seed,
+            "ramp": options.ramp,
+            "gpus": options.gpus,
+            "gpus_per_node": options.gpus_per_node,
+            **_placement(options),
+            **_cold_start(options),
+        }
+        base = sim_params.SimParams(
+            half_life_s=config.smoothing.half_life_s,
+            **{k: v for k, v in chosen.items() if v is not None},
+        )
+    except ValueError as e:  # the flags' parsers check each value: this is a combination
+        raise errors.ConfigError(str(e)) from e
     max_flag = (
         "--max-replicas" if options.max_replicas is not None else "the default --max-replicas"
     )
@@ -107,11 +135,78 @@ def _placement(options: Options) -> dict[str, Any]:
     `whole`)."""
     if options.placement is None and options.cluster is None:
         return {}
+    if options.gpus is not None:
+        raise errors.ConfigError(
+            "--gpus cannot run with --placement or --cluster: the cluster is described by tier"
+        )
     return {
         "nodes": sim_params.CLUSTERS[options.cluster or DEFAULT_CLUSTER],
         "placement": options.placement or "whole",
         "model_memory_mib": round(options.model_memory_gib * sim_params.GIB),
     }
+
+
+_CACHE_FLAGS: Final = {
+    "node_cache_gib": ("--node-cache-gib", "node_cache_gib"),
+    "model_size_gib": ("--model-size-gib", "model_size_gib"),
+    "warm_startup_s": ("--warm-startup-s", "warm_startup_s"),
+    "cache_retention_s": ("--cache-retention-s", "retention_s"),
+    "cache_placement": ("--cache-placement", "placement"),
+    "other_models": ("--other-models", "other_models"),
+    "other_loads_per_node_hour": ("--other-loads-per-node-hour", "other_loads_per_node_hour"),
+}
+"""Each `Options` field of the node caches: its flag and its `CacheConfig` field."""
+_STANDBY_FLAGS: Final = {
+    "standby_cap": ("--standby-cap", "cap"),
+    "standby_quantile": ("--standby-quantile", "quantile"),
+    "standby_min_history_s": ("--standby-min-history-s", "min_history_s"),
+    "standby_horizon_s": ("--standby-horizon-s", "horizon_s"),
+    "standby_promote_s": ("--standby-promote-s", "promote_s"),
+}
+"""Each `Options` field of the standby pool but `standby`: its flag and its `StandbyConfig`
+field."""
+
+
+def _cold_start(options: Options) -> dict[str, Any]:
+    """The node caches and the standby pool (docs/simulator.md, "Node caches" and "The standby
+    pool"): any of a model's flags turns it on, the others keeping their defaults. The cache
+    model needs `--gpus` (a fixed set of nodes, so never a cluster by tier: see `_placement`);
+    the pool runs neither on a cluster by tier nor with the ramp."""
+    found: dict[str, Any] = {}
+    tiered = options.placement is not None or options.cluster is not None
+    cache = {
+        field: value
+        for name, (_, field) in _CACHE_FLAGS.items()
+        if (value := getattr(options, name)) is not None
+    }
+    if cache:
+        flags = _given(options, _CACHE_FLAGS)
+        if options.gpus is None:
+            raise errors.ConfigError(
+                f"{flags}: the node cache model needs a fixed cluster of whole cards: give --gpus N"
+            )
+        found["cache"] = sim_params.CacheConfig(**cache)
+    standby = {
+        field: value
+        for name, (_, field) in _STANDBY_FLAGS.items()
+        if (value := getattr(options, name)) is not None
+    }
+    if options.standby is not None or standby:
+        flags = _given(options, {"standby": ("--standby", ""), **_STANDBY_FLAGS})
+        if options.ramp is not None or tiered:
+            raise errors.ConfigError(
+                f"{flags}: the standby pool is modelled without --ramp, --placement and --cluster"
+            )
+        fixed = options.standby if isinstance(options.standby, int) else None
+        found["standby"] = sim_params.StandbyConfig(fixed=fixed, **standby)
+    return found
+
+
+def _given(options: Options, flags: Mapping[str, tuple[str, str]]) -> str:
+    """The flags of `flags` that were given, for an error message."""
+    return ", ".join(
+        flag for name, (flag, _) in flags.items() if getattr(options, name) is not None
+    )
 
 
 def rate_scale(
