@@ -197,11 +197,8 @@ class SloConfig:
     the vote abstains. A replica serves `replica_capacity_rps x service_time_s` requests at once
     (at least 1). The burstiness, Allen-Cunneen's `(ca^2 + cs^2) / 2`, is fitted each tick to
     the queue the service shows against the model's queue for it, within
-    [`min_burstiness`, `max_burstiness`], both ways: a queue longer than the model's raises it, a
-    shorter one lowers it. The fit stays at `prior_burstiness` (Poisson arrivals, exponential
-    service: the textbook M/M/c) where the data cannot support it: while the model's queue is
-    under `fit_min_queue` requests (too few waiting requests to tell a short queue from chance),
-    and it never falls below `prior_burstiness` while a burst is under way. Both fits read the
+    [`min_burstiness`, `max_burstiness`]; while the model's queue is under `fit_min_queue`
+    requests the fit has nothing to go on and `min_burstiness` applies. Both fits read the
     service as it is now: with a queue that stays put while the load rises, the traffic reads as
     smoother and the vote can ask for a replica fewer; with a configured capacity and a settled
     burstiness the vote only grows with the load.
@@ -211,15 +208,9 @@ class SloConfig:
     quantile: float = 0.95
     service_time_s: float = 0.0
     replica_capacity_rps: float | None = None
-    min_burstiness: float = 0.5
-    """The floor of the fit: Poisson arrivals and a constant service time, `(1 + 0) / 2`.
-    Requests from many independent clients merge into a stream at least as irregular as
-    Poisson (`ca^2` about 1, the Palm-Khintchine theorem) and a service time cannot vary less
-    than not at all (`cs^2 >= 0`), so a queue that looks smoother than this is noise, not
-    evidence."""
-    prior_burstiness: float = 1.0
-    """What the model assumes until the measured queue says otherwise, and at least what it
-    assumes during a burst: Poisson arrivals and exponential service."""
+    min_burstiness: float = 1.0
+    """Poisson arrivals and exponential service; a queue that looks smoother than this is
+    taken as too little evidence to provision below it."""
     max_burstiness: float = 4.0
     fit_min_queue: float = 1.0
 
@@ -239,8 +230,8 @@ class SloConfig:
             "slo replica_capacity_rps must be > 0",
         )
         _require(
-            0 < self.min_burstiness <= self.prior_burstiness <= self.max_burstiness,
-            "slo burstiness bounds must satisfy 0 < min <= prior <= max",
+            0 < self.min_burstiness <= self.max_burstiness,
+            "slo burstiness bounds must satisfy 0 < min <= max",
         )
         _require(self.fit_min_queue > 0, "slo fit_min_queue must be > 0")
 

@@ -89,8 +89,8 @@ class _Votes:
     driver: Signal | None
     missing: tuple[Signal, ...]
     burst: bool
-    recent: dict[Signal, Contribution]
-    """Each vote on the burst window alone (only with the burst path on)."""
+    recent_ratios: dict[Signal, float]
+    """Each vote's ratio on the burst window alone (only with the burst path on)."""
     slo: _SloVote | None = None
     """The latency SLO's sizing (only with `config.slo`)."""
 
@@ -169,7 +169,7 @@ def decide(
     The returned state assumes the decision is carried out; a caller whose scale request failed
     keeps the previous state.
     """
-    votes = _vote(config, observation, state)
+    votes = _vote(config, observation)
     if config.pause is not None:
         return _paused(_Tick(config, observation, state, votes), config.pause)
     if state.paused_s is not None:  # resumed: as after a manual change of the count
@@ -269,12 +269,12 @@ def _scale_down(
             Reason.MISSING_DATA, f"no scale-down without fresh {_names(votes.missing)}"
         )
     for signal, vote in votes.contributions.items():
-        if not _below_target(vote, config.deadband_ratio):
+        if not vote.ratio < 1.0 - config.deadband_ratio:
             detail = f"{signal.name.lower()} ratio {vote.ratio:.2f} in the deadband"
             return tick.steady(Reason.IN_DEADBAND, detail)
-    for signal, vote in votes.recent.items():
-        if not _below_target(vote, config.deadband_ratio):
-            detail = f"{signal.name.lower()} ratio {vote.ratio:.2f} over the last seconds"
+    for signal, ratio in votes.recent_ratios.items():
+        if not ratio < 1.0 - config.deadband_ratio:
+            detail = f"{signal.name.lower()} ratio {ratio:.2f} over the last seconds"
             return tick.hold(Reason.RECENT_LOAD, detail)
     gpu_target = config.target_gpu_utilization_pct
     gpu = tick.observation.signal(Signal.CAPACITY)
@@ -303,28 +303,6 @@ def _scale_down(
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
 
 
-# How many lags of the queue's mean the fit waits after a change of count (`_queue_settled`):
-# an exponential mean keeps about e^-3 (5 %) of what it saw before that.
-_SETTLE_LAGS = 3.0
-
-
-# The estimators of a vote the SLO sizing raised (`_size_for_slo`, and the last seconds' check).
-_SLO_SIZED = frozenset({"slo", "queue-slo"})
-
-
-def _below_target(vote: Contribution, deadband_ratio: float) -> bool:
-    """Whether a vote lets a scale-down through: its ratio below `1 - deadband_ratio`, or, for a
-    count the SLO sizing gave, below 1 (fewer replicas than are serving).
-
-    The deadband is headroom against a utilisation target's noise; the SLO's count already
-    holds the headroom its quantile needs at that rate, and a second margin on top of it would
-    keep a replica the SLO itself says is spare.
-    """
-    if vote.estimator in _SLO_SIZED:
-        return vote.ratio < 1.0
-    return vote.ratio < 1.0 - deadband_ratio
-
-
 def _quota_capped(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyState] | None:
     """The decision when the quota (or the placement) admits fewer than `desired`; None when
     it admits them."""
@@ -348,9 +326,7 @@ def max_scale_down_step(current: int, ratio: float) -> int:
     return max(1, math.floor(ratio * current + _CEIL_SLACK))
 
 
-def _vote(
-    config: model.PolicyConfig, observation: model.Observation, state: model.PolicyState
-) -> _Votes:
+def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
     serving = observation.serving
     contributions: dict[Signal, Contribution] = {}
     missing: list[Signal] = []
@@ -396,19 +372,14 @@ def _vote(
     slo: _SloVote | None = None
     sized: dict[Signal, Callable[[float], int]] = {}
     if config.slo is not None and Signal.LOAD in contributions and Signal.LOAD not in missing:
-        # Below the prior only on a steady load with a queue measured at today's count.
-        steady = contributions[Signal.LOAD].estimator == "mean" and not burst
-        calm = steady and _queue_settled(observation, state)
-        slo, sized = _size_for_slo(config, config.slo, observation, contributions, calm=calm)
-    recent_votes: dict[Signal, Contribution] = {}
-    for signal, (value, target) in recent.items():
-        vote = Contribution(
-            _ratio(value, target, serving), math.ceil(value / target - _CEIL_SLACK), "recent", value
-        )
-        size = sized.get(signal)
-        if size is not None and serving > 0 and (needed := size(value)) > (vote.desired or 0):
-            vote = Contribution(needed / serving, needed, "slo", value)
-        recent_votes[signal] = vote
+        slo, sized = _size_for_slo(config, config.slo, observation, contributions)
+    recent_ratios = {
+        signal: _ratio(value, target, serving) for signal, (value, target) in recent.items()
+    }
+    for signal, size in sized.items():
+        if signal in recent and serving > 0:
+            by_slo = size(recent[signal][0]) / serving
+            recent_ratios[signal] = max(recent_ratios[signal], by_slo)
     for signal, cast in (
         (Signal.KV_CACHE, _kv_cache_vote),
         (Signal.TOKENS, _token_rate_vote),
@@ -429,7 +400,7 @@ def _vote(
             continue
         contributions[signal] = cast(config, est, target, observation)
     wanted, driver = _leading(contributions)
-    return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_votes, slo)
+    return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios, slo)
 
 
 def _kv_cache_vote(
@@ -555,8 +526,6 @@ def _size_for_slo(
     slo: model.SloConfig,
     observation: model.Observation,
     contributions: dict[Signal, Contribution],
-    *,
-    calm: bool,
 ) -> tuple[_SloVote, dict[Signal, Callable[[float], int]]]:
     """Raise every vote in requests per second to the replicas that keep the latency SLO at
     that rate (`SloConfig`), in place in `contributions`; the vote it returns is the load's.
@@ -569,7 +538,7 @@ def _size_for_slo(
     queue counted per replica is left as it is. Also returns, per signal it sized, how it sizes
     a rate (for the last seconds' check before a scale-down).
     """
-    fitted = _fit_slo_model(slo, observation, calm=calm)
+    fitted = _fit_slo_model(slo, observation)
     if isinstance(fitted, str):
         return _SloVote(None, f"slo: {fitted}"), {}
     capacity, slots, burstiness = fitted
@@ -626,17 +595,10 @@ def _size_for_slo(
 
 
 def _fit_slo_model(
-    slo: model.SloConfig, observation: model.Observation, *, calm: bool
+    slo: model.SloConfig, observation: model.Observation
 ) -> tuple[float, int, float] | str:
     """A replica's capacity (rps), its concurrent requests and the burstiness, fitted to the
-    service's own measurements; or why the vote abstains.
-
-    The burstiness is the measured queue over the M/M/c model's queue at the same replicas and
-    served rate, within the `SloConfig` bounds; while the model's queue is under `fit_min_queue`
-    the fit has nothing to go on and stays at `prior_burstiness`. It goes below the prior only
-    when `calm`: the load steady (no burst, no rise the look-ahead or a forecast adds) and the
-    queue measured at the serving count it is compared with (`_queue_settled`).
-    """
+    service's own measurements; or why the vote abstains."""
     serving = observation.serving
     queue = observation.signal(Signal.SATURATION)
     queue_known = queue.fresh and math.isfinite(queue.mean)
@@ -648,34 +610,14 @@ def _fit_slo_model(
             return "replica capacity not measured yet (not saturated)"
         capacity = served / serving
     slots = max(1, round(capacity * slo.service_time_s))
-    burstiness = slo.prior_burstiness
+    burstiness = slo.min_burstiness
     if queue_known and serving > 0:
         modelled = queueing.mean_queue(
             replicas=serving, slots=slots, arrival_rps=served, capacity_rps=capacity
         )
         if slo.fit_min_queue <= modelled < math.inf:
-            floor = slo.min_burstiness if calm else slo.prior_burstiness
-            burstiness = min(slo.max_burstiness, max(floor, queue.mean / modelled))
+            burstiness = min(slo.max_burstiness, max(slo.min_burstiness, queue.mean / modelled))
     return capacity, slots, burstiness
-
-
-def _queue_settled(observation: model.Observation, state: model.PolicyState) -> bool:
-    """Whether the queue's mean was measured at the serving count the model compares it with:
-    nothing on its way (every replica serving), and the last change of the count at least the
-    start-up plus three lags of the queue's mean ago.
-
-    Right after a scale-up the mean still holds the queue the fewer replicas built, and right
-    after a scale-down the short queue of the more; either read against the new count would
-    fit a burstiness the traffic does not have.
-    """
-    if observation.serving != observation.replicas:
-        return False
-    changed_s = state.last_scale_change_s
-    if changed_s is None:
-        return True
-    lag_s = observation.signal(Signal.SATURATION).mean_age_s
-    settle_s = (observation.startup_s or 0.0) + _SETTLE_LAGS * lag_s
-    return observation.now_s - changed_s >= settle_s
 
 
 def _estimate(

@@ -87,7 +87,7 @@ def test_a_saturated_service_measures_its_capacity() -> None:
 def test_a_queue_longer_than_the_model_s_raises_the_burstiness_and_the_vote() -> None:
     """A queue four times what Poisson arrivals would give makes the SLO ask for more."""
     config = slo_config(target_load_per_replica=1.0)
-    smooth = builders.observation(load=16.0, queue=3.11, replicas=18, serving=18)
+    smooth = builders.observation(load=16.0, queue=0.5, replicas=18, serving=18)
     bursty = dataclasses.replace(
         smooth, signals={**smooth.signals, Signal.SATURATION: estimate(8.0)}
     )
@@ -96,94 +96,6 @@ def test_a_queue_longer_than_the_model_s_raises_the_burstiness_and_the_vote() ->
     assert "burstiness 1.00" in calm.detail
     assert "burstiness 1.00" not in rough.detail
     assert rough.contributions[Signal.LOAD].desired > calm.contributions[Signal.LOAD].desired
-
-
-def test_a_queue_shorter_than_the_model_s_lowers_the_burstiness_and_the_vote() -> None:
-    """A queue a third of what Poisson arrivals would give makes the SLO ask for a replica fewer."""
-    config = slo_config(target_load_per_replica=1.0)
-    poisson = builders.observation(load=16.0, queue=3.11, replicas=18, serving=18)
-    smoother = builders.observation(load=16.0, queue=1.0, replicas=18, serving=18)
-    prior, _ = policy.decide(config, poisson, builders.state())
-    fitted, _ = policy.decide(config, smoother, builders.state())
-    assert "needs 18 (1 rps per replica, burstiness 1.00)" in prior.detail
-    assert "needs 17 (1 rps per replica, burstiness 0.50)" in fitted.detail
-
-
-def test_the_fitted_burstiness_never_goes_below_its_floor() -> None:
-    """An empty queue where the model expects three waiting requests fits the floor, 0.5."""
-    config = slo_config(target_load_per_replica=1.0)
-    observation = builders.observation(load=16.0, queue=0.0, replicas=18, serving=18)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert "burstiness 0.50" in decision.detail
-
-
-def test_a_short_model_queue_keeps_the_prior_burstiness() -> None:
-    """Where the model expects under one waiting request, an empty queue says nothing: 1.00."""
-    config = slo_config(target_load_per_replica=1.0)
-    observation = builders.observation(load=16.0, queue=0.0, replicas=22, serving=22)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert "burstiness 1.00" in decision.detail
-
-
-def test_the_fit_waits_for_the_queue_to_settle_after_a_change_of_count() -> None:
-    """A short queue measured before the last scale-down does not lower the burstiness."""
-    config = slo_config(target_load_per_replica=1.0)
-    queue = estimate(0.0, mean_age_s=40.0)
-    observation = builders.observation(load=16.0, queue=queue, replicas=18, serving=18)
-    just_now = builders.state(last_scale_change_s=builders.NOW_S - 60.0)
-    long_ago = builders.state(last_scale_change_s=builders.NOW_S - 130.0)
-    unsettled, _ = policy.decide(config, observation, just_now)
-    settled, _ = policy.decide(config, observation, long_ago)
-    assert "burstiness 1.00" in unsettled.detail
-    assert "burstiness 0.50" in settled.detail
-
-
-def test_a_rising_load_keeps_the_burstiness_at_least_at_the_prior() -> None:
-    """While the look-ahead raises the load, a short queue does not lower the burstiness."""
-    config = slo_config(target_load_per_replica=1.0)
-    load = estimate(16.0, trend_per_s=0.05)
-    observation = builders.observation(load=load, queue=0.0, replicas=18, serving=18)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert decision.contributions[Signal.LOAD].estimator == "slo"
-    assert "burstiness 1.00" in decision.detail
-
-
-def test_the_fit_waits_for_every_replica_to_serve() -> None:
-    """With replicas on their way the queue does not lower the burstiness."""
-    config = slo_config(target_load_per_replica=1.0)
-    observation = builders.observation(load=16.0, queue=0.0, replicas=19, serving=18)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert "burstiness 1.00" in decision.detail
-
-
-def test_a_burst_keeps_the_burstiness_at_least_at_the_prior() -> None:
-    """While a burst votes, an empty queue does not lower the burstiness below 1."""
-    config = slo_config(target_load_per_replica=1.0)
-    load = estimate(16.0, last=40.0)
-    observation = builders.observation(load=load, queue=0.0, replicas=18, serving=18)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert decision.reason is Reason.BURST
-    assert "burstiness 1.00" in decision.detail
-
-
-def test_the_deadband_does_not_hold_a_replica_the_slo_says_is_spare() -> None:
-    """At 15 requests/s on 17 replicas the SLO needs 16, and the service scales down to them."""
-    config = slo_config(target_load_per_replica=1.0)
-    observation = builders.observation(load=15.0, queue=1.5, replicas=17, serving=17)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert decision.contributions[Signal.LOAD].estimator == "slo"
-    assert decision.contributions[Signal.LOAD].ratio > 0.9
-    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 16)
-
-
-def test_the_last_seconds_hold_a_scale_down_the_slo_needs_them_for() -> None:
-    """A mean the SLO sizes at 16 of 17 holds while the last seconds' rate needs all 17."""
-    config = slo_config(target_load_per_replica=1.0)
-    load = estimate(15.0, burst_mean=16.0, last=15.0)
-    observation = builders.observation(load=load, queue=1.5, replicas=17, serving=17)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.RECENT_LOAD)
-    assert "load ratio 1.00 over the last seconds" in decision.detail
 
 
 def test_the_seed_policy_has_no_slo_vote() -> None:
@@ -219,11 +131,7 @@ def test_more_load_never_asks_for_fewer_replicas_with_an_slo(
     # Left out: a capacity measured from the load moves with it, and a burstiness fitted to a
     # queue that stays put while the load rises reads the traffic as smoother.
     fixed = dataclasses.replace(
-        SLO,
-        replica_capacity_rps=capacity,
-        min_burstiness=burstiness,
-        prior_burstiness=burstiness,
-        max_burstiness=burstiness,
+        SLO, replica_capacity_rps=capacity, min_burstiness=burstiness, max_burstiness=burstiness
     )
     config = slo_config(target_load_per_replica=target, slo=fixed)
 
