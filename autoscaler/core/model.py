@@ -415,7 +415,7 @@ class PolicyConfig:
         """The signal's target, per serving replica (a latency's is service-wide)."""
         # Read several times per service per tick: a field name by column, not a dict per call.
         name = _TARGET_FIELDS[signal]
-        return None if name is None else getattr(self, name)  # type: ignore[no-any-return]
+        return None if name is None else getattr(self, name)
 
 
 _TARGET_FIELDS: tuple[str | None, ...] = (
