@@ -59,7 +59,8 @@ from autoscaler.core import model, queueing
 from autoscaler.core.model import Bound, Contribution, Decision, Kind, Reason, Signal
 
 # Ratios computed from floats can land a hair above an integer: 2.0000000001 must ask for 2.
-_CEIL_SLACK = 1e-9
+CEIL_SLACK = 1e-9
+_CEIL_SLACK = CEIL_SLACK
 
 
 def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
@@ -327,6 +328,8 @@ def max_scale_down_step(current: int, ratio: float) -> int:
 
 
 def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
+    # `core.batch` computes the load and queue votes, and the steps of `decide`, for many
+    # services at once: a rule changed here must change there (tests/core/test_batch.py).
     serving = observation.serving
     contributions: dict[Signal, Contribution] = {}
     missing: list[Signal] = []
