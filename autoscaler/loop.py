@@ -104,12 +104,9 @@ class Brief(NamedTuple):
     reason: model.Reason
     cooldown_until_s: float | None
     standby: model.Standby | None
-    estimates: tuple[tuple[model.Signal, float], ...]
-    """Each vote's `Contribution.estimate`, in the decision's order of contributions."""
 
     @classmethod
     def of(cls, decision: model.Decision) -> Brief:
-        estimates = tuple((s, vote.estimate) for s, vote in decision.contributions.items())
         return cls(
             decision.current,
             decision.desired,
@@ -117,7 +114,6 @@ class Brief(NamedTuple):
             decision.reason,
             decision.cooldown_until_s,
             decision.standby,
-            estimates,
         )
 
 
@@ -126,9 +122,22 @@ def brief(
 ) -> Brief | None:
     """The service's decision in brief (None when it has none), built or not."""
     if isinstance(decisions, Decisions):
-        return decisions.brief(service)
+        return decisions.briefs().get(service)
     decision = decisions.get(service)
     return None if decision is None else Brief.of(decision)
+
+
+def estimates(
+    decisions: Mapping[model.ServiceId, model.Decision], service: model.ServiceId
+) -> tuple[tuple[model.Signal, float], ...]:
+    """Each vote's `Contribution.estimate` in the service's decision, in its order, built or
+    not (nothing when it has no decision)."""
+    if isinstance(decisions, Decisions):
+        return decisions.estimates(service)
+    decision = decisions.get(service)
+    if decision is None:
+        return ()
+    return tuple((signal, vote.estimate) for signal, vote in decision.contributions.items())
 
 
 def _none(value: float) -> float | None:
@@ -168,9 +177,15 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         self._current: list[int] = []
         self._voting: list[tuple[model.Signal, ...]] = []
         self._briefs: dict[model.ServiceId, Brief] | None = None
+        self._made = 0
 
     def add(self, service: model.ServiceId, decision: model.Decision) -> None:
         self._built[service] = decision
+
+    @property
+    def built(self) -> int:
+        """How many of the batch's decisions were built so far (they are built when read)."""
+        return self._made
 
     def add_batch(
         self,
@@ -200,6 +215,7 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         if pool is not None:
             decision = dataclasses.replace(decision, standby=pool)
         self._built[service] = decision
+        self._made += 1
         return decision
 
     # Every record of the tick has a decision, one way or the other.
@@ -220,30 +236,43 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         if self._briefs is not None:
             return self._briefs
         briefs: dict[model.ServiceId, Brief] = {}
-        out = self._outcomes
-        if out is not None:
-            kinds, reasons = out.kind.tolist(), out.reason.tolist()
-            desired, until = out.desired.tolist(), out.cooldown_until_s.tolist()
-            load, queue = out.load_estimate.tolist(), out.queue_estimate.tolist()
+        built, pools, out = self._built, self._pools, self._outcomes
+        if out is None:
+            for workload in self._workloads:
+                briefs[workload.id] = Brief.of(built[workload.id])
+            self._briefs = briefs
+            return briefs
+        kinds = [batch.KINDS[code] for code in out.kind.tolist()]
+        reasons = [batch.REASONS[code] for code in out.reason.tolist()]
+        until = [None if math.isnan(t) else t for t in out.cooldown_until_s.tolist()]
+        desired, current, slot = out.desired.tolist(), self._current, self._slot
         for i, workload in enumerate(self._workloads):
             service = workload.id
-            built = self._built.get(service)
-            if built is not None:
-                briefs[service] = Brief.of(built)
+            decision = built.get(service)
+            if decision is not None:
+                briefs[service] = Brief.of(decision)
                 continue
-            k = self._slot[i]
-            values = {model.Signal.LOAD: load[k], model.Signal.SATURATION: queue[k]}
-            briefs[service] = Brief(
-                self._current[k],
-                desired[k],
-                batch.KINDS[kinds[k]],
-                batch.REASONS[reasons[k]],
-                _none(until[k]),
-                self._pools.get(service),
-                tuple((s, values[s]) for s in self._voting[k]),
-            )
+            k = slot[i]
+            pool = pools.get(service) if pools else None
+            briefs[service] = Brief(current[k], desired[k], kinds[k], reasons[k], until[k], pool)
         self._briefs = briefs
         return briefs
+
+    def estimates(self, service: model.ServiceId) -> tuple[tuple[model.Signal, float], ...]:
+        """See `estimates`: a batched service's from the batch's arrays."""
+        decision = self._built.get(service)
+        if decision is not None or self._outcomes is None:
+            return estimates(self._built, service)
+        i = self._index.get(service)
+        if i is None:
+            return ()
+        k = self._slot[i]
+        out = self._outcomes
+        values = {
+            model.Signal.LOAD: float(out.load_estimate[k]),
+            model.Signal.SATURATION: float(out.queue_estimate[k]),
+        }
+        return tuple((signal, values[signal]) for signal in self._voting[k])
 
 
 OnTick = Callable[[TickReport, float], None]
@@ -448,6 +477,9 @@ class Loop:
                 pending[workload.id] = next_state
             else:
                 self._states[workload.id] = next_state
+        if rest and pending:  # the writes go out in the records' order, as they always have
+            order = columns.index
+            pending = {s: pending[s] for s in sorted(pending, key=order.__getitem__)}
 
         scaled, failed = await self._act(workloads, decisions, pending)
         await self._publish(decisions, failed, outage_quiet=quiet)
