@@ -26,7 +26,7 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -144,8 +144,8 @@ def _none(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _times(values: Iterable[float | None]) -> npt.NDArray[np.float64]:
-    return np.fromiter((math.nan if v is None else v for v in values), dtype=np.float64)
+def _times(values: list[float | None]) -> npt.NDArray[np.float64]:
+    return np.array(values, dtype=np.float64)  # None is NaN
 
 
 class Decisions(Mapping[model.ServiceId, model.Decision]):
@@ -547,9 +547,9 @@ class Loop:
             burst_mean=smoothed.burst_mean[rows],
             last=smoothed.last[rows],
             fresh=smoothed.fresh[rows],
-            last_scale_up_s=_times(s.last_scale_up_s for s in states),
-            last_scale_change_s=_times(s.last_scale_change_s for s in states),
-            burst_until_s=_times(s.burst_until_s for s in states),
+            last_scale_up_s=_times([s.last_scale_up_s for s in states]),
+            last_scale_change_s=_times([s.last_scale_change_s for s in states]),
+            burst_until_s=_times([s.burst_until_s for s in states]),
         )
         out = batch.decide(configs, inputs)
         exact = out.exact
@@ -559,17 +559,20 @@ class Loop:
         )
         changes = out.desired != replicas
         touched = exact & (changes | out.changed_state | np.asarray(unknown, dtype=np.bool_))
+        changed_state = out.changed_state.tolist()
+        last_up, last_change = out.last_scale_up_s.tolist(), out.last_scale_change_s.tolist()
+        burst_until, changes_list = out.burst_until_s.tolist(), changes.tolist()
         for k in np.flatnonzero(touched).tolist():
             service = workloads[int(rows[k])].id
             state = states[k]
-            if out.changed_state[k]:
+            if changed_state[k]:
                 state = dataclasses.replace(
                     state,
-                    last_scale_up_s=_none(float(out.last_scale_up_s[k])),
-                    last_scale_change_s=_none(float(out.last_scale_change_s[k])),
-                    burst_until_s=_none(float(out.burst_until_s[k])),
+                    last_scale_up_s=_none(last_up[k]),
+                    last_scale_change_s=_none(last_change[k]),
+                    burst_until_s=_none(burst_until[k]),
                 )
-            if changes[k]:
+            if changes_list[k]:
                 pending[service] = state
             else:
                 self._states[service] = state
