@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -197,10 +198,9 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         voting: Sequence[tuple[model.Signal, ...]],
     ) -> None:
         """The batch's outcomes for the records `rows` (indices), decided from `states`."""
-        slot = [-1] * len(self._workloads)
-        for k, i in enumerate(rows):
-            slot[i] = k
-        self._slot, self._outcomes = slot, outcomes
+        slot = np.full(len(self._workloads), -1, dtype=np.intp)
+        slot[np.asarray(rows, dtype=np.intp)] = np.arange(len(rows))
+        self._slot, self._outcomes = slot.tolist(), outcomes
         self._current, self._states, self._voting = list(current), list(states), list(voting)
 
     def __getitem__(self, service: model.ServiceId) -> model.Decision:
@@ -246,6 +246,13 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         reasons = [batch.REASONS[code] for code in out.reason.tolist()]
         until = [None if math.isnan(t) else t for t in out.cooldown_until_s.tolist()]
         desired, current, slot = out.desired.tolist(), self._current, self._slot
+        if len(current) == len(self._workloads) and not pools:  # every record batched
+            made = map(Brief._make, zip(current, desired, kinds, reasons, until, repeat(None)))
+            briefs = dict(zip((w.id for w in self._workloads), made, strict=True))
+            for service, done in built.items():  # in place: the order stays the records'
+                briefs[service] = Brief.of(done)
+            self._briefs = briefs
+            return briefs
         for i, workload in enumerate(self._workloads):
             service = workload.id
             decision = built.get(service)
@@ -300,6 +307,7 @@ class _Records:
     no_placement: npt.NDArray[np.bool_]
     voting: tuple[tuple[model.Signal, ...], ...]
     """The signals that vote (those with a target), in the policy's order."""
+    ids: tuple[model.ServiceId, ...]
 
     @classmethod
     def of(cls, workloads: Sequence[ports.Workload]) -> _Records:
@@ -320,6 +328,7 @@ class _Records:
                 tuple(s for s in model.PRIMARY_SIGNALS if w.policy.target(s) is not None)
                 for w in workloads
             ),
+            tuple(w.id for w in workloads),
         )
 
     def take(self, rows: npt.NDArray[np.intp]) -> _Records:
@@ -330,6 +339,7 @@ class _Records:
             self.admissible[rows],
             self.no_placement[rows],
             tuple(self.voting[k] for k in rows.tolist()),
+            tuple(self.ids[k] for k in rows.tolist()),
         )
 
 
@@ -510,17 +520,19 @@ class Loop:
         if type(self.policy) is not ports.CorePolicy or not len(rows):
             return every
         configs, records = columns.configs, columns.records
-        states: list[model.PolicyState] = []
-        unknown: list[bool] = []
-        usable: list[bool] = []
-        for i in rows.tolist():
-            workload = workloads[i]
-            state = self._states.get(workload.id)
-            unknown.append(state is None)
-            state = state or workload.state or model.PolicyState()
-            states.append(state)
-            vote = forecasts.get(workload.id)
-            usable.append(state.paused_s is None and (vote is None or not vote.on))
+        ids = records.ids
+        found = [self._states.get(service) for service in ids]
+        unknown = [state is None for state in found]
+        states = [
+            state or workloads[i].state or model.PolicyState()
+            for state, i in zip(found, rows.tolist(), strict=True)
+        ]
+        usable = [state.paused_s is None for state in states]
+        if forecasts:
+            for k, service in enumerate(ids):
+                vote = forecasts.get(service)
+                if vote is not None and vote.on:
+                    usable[k] = False
         if not all(usable):  # a pause ends, or a seasonal vote is on: `policy.decide` knows
             kept = np.flatnonzero(np.asarray(usable))
             rows, configs, records = rows[kept], configs.take(kept), records.take(kept)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from autoscaler import clock, loop, ports
 from autoscaler.core import batch, model, policy
@@ -106,10 +107,16 @@ class PerService:
         return policy.decide(workload.policy, observation, state)
 
 
-async def test_the_batch_decides_writes_and_publishes_as_the_per_service_policy() -> None:
+@pytest.mark.parametrize("mixed", [True, False])
+async def test_the_batch_decides_writes_and_publishes_as_the_per_service_policy(
+    mixed: bool,
+) -> None:
     """Over forty ticks of steps, bursts and gaps, every decision, state, write and publish of the
-    batched loop equals the per-service loop's."""
+    batched loop equals the per-service loop's, with or without services it leaves alone."""
     clusters = Cluster(6), Cluster(6)
+    if not mixed:
+        for cluster in clusters:
+            cluster.records = [r for r in cluster.records if batch.batchable(r.policy)]
     clocks = clock.ManualClock(0.0), clock.ManualClock(0.0)
     loops = [
         loop.Loop(cluster=clusters[0], metrics=Metrics(14), clock=clocks[0]),
