@@ -153,9 +153,10 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
     """One tick's decisions, in the order of its records.
 
     The per-service policy's decisions are held as they came; the batch's (`core.batch`) as its
-    arrays, and a service's `Decision`, with its detail and contributions, is built by
-    `policy.decide` on the same observation and state when it is first read (the batch decides
-    exactly as `decide` does: tests/core/test_batch.py). A tick reads it for the services whose
+    arrays, and a service's `Decision`, with its detail and contributions, is built by the
+    policy's own steps (`policy.decide_voted`, from the votes the batch cast) on the same
+    observation and state when it is first read (the batch decides exactly as `decide` does:
+    tests/core/test_batch.py). A tick reads it for the services whose
     count or published outcome changes; `brief` serves the rest.
     """
 
@@ -208,9 +209,10 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         if built is not None:
             return built
         i = self._index[service]  # KeyError for a service the tick did not see
-        workload = self._workloads[i]
-        k = self._slot[i]
-        decision, _ = policy.decide(workload.policy, self._observe(i), self._states[k])
+        workload, k, out = self._workloads[i], self._slot[i], self._outcomes
+        assert out is not None
+        votes = batch.votes(out, k)
+        decision, _ = policy.decide_voted(workload.policy, self._observe(i), self._states[k], votes)
         pool = self._pools.get(service)
         if pool is not None:
             decision = dataclasses.replace(decision, standby=pool)

@@ -205,9 +205,72 @@ class Outcomes:
     """The load vote's value (`Contribution.estimate`); NaN when it does not vote."""
     queue_estimate: FloatArray
     """The queue vote's value: waiting requests, or requests per second with the queue drain."""
+    votes: _VoteColumns
+    """How each signal voted, for `votes`."""
     exact: BoolArray
     """False where a number left what float64 arrays carry exactly (a vote past 2**52
     replicas, an infinite estimate): decide those rows with `policy.decide`."""
+
+
+ESTIMATORS = ("mean", "forecast", "burst", "queue-demand")
+"""`Contribution.estimator` of a vote the batch casts, by code."""
+
+
+@dataclass(frozen=True, slots=True)
+class _VoteColumns:
+    """The load's and the queue's votes: column 0 the load, 1 the queue."""
+
+    has_target: BoolArray
+    voted: BoolArray
+    """Has a target, and its data is fresh (else its vote is missing)."""
+    ratio: FloatArray
+    desired: IntArray
+    estimator: npt.NDArray[np.int8]
+    recent_ratio: FloatArray
+    """The burst window's ratio (with the burst path)."""
+    burst_path: BoolArray
+    """The burst path is on (one column)."""
+    burst: BoolArray
+    """A signal fired the burst path (one column)."""
+
+
+_SIGNALS = (Signal.LOAD, Signal.SATURATION)
+_MISSING = model.Contribution(math.nan, None, "missing")
+
+
+def votes(outcomes: Outcomes, row: int) -> policy.Votes:
+    """The votes of one row as `policy._vote` casts them, for `policy.decide_voted`: the full
+    decision of a batched service, its details and contributions, made by the policy's own
+    steps (exactly the same: tests/core/test_batch.py)."""
+    columns = outcomes.votes
+    has, voted = columns.has_target[row].tolist(), columns.voted[row].tolist()
+    ratio, desired = columns.ratio[row].tolist(), columns.desired[row].tolist()
+    estimator, recent = columns.estimator[row].tolist(), columns.recent_ratio[row].tolist()
+    estimate = (float(outcomes.load_estimate[row]), float(outcomes.queue_estimate[row]))
+    burst_path = bool(columns.burst_path[row])
+    contributions: dict[Signal, model.Contribution] = {}
+    missing: list[Signal] = []
+    recent_ratios: dict[Signal, float] = {}
+    wanted: int | None = None
+    driver: Signal | None = None
+    for j, signal in enumerate(_SIGNALS):
+        if not has[j]:
+            continue
+        if not voted[j]:
+            missing.append(signal)
+            contributions[signal] = _MISSING
+            continue
+        contributions[signal] = model.Contribution(
+            ratio[j], desired[j], ESTIMATORS[estimator[j]], estimate[j]
+        )
+        if burst_path:
+            recent_ratios[signal] = recent[j]
+        # `policy._leading`
+        tie_won = desired[j] == wanted and driver is not None and ratio[j] > ratio[0]
+        if wanted is None or desired[j] > wanted or tie_won:
+            wanted, driver = desired[j], signal
+    burst = bool(columns.burst[row])
+    return policy.Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios)
 
 
 def _above_zero(x: FloatArray) -> FloatArray:
@@ -242,6 +305,11 @@ def _queue_demand(c: Configs, x: Inputs, load_rps: FloatArray, waiting: FloatArr
     per_replica = np.where(most < queue_target, most, queue_target)
     backlog = _above_zero(waiting - per_replica * load_rps / load_target)
     return load_rps + _above_zero(growth) + backlog / c.drain_s
+
+
+def _estimator(by_burst: BoolArray, ahead: BoolArray, drains: BoolArray) -> npt.NDArray[np.int8]:
+    code = np.where(drains, 3, np.where(ahead, 1, 0))
+    return np.where(by_burst, 2, code).astype(np.int8)
 
 
 def decide(c: Configs, x: Inputs) -> Outcomes:
@@ -397,9 +465,9 @@ def _decide(c: Configs, x: Inputs) -> Outcomes:
     floor = 1.0 - c.deadband
     inside = (load & ~(load_ratio < floor)) | (queue & ~(queue_ratio < floor))
     settle(down & inside, Kind.STEADY, Reason.IN_DEADBAND)
-    recent = (load & ~(_ratio(load_recent, c.target_load, serving) < floor)) | (
-        queue & ~(_ratio(queue_recent, queue_target, serving) < floor)
-    )
+    load_recent_ratio = _ratio(load_recent, c.target_load, serving)
+    queue_recent_ratio = _ratio(queue_recent, queue_target, serving)
+    recent = (load & ~(load_recent_ratio < floor)) | (queue & ~(queue_recent_ratio < floor))
     settle(down & c.burst_on & recent, Kind.HOLD, Reason.RECENT_LOAD)
     gpu = x.mean[:, _GPU]
     veto = ~np.isnan(c.target_gpu) & x.fresh[:, _GPU] & (gpu > c.target_gpu)
@@ -430,5 +498,21 @@ def _decide(c: Configs, x: Inputs) -> Outcomes:
         changed_state=changed,
         load_estimate=np.where(load, load_value, math.nan),
         queue_estimate=np.where(queue, queue_value, math.nan),
+        votes=_VoteColumns(
+            has_target=np.stack([has_load, has_queue], axis=1),
+            voted=np.stack([load, queue], axis=1),
+            ratio=np.stack([load_ratio, queue_ratio], axis=1),
+            desired=np.stack([load_wants, queue_wants], axis=1),
+            estimator=np.stack(
+                [
+                    _estimator(load_by_burst, load_forecast, np.zeros(n, np.bool_)),
+                    _estimator(queue_by_burst, queue_forecast, drains),
+                ],
+                axis=1,
+            ),
+            recent_ratio=np.stack([load_recent_ratio, queue_recent_ratio], axis=1),
+            burst_path=c.burst_on,
+            burst=burst,
+        ),
         exact=exact,
     )

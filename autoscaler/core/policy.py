@@ -96,6 +96,10 @@ class _Votes:
     """The latency SLO's sizing (only with `config.slo`)."""
 
 
+Votes = _Votes
+"""How the signals voted (`decide_voted`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _SloVote:
     desired: int | None
@@ -170,7 +174,17 @@ def decide(
     The returned state assumes the decision is carried out; a caller whose scale request failed
     keeps the previous state.
     """
-    votes = _vote(config, observation)
+    return decide_voted(config, observation, state, _vote(config, observation))
+
+
+def decide_voted(
+    config: model.PolicyConfig,
+    observation: model.Observation,
+    state: model.PolicyState,
+    votes: Votes,
+) -> tuple[Decision, model.PolicyState]:
+    """`decide` with the votes cast already: `core.batch` casts them for many services at once,
+    and the steps and their words stay here."""
     if config.pause is not None:
         return _paused(_Tick(config, observation, state, votes), config.pause)
     if state.paused_s is not None:  # resumed: as after a manual change of the count

@@ -168,7 +168,7 @@ def _same(a: float | None, b: float) -> bool:
 @pytest.mark.parametrize("seed", [14, 15, 16])
 def test_batch_decides_as_the_policy_does(seed: int) -> None:
     """Every batchable case gets the kind, reason, replicas, bound, cooldown, next state and
-    vote estimates that `policy.decide` gives it."""
+    vote estimates that `policy.decide` gives it, and its votes make the same full decision."""
     rng = random.Random(seed)
     cases = [_case(rng) for _ in range(CASES)]
     assert all(batch.batchable(config) for config, _, _ in cases)
@@ -198,6 +198,8 @@ def test_batch_decides_as_the_policy_does(seed: int) -> None:
             vote = decision.contributions.get(signal)
             estimate = math.nan if vote is None else vote.estimate
             assert estimate == column[i] or (math.isnan(estimate) and math.isnan(column[i])), i
+        voted = policy.decide_voted(config, observation, state, batch.votes(out, i))
+        assert repr(voted) == repr((decision, after)), i
         seen.add((decision.kind, decision.reason))
     # The cases reach every outcome the batch can give, so none goes untested.
     reachable = {
