@@ -360,6 +360,8 @@ class _Columns:
     configs: batch.Configs
     """Their configurations, in the order of `batched`."""
     records: _Records
+    opted: tuple[int, ...]
+    """The records that set a target for an LLM signal."""
 
 
 class Loop:
@@ -453,7 +455,7 @@ class Loop:
         smoothed = self._windows.estimate(now, rows, columns.half_lives, columns.windows)
         estimates = smoothed.rows()
         llm_estimates = self._llm_estimates(
-            workloads, now, values, columns.half_lives, columns.windows
+            workloads, now, values, columns.half_lives, columns.windows, columns.opted
         )
         forecasts = await self._forecasts(workloads, now)
         pools = self._pools(workloads, now, values, estimates)
@@ -866,10 +868,11 @@ class Loop:
         values: npt.NDArray[np.float64],
         half_lives: npt.NDArray[np.float64],
         windows: npt.NDArray[np.float64],
+        opted: Sequence[int],
     ) -> dict[int, dict[model.Signal, model.SignalEstimate]]:
-        """The LLM signals' estimates of the services that set a target for one, by their
-        index in `workloads`; the windows of services that stopped doing so are dropped."""
-        opted = [i for i, w in enumerate(workloads) if w.policy.llm_signals]
+        """The LLM signals' estimates of the services that set a target for one (`opted`, their
+        indices in `workloads`), by that index; the windows of services that stopped doing so
+        are dropped."""
         llm = self._llm_windows
         if llm is None:
             if not opted:
@@ -907,6 +910,7 @@ class Loop:
             np.asarray(batched, dtype=np.intp),
             batch.Configs.of([w.policy for w in picked]),
             _Records.of(picked),
+            tuple(i for i, w in enumerate(workloads) if w.policy.llm_signals),
         )
         self._last_columns = columns
         return columns
