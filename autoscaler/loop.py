@@ -179,6 +179,7 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         self._current: list[int] = []
         self._voting: list[tuple[model.Signal, ...]] = []
         self._briefs: dict[model.ServiceId, Brief] | None = None
+        self._voter: batch.Voter | None = None
         self._made = 0
 
     def add(self, service: model.ServiceId, decision: model.Decision) -> None:
@@ -209,9 +210,11 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         if built is not None:
             return built
         i = self._index[service]  # KeyError for a service the tick did not see
-        workload, k, out = self._workloads[i], self._slot[i], self._outcomes
-        assert out is not None
-        votes = batch.votes(out, k)
+        workload, k = self._workloads[i], self._slot[i]
+        if self._voter is None:
+            assert self._outcomes is not None
+            self._voter = batch.Voter(self._outcomes)
+        votes = self._voter.votes(k)
         decision, _ = policy.decide_voted(workload.policy, self._observe(i), self._states[k], votes)
         pool = self._pools.get(service)
         if pool is not None:

@@ -8,7 +8,8 @@ replicas asked for), the bounds, the deadband, the capacity veto, the burst hold
 the scale-down cap and the quota are computed with numpy, once per tick, for every such service;
 what comes out is each service's kind, reason, replicas, bound, cooldown and next state, as
 `policy.decide` would give them. The words of a decision (its detail and contributions) stay
-with `policy.decide`: a caller builds the full `Decision` only for the services someone reads.
+with the policy: a caller builds the full `Decision` only for the services someone reads, with
+`policy.decide_voted` on the votes `Voter` gives back for the service's row.
 
 This duplicates the rules of `policy.decide` (`_vote`, `_estimate`, `_queue_demand`,
 `_burst_value`, `_recent_value`, `_leading`, `_scale_up`, `_scale_down`, `_quota_capped`);
@@ -206,7 +207,7 @@ class Outcomes:
     queue_estimate: FloatArray
     """The queue vote's value: waiting requests, or requests per second with the queue drain."""
     votes: _VoteColumns
-    """How each signal voted, for `votes`."""
+    """How each signal voted, for `Voter`."""
     exact: BoolArray
     """False where a number left what float64 arrays carry exactly (a vote past 2**52
     replicas, an infinite estimate): decide those rows with `policy.decide`."""
@@ -238,39 +239,57 @@ _SIGNALS = (Signal.LOAD, Signal.SATURATION)
 _MISSING = model.Contribution(math.nan, None, "missing")
 
 
-def votes(outcomes: Outcomes, row: int) -> policy.Votes:
-    """The votes of one row as `policy._vote` casts them, for `policy.decide_voted`: the full
-    decision of a batched service, its details and contributions, made by the policy's own
-    steps (exactly the same: tests/core/test_batch.py)."""
-    columns = outcomes.votes
-    has, voted = columns.has_target[row].tolist(), columns.voted[row].tolist()
-    ratio, desired = columns.ratio[row].tolist(), columns.desired[row].tolist()
-    estimator, recent = columns.estimator[row].tolist(), columns.recent_ratio[row].tolist()
-    estimate = (float(outcomes.load_estimate[row]), float(outcomes.queue_estimate[row]))
-    burst_path = bool(columns.burst_path[row])
-    contributions: dict[Signal, model.Contribution] = {}
-    missing: list[Signal] = []
-    recent_ratios: dict[Signal, float] = {}
-    wanted: int | None = None
-    driver: Signal | None = None
-    for j, signal in enumerate(_SIGNALS):
-        if not has[j]:
-            continue
-        if not voted[j]:
-            missing.append(signal)
-            contributions[signal] = _MISSING
-            continue
-        contributions[signal] = model.Contribution(
-            ratio[j], desired[j], ESTIMATORS[estimator[j]], estimate[j]
+class Voter:
+    """The votes of the batch's rows as `policy._vote` casts them, for `policy.decide_voted`:
+    the full decision of a batched service, its details and contributions, made by the
+    policy's own steps (exactly the same: tests/core/test_batch.py). The columns are read into
+    lists once, when the first row is asked for."""
+
+    __slots__ = ("_burst", "_burst_path", "_estimate", "_rows")
+
+    def __init__(self, outcomes: Outcomes) -> None:
+        columns = outcomes.votes
+        estimate = np.stack([outcomes.load_estimate, outcomes.queue_estimate], axis=1)
+        self._rows = list(
+            zip(
+                columns.has_target.tolist(),
+                columns.voted.tolist(),
+                columns.ratio.tolist(),
+                columns.desired.tolist(),
+                columns.estimator.tolist(),
+                columns.recent_ratio.tolist(),
+                estimate.tolist(),
+                strict=True,
+            )
         )
-        if burst_path:
-            recent_ratios[signal] = recent[j]
-        # `policy._leading`
-        tie_won = desired[j] == wanted and driver is not None and ratio[j] > ratio[0]
-        if wanted is None or desired[j] > wanted or tie_won:
-            wanted, driver = desired[j], signal
-    burst = bool(columns.burst[row])
-    return policy.Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios)
+        self._burst, self._burst_path = columns.burst.tolist(), columns.burst_path.tolist()
+
+    def votes(self, row: int) -> policy.Votes:
+        has, voted, ratio, desired, estimator, recent, estimate = self._rows[row]
+        burst_path = self._burst_path[row]
+        contributions: dict[Signal, model.Contribution] = {}
+        missing: list[Signal] = []
+        recent_ratios: dict[Signal, float] = {}
+        wanted: int | None = None
+        driver: Signal | None = None
+        for j, signal in enumerate(_SIGNALS):
+            if not has[j]:
+                continue
+            if not voted[j]:
+                missing.append(signal)
+                contributions[signal] = _MISSING
+                continue
+            contributions[signal] = model.Contribution(
+                ratio[j], desired[j], ESTIMATORS[estimator[j]], estimate[j]
+            )
+            if burst_path:
+                recent_ratios[signal] = recent[j]
+            # `policy._leading`
+            tie_won = desired[j] == wanted and driver is not None and ratio[j] > ratio[0]
+            if wanted is None or desired[j] > wanted or tie_won:
+                wanted, driver = desired[j], signal
+        burst = self._burst[row]
+        return policy.Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios)
 
 
 def _above_zero(x: FloatArray) -> FloatArray:

@@ -175,6 +175,7 @@ def test_batch_decides_as_the_policy_does(seed: int) -> None:
     configs = batch.Configs.of([config for config, _, _ in cases])
     out = batch.decide(configs, _inputs([o for _, o, _ in cases], [s for _, _, s in cases]))
     seen: set[tuple[model.Kind, model.Reason]] = set()
+    voter = batch.Voter(out)
     for i, (config, observation, state) in enumerate(cases):
         decision, after = policy.decide(config, observation, state)
         assert out.exact[i]
@@ -198,7 +199,7 @@ def test_batch_decides_as_the_policy_does(seed: int) -> None:
             vote = decision.contributions.get(signal)
             estimate = math.nan if vote is None else vote.estimate
             assert estimate == column[i] or (math.isnan(estimate) and math.isnan(column[i])), i
-        voted = policy.decide_voted(config, observation, state, batch.votes(out, i))
+        voted = policy.decide_voted(config, observation, state, voter.votes(i))
         assert repr(voted) == repr((decision, after)), i
         seen.add((decision.kind, decision.reason))
     # The cases reach every outcome the batch can give, so none goes untested.
