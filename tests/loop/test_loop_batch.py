@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from autoscaler import clock, loop, ports
+from autoscaler import clock, loop, ports, telemetry
 from autoscaler.core import batch, model, policy
 
 TICKS = 40
@@ -111,8 +111,9 @@ class PerService:
 async def test_the_batch_decides_writes_and_publishes_as_the_per_service_policy(
     mixed: bool,
 ) -> None:
-    """Over forty ticks of steps, bursts and gaps, every decision, state, write and publish of the
-    batched loop equals the per-service loop's, with or without services it leaves alone."""
+    """Over forty ticks of steps, bursts and gaps, every decision, state, write, publish and
+    exported series of the batched loop equals the per-service loop's, with or without services
+    it leaves alone."""
     clusters = Cluster(6), Cluster(6)
     if not mixed:
         for cluster in clusters:
@@ -123,8 +124,12 @@ async def test_the_batch_decides_writes_and_publishes_as_the_per_service_policy(
         loop.Loop(cluster=clusters[1], metrics=Metrics(14), clock=clocks[1], policy=PerService()),
     ]
     kinds: set[model.Reason] = set()
+    exported = telemetry.Telemetry(), telemetry.Telemetry()
     for _ in range(TICKS):
         batched, single = [await the_loop.step() for the_loop in loops]
+        for report, seen in zip((batched, single), exported, strict=True):
+            seen.observe_tick(report, report.workloads, duration_s=0.1, wall_time_s=0.0)
+        assert _series(exported[0]) == _series(exported[1])
         assert list(batched.decisions) == list(single.decisions)
         for service, decision in single.decisions.items():
             assert repr(batched.decisions[service]) == repr(decision), service
@@ -158,6 +163,12 @@ async def test_a_steady_batched_service_builds_no_decision_until_read() -> None:
     assert loop.estimates(report.decisions, service) == tuple(
         (signal, vote.estimate) for signal, vote in decision.contributions.items()
     )
+
+
+def _series(seen: telemetry.Telemetry) -> list[str]:
+    """The per-service series a scrape renders (the tick's duration left out)."""
+    text = seen.exposition().decode()
+    return [line for line in text.splitlines() if "service" in line or "namespace" in line]
 
 
 class Steady:
