@@ -26,8 +26,10 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +37,7 @@ import structlog
 
 from autoscaler import clock as clock_
 from autoscaler import errors, ports
-from autoscaler.core import forecast, model, smoothing, standby
+from autoscaler.core import batch, forecast, model, policy, smoothing, standby
 
 log = structlog.get_logger(__name__)
 
@@ -82,13 +84,207 @@ class TickReport:
     """What one tick did: for tests, telemetry and the simulator's time series."""
 
     now_s: float
-    decisions: dict[model.ServiceId, model.Decision]
+    decisions: Mapping[model.ServiceId, model.Decision]
+    """Every service's decision (a `Decisions` from `Loop.step`: a decision the batch made is
+    built when it is read; `brief` reads what every tick needs without building it)."""
     scaled: tuple[model.ServiceId, ...]
     failed: tuple[model.ServiceId, ...]
     metrics_error: str | None = None
     kinds: Counter[model.Kind] = field(default_factory=Counter)
     workloads: Sequence[ports.Workload] = ()
     """The services the tick observed (telemetry exports their settings and counts)."""
+
+
+class Brief(NamedTuple):
+    """What every tick reads of every decision (acting, publishing, telemetry), without the
+    words: a decision the batch made is built only when something reads all of it."""
+
+    current: int
+    desired: int
+    kind: model.Kind
+    reason: model.Reason
+    cooldown_until_s: float | None
+    standby: model.Standby | None
+
+    @classmethod
+    def of(cls, decision: model.Decision) -> Brief:
+        return cls(
+            decision.current,
+            decision.desired,
+            decision.kind,
+            decision.reason,
+            decision.cooldown_until_s,
+            decision.standby,
+        )
+
+
+def brief(
+    decisions: Mapping[model.ServiceId, model.Decision], service: model.ServiceId
+) -> Brief | None:
+    """The service's decision in brief (None when it has none), built or not."""
+    if isinstance(decisions, Decisions):
+        return decisions.briefs().get(service)
+    decision = decisions.get(service)
+    return None if decision is None else Brief.of(decision)
+
+
+def estimates(
+    decisions: Mapping[model.ServiceId, model.Decision], service: model.ServiceId
+) -> tuple[tuple[model.Signal, float], ...]:
+    """Each vote's `Contribution.estimate` in the service's decision, in its order, built or
+    not (nothing when it has no decision)."""
+    if isinstance(decisions, Decisions):
+        return decisions.estimates(service)
+    decision = decisions.get(service)
+    if decision is None:
+        return ()
+    return tuple((signal, vote.estimate) for signal, vote in decision.contributions.items())
+
+
+def _none(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _times(values: list[float | None]) -> npt.NDArray[np.float64]:
+    return np.array(values, dtype=np.float64)  # None is NaN
+
+
+class Decisions(Mapping[model.ServiceId, model.Decision]):
+    """One tick's decisions, in the order of its records.
+
+    The per-service policy's decisions are held as they came; the batch's (`core.batch`) as its
+    arrays, and a service's `Decision`, with its detail and contributions, is built by the
+    policy's own steps (`policy.decide_voted`, from the votes the batch cast) on the same
+    observation and state when it is first read (the batch decides exactly as `decide` does:
+    tests/core/test_batch.py). A tick reads it for the services whose
+    count or published outcome changes; `brief` serves the rest.
+    """
+
+    def __init__(
+        self,
+        workloads: Sequence[ports.Workload],
+        index: Mapping[model.ServiceId, int],
+        observe: Callable[[int], model.Observation],
+        pools: Mapping[model.ServiceId, model.Standby],
+    ) -> None:
+        self._workloads = workloads
+        self._index = index
+        self._observe = observe
+        self._pools = pools
+        self._built: dict[model.ServiceId, model.Decision] = {}
+        self._slot: list[int] = []
+        """Per record: its entry in the batch's arrays, or -1."""
+        self._states: list[model.PolicyState] = []
+        self._outcomes: batch.Outcomes | None = None
+        self._current: list[int] = []
+        self._voting: list[tuple[model.Signal, ...]] = []
+        self._briefs: dict[model.ServiceId, Brief] | None = None
+        self._voter: batch.Voter | None = None
+        self._made = 0
+
+    def add(self, service: model.ServiceId, decision: model.Decision) -> None:
+        self._built[service] = decision
+
+    @property
+    def built(self) -> int:
+        """How many of the batch's decisions were built so far (they are built when read)."""
+        return self._made
+
+    def add_batch(
+        self,
+        rows: Sequence[int],
+        outcomes: batch.Outcomes,
+        *,
+        current: Sequence[int],
+        states: Sequence[model.PolicyState],
+        voting: Sequence[tuple[model.Signal, ...]],
+    ) -> None:
+        """The batch's outcomes for the records `rows` (indices), decided from `states`."""
+        slot = np.full(len(self._workloads), -1, dtype=np.intp)
+        slot[np.asarray(rows, dtype=np.intp)] = np.arange(len(rows))
+        self._slot, self._outcomes = slot.tolist(), outcomes
+        self._current, self._states, self._voting = list(current), list(states), list(voting)
+
+    def __getitem__(self, service: model.ServiceId) -> model.Decision:
+        built = self._built.get(service)
+        if built is not None:
+            return built
+        i = self._index[service]  # KeyError for a service the tick did not see
+        workload, k = self._workloads[i], self._slot[i]
+        if self._voter is None:
+            assert self._outcomes is not None
+            self._voter = batch.Voter(self._outcomes)
+        votes = self._voter.votes(k)
+        decision, _ = policy.decide_voted(workload.policy, self._observe(i), self._states[k], votes)
+        pool = self._pools.get(service)
+        if pool is not None:
+            decision = dataclasses.replace(decision, standby=pool)
+        self._built[service] = decision
+        self._made += 1
+        return decision
+
+    # Every record of the tick has a decision, one way or the other.
+    def __iter__(self) -> Iterator[model.ServiceId]:
+        return (workload.id for workload in self._workloads)
+
+    def __len__(self) -> int:
+        return len(self._workloads)
+
+    def __contains__(self, service: object) -> bool:
+        return service in self._index
+
+    def brief(self, service: model.ServiceId) -> Brief | None:
+        return self.briefs().get(service)
+
+    def briefs(self) -> dict[model.ServiceId, Brief]:
+        """Every decision in brief, in the order of the records; made once per tick."""
+        if self._briefs is not None:
+            return self._briefs
+        briefs: dict[model.ServiceId, Brief] = {}
+        built, pools, out = self._built, self._pools, self._outcomes
+        if out is None:
+            for workload in self._workloads:
+                briefs[workload.id] = Brief.of(built[workload.id])
+            self._briefs = briefs
+            return briefs
+        kinds = [batch.KINDS[code] for code in out.kind.tolist()]
+        reasons = [batch.REASONS[code] for code in out.reason.tolist()]
+        until = [None if math.isnan(t) else t for t in out.cooldown_until_s.tolist()]
+        desired, current, slot = out.desired.tolist(), self._current, self._slot
+        if len(current) == len(self._workloads) and not pools:  # every record batched
+            made = map(Brief._make, zip(current, desired, kinds, reasons, until, repeat(None)))
+            briefs = dict(zip((w.id for w in self._workloads), made, strict=True))
+            for service, done in built.items():  # in place: the order stays the records'
+                briefs[service] = Brief.of(done)
+            self._briefs = briefs
+            return briefs
+        for i, workload in enumerate(self._workloads):
+            service = workload.id
+            decision = built.get(service)
+            if decision is not None:
+                briefs[service] = Brief.of(decision)
+                continue
+            k = slot[i]
+            pool = pools.get(service) if pools else None
+            briefs[service] = Brief(current[k], desired[k], kinds[k], reasons[k], until[k], pool)
+        self._briefs = briefs
+        return briefs
+
+    def estimates(self, service: model.ServiceId) -> tuple[tuple[model.Signal, float], ...]:
+        """See `estimates`: a batched service's from the batch's arrays."""
+        decision = self._built.get(service)
+        if decision is not None or self._outcomes is None:
+            return estimates(self._built, service)
+        i = self._index.get(service)
+        if i is None:
+            return ()
+        k = self._slot[i]
+        out = self._outcomes
+        values = {
+            model.Signal.LOAD: float(out.load_estimate[k]),
+            model.Signal.SATURATION: float(out.queue_estimate[k]),
+        }
+        return tuple((signal, values[signal]) for signal in self._voting[k])
 
 
 OnTick = Callable[[TickReport, float], None]
@@ -106,6 +302,53 @@ class _Seasonal:
 
 
 @dataclass(frozen=True, slots=True)
+class _Records:
+    """What the batch reads of the records it decides, one entry per record of `batched`."""
+
+    replicas: npt.NDArray[np.int64]
+    serving: npt.NDArray[np.int64]
+    startup_s: npt.NDArray[np.float64]
+    admissible: npt.NDArray[np.int64]
+    no_placement: npt.NDArray[np.bool_]
+    voting: tuple[tuple[model.Signal, ...], ...]
+    """The signals that vote (those with a target), in the policy's order."""
+    ids: tuple[model.ServiceId, ...]
+
+    @classmethod
+    def of(cls, workloads: Sequence[ports.Workload]) -> _Records:
+        n = len(workloads)
+        return cls(
+            np.fromiter((w.replicas for w in workloads), np.int64, n),
+            np.fromiter((w.serving for w in workloads), np.int64, n),
+            np.fromiter(
+                (math.nan if w.startup_s is None else w.startup_s for w in workloads), float, n
+            ),
+            np.fromiter(
+                (-1 if w.admissible is None else w.admissible for w in workloads), np.int64, n
+            ),
+            np.fromiter(
+                (w.admissible_reason is model.Reason.NO_PLACEMENT for w in workloads), np.bool_, n
+            ),
+            tuple(
+                tuple(s for s in model.PRIMARY_SIGNALS if w.policy.target(s) is not None)
+                for w in workloads
+            ),
+            tuple(w.id for w in workloads),
+        )
+
+    def take(self, rows: npt.NDArray[np.intp]) -> _Records:
+        return _Records(
+            self.replicas[rows],
+            self.serving[rows],
+            self.startup_s[rows],
+            self.admissible[rows],
+            self.no_placement[rows],
+            tuple(self.voting[k] for k in rows.tolist()),
+            tuple(self.ids[k] for k in rows.tolist()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class _Columns:
     """What the smoothing reads of a tick's records, one entry per record, in their order."""
 
@@ -114,6 +357,14 @@ class _Columns:
     half_lives: npt.NDArray[np.float64]
     windows: npt.NDArray[np.float64]
     """Seconds; NaN for the loop's own window."""
+    index: dict[model.ServiceId, int]
+    batched: npt.NDArray[np.intp]
+    """The records whose configuration the batch decides (`batch.batchable`)."""
+    configs: batch.Configs
+    """Their configurations, in the order of `batched`."""
+    records: _Records
+    opted: tuple[int, ...]
+    """The records that set a target for an LLM signal."""
 
 
 class Loop:
@@ -204,18 +455,18 @@ class Loop:
             self._metrics_down_s is not None and now - self._metrics_down_s < self.outage_quiet_s
         )
         self._windows.record(now, rows, values[:, _BASE_COLUMNS])
-        estimates = self._windows.estimate(now, rows, columns.half_lives, columns.windows).rows()
+        smoothed = self._windows.estimate(now, rows, columns.half_lives, columns.windows)
+        estimates = smoothed.rows()
         llm_estimates = self._llm_estimates(
-            workloads, now, values, columns.half_lives, columns.windows
+            workloads, now, values, columns.half_lives, columns.windows, columns.opted
         )
         forecasts = await self._forecasts(workloads, now)
         pools = self._pools(workloads, now, values, estimates)
 
-        decisions: dict[model.ServiceId, model.Decision] = {}
-        pending: dict[model.ServiceId, model.PolicyState] = {}
-        for i, workload in enumerate(workloads):
+        def observe(i: int) -> model.Observation:
+            workload = workloads[i]
             pool = pools.get(workload.id)
-            observation = model.Observation(
+            return model.Observation(
                 now_s=now,
                 # The policy decides the serving replicas; the pool is counted on top.
                 replicas=workload.replicas - (0 if pool is None else pool.replicas),
@@ -226,15 +477,26 @@ class Loop:
                 admissible_reason=workload.admissible_reason,
                 forecast=forecasts.get(workload.id),
             )
+
+        decisions = Decisions(workloads, columns.index, observe, pools)
+        pending: dict[model.ServiceId, model.PolicyState] = {}
+        rest = self._decide_batch(now, columns, smoothed, forecasts, pools, decisions, pending)
+        for i in rest:
+            workload = workloads[i]
+            observation = observe(i)
             state = self._states.get(workload.id) or workload.state or model.PolicyState()
             decision, next_state = self.policy.decide(workload, observation, state)
+            pool = pools.get(workload.id)
             if pool is not None:
                 decision = dataclasses.replace(decision, standby=pool)
-            decisions[workload.id] = decision
+            decisions.add(workload.id, decision)
             if decision.changes:
                 pending[workload.id] = next_state
             else:
                 self._states[workload.id] = next_state
+        if rest and pending:  # the writes go out in the records' order, as they always have
+            order = columns.index
+            pending = {s: pending[s] for s in sorted(pending, key=order.__getitem__)}
 
         scaled, failed = await self._act(workloads, decisions, pending)
         await self._publish(decisions, failed, outage_quiet=quiet)
@@ -243,8 +505,101 @@ class Loop:
             await self.ramps.reconcile(now, workloads, standby=sizes)
         for chore in self.chores:
             await chore()
-        kinds = Counter(d.kind for d in decisions.values())
+        kinds = Counter(b.kind for b in decisions.briefs().values())
         return TickReport(now, decisions, scaled, failed, metrics_error, kinds, workloads)
+
+    def _decide_batch(
+        self,
+        now: float,
+        columns: _Columns,
+        smoothed: smoothing.Estimates,
+        forecasts: Mapping[model.ServiceId, model.ForecastVote],
+        pools: Mapping[model.ServiceId, model.Standby],
+        decisions: Decisions,
+        pending: dict[model.ServiceId, model.PolicyState],
+    ) -> Sequence[int]:
+        """Decide with `core.batch` every service it can decide exactly, into `decisions` and
+        the states (as the per-service path does: `pending` while a change is written); return
+        the indices of the records left to the per-service policy."""
+        workloads = columns.workloads
+        every = range(len(workloads))
+        rows = columns.batched
+        if type(self.policy) is not ports.CorePolicy or not len(rows):
+            return every
+        configs, records = columns.configs, columns.records
+        ids = records.ids
+        found = [self._states.get(service) for service in ids]
+        unknown = [state is None for state in found]
+        states = [
+            state or workloads[i].state or model.PolicyState()
+            for state, i in zip(found, rows.tolist(), strict=True)
+        ]
+        usable = [state.paused_s is None for state in states]
+        if forecasts:
+            for k, service in enumerate(ids):
+                vote = forecasts.get(service)
+                if vote is not None and vote.on:
+                    usable[k] = False
+        if not all(usable):  # a pause ends, or a seasonal vote is on: `policy.decide` knows
+            kept = np.flatnonzero(np.asarray(usable))
+            rows, configs, records = rows[kept], configs.take(kept), records.take(kept)
+            states = [states[k] for k in kept.tolist()]
+            unknown = [unknown[k] for k in kept.tolist()]
+        replicas = records.replicas
+        if pools:
+            replicas = replicas.copy()
+            for k, i in enumerate(rows.tolist()):
+                pool = pools.get(workloads[i].id)
+                if pool is not None:
+                    replicas[k] -= pool.replicas
+        inputs = batch.Inputs(
+            now_s=now,
+            replicas=replicas,
+            serving=records.serving,
+            startup_s=records.startup_s,
+            admissible=records.admissible,
+            no_placement=records.no_placement,
+            mean=smoothed.mean[rows],
+            trend_per_s=smoothed.trend_per_s[rows],
+            trend_stderr_per_s=smoothed.trend_stderr_per_s[rows],
+            mean_age_s=smoothed.mean_age_s[rows],
+            burst_mean=smoothed.burst_mean[rows],
+            last=smoothed.last[rows],
+            fresh=smoothed.fresh[rows],
+            last_scale_up_s=_times([s.last_scale_up_s for s in states]),
+            last_scale_change_s=_times([s.last_scale_change_s for s in states]),
+            burst_until_s=_times([s.burst_until_s for s in states]),
+        )
+        out = batch.decide(configs, inputs)
+        exact = out.exact
+        decided = rows[exact]
+        decisions.add_batch(
+            rows.tolist(), out, current=replicas.tolist(), states=states, voting=records.voting
+        )
+        changes = out.desired != replicas
+        touched = exact & (changes | out.changed_state | np.asarray(unknown, dtype=np.bool_))
+        changed_state = out.changed_state.tolist()
+        last_up, last_change = out.last_scale_up_s.tolist(), out.last_scale_change_s.tolist()
+        burst_until, changes_list = out.burst_until_s.tolist(), changes.tolist()
+        for k in np.flatnonzero(touched).tolist():
+            service = workloads[int(rows[k])].id
+            state = states[k]
+            if changed_state[k]:
+                state = dataclasses.replace(
+                    state,
+                    last_scale_up_s=_none(last_up[k]),
+                    last_scale_change_s=_none(last_change[k]),
+                    burst_until_s=_none(burst_until[k]),
+                )
+            if changes_list[k]:
+                pending[service] = state
+            else:
+                self._states[service] = state
+        if len(decided) == len(workloads):
+            return ()
+        left = np.ones(len(workloads), dtype=np.bool_)
+        left[decided] = False
+        return np.flatnonzero(left).tolist()
 
     async def run(
         self,
@@ -277,7 +632,7 @@ class Loop:
     async def _act(
         self,
         workloads: Sequence[ports.Workload],
-        decisions: dict[model.ServiceId, model.Decision],
+        decisions: Mapping[model.ServiceId, model.Decision],
         pending: dict[model.ServiceId, model.PolicyState],
     ) -> tuple[tuple[model.ServiceId, ...], tuple[model.ServiceId, ...]]:
         failed: list[model.ServiceId] = []
@@ -321,7 +676,7 @@ class Loop:
 
     async def _publish(
         self,
-        decisions: dict[model.ServiceId, model.Decision],
+        decisions: Decisions,
         failed: Sequence[model.ServiceId],
         *,
         outage_quiet: bool = False,
@@ -329,19 +684,19 @@ class Loop:
         """Publish the decisions whose outcome changed; with `outage_quiet`, not the holds for
         missing data (see `OUTAGE_QUIET_S`)."""
         changed: list[tuple[model.ServiceId, model.Decision, _PublishKey]] = []
-        for service, decision in decisions.items():
+        for service, outcome in decisions.briefs().items():
             if service in failed:
                 continue
-            if outage_quiet and decision.reason is model.Reason.MISSING_DATA:
+            if outage_quiet and outcome.reason is model.Reason.MISSING_DATA:
                 continue
             # Steady outcomes differ only in wording (in the deadband, at the desired count):
             # flipping between them under noise is not news worth a write.
-            reason = None if decision.kind is model.Kind.STEADY else decision.reason
-            pool = decision.standby
+            reason = None if outcome.kind is model.Kind.STEADY else outcome.reason
+            pool = outcome.standby
             counts = None if pool is None else (pool.size, pool.replicas, pool.waiting)
-            key = (decision.desired, decision.kind, reason, counts)
+            key = (outcome.desired, outcome.kind, reason, counts)
             if self._published.get(service) != key:
-                changed.append((service, decision, key))
+                changed.append((service, decisions[service], key))
         if not changed:
             return
         # Writes go out a few at a time: one by one, a controller that takes over a thousand
@@ -516,10 +871,11 @@ class Loop:
         values: npt.NDArray[np.float64],
         half_lives: npt.NDArray[np.float64],
         windows: npt.NDArray[np.float64],
+        opted: Sequence[int],
     ) -> dict[int, dict[model.Signal, model.SignalEstimate]]:
-        """The LLM signals' estimates of the services that set a target for one, by their
-        index in `workloads`; the windows of services that stopped doing so are dropped."""
-        opted = [i for i, w in enumerate(workloads) if w.policy.llm_signals]
+        """The LLM signals' estimates of the services that set a target for one (`opted`, their
+        indices in `workloads`), by that index; the windows of services that stopped doing so
+        are dropped."""
         llm = self._llm_windows
         if llm is None:
             if not opted:
@@ -544,6 +900,8 @@ class Loop:
             return last
         self._forget_gone(workloads)
         count = len(workloads)
+        batched = [i for i, w in enumerate(workloads) if batch.batchable(w.policy)]
+        picked = [workloads[i] for i in batched]
         columns = _Columns(
             tuple(workloads),
             self._windows.rows_for([w.id for w in workloads]),
@@ -551,6 +909,11 @@ class Loop:
             np.fromiter(
                 (math.nan if w.window_s is None else w.window_s for w in workloads), float, count
             ),
+            {w.id: i for i, w in enumerate(workloads)},
+            np.asarray(batched, dtype=np.intp),
+            batch.Configs.of([w.policy for w in picked]),
+            _Records.of(picked),
+            tuple(i for i, w in enumerate(workloads) if w.policy.llm_signals),
         )
         self._last_columns = columns
         return columns

@@ -339,10 +339,11 @@ class _PerService(Collector):
         if tick is not None:
             report, workloads = tick
             for workload in workloads:
-                decision = report.decisions.get(workload.id)
+                decision = loop_.brief(report.decisions, workload.id)
                 if decision is not None:
                     decided.add(workload.id)
-                    _render_tick(out, workload, decision, now_s=report.now_s)
+                    votes = loop_.estimates(report.decisions, workload.id)
+                    _render_tick(out, workload, decision, votes, now_s=report.now_s)
                     if decision.kind is model.Kind.HOLD:
                         holding[decision.reason.value] += 1
         for service, kept in services.items():
@@ -357,11 +358,12 @@ class _PerService(Collector):
 def _render_tick(
     out: Mapping[Family, _Sink],
     workload: ports.Workload,
-    decision: model.Decision,
+    decision: loop_.Brief,
+    votes: Iterable[tuple[model.Signal, float]],
     *,
     now_s: float,
 ) -> None:
-    """The series of one service's decision in the last tick."""
+    """The series of one service's decision in the last tick (`votes`: each vote's estimate)."""
     namespace, name = _labels(workload.id)
     policy = workload.policy
     kind, reason = decision.kind.value, decision.reason.value
@@ -393,11 +395,11 @@ def _render_tick(
         for state, count in (("size", pool.size), ("replicas", pool.replicas)):
             family.add_metric([namespace, name, state], count)
         family.add_metric([namespace, name, "waiting"], pool.waiting)
-    for signal, vote in decision.contributions.items():
+    for signal, estimate in votes:
         label = signal.name.lower()
         target = policy.target(signal)
-        if math.isfinite(vote.estimate):
-            out[SIGNAL].add_metric([namespace, name, label], vote.estimate)
+        if math.isfinite(estimate):
+            out[SIGNAL].add_metric([namespace, name, label], estimate)
         if target is not None:
             # A latency percentile's target is the service's own, not one per replica.
             per = 1 if signal in model.LATENCY_SIGNALS else workload.serving
@@ -535,7 +537,7 @@ class Telemetry:
         present: set[model.ServiceId] = set()
         for workload in workloads:
             service = workload.id
-            decision = decisions.get(service)
+            decision = loop_.brief(decisions, service)
             if decision is None:
                 continue
             present.add(service)

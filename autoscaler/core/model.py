@@ -413,16 +413,22 @@ class PolicyConfig:
 
     def target(self, signal: Signal) -> float | None:
         """The signal's target, per serving replica (a latency's is service-wide)."""
-        return {
-            Signal.LOAD: self.target_load_per_replica,
-            Signal.SATURATION: self.target_queue_per_replica,
-            Signal.CAPACITY: self.target_gpu_utilization_pct,
-            Signal.KV_CACHE: self.target_kv_cache_ratio,
-            Signal.TOKENS: self.target_tokens_per_replica,
-            Signal.TTFT: self.target_ttft_p95_s,
-            Signal.TPOT: self.target_tpot_p95_s,
-            Signal.PROMPT_TOKENS: None,  # counted within the TOKENS target
-        }[signal]
+        # Read several times per service per tick: a field name by column, not a dict per call.
+        name = _TARGET_FIELDS[signal]
+        return None if name is None else getattr(self, name)
+
+
+_TARGET_FIELDS: tuple[str | None, ...] = (
+    "target_load_per_replica",  # LOAD
+    "target_queue_per_replica",  # SATURATION
+    "target_gpu_utilization_pct",  # CAPACITY
+    "target_kv_cache_ratio",  # KV_CACHE
+    "target_tokens_per_replica",  # TOKENS
+    "target_ttft_p95_s",  # TTFT
+    "target_tpot_p95_s",  # TPOT
+    None,  # PROMPT_TOKENS: counted within the TOKENS target
+)
+assert len(_TARGET_FIELDS) == len(Signal)
 
 
 class SignalEstimate(NamedTuple):

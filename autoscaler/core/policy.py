@@ -59,7 +59,8 @@ from autoscaler.core import model, queueing
 from autoscaler.core.model import Bound, Contribution, Decision, Kind, Reason, Signal
 
 # Ratios computed from floats can land a hair above an integer: 2.0000000001 must ask for 2.
-_CEIL_SLACK = 1e-9
+CEIL_SLACK = 1e-9
+_CEIL_SLACK = CEIL_SLACK
 
 
 def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
@@ -93,6 +94,10 @@ class _Votes:
     """Each vote's ratio on the burst window alone (only with the burst path on)."""
     slo: _SloVote | None = None
     """The latency SLO's sizing (only with `config.slo`)."""
+
+
+Votes = _Votes
+"""How the signals voted (`decide_voted`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +174,17 @@ def decide(
     The returned state assumes the decision is carried out; a caller whose scale request failed
     keeps the previous state.
     """
-    votes = _vote(config, observation)
+    return decide_voted(config, observation, state, _vote(config, observation))
+
+
+def decide_voted(
+    config: model.PolicyConfig,
+    observation: model.Observation,
+    state: model.PolicyState,
+    votes: Votes,
+) -> tuple[Decision, model.PolicyState]:
+    """`decide` with the votes cast already: `core.batch` casts them for many services at once,
+    and the steps and their words stay here."""
     if config.pause is not None:
         return _paused(_Tick(config, observation, state, votes), config.pause)
     if state.paused_s is not None:  # resumed: as after a manual change of the count
@@ -327,6 +342,8 @@ def max_scale_down_step(current: int, ratio: float) -> int:
 
 
 def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
+    # `core.batch` computes the load and queue votes, and the steps of `decide`, for many
+    # services at once: a rule changed here must change there (tests/core/test_batch.py).
     serving = observation.serving
     contributions: dict[Signal, Contribution] = {}
     missing: list[Signal] = []
