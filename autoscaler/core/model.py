@@ -354,6 +354,19 @@ class PolicyConfig:
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
     scale_down_max_ratio: float = 0.2
+    scale_down_startup_ratio: float | None = None
+    """Scale the scale-down cooldown to what a wrong scale-down costs: this many times the
+    service's observed start-up time (`Observation.startup_s`), no longer than
+    `scale_down_cooldown_s` and no shorter than `scale_down_step_s`. None: the fixed cooldown."""
+    scale_down_spread: bool = False
+    """Spread the cap over the cooldown: after a scale-down, the next may come as soon as the
+    share of the cap earned since, `floor(current x (1 - (1 - scale_down_max_ratio) ^ (elapsed /
+    cooldown)))`, is a whole replica (and `scale_down_step_s` has passed), so a large service
+    follows a slow decline in small steps at the same rate as one cap per cooldown. After a
+    scale-up (or a resume) the whole cooldown still holds."""
+    scale_down_step_s: float = 60.0
+    """The least time between two scale-downs with `scale_down_spread` or
+    `scale_down_startup_ratio`."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
@@ -392,6 +405,12 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
+        ratio = self.scale_down_startup_ratio
+        _require(
+            ratio is None or (math.isfinite(ratio) and ratio > 0),
+            "scale_down_startup_ratio must be > 0",
+        )
+        _require(self.scale_down_step_s >= 0, "scale_down_step_s must be >= 0")
 
     @property
     def llm_signals(self) -> frozenset[Signal]:

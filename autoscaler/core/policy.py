@@ -287,20 +287,75 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
-    if state.last_scale_change_s is not None:
-        until = state.last_scale_change_s + config.scale_down_cooldown_s
+    cooldown_s, cooldown_why = _scale_down_cooldown_s(config, tick.observation)
+    step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
+    since = state.last_scale_change_s
+    spread = config.scale_down_spread and since is not None and since != state.last_scale_up_s
+    if since is not None and spread:
+        elapsed = tick.now - since
+        step = max(1, _earned_step(tick.current, config.scale_down_max_ratio, elapsed, cooldown_s))
+        until = since + max(
+            config.scale_down_step_s,
+            _earned_after_s(tick.current, config.scale_down_max_ratio, cooldown_s),
+        )
         if tick.now < until:
             return tick.hold(
                 Reason.COOLDOWN,
-                f"scale-down to {desired} waits for the scale-down cooldown",
+                f"scale-down to {desired} waits until the cap spread over the "
+                f"{cooldown_s:g} s cooldown{cooldown_why} adds up to a replica",
                 cooldown_until_s=until,
             )
-    step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
+    elif since is not None:
+        until = since + cooldown_s
+        if tick.now < until:
+            return tick.hold(
+                Reason.COOLDOWN,
+                f"scale-down to {desired} waits for the scale-down cooldown{cooldown_why}",
+                cooldown_until_s=until,
+            )
     capped = max(desired, tick.current - step)
     detail = "every signal below target"
     if capped > desired:
         detail += f"; {desired} wanted, at most {step} removed per step"
+    if spread:
+        detail += f" (the cap spread over the {cooldown_s:g} s cooldown{cooldown_why})"
+    elif cooldown_why:
+        detail += f" (scale-down cooldown {cooldown_s:g} s{cooldown_why})"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
+
+
+def _scale_down_cooldown_s(
+    config: model.PolicyConfig, observation: model.Observation
+) -> tuple[float, str]:
+    """The scale-down cooldown, and what set it when not the fixed one: with
+    `scale_down_startup_ratio`, that many times the observed start-up, within
+    [`scale_down_step_s`, `scale_down_cooldown_s`] (a replica taken away wrongly comes back in
+    one start-up)."""
+    ratio, startup = config.scale_down_startup_ratio, observation.startup_s
+    fixed = config.scale_down_cooldown_s
+    if ratio is None or startup is None or not math.isfinite(startup):
+        return fixed, ""
+    scaled = min(fixed, max(config.scale_down_step_s, ratio * startup))
+    return scaled, f", {ratio:g} x the {startup:.0f} s start-up"
+
+
+def _earned_step(current: int, ratio: float, elapsed_s: float, cooldown_s: float) -> int:
+    """The replicas the cap spread over `cooldown_s` allows `elapsed_s` after a scale-down:
+    the whole cap (`max_scale_down_step`) once the cooldown has passed, before that the part of
+    it a constant rate of decay, `1 - ratio` per cooldown, has earned."""
+    if cooldown_s <= 0 or elapsed_s >= cooldown_s:
+        return max_scale_down_step(current, ratio)
+    share: float = 1.0 - (1.0 - ratio) ** (max(0.0, elapsed_s) / cooldown_s)
+    return math.floor(current * share + _CEIL_SLACK)
+
+
+def _earned_after_s(current: int, ratio: float, cooldown_s: float) -> float:
+    """How long after a scale-down the spread cap has earned one replica (`_earned_step`)."""
+    if current <= 1 or ratio >= 1.0:
+        return cooldown_s if current <= 1 else 0.0
+    # floor(current x (1 - (1 - ratio)^x)) >= 1  <=>  x >= log(1 - 1/current) / log(1 - ratio)
+    share = math.log(1.0 - 1.0 / current) / math.log(1.0 - ratio)
+    return min(1.0, share) * cooldown_s
 
 
 def _quota_capped(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyState] | None:
