@@ -291,6 +291,8 @@ def _scale_down(
     step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
     since = state.last_scale_change_s
     spread = config.scale_down_spread and since is not None and since != state.last_scale_up_s
+    if spread and config.scale_down_spread_gentle and desired < tick.current - step:
+        spread = False  # a drop of more than a cap (a burst ended): the whole cooldown holds
     if since is not None and spread:
         elapsed = tick.now - since
         step = max(1, _earned_step(tick.current, config.scale_down_max_ratio, elapsed, cooldown_s))

@@ -151,3 +151,22 @@ def test_invalid_way_down_config_raises(overrides: dict[str, object]) -> None:
     """A non-positive start-up ratio or a negative step is a programming error."""
     with pytest.raises(ValueError, match="must"):
         builders.config(**overrides)
+
+
+def test_gentle_spread_keeps_the_cooldown_after_a_drop_of_more_than_a_cap() -> None:
+    """With the gentle spread, thirty replicas whose load asks for 2 hold for the whole cooldown
+    60 s after a scale-down."""
+    config = spread(scale_down_spread_gentle=True)
+    decision, _ = policy.decide(config, low_load(30), after_scale_down(60))
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+    assert decision.cooldown_until_s == NOW_S + 240
+    assert "waits for the scale-down cooldown" in decision.detail
+
+
+def test_gentle_spread_follows_a_decline_within_a_cap() -> None:
+    """With the gentle spread, thirty replicas whose load asks for 26 lose a replica 60 s after
+    a scale-down."""
+    config = spread(scale_down_spread_gentle=True)
+    observation = builders.observation(load=255.0, replicas=30, serving=30)
+    decision, _ = policy.decide(config, observation, after_scale_down(60))
+    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 29)
