@@ -354,6 +354,9 @@ class PolicyConfig:
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
     scale_down_max_ratio: float = 0.2
+    scale_down_deadband_ratio: float | None = None
+    """The deadband below target for a scale-down: every ratio must fall under 1 minus this;
+    None: `deadband_ratio`, the same as above target."""
     scale_down_startup_ratio: float | None = None
     """Scale the scale-down cooldown to what a wrong scale-down costs: this many times the
     service's observed start-up time (`Observation.startup_s`), no longer than
@@ -409,12 +412,20 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
+        down = self.scale_down_deadband_ratio
+        _require(down is None or 0 <= down < 1, "scale_down_deadband_ratio must be in [0, 1)")
         ratio = self.scale_down_startup_ratio
         _require(
             ratio is None or (math.isfinite(ratio) and ratio > 0),
             "scale_down_startup_ratio must be > 0",
         )
         _require(self.scale_down_step_s >= 0, "scale_down_step_s must be >= 0")
+
+    @property
+    def scale_down_deadband(self) -> float:
+        """The deadband a scale-down reads (`scale_down_deadband_ratio`)."""
+        down = self.scale_down_deadband_ratio
+        return self.deadband_ratio if down is None else down
 
     @property
     def llm_signals(self) -> frozenset[Signal]:

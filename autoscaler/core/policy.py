@@ -268,12 +268,13 @@ def _scale_down(
         return tick.hold(
             Reason.MISSING_DATA, f"no scale-down without fresh {_names(votes.missing)}"
         )
+    below = 1.0 - config.scale_down_deadband
     for signal, vote in votes.contributions.items():
-        if not vote.ratio < 1.0 - config.deadband_ratio:
+        if not vote.ratio < below:
             detail = f"{signal.name.lower()} ratio {vote.ratio:.2f} in the deadband"
             return tick.steady(Reason.IN_DEADBAND, detail)
     for signal, ratio in votes.recent_ratios.items():
-        if not ratio < 1.0 - config.deadband_ratio:
+        if not ratio < below:
             detail = f"{signal.name.lower()} ratio {ratio:.2f} over the last seconds"
             return tick.hold(Reason.RECENT_LOAD, detail)
     gpu_target = config.target_gpu_utilization_pct

@@ -145,7 +145,11 @@ def test_startup_scaled_cooldown_keeps_the_fixed_one_for_slow_or_unknown_start_u
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"scale_down_startup_ratio": 0.0}, {"scale_down_step_s": -1.0}],
+    [
+        {"scale_down_startup_ratio": 0.0},
+        {"scale_down_step_s": -1.0},
+        {"scale_down_deadband_ratio": 1.0},
+    ],
 )
 def test_invalid_way_down_config_raises(overrides: dict[str, object]) -> None:
     """A non-positive start-up ratio or a negative step is a programming error."""
@@ -170,3 +174,23 @@ def test_gentle_spread_follows_a_decline_within_a_cap() -> None:
     observation = builders.observation(load=255.0, replicas=30, serving=30)
     decision, _ = policy.decide(config, observation, after_scale_down(60))
     assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 29)
+
+
+@pytest.mark.parametrize(("down", "kind"), [(None, Kind.STEADY), (0.05, Kind.SCALE_DOWN)])
+def test_scale_down_deadband_of_its_own(down: float | None, kind: Kind) -> None:
+    """Thirty replicas at a load ratio of 0.93 sit in the 10 % deadband, and go to the 28 the
+    load asks for under a 5 % one."""
+    config = builders.config(max_replicas=40, scale_down_deadband_ratio=down)
+    observation = builders.observation(load=280.0, replicas=30, serving=30)
+    decision, _ = policy.decide(config, observation, builders.state())
+    assert decision.kind is kind
+    if kind is Kind.SCALE_DOWN:
+        assert decision.desired == 28
+
+
+def test_scale_down_deadband_leaves_the_scale_up_deadband() -> None:
+    """A 5 % deadband below target leaves a ratio of 1.08 in the 10 % one above it."""
+    config = builders.config(scale_down_deadband_ratio=0.05)
+    observation = builders.observation(load=108.0, replicas=10, serving=10)
+    decision, _ = policy.decide(config, observation, builders.state())
+    assert (decision.kind, decision.reason) == (Kind.STEADY, Reason.IN_DEADBAND)
