@@ -190,7 +190,7 @@ def test_scale_down_deadband_of_its_own(down: float | None, kind: Kind) -> None:
 
 def test_scale_down_deadband_leaves_the_scale_up_deadband() -> None:
     """A 5 % deadband below target leaves a ratio of 1.08 in the 10 % one above it."""
-    config = builders.config(scale_down_deadband_ratio=0.05)
+    config = builders.config(max_replicas=40, scale_down_deadband_ratio=0.05)
     observation = builders.observation(load=108.0, replicas=10, serving=10)
     decision, _ = policy.decide(config, observation, builders.state())
     assert (decision.kind, decision.reason) == (Kind.STEADY, Reason.IN_DEADBAND)
