@@ -367,10 +367,10 @@ class PolicyConfig:
     cooldown)))`, is a whole replica (and `scale_down_step_s` has passed), so a large service
     follows a slow decline in small steps at the same rate as one cap per cooldown. After a
     scale-up (or a resume) the whole cooldown still holds."""
-    scale_down_spread_gentle: bool = False
-    """With `scale_down_spread`: spread only while the count wanted is within one cap of the
-    current count (a slow decline); a larger drop (the end of a burst) waits the whole
-    cooldown."""
+    scale_down_gentle: bool = False
+    """The faster ways down (`scale_down_spread`, `scale_down_startup_ratio`) only while the
+    count wanted is within one cap of the current count (a slow decline); a larger drop (the
+    end of a burst) waits the whole fixed cooldown."""
     scale_down_step_s: float = 60.0
     """The least time between two scale-downs with `scale_down_spread` or
     `scale_down_startup_ratio`."""

@@ -288,12 +288,16 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
-    cooldown_s, cooldown_why = _scale_down_cooldown_s(config, tick.observation)
     step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
+    # A drop of more than a cap (a burst ended) waits the whole fixed cooldown when gentle.
+    fast = not (config.scale_down_gentle and desired < tick.current - step)
+    cooldown_s, cooldown_why = config.scale_down_cooldown_s, ""
+    if fast:
+        cooldown_s, cooldown_why = _scale_down_cooldown_s(config, tick.observation)
     since = state.last_scale_change_s
-    spread = config.scale_down_spread and since is not None and since != state.last_scale_up_s
-    if spread and config.scale_down_spread_gentle and desired < tick.current - step:
-        spread = False  # a drop of more than a cap (a burst ended): the whole cooldown holds
+    spread = (
+        fast and config.scale_down_spread and since is not None and since != state.last_scale_up_s
+    )
     if since is not None and spread:
         elapsed = tick.now - since
         step = max(1, _earned_step(tick.current, config.scale_down_max_ratio, elapsed, cooldown_s))

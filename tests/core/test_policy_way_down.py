@@ -160,7 +160,7 @@ def test_invalid_way_down_config_raises(overrides: dict[str, object]) -> None:
 def test_gentle_spread_keeps_the_cooldown_after_a_drop_of_more_than_a_cap() -> None:
     """With the gentle spread, thirty replicas whose load asks for 2 hold for the whole cooldown
     60 s after a scale-down."""
-    config = spread(scale_down_spread_gentle=True)
+    config = spread(scale_down_gentle=True)
     decision, _ = policy.decide(config, low_load(30), after_scale_down(60))
     assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
     assert decision.cooldown_until_s == NOW_S + 240
@@ -170,7 +170,7 @@ def test_gentle_spread_keeps_the_cooldown_after_a_drop_of_more_than_a_cap() -> N
 def test_gentle_spread_follows_a_decline_within_a_cap() -> None:
     """With the gentle spread, thirty replicas whose load asks for 26 lose a replica 60 s after
     a scale-down."""
-    config = spread(scale_down_spread_gentle=True)
+    config = spread(scale_down_gentle=True)
     observation = builders.observation(load=255.0, replicas=30, serving=30)
     decision, _ = policy.decide(config, observation, after_scale_down(60))
     assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 29)
@@ -194,3 +194,17 @@ def test_scale_down_deadband_leaves_the_scale_up_deadband() -> None:
     observation = builders.observation(load=108.0, replicas=10, serving=10)
     decision, _ = policy.decide(config, observation, builders.state())
     assert (decision.kind, decision.reason) == (Kind.STEADY, Reason.IN_DEADBAND)
+
+
+def test_gentle_startup_scaled_cooldown_keeps_the_fixed_one_after_a_large_drop() -> None:
+    """Gentle, pods that start in 15 s shorten the cooldown for a drop within a cap but not for
+    a larger one."""
+    state = builders.state(last_scale_change_s=NOW_S - 80)
+    config, _ = startup_scaled(15.0, scale_down_gentle=True)
+    small = builders.observation(load=75.0, replicas=10, serving=10, startup_s=15.0)
+    decision, _ = policy.decide(config, small, state)
+    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 8)
+    large = builders.observation(load=15.0, replicas=10, serving=10, startup_s=15.0)
+    decision, _ = policy.decide(config, large, state)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+    assert decision.cooldown_until_s == NOW_S + 220
