@@ -532,6 +532,10 @@ class PolicyState:
 
     last_scale_up_s: float | None = None
     last_scale_change_s: float | None = None
+    last_scale_down_s: float | None = None
+    """The last scale-down: with `PolicyConfig.scale_down_spread`, a scale-down follows one
+    sooner only when it is the last change. Not persisted: after a restart the whole cooldown
+    holds."""
     burst_until_s: float | None = None
     paused_s: float | None = None
     """When the current pause began; None when not paused (a resume is seen by its end)."""

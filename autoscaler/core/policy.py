@@ -147,7 +147,8 @@ class _Tick:
             now = self.now
             state = dataclasses.replace(state, last_scale_up_s=now, last_scale_change_s=now)
         elif kind is Kind.SCALE_DOWN:
-            state = dataclasses.replace(state, last_scale_change_s=self.now)
+            now = self.now
+            state = dataclasses.replace(state, last_scale_change_s=now, last_scale_down_s=now)
         return decision, state
 
     def hold(
@@ -295,9 +296,8 @@ def _scale_down(
     if fast:
         cooldown_s, cooldown_why = _scale_down_cooldown_s(config, tick.observation)
     since = state.last_scale_change_s
-    spread = (
-        fast and config.scale_down_spread and since is not None and since != state.last_scale_up_s
-    )
+    spread = fast and config.scale_down_spread and since is not None
+    spread = spread and since == state.last_scale_down_s  # not after a scale-up or a resume
     if since is not None and spread:
         elapsed = tick.now - since
         step = max(1, _earned_step(tick.current, config.scale_down_max_ratio, elapsed, cooldown_s))

@@ -371,7 +371,9 @@ def test_scale_down_proceeds_once_the_cooldown_has_passed() -> None:
     observation = builders.observation(load=50.0, replicas=10, serving=10)
     decision, next_state = decide(observation=observation, state=state)
     assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 8)
-    assert next_state == builders.state(last_scale_up_s=NOW_S - 300, last_scale_change_s=NOW_S)
+    assert next_state == builders.state(
+        last_scale_up_s=NOW_S - 300, last_scale_change_s=NOW_S, last_scale_down_s=NOW_S
+    )
 
 
 # 7. Cap --------------------------------------------------------------------------------------

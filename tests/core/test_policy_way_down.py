@@ -29,7 +29,11 @@ def low_load(replicas: int) -> model.Observation:
 
 def after_scale_down(age_s: float) -> model.PolicyState:
     """The last change a scale-down `age_s` ago, the last scale-up long before."""
-    return builders.state(last_scale_up_s=NOW_S - 5000, last_scale_change_s=NOW_S - age_s)
+    return builders.state(
+        last_scale_up_s=NOW_S - 5000,
+        last_scale_change_s=NOW_S - age_s,
+        last_scale_down_s=NOW_S - age_s,
+    )
 
 
 def test_spread_cap_removes_a_replica_a_minute_after_a_scale_down() -> None:
@@ -208,3 +212,17 @@ def test_gentle_startup_scaled_cooldown_keeps_the_fixed_one_after_a_large_drop()
     decision, _ = policy.decide(config, large, state)
     assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
     assert decision.cooldown_until_s == NOW_S + 220
+
+
+def test_spread_cap_keeps_the_whole_cooldown_after_a_resume() -> None:
+    """A minute after a pause ends, thirty replicas still hold for the whole 300 s cooldown."""
+    state = builders.state(
+        paused_s=NOW_S - 1000,
+        last_scale_change_s=NOW_S - 5000,
+        last_scale_down_s=NOW_S - 5000,
+    )
+    _, state = policy.decide(spread(), low_load(30), state)
+    later = builders.observation(now_s=NOW_S + 60, load=15.0, replicas=30, serving=30)
+    decision, _ = policy.decide(spread(), later, state)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+    assert decision.cooldown_until_s == NOW_S + 300
