@@ -354,26 +354,15 @@ class PolicyConfig:
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
     scale_down_max_ratio: float = 0.2
-    scale_down_deadband_ratio: float | None = None
-    """The deadband below target for a scale-down: every ratio must fall under 1 minus this;
-    None: `deadband_ratio`, the same as above target."""
-    scale_down_startup_ratio: float | None = None
-    """Scale the scale-down cooldown to what a wrong scale-down costs: this many times the
-    service's observed start-up time (`Observation.startup_s`), no longer than
-    `scale_down_cooldown_s` and no shorter than `scale_down_step_s`. None: the fixed cooldown."""
     scale_down_spread: bool = False
     """Spread the cap over the cooldown: after a scale-down, the next may come as soon as the
     share of the cap earned since, `floor(current x (1 - (1 - scale_down_max_ratio) ^ (elapsed /
     cooldown)))`, is a whole replica (and `scale_down_step_s` has passed), so a large service
     follows a slow decline in small steps at the same rate as one cap per cooldown. After a
     scale-up (or a resume) the whole cooldown still holds."""
-    scale_down_gentle: bool = False
-    """The faster ways down (`scale_down_spread`, `scale_down_startup_ratio`) only while the
-    count wanted is within one cap of the current count (a slow decline); a larger drop (the
-    end of a burst) waits the whole fixed cooldown."""
     scale_down_step_s: float = 60.0
-    """The least time between two scale-downs with `scale_down_spread` or
-    `scale_down_startup_ratio`."""
+    """With `scale_down_spread`: the least time between two scale-downs, so that a large
+    service, which earns a replica within seconds, still steps down at most once a minute."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
@@ -412,20 +401,7 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
-        down = self.scale_down_deadband_ratio
-        _require(down is None or 0 <= down < 1, "scale_down_deadband_ratio must be in [0, 1)")
-        ratio = self.scale_down_startup_ratio
-        _require(
-            ratio is None or (math.isfinite(ratio) and ratio > 0),
-            "scale_down_startup_ratio must be > 0",
-        )
         _require(self.scale_down_step_s >= 0, "scale_down_step_s must be >= 0")
-
-    @property
-    def scale_down_deadband(self) -> float:
-        """The deadband a scale-down reads (`scale_down_deadband_ratio`)."""
-        down = self.scale_down_deadband_ratio
-        return self.deadband_ratio if down is None else down
 
     @property
     def llm_signals(self) -> frozenset[Signal]:

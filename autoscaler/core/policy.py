@@ -31,8 +31,14 @@ returns the decision and the next state. The steps, in order:
    every ratio is below 1 - deadband.
 5. **Capacity veto.** GPU utilisation above its target blocks a scale-down; it never scales up.
 6. **Cooldowns.** No scale-up within `scale_up_cooldown_s` of the last one (a burst skips this);
-   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
-7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
+   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds. In
+   `default` (`scale_down_spread`), after the policy's own scale-down the cap is spread over the
+   cooldown instead: the next scale-down comes once the share of the cap earned since is a whole
+   replica, `scale_down_step_s` apart at the least, so a large service follows a slow decline in
+   small steps at the rate of one cap per cooldown; after a scale-up or a resume the whole
+   cooldown holds.
+7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step (with the
+   spread, the part of it earned since the last scale-down).
 8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
    (`observation.admissible`; docs/architecture.md, "The placement ladder"): it is clamped to
    `max(current, admissible)`, and a scale-up the quota refuses entirely is a hold. The quota never
@@ -70,12 +76,14 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
     """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
-    as demand and the seasonal forecast (which votes only where its backtest says so)."""
+    as demand, the seasonal forecast (which votes only where its backtest says so) and the
+    scale-down cap spread over the cooldown."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
         "forecast": model.ForecastConfig(),
+        "scale_down_spread": True,
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -269,13 +277,12 @@ def _scale_down(
         return tick.hold(
             Reason.MISSING_DATA, f"no scale-down without fresh {_names(votes.missing)}"
         )
-    below = 1.0 - config.scale_down_deadband
     for signal, vote in votes.contributions.items():
-        if not vote.ratio < below:
+        if not vote.ratio < 1.0 - config.deadband_ratio:
             detail = f"{signal.name.lower()} ratio {vote.ratio:.2f} in the deadband"
             return tick.steady(Reason.IN_DEADBAND, detail)
     for signal, ratio in votes.recent_ratios.items():
-        if not ratio < below:
+        if not ratio < 1.0 - config.deadband_ratio:
             detail = f"{signal.name.lower()} ratio {ratio:.2f} over the last seconds"
             return tick.hold(Reason.RECENT_LOAD, detail)
     gpu_target = config.target_gpu_utilization_pct
@@ -289,18 +296,17 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
+    cooldown_s = config.scale_down_cooldown_s
     step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
-    # A drop of more than a cap (a burst ended) waits the whole fixed cooldown when gentle.
-    fast = not (config.scale_down_gentle and desired < tick.current - step)
-    cooldown_s, cooldown_why = config.scale_down_cooldown_s, ""
-    if fast:
-        cooldown_s, cooldown_why = _scale_down_cooldown_s(config, tick.observation)
     since = state.last_scale_change_s
-    spread = fast and config.scale_down_spread and since is not None
-    spread = spread and since == state.last_scale_down_s  # not after a scale-up or a resume
+    # Spread only after the policy's own scale-down; after a scale-up or a resume the whole
+    # cooldown holds.
+    spread = config.scale_down_spread and since is not None and since == state.last_scale_down_s
     if since is not None and spread:
-        elapsed = tick.now - since
-        step = max(1, _earned_step(tick.current, config.scale_down_max_ratio, elapsed, cooldown_s))
+        earned = _earned_step(
+            tick.current, config.scale_down_max_ratio, tick.now - since, cooldown_s
+        )
+        step = max(1, earned)
         until = since + max(
             config.scale_down_step_s,
             _earned_after_s(tick.current, config.scale_down_max_ratio, cooldown_s),
@@ -308,8 +314,8 @@ def _scale_down(
         if tick.now < until:
             return tick.hold(
                 Reason.COOLDOWN,
-                f"scale-down to {desired} waits until the cap spread over the "
-                f"{cooldown_s:g} s cooldown{cooldown_why} adds up to a replica",
+                f"scale-down to {desired} waits until the cap spread over the {cooldown_s:g} s "
+                "cooldown adds up to a replica",
                 cooldown_until_s=until,
             )
     elif since is not None:
@@ -317,7 +323,7 @@ def _scale_down(
         if tick.now < until:
             return tick.hold(
                 Reason.COOLDOWN,
-                f"scale-down to {desired} waits for the scale-down cooldown{cooldown_why}",
+                f"scale-down to {desired} waits for the scale-down cooldown",
                 cooldown_until_s=until,
             )
     capped = max(desired, tick.current - step)
@@ -325,25 +331,8 @@ def _scale_down(
     if capped > desired:
         detail += f"; {desired} wanted, at most {step} removed per step"
     if spread:
-        detail += f" (the cap spread over the {cooldown_s:g} s cooldown{cooldown_why})"
-    elif cooldown_why:
-        detail += f" (scale-down cooldown {cooldown_s:g} s{cooldown_why})"
+        detail += f" (the cap spread over the {cooldown_s:g} s cooldown)"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
-
-
-def _scale_down_cooldown_s(
-    config: model.PolicyConfig, observation: model.Observation
-) -> tuple[float, str]:
-    """The scale-down cooldown, and what set it when not the fixed one: with
-    `scale_down_startup_ratio`, that many times the observed start-up, within
-    [`scale_down_step_s`, `scale_down_cooldown_s`] (a replica taken away wrongly comes back in
-    one start-up)."""
-    ratio, startup = config.scale_down_startup_ratio, observation.startup_s
-    fixed = config.scale_down_cooldown_s
-    if ratio is None or startup is None or not math.isfinite(startup):
-        return fixed, ""
-    scaled = min(fixed, max(config.scale_down_step_s, ratio * startup))
-    return scaled, f", {ratio:g} x the {startup:.0f} s start-up"
 
 
 def _earned_step(current: int, ratio: float, elapsed_s: float, cooldown_s: float) -> int:

@@ -1,6 +1,6 @@
-"""The scale-down cooldown's two optional rules: the cap spread over the cooldown
-(`PolicyConfig.scale_down_spread`) and the cooldown scaled to the start-up time
-(`PolicyConfig.scale_down_startup_ratio`)."""
+"""The scale-down cap spread over the cooldown (`PolicyConfig.scale_down_spread`, on in
+`policy.default`): after its own scale-down the policy steps down again as soon as the cap has
+earned a replica, at the rate of one cap per cooldown."""
 
 from __future__ import annotations
 
@@ -107,113 +107,6 @@ def test_spread_cap_sheds_no_faster_than_one_cap_per_cooldown() -> None:
         assert replicas >= fixed
 
 
-def startup_scaled(
-    startup_s: float | None, **overrides: object
-) -> tuple[model.PolicyConfig, model.Observation]:
-    """A cooldown of 5 start-ups, and ten replicas whose pods started in `startup_s`."""
-    config = builders.config(scale_down_startup_ratio=5.0, **overrides)
-    return config, builders.observation(load=50.0, replicas=10, serving=10, startup_s=startup_s)
-
-
-def test_startup_scaled_cooldown_is_short_when_pods_start_fast() -> None:
-    """Pods that start in 15 s make the cooldown 75 s: a scale-down 80 s after a change proceeds
-    and says why."""
-    config, observation = startup_scaled(15.0)
-    state = builders.state(last_scale_up_s=NOW_S - 80, last_scale_change_s=NOW_S - 80)
-    decision, _ = policy.decide(config, observation, state)
-    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 8)
-    assert "scale-down cooldown 75 s, 5 x the 15 s start-up" in decision.detail
-
-
-def test_startup_scaled_cooldown_is_no_shorter_than_the_step() -> None:
-    """Pods that start in 5 s still wait the 60 s step: 50 s after a change holds until 60 s."""
-    config, observation = startup_scaled(5.0)
-    state = builders.state(last_scale_change_s=NOW_S - 50)
-    decision, _ = policy.decide(config, observation, state)
-    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
-    assert decision.cooldown_until_s == NOW_S + 10
-    assert "5 x the 5 s start-up" in decision.detail
-
-
-@pytest.mark.parametrize("startup_s", [120.0, None])
-def test_startup_scaled_cooldown_keeps_the_fixed_one_for_slow_or_unknown_start_up(
-    startup_s: float | None,
-) -> None:
-    """A 120 s start-up, or none seen yet, keeps the fixed 300 s cooldown."""
-    config, observation = startup_scaled(startup_s)
-    state = builders.state(last_scale_change_s=NOW_S - 299)
-    decision, _ = policy.decide(config, observation, state)
-    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
-    assert decision.cooldown_until_s == NOW_S + 1
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {"scale_down_startup_ratio": 0.0},
-        {"scale_down_step_s": -1.0},
-        {"scale_down_deadband_ratio": 1.0},
-    ],
-)
-def test_invalid_way_down_config_raises(overrides: dict[str, object]) -> None:
-    """A non-positive start-up ratio or a negative step is a programming error."""
-    with pytest.raises(ValueError, match="must"):
-        builders.config(**overrides)
-
-
-def test_gentle_spread_keeps_the_cooldown_after_a_drop_of_more_than_a_cap() -> None:
-    """With the gentle spread, thirty replicas whose load asks for 2 hold for the whole cooldown
-    60 s after a scale-down."""
-    config = spread(scale_down_gentle=True)
-    decision, _ = policy.decide(config, low_load(30), after_scale_down(60))
-    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
-    assert decision.cooldown_until_s == NOW_S + 240
-    assert "waits for the scale-down cooldown" in decision.detail
-
-
-def test_gentle_spread_follows_a_decline_within_a_cap() -> None:
-    """With the gentle spread, thirty replicas whose load asks for 26 lose a replica 60 s after
-    a scale-down."""
-    config = spread(scale_down_gentle=True)
-    observation = builders.observation(load=255.0, replicas=30, serving=30)
-    decision, _ = policy.decide(config, observation, after_scale_down(60))
-    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 29)
-
-
-@pytest.mark.parametrize(("down", "kind"), [(None, Kind.STEADY), (0.05, Kind.SCALE_DOWN)])
-def test_scale_down_deadband_of_its_own(down: float | None, kind: Kind) -> None:
-    """Thirty replicas at a load ratio of 0.93 sit in the 10 % deadband, and go to the 28 the
-    load asks for under a 5 % one."""
-    config = builders.config(max_replicas=40, scale_down_deadband_ratio=down)
-    observation = builders.observation(load=280.0, replicas=30, serving=30)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert decision.kind is kind
-    if kind is Kind.SCALE_DOWN:
-        assert decision.desired == 28
-
-
-def test_scale_down_deadband_leaves_the_scale_up_deadband() -> None:
-    """A 5 % deadband below target leaves a ratio of 1.08 in the 10 % one above it."""
-    config = builders.config(max_replicas=40, scale_down_deadband_ratio=0.05)
-    observation = builders.observation(load=108.0, replicas=10, serving=10)
-    decision, _ = policy.decide(config, observation, builders.state())
-    assert (decision.kind, decision.reason) == (Kind.STEADY, Reason.IN_DEADBAND)
-
-
-def test_gentle_startup_scaled_cooldown_keeps_the_fixed_one_after_a_large_drop() -> None:
-    """Gentle, pods that start in 15 s shorten the cooldown for a drop within a cap but not for
-    a larger one."""
-    state = builders.state(last_scale_change_s=NOW_S - 80)
-    config, _ = startup_scaled(15.0, scale_down_gentle=True)
-    small = builders.observation(load=75.0, replicas=10, serving=10, startup_s=15.0)
-    decision, _ = policy.decide(config, small, state)
-    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 8)
-    large = builders.observation(load=15.0, replicas=10, serving=10, startup_s=15.0)
-    decision, _ = policy.decide(config, large, state)
-    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
-    assert decision.cooldown_until_s == NOW_S + 220
-
-
 def test_spread_cap_keeps_the_whole_cooldown_after_a_resume() -> None:
     """A minute after a pause ends, thirty replicas still hold for the whole 300 s cooldown."""
     state = builders.state(
@@ -226,3 +119,15 @@ def test_spread_cap_keeps_the_whole_cooldown_after_a_resume() -> None:
     decision, _ = policy.decide(spread(), later, state)
     assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
     assert decision.cooldown_until_s == NOW_S + 300
+
+
+def test_default_policy_spreads_the_cap() -> None:
+    """The default policy spreads the scale-down cap over the cooldown; the seed one does not."""
+    assert policy.default(max_replicas=10, target_load_per_replica=1.0).scale_down_spread
+    assert not policy.seed(max_replicas=10, target_load_per_replica=1.0).scale_down_spread
+
+
+def test_negative_step_raises() -> None:
+    """A negative least time between scale-downs is a programming error."""
+    with pytest.raises(ValueError, match="must"):
+        builders.config(scale_down_step_s=-1.0)
