@@ -354,15 +354,6 @@ class PolicyConfig:
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
     scale_down_max_ratio: float = 0.2
-    scale_down_spread: bool = False
-    """Spread the cap over the cooldown: after a scale-down, the next may come as soon as the
-    share of the cap earned since, `floor(current x (1 - (1 - scale_down_max_ratio) ^ (elapsed /
-    cooldown)))`, is a whole replica (and `scale_down_step_s` has passed), so a large service
-    follows a slow decline in small steps at the same rate as one cap per cooldown. After a
-    scale-up (or a resume) the whole cooldown still holds."""
-    scale_down_step_s: float = 60.0
-    """With `scale_down_spread`: the least time between two scale-downs, so that a large
-    service, which earns a replica within seconds, still steps down at most once a minute."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
@@ -401,7 +392,6 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
-        _require(self.scale_down_step_s >= 0, "scale_down_step_s must be >= 0")
 
     @property
     def llm_signals(self) -> frozenset[Signal]:
@@ -508,10 +498,6 @@ class PolicyState:
 
     last_scale_up_s: float | None = None
     last_scale_change_s: float | None = None
-    last_scale_down_s: float | None = None
-    """The last scale-down: with `PolicyConfig.scale_down_spread`, a scale-down follows one
-    sooner only when it is the last change. Not persisted: after a restart the whole cooldown
-    holds."""
     burst_until_s: float | None = None
     paused_s: float | None = None
     """When the current pause began; None when not paused (a resume is seen by its end)."""

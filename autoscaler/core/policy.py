@@ -31,14 +31,8 @@ returns the decision and the next state. The steps, in order:
    every ratio is below 1 - deadband.
 5. **Capacity veto.** GPU utilisation above its target blocks a scale-down; it never scales up.
 6. **Cooldowns.** No scale-up within `scale_up_cooldown_s` of the last one (a burst skips this);
-   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds. In
-   `default` (`scale_down_spread`), after the policy's own scale-down the cap is spread over the
-   cooldown instead: the next scale-down comes once the share of the cap earned since is a whole
-   replica, `scale_down_step_s` apart at the least, so a large service follows a slow decline in
-   small steps at the rate of one cap per cooldown; after a scale-up or a resume the whole
-   cooldown holds.
-7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step (with the
-   spread, the part of it earned since the last scale-down).
+   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
+7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
 8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
    (`observation.admissible`; docs/architecture.md, "The placement ladder"): it is clamped to
    `max(current, admissible)`, and a scale-up the quota refuses entirely is a hold. The quota never
@@ -76,14 +70,12 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
     """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
-    as demand, the seasonal forecast (which votes only where its backtest says so) and the
-    scale-down cap spread over the cooldown."""
+    as demand and the seasonal forecast (which votes only where its backtest says so)."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
         "forecast": model.ForecastConfig(),
-        "scale_down_spread": True,
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -155,8 +147,7 @@ class _Tick:
             now = self.now
             state = dataclasses.replace(state, last_scale_up_s=now, last_scale_change_s=now)
         elif kind is Kind.SCALE_DOWN:
-            now = self.now
-            state = dataclasses.replace(state, last_scale_change_s=now, last_scale_down_s=now)
+            state = dataclasses.replace(state, last_scale_change_s=self.now)
         return decision, state
 
     def hold(
@@ -296,62 +287,20 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
-    cooldown_s = config.scale_down_cooldown_s
-    step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
-    since = state.last_scale_change_s
-    # Spread only after the policy's own scale-down; after a scale-up or a resume the whole
-    # cooldown holds.
-    spread = config.scale_down_spread and since is not None and since == state.last_scale_down_s
-    if since is not None and spread:
-        earned = _earned_step(
-            tick.current, config.scale_down_max_ratio, tick.now - since, cooldown_s
-        )
-        step = max(1, earned)
-        until = since + max(
-            config.scale_down_step_s,
-            _earned_after_s(tick.current, config.scale_down_max_ratio, cooldown_s),
-        )
-        if tick.now < until:
-            return tick.hold(
-                Reason.COOLDOWN,
-                f"scale-down to {desired} waits until the cap spread over the {cooldown_s:g} s "
-                "cooldown adds up to a replica",
-                cooldown_until_s=until,
-            )
-    elif since is not None:
-        until = since + cooldown_s
+    if state.last_scale_change_s is not None:
+        until = state.last_scale_change_s + config.scale_down_cooldown_s
         if tick.now < until:
             return tick.hold(
                 Reason.COOLDOWN,
                 f"scale-down to {desired} waits for the scale-down cooldown",
                 cooldown_until_s=until,
             )
+    step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
     capped = max(desired, tick.current - step)
     detail = "every signal below target"
     if capped > desired:
         detail += f"; {desired} wanted, at most {step} removed per step"
-    if spread:
-        detail += f" (the cap spread over the {cooldown_s:g} s cooldown)"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
-
-
-def _earned_step(current: int, ratio: float, elapsed_s: float, cooldown_s: float) -> int:
-    """The replicas the cap spread over `cooldown_s` allows `elapsed_s` after a scale-down:
-    the whole cap (`max_scale_down_step`) once the cooldown has passed, before that the part of
-    it a constant rate of decay, `1 - ratio` per cooldown, has earned."""
-    if cooldown_s <= 0 or elapsed_s >= cooldown_s:
-        return max_scale_down_step(current, ratio)
-    share: float = 1.0 - (1.0 - ratio) ** (max(0.0, elapsed_s) / cooldown_s)
-    return math.floor(current * share + _CEIL_SLACK)
-
-
-def _earned_after_s(current: int, ratio: float, cooldown_s: float) -> float:
-    """How long after a scale-down the spread cap has earned one replica (`_earned_step`)."""
-    if current <= 1 or ratio >= 1.0:
-        return cooldown_s if current <= 1 else 0.0
-    # floor(current x (1 - (1 - ratio)^x)) >= 1  <=>  x >= log(1 - 1/current) / log(1 - ratio)
-    share = math.log(1.0 - 1.0 / current) / math.log(1.0 - ratio)
-    return min(1.0, share) * cooldown_s
 
 
 def _quota_capped(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyState] | None:

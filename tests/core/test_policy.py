@@ -371,9 +371,7 @@ def test_scale_down_proceeds_once_the_cooldown_has_passed() -> None:
     observation = builders.observation(load=50.0, replicas=10, serving=10)
     decision, next_state = decide(observation=observation, state=state)
     assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 8)
-    assert next_state == builders.state(
-        last_scale_up_s=NOW_S - 300, last_scale_change_s=NOW_S, last_scale_down_s=NOW_S
-    )
+    assert next_state == builders.state(last_scale_up_s=NOW_S - 300, last_scale_change_s=NOW_S)
 
 
 # 7. Cap --------------------------------------------------------------------------------------
@@ -566,8 +564,8 @@ def test_lookahead_never_lowers_the_estimate(trend_per_s: float, trend_stderr_pe
 
 
 def test_seed_is_the_default_with_every_extension_off() -> None:
-    """The seed policy is the default one with the burst path, look-ahead, queue drain,
-    seasonal forecast and spread scale-down cap off."""
+    """The seed policy is the default one with the burst path, look-ahead, queue drain and
+    seasonal forecast off."""
     seed = policy.seed(max_replicas=8, target_load_per_replica=5.0)
     ours = policy.default(max_replicas=8, target_load_per_replica=5.0)
     assert ours.lookahead == LookaheadConfig()
@@ -575,14 +573,8 @@ def test_seed_is_the_default_with_every_extension_off() -> None:
     differing = [
         f.name for f in dataclasses.fields(seed) if getattr(seed, f.name) != getattr(ours, f.name)
     ]
-    assert set(differing) == {
-        "burst",
-        "lookahead",
-        "queue_drain",
-        "forecast",
-        "scale_down_spread",
-    }
-    assert all(getattr(seed, name) in (None, False) for name in differing)
+    assert set(differing) == {"burst", "lookahead", "queue_drain", "forecast"}
+    assert all(getattr(seed, name) is None for name in differing)
 
 
 @pytest.mark.parametrize(
