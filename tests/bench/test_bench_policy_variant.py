@@ -1,0 +1,51 @@
+"""`bench.policy_variant`: the default policy with other fields, for one bench run."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from autoscaler.core import policy
+from bench import policy_variant
+
+
+def test_default_with_sets_the_fields_and_restores_the_policy() -> None:
+    """Inside, `policy.default` builds with the given fields; afterwards as shipped."""
+    with policy_variant.default_with({"deadband_ratio": 0.05}):
+        config = policy.default(max_replicas=10, target_load_per_replica=1.0)
+        assert config.deadband_ratio == 0.05
+        assert config.burst is not None  # the rest of the default policy is kept
+    assert policy.default(max_replicas=10, target_load_per_replica=1.0).deadband_ratio == 0.1
+
+
+def test_caller_overrides_win_over_the_variant() -> None:
+    """A field the caller passes (as an annotation would) wins over the variant's."""
+    with policy_variant.default_with({"deadband_ratio": 0.05}):
+        config = policy.default(max_replicas=10, target_load_per_replica=1.0, deadband_ratio=0.2)
+    assert config.deadband_ratio == 0.2
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("scale_down_cooldown_s=120", ("scale_down_cooldown_s", 120)),
+        ("burst=none", ("burst", None)),
+    ],
+)
+def test_parse_field_reads_json_values(text: str, parsed: tuple[str, object]) -> None:
+    """A field's value is JSON, or `none`."""
+    assert policy_variant.parse_field(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["no_such_field=1", "deadband_ratio", "deadband_ratio=0.x"])
+def test_parse_field_rejects_unknown_names_and_bad_values(text: str) -> None:
+    """A name that is not a PolicyConfig field, or a value that is not JSON, is an error."""
+    with pytest.raises(argparse.ArgumentTypeError):
+        policy_variant.parse_field(text)
+
+
+def test_more_than_one_job_is_refused() -> None:
+    """Worker processes would build the unchanged policy, so `--jobs 2` is refused."""
+    with pytest.raises(SystemExit):
+        policy_variant.main(["--set", "deadband_ratio=0.05", "--", "--jobs", "2"])
