@@ -19,7 +19,7 @@ from autoscaler import cli, settings
 from autoscaler.experiment import run as sim_run
 from autoscaler.sim.params import SUMMARY_KEYS, TIMESERIES_COLUMNS
 
-from .builders import write_trace
+from .builders import assert_refused_in_one_line, write_trace
 from .conftest import Outcome
 
 Run = Callable[..., Outcome]
@@ -251,12 +251,7 @@ def test_nonsense_option_is_one_line(
     run: Run, step_trace: Path, tmp_path: Path, args: list[str], expected: str
 ) -> None:
     """A nonsense option exits 2 with one error line, no traceback and no output directory."""
-    out = tmp_path / "out"
-    result = run("simulate", "--trace", step_trace, "--out", out, *args)
-    assert (result.code, result.out) == (2, "")
-    assert result.err.startswith(f"error: {expected}")
-    assert result.err.count("\n") == 1
-    assert not out.exists()
+    assert_refused_in_one_line(run, step_trace, tmp_path / "out", args, expected)
 
 
 def test_missing_command_is_one_line(run: Run) -> None:

@@ -14,6 +14,7 @@ from autoscaler import errors, settings
 from autoscaler.experiment import simulate as simulation
 from autoscaler.sim import params as sim_params
 
+from .builders import assert_refused_in_one_line
 from .conftest import Outcome
 
 Run = Callable[..., Outcome]
@@ -132,12 +133,7 @@ def test_a_combination_the_simulator_cannot_model_is_one_line(
     run: Run, step_trace: Path, tmp_path: Path, args: list[str], expected: str
 ) -> None:
     """A refused flag or combination exits 2 with one line naming the flags, and writes nothing."""
-    out = tmp_path / "out"
-    result = run("simulate", "--trace", step_trace, "--out", out, *args)
-    assert (result.code, result.out) == (2, "")
-    assert result.err.startswith(f"error: {expected}")
-    assert result.err.count("\n") == 1
-    assert not out.exists()
+    assert_refused_in_one_line(run, step_trace, tmp_path / "out", args, expected)
 
 
 def test_the_cache_flags_name_themselves_when_refused() -> None:
