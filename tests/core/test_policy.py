@@ -295,7 +295,8 @@ def test_exact_vote_is_steady_at_desired() -> None:
 
 
 def test_gpu_above_target_vetoes_a_scale_down() -> None:
-    """GPU utilisation of 80 % over a 75 % target holds a scale-down."""
+    """GPU utilisation of 80 % over a 75 % target holds a scale-down to replicas that would carry
+    160 % of a GPU each."""
     observation = builders.observation(load=50.0, gpu=80.0, replicas=10, serving=10)
     decision, _ = decide(observation=observation)
     assert (decision.kind, decision.reason, decision.desired) == (
@@ -303,6 +304,27 @@ def test_gpu_above_target_vetoes_a_scale_down() -> None:
         Reason.CAPACITY_VETO,
         10,
     )
+    assert "5 replicas would carry 160%" in decision.detail
+
+
+def test_gpu_above_target_lets_a_scale_down_the_gpu_work_fits() -> None:
+    """GPU utilisation over its target lets a scale-down through when the replicas that remain
+    can carry the GPU work, as for a load target above the GPU target."""
+    observation = builders.observation(load=80.0, gpu=80.0, replicas=10, serving=10)
+    decision, _ = decide(observation=observation)
+    assert (decision.kind, decision.reason, decision.desired) == (
+        Kind.SCALE_DOWN,
+        Reason.BELOW_TARGET,
+        8,
+    )
+
+
+def test_gpu_veto_holds_a_scale_down_to_zero() -> None:
+    """GPU utilisation over its target holds a scale-down to no replicas, which carry nothing."""
+    config = builders.config(min_replicas=0)
+    observation = builders.observation(load=0.0, gpu=80.0, replicas=1, serving=1)
+    decision, _ = decide(config, observation)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.CAPACITY_VETO)
 
 
 @pytest.mark.parametrize(
