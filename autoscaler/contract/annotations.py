@@ -262,8 +262,9 @@ class Annotations(BaseModel):
     target_gpu_utilization_pct: Annotated[float, _v(_GPU_PCT)] = Field(
         75.0,
         alias="target-gpu-utilization",
-        description="Capacity guard, percent (DCGM GPU utilisation): above it, no scale-down; "
-        "it never scales up on its own.",
+        description="Capacity guard, percent (DCGM GPU utilisation): above it, no scale-down "
+        "(policy default: none to fewer replicas than could carry the GPU work); it never "
+        "scales up on its own.",
     )
     target_kv_cache_ratio: Annotated[float | None, _v(_SHARE)] = Field(
         None,

@@ -341,6 +341,9 @@ class PolicyConfig:
     target_load_per_replica: float | None = None
     target_queue_per_replica: float | None = None
     target_gpu_utilization_pct: float | None = 75.0
+    gpu_veto_projected: bool = False
+    """GPU utilisation above its target vetoes only a scale-down to fewer replicas than could
+    carry that GPU work (`policy.default`); False: it vetoes every scale-down (`seed`)."""
     target_kv_cache_ratio: float | None = None
     """KV-cache usage per serving replica, a ratio in (0, 1]."""
     target_tokens_per_replica: float | None = None

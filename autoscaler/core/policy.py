@@ -30,6 +30,11 @@ returns the decision and the next state. The steps, in order:
 4. **Deadband.** Scale up only when a signal's ratio is above 1 + deadband; scale down only when
    every ratio is below 1 - deadband.
 5. **Capacity veto.** GPU utilisation above its target blocks a scale-down; it never scales up.
+   In `default` (`gpu_veto_projected`) it blocks only a scale-down to fewer replicas than could
+   carry that GPU work (`utilisation x current / desired` over 100 %): the load signal then
+   undercounts the work (long requests). A scale-down the GPU work fits goes ahead, so a load
+   target above the GPU target (a service run at 95 % of its capacity) is not held at the GPU
+   target on the way down.
 6. **Cooldowns.** No scale-up within `scale_up_cooldown_s` of the last one (a burst skips this);
    no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
 7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
@@ -71,12 +76,14 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
     """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
-    as demand and the seasonal forecast (which votes only where its backtest says so)."""
+    as demand, the seasonal forecast (which votes only where its backtest says so) and the
+    capacity veto on the GPU work the remaining replicas would carry."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
         "forecast": model.ForecastConfig(),
+        "gpu_veto_projected": True,
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -294,8 +301,15 @@ def _scale_down(
     gpu_target = config.target_gpu_utilization_pct
     gpu = tick.observation.signal(Signal.CAPACITY)
     if gpu_target is not None and gpu.fresh and gpu.mean > gpu_target:
-        detail = f"GPU utilisation {gpu.mean:.0f}% above {gpu_target:.0f}% blocks scale-down"
-        return tick.hold(Reason.CAPACITY_VETO, detail)
+        # The GPU work the remaining replicas would share. A load signal that counts all of it
+        # never asks for fewer replicas than can carry it, whatever its target: only an
+        # undercount (long requests) can push this past 100 %.
+        carried = math.inf if desired <= 0 else gpu.mean * tick.current / desired
+        if not config.gpu_veto_projected or carried > 100.0:
+            detail = f"GPU utilisation {gpu.mean:.0f}% above {gpu_target:.0f}% blocks scale-down"
+            if config.gpu_veto_projected:
+                detail += f": {desired} replicas would carry {carried:.0f}%"
+            return tick.hold(Reason.CAPACITY_VETO, detail)
     if state.burst_until_s is not None and tick.now < state.burst_until_s:
         return tick.hold(
             Reason.BURST_HOLD,

@@ -69,6 +69,7 @@ def test_defaults_follow_the_design() -> None:
         lookahead=model.LookaheadConfig(),
         queue_drain=model.QueueDrainConfig(),
         forecast=model.ForecastConfig(),
+        gpu_veto_projected=True,
     )
     assert (config.window_s, config.half_life_s) == (300.0, 30.0)
     assert config.server is Server.VLLM

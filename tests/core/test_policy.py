@@ -296,13 +296,49 @@ def test_exact_vote_is_steady_at_desired() -> None:
 
 def test_gpu_above_target_vetoes_a_scale_down() -> None:
     """GPU utilisation of 80 % over a 75 % target holds a scale-down."""
-    observation = builders.observation(load=50.0, gpu=80.0, replicas=10, serving=10)
+    observation = builders.observation(load=80.0, gpu=80.0, replicas=10, serving=10)
     decision, _ = decide(observation=observation)
     assert (decision.kind, decision.reason, decision.desired) == (
         Kind.HOLD,
         Reason.CAPACITY_VETO,
         10,
     )
+
+
+def test_projected_gpu_veto_holds_a_scale_down_the_gpu_work_does_not_fit() -> None:
+    """With the projected veto, GPU utilisation over its target holds a scale-down to replicas
+    that would carry 160 % of a GPU each."""
+    config = builders.config(gpu_veto_projected=True)
+    observation = builders.observation(load=50.0, gpu=80.0, replicas=10, serving=10)
+    decision, _ = decide(config, observation)
+    assert (decision.kind, decision.reason, decision.desired) == (
+        Kind.HOLD,
+        Reason.CAPACITY_VETO,
+        10,
+    )
+    assert "5 replicas would carry 160%" in decision.detail
+
+
+def test_projected_gpu_veto_lets_a_scale_down_the_gpu_work_fits() -> None:
+    """With the projected veto, GPU utilisation over its target lets a scale-down through when
+    the replicas that remain can carry the GPU work, as for a load target above the GPU target."""
+    config = builders.config(gpu_veto_projected=True)
+    observation = builders.observation(load=80.0, gpu=80.0, replicas=10, serving=10)
+    decision, _ = decide(config, observation)
+    assert (decision.kind, decision.reason, decision.desired) == (
+        Kind.SCALE_DOWN,
+        Reason.BELOW_TARGET,
+        8,
+    )
+
+
+def test_projected_gpu_veto_holds_a_scale_down_to_zero() -> None:
+    """With the projected veto, GPU utilisation over its target holds a scale-down to no
+    replicas, which carry nothing."""
+    config = builders.config(min_replicas=0, gpu_veto_projected=True)
+    observation = builders.observation(load=0.0, gpu=80.0, replicas=1, serving=1)
+    decision, _ = decide(config, observation)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.CAPACITY_VETO)
 
 
 @pytest.mark.parametrize(
@@ -564,8 +600,8 @@ def test_lookahead_never_lowers_the_estimate(trend_per_s: float, trend_stderr_pe
 
 
 def test_seed_is_the_default_with_every_extension_off() -> None:
-    """The seed policy is the default one with the burst path, look-ahead, queue drain and
-    seasonal forecast off."""
+    """The seed policy is the default one with the burst path, look-ahead, queue drain,
+    seasonal forecast and projected capacity veto off."""
     seed = policy.seed(max_replicas=8, target_load_per_replica=5.0)
     ours = policy.default(max_replicas=8, target_load_per_replica=5.0)
     assert ours.lookahead == LookaheadConfig()
@@ -573,8 +609,8 @@ def test_seed_is_the_default_with_every_extension_off() -> None:
     differing = [
         f.name for f in dataclasses.fields(seed) if getattr(seed, f.name) != getattr(ours, f.name)
     ]
-    assert set(differing) == {"burst", "lookahead", "queue_drain", "forecast"}
-    assert all(getattr(seed, name) is None for name in differing)
+    assert set(differing) == {"burst", "lookahead", "queue_drain", "forecast", "gpu_veto_projected"}
+    assert all(getattr(seed, name) in (None, False) for name in differing)
 
 
 @pytest.mark.parametrize(
