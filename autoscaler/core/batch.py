@@ -64,6 +64,7 @@ _READ = frozenset(
         "target_load_per_replica",
         "target_queue_per_replica",
         "target_gpu_utilization_pct",
+        "gpu_veto_projected",
         "deadband_ratio",
         "scale_up_cooldown_s",
         "scale_down_cooldown_s",
@@ -109,6 +110,7 @@ class Configs:
     target_load: FloatArray
     target_queue: FloatArray
     target_gpu: FloatArray
+    gpu_projected: BoolArray
     deadband: FloatArray
     up_cooldown_s: FloatArray
     down_cooldown_s: FloatArray
@@ -138,6 +140,7 @@ class Configs:
             target_load=_field(configs, lambda c: c.target_load_per_replica),
             target_queue=_field(configs, lambda c: c.target_queue_per_replica),
             target_gpu=_field(configs, lambda c: c.target_gpu_utilization_pct),
+            gpu_projected=np.fromiter((c.gpu_veto_projected for c in configs), np.bool_, n),
             deadband=_field(configs, lambda c: c.deadband_ratio),
             up_cooldown_s=_field(configs, lambda c: c.scale_up_cooldown_s),
             down_cooldown_s=_field(configs, lambda c: c.scale_down_cooldown_s),
@@ -490,6 +493,9 @@ def _decide(c: Configs, x: Inputs) -> Outcomes:
     settle(down & c.burst_on & recent, Kind.HOLD, Reason.RECENT_LOAD)
     gpu = x.mean[:, _GPU]
     veto = ~np.isnan(c.target_gpu) & x.fresh[:, _GPU] & (gpu > c.target_gpu)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        carried = np.where(clamped <= 0, math.inf, gpu * current / clamped)
+    veto &= ~c.gpu_projected | (carried > 100.0)
     settle(down & veto, Kind.HOLD, Reason.CAPACITY_VETO)
     settle(down & (now < burst_until), Kind.HOLD, Reason.BURST_HOLD, until=burst_until)
     down_until = x.last_scale_change_s + c.down_cooldown_s

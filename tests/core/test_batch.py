@@ -32,6 +32,7 @@ def _config(rng: random.Random) -> model.PolicyConfig:
         target_load_per_replica=rng.choice((5.0, 10.0, 2.5, 0.7, 0.3)) if load else None,
         target_queue_per_replica=rng.choice((4.0, 1.0, 3.3)) if queue else None,
         target_gpu_utilization_pct=rng.choice((None, 75.0, 50.0)),
+        gpu_veto_projected=rng.random() < 0.5,
         deadband_ratio=rng.choice((0.0, 0.1, 0.25)),
         scale_up_cooldown_s=rng.choice((0.0, 60.0, 30.0)),
         scale_down_cooldown_s=rng.choice((0.0, 300.0, 45.0)),
@@ -104,6 +105,10 @@ def _case(
         ),
         Signal.CAPACITY: _estimate(rng, 1.0, 0.0, gpu=True),
     }
+    if replicas > 0 and rng.random() < 0.2:  # on the projected veto's edge: k replicas at 100 %
+        gpu = signals[Signal.CAPACITY]
+        edge = 100.0 * rng.choice((1, 2, 3, replicas - 1, replicas)) / replicas
+        signals[Signal.CAPACITY] = gpu._replace(mean=edge, level=edge)
     forecast = rng.choice((None, model.ForecastVote.off("no history")))
     observation = model.Observation(
         now_s=NOW_S,
