@@ -46,6 +46,10 @@ Kinds = Annotated[tuple[str, ...], NoDecode]
 """A list of workload kinds: comma-separated text in the environment, a tuple in Python."""
 Headers = Annotated[dict[str, str], NoDecode]
 """HTTP headers: `Name=value,Name2=value2` in the environment, a dict in Python."""
+Thresholds = Annotated[tuple[int, ...], NoDecode]
+"""The garbage collector's thresholds: comma-separated numbers in the environment."""
+PYTHON_GC_THRESHOLD = (700, 10, 10)
+"""CPython's own thresholds, generation by generation."""
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP field name (RFC 9110's `token`)."""
@@ -381,6 +385,27 @@ class LoopSettings(BaseModel):
     tick_s: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Seconds between two ticks of the control loop (one sample per service per tick).
     Default 1. The simulator always ticks every second; `simulate` warns when this differs."""
+    gc_threshold: Thresholds = PYTHON_GC_THRESHOLD
+    """The garbage collector's thresholds (`gc.set_threshold`), set once the caches have synced
+    and what they hold was frozen out of collections: container objects made (less those
+    freed) between two collections of the youngest generation, then collections of each
+    generation between two of the next. One to three whole numbers >= 1, comma-separated (a
+    generation left out keeps Python's). Default `700,10,10`, Python's."""
+
+    @field_validator("gc_threshold", mode="before")
+    @classmethod
+    def _split_threshold(cls, value: object) -> object:
+        return _split(value)
+
+    @field_validator("gc_threshold")
+    @classmethod
+    def _check_threshold(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not 1 <= len(value) <= 3 or min(value) < 1:
+            raise ValueError(
+                f"{','.join(map(str, value))!r}: one to three whole numbers >= 1, one per "
+                "generation (0 would stop the collector)"
+            )
+        return value
 
 
 class WarmupSettings(BaseModel):

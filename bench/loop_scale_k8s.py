@@ -729,6 +729,7 @@ async def measure(
                 first = (await cluster.ask("after the first tick"))["counts"]
                 await counted.wait()
                 last = (await cluster.ask("at the end"))["counts"]
+                thresholds = gc.get_threshold()
                 stop.set()
                 await task
             rss, hwm = rss_mib()
@@ -750,6 +751,7 @@ async def measure(
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
         "pods_at_end": last.get("pods (not a write)"),
+        "gc_threshold": list(thresholds),
         "rss_mib_before_controller": round(before_mib, 1),
         "rss_mib_at_end": round(rss, 1),
         "rss_mib_peak": round(hwm, 1),

@@ -414,9 +414,9 @@ def _mask_sums(ok: BoolArray, basis: FloatArray) -> FloatArray:
     down its matrix-vector path, whose sums can round differently in the last bit from the
     matrix product's; with two rows or more, each row's sums are those of the whole product.
     """
-    union = ok.any(axis=0)
+    union = np.any(ok, axis=0, keepdims=True)
     other = np.flatnonzero(~(ok == union).all(axis=1))
-    stacked = np.concatenate([np.broadcast_to(union, (2, len(union))), ok[other]])
+    stacked = np.concatenate([np.broadcast_to(union, (2, ok.shape[1])), ok[other]])
     sums = stacked.astype(np.float64) @ basis
     out = np.empty((len(ok), basis.shape[1]))
     out[:] = sums[0]
