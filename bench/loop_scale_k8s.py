@@ -1,8 +1,9 @@
-"""Loop scale on the Kubernetes path: one controller, N annotated Deployments, real clients.
+"""Loop scale on the Kubernetes path: one controller (or several shards), N annotated
+Deployments, real clients.
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
         [--change-share 0.1] [--change-every-s 60] [--seed 14] [--scrape-interval-s 5]
-        [--query-timeout-s 2] [--profile PATH]
+        [--query-timeout-s 2] [--profile PATH | --shards N [--buckets 3N]]
 
 Run it with `OPENBLAS_NUM_THREADS=1`, as the image runs the controller: the controller runs in
 this process, and idle BLAS threads spinning beside a single-threaded loop double its CPU on a
@@ -31,6 +32,22 @@ Prometheus queries per tick (the adapter's counter); API writes per tick (the em
 request log), beside the outcomes that changed (a new count, kind or, unless steady, reason:
 what the loop publishes on, so status writes should not outnumber them); and the ticks'
 decisions by kind.
+
+With `--shards N`, N controllers run, each in its own process (`autoscaler run`'s wiring, with
+`AUTOSCALER_KUBERNETES__LEASE_BUCKETS` = `--buckets`, 3 per shard unless told, and its own
+identity), started together as a Deployment's replicas are. Once every bucket is led by one of
+them, each ticks twice more and then `--ticks` times; printed per shard: the buckets it led, the
+services it decided per tick, tick p50 and p99, process CPU and collections per tick, queries per
+tick, its first tick, its RSS and its Events; overall: the services decided per tick, the ticks
+of all shards together, CPU and RSS summed, API writes per tick, and each service's writers
+replayed from the emulator's log of writes (`audit_writers`: a write for a service by a replica
+that did not hold its bucket at that moment is counted; the promise is none). The shards share
+the machine with the emulator and Prometheus: on a small one, compare CPU per tick as well as
+wall time.
+
+The controller's settings come from the environment as `autoscaler run`'s do, but for the ones
+the bench sets (the cluster, Prometheus, the Leases): `AUTOSCALER_LOOP__GC_THRESHOLD=50000,20`,
+for one, measures the collector's thresholds.
 
 Timings are printed, never asserted (docs/benchmark.md).
 """
@@ -503,6 +520,17 @@ class Ticks:
         return tick
 
 
+def event_outcomes(controller: Any) -> dict[str, int]:
+    """The controller's Events so far by what became of them (`autoscaler_kubernetes_events`)."""
+    return {
+        sample.labels["outcome"]: int(sample.value)
+        for metric in controller.telemetry.registry.collect()
+        if metric.name == "autoscaler_kubernetes_events"
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -730,6 +758,7 @@ async def measure(
                 await counted.wait()
                 last = (await cluster.ask("at the end"))["counts"]
                 thresholds = gc.get_threshold()
+                events = event_outcomes(controller)
                 stop.set()
                 await task
             rss, hwm = rss_mib()
@@ -750,6 +779,7 @@ async def measure(
         "prometheus_queries_first_tick": records[0].queries,
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
+        "events_by_outcome": dict(sorted(events.items())),
         "pods_at_end": last.get("pods (not a write)"),
         "gc_threshold": list(thresholds),
         "rss_mib_before_controller": round(before_mib, 1),
@@ -793,10 +823,12 @@ async def serve_shard(spec: dict[str, Any]) -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(controller.serve(stop))
         await asyncio.to_thread(sys.stdin.read)
+        events = event_outcomes(controller)
         stop.set()
         await task
     rss, hwm = rss_mib()
-    print(json.dumps({"stopped": {"rss_mib": round(rss, 1), "rss_mib_peak": round(hwm, 1)}}))
+    stopped = {"rss_mib": round(rss, 1), "rss_mib_peak": round(hwm, 1), "events": events}
+    print(json.dumps({"stopped": stopped}))
 
 
 class Shard:
@@ -808,7 +840,7 @@ class Shard:
         self.identity = identity
         self.process = process
         self.records: list[Tick] = []
-        self.stopped: dict[str, float] = {}
+        self.stopped: dict[str, Any] = {}
         self._stdin, self._stdout = process.stdin, process.stdout
 
     @classmethod
@@ -949,10 +981,12 @@ async def measure_shards(
             "cpu_per_tick_s": summary["cpu_per_tick_s"],
             "gc_s_per_tick": summary["gc_s_per_tick"],
             "prometheus_queries_per_tick": summary["prometheus_queries_per_tick"],
+            "decisions_in_later_ticks": summary["decisions_in_later_ticks"],
             "first_tick_s": round(replica.records[0].duration_s, 3),
             "led_changed_while_measured": len({tuple(t.led) for t in window}) > 1,
             "rss_mib": window[-1].rss_mib,
             "rss_mib_peak": replica.stopped.get("rss_mib_peak"),
+            "events_by_outcome": dict(sorted(replica.stopped.get("events", {}).items())),
         }
     durations = [t.duration_s for w in windows.values() for t in w[warm:]]
     cpu = [s["cpu_per_tick_s"] for s in per_shard.values() if s.get("cpu_per_tick_s")]
