@@ -48,8 +48,6 @@ Headers = Annotated[dict[str, str], NoDecode]
 """HTTP headers: `Name=value,Name2=value2` in the environment, a dict in Python."""
 Thresholds = Annotated[tuple[int, ...], NoDecode]
 """The garbage collector's thresholds: comma-separated numbers in the environment."""
-PYTHON_GC_THRESHOLD = (700, 10, 10)
-"""CPython's own thresholds, generation by generation."""
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP field name (RFC 9110's `token`)."""
@@ -385,12 +383,16 @@ class LoopSettings(BaseModel):
     tick_s: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Seconds between two ticks of the control loop (one sample per service per tick).
     Default 1. The simulator always ticks every second; `simulate` warns when this differs."""
-    gc_threshold: Thresholds = PYTHON_GC_THRESHOLD
+    gc_threshold: Thresholds = (50_000, 20, 100)
     """The garbage collector's thresholds (`gc.set_threshold`), set once the caches have synced
     and what they hold was frozen out of collections: container objects made (less those
     freed) between two collections of the youngest generation, then collections of each
     generation between two of the next. One to three whole numbers >= 1, comma-separated (a
-    generation left out keeps Python's). Default `700,10,10`, Python's."""
+    generation left out keeps Python's, `700,10,10`). Default `50000,20,100`: at 10,000
+    services Python's thresholds collected the youngest generation hundreds of times a tick
+    and everything every other tick (docs/benchmark.md, "Scale"); with these a full
+    collection still comes every 2,000 young ones, minutes apart, so garbage caught in a
+    cycle cannot pile up."""
 
     @field_validator("gc_threshold", mode="before")
     @classmethod

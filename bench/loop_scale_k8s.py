@@ -783,6 +783,9 @@ async def measure(
         "pods_at_end": last.get("pods (not a write)"),
         "gc_threshold": list(thresholds),
         "rss_mib_before_controller": round(before_mib, 1),
+        "rss_mib_at_ticks": {
+            i: records[i].rss_mib for i in sorted({0, 1, *range(0, len(records), 15)})
+        },
         "rss_mib_at_end": round(rss, 1),
         "rss_mib_peak": round(hwm, 1),
     }
