@@ -412,7 +412,8 @@ def _mask_sums(ok: BoolArray, basis: FloatArray) -> FloatArray:
     rows share one product, worked out once, and only the rows with a sample missing are
     multiplied out. The union goes into the product twice because BLAS takes a one-row product
     down its matrix-vector path, whose sums can round differently in the last bit from the
-    matrix product's; with two rows or more, each row's sums are those of the whole product.
+    matrix product's; with two rows or more, OpenBLAS gives each row the sums it gets in the
+    whole product, to the bit (the tests compare with the plain product).
     """
     union = np.any(ok, axis=0, keepdims=True)
     other = np.flatnonzero(~(ok == union).all(axis=1))
