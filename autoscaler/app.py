@@ -143,8 +143,8 @@ class Controller:
         With `freeze_heap` (what `run` asks), once the caches have synced the garbage collector
         collects once and then leaves every object alive at that moment out of its collections
         (`gc.freeze`): the caches hold tens of thousands of objects that live as long as the
-        process, and each full collection walked them all again. Tests that start many
-        controllers in one process leave it off.
+        process, and each full collection walked them all again. Its thresholds are then set
+        to `loop.gc_threshold`. Tests that start many controllers in one process leave it off.
         """
         k8s, prom = config.kubernetes, config.prometheus
         self.settings = config
@@ -429,6 +429,9 @@ class Controller:
         if self._freeze_heap:
             gc.collect()
             gc.freeze()
+            # What is left to collect is what the ticks make; at 10,000 services the youngest
+            # generation filled hundreds of times a tick at Python's 700.
+            gc.set_threshold(*self.settings.loop.gc_threshold)
         while True:
             if not self.leading:
                 await self._leading_some.wait()

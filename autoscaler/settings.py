@@ -46,6 +46,8 @@ Kinds = Annotated[tuple[str, ...], NoDecode]
 """A list of workload kinds: comma-separated text in the environment, a tuple in Python."""
 Headers = Annotated[dict[str, str], NoDecode]
 """HTTP headers: `Name=value,Name2=value2` in the environment, a dict in Python."""
+Thresholds = Annotated[tuple[int, ...], NoDecode]
+"""The garbage collector's thresholds: comma-separated numbers in the environment."""
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP field name (RFC 9110's `token`)."""
@@ -381,6 +383,31 @@ class LoopSettings(BaseModel):
     tick_s: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Seconds between two ticks of the control loop (one sample per service per tick).
     Default 1. The simulator always ticks every second; `simulate` warns when this differs."""
+    gc_threshold: Thresholds = (50_000, 20, 100)
+    """The garbage collector's thresholds (`gc.set_threshold`), set once the caches have synced
+    and what they hold was frozen out of collections: container objects made (less those
+    freed) between two collections of the youngest generation, then collections of each
+    generation between two of the next. One to three whole numbers >= 1, comma-separated (a
+    generation left out keeps Python's, `700,10,10`). Default `50000,20,100`: at 10,000
+    services Python's thresholds collected the youngest generation hundreds of times a tick
+    and everything every other tick (docs/benchmark.md, "Scale"); with these a full
+    collection still comes every 2,000 young ones, minutes apart, so garbage caught in a
+    cycle cannot pile up."""
+
+    @field_validator("gc_threshold", mode="before")
+    @classmethod
+    def _split_threshold(cls, value: object) -> object:
+        return _split(value)
+
+    @field_validator("gc_threshold")
+    @classmethod
+    def _check_threshold(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not 1 <= len(value) <= 3 or min(value) < 1:
+            raise ValueError(
+                f"{','.join(map(str, value))!r}: one to three whole numbers >= 1, one per "
+                "generation (0 would stop the collector)"
+            )
+        return value
 
 
 class WarmupSettings(BaseModel):

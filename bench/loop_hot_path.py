@@ -1,7 +1,7 @@
 """The loop's own CPU per tick at scale, in seconds rather than the minutes of `loop_scale_k8s`.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python -m bench.loop_hot_path [--services 10000]
-        [--ticks 10] [--seed 14] [--profile PATH]
+        [--ticks 10] [--seed 14] [--gc-threshold N[,N,N]] [--profile PATH]
 
 `Loop.step()` with the real Prometheus adapter (`MetricsSource` over `Client`, its HTTP and its
 reading of the answers) and the default policy, for N services of two pods each in ten
@@ -12,8 +12,11 @@ What it leaves out, `loop_scale_k8s` measures: the Kubernetes adapter and its ca
 telemetry, Prometheus itself, and a machine shared with all of them.
 
 Printed: CPU per tick (process time: the server's share is the same few copies of bytes for any
-code under test), its wall time, the garbage collector's share, and with `--profile` the top of
-the steady ticks' profile (then without the collector's share). Timings are printed, never
+code under test), its wall time, the garbage collector's share and its collections by generation,
+and with `--profile` the top of the steady ticks' profile (then without the collector's share).
+`--gc-threshold` sets the collector's thresholds after the freeze, as the controller's
+`AUTOSCALER_LOOP__GC_THRESHOLD` does (generations left out keep theirs; 0 for the first keeps
+Python's). Timings are printed, never
 asserted (docs/benchmark.md).
 """
 
@@ -115,7 +118,12 @@ class Unchanging:
 
 
 async def measure(
-    services: int, ticks: int, *, seed: int, profile: cProfile.Profile | None
+    services: int,
+    ticks: int,
+    *,
+    seed: int,
+    profile: cProfile.Profile | None,
+    gc_threshold: Sequence[int] = (),
 ) -> dict[str, object]:
     workloads = records(services)
     answers = Answers(workloads, seed)
@@ -131,22 +139,28 @@ async def measure(
     ticking = clock.ManualClock(0.0)
     the_loop = loop.Loop(cluster=Unchanging(workloads), metrics=source, clock=ticking)
     collected_s = [0.0]
+    collections = [0, 0, 0]
     started = [0.0]
 
-    def timed(phase: str, _: dict[str, int]) -> None:
+    def timed(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             started[0] = time.process_time()
         else:
             collected_s[0] += time.process_time() - started[0]
+            collections[info["generation"]] += 1
 
     cpu: list[float] = []
     wall: list[float] = []
+    thresholds = measured_threshold = gc.get_threshold()
     try:
         for _ in range(WARM_TICKS):
             await the_loop.step()
             ticking.advance(1.0)
         gc.collect()
         gc.freeze()  # as the controller does once its caches have synced
+        if gc_threshold and gc_threshold[0]:
+            gc.set_threshold(*gc_threshold, *thresholds[len(gc_threshold) :])
+        measured_threshold = gc.get_threshold()
         if profile is None:  # the callback would time the profiler too
             gc.callbacks.append(timed)
         for _ in range(ticks):
@@ -164,6 +178,7 @@ async def measure(
         if timed in gc.callbacks:
             gc.callbacks.remove(timed)
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
         await client.close()
         await runner.cleanup()
     return {
@@ -173,6 +188,8 @@ async def measure(
         "cpu_per_tick_min_s": round(min(cpu), 4),
         "wall_per_tick_p50_s": round(statistics.median(wall), 4),
         "gc_s_per_tick": round(collected_s[0] / ticks, 4),
+        "gc_collections_by_generation": collections,
+        "gc_threshold": list(measured_threshold),
         "answer_mib_per_signal": round(len(answers.bodies["load"]) / 2**20, 2),
     }
 
@@ -182,11 +199,26 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=10_000)
     parser.add_argument("--ticks", type=int, default=10)
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument(
+        "--gc-threshold",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        default=(),
+        metavar="N[,N,N]",
+        help="the collector's thresholds after the freeze (default: Python's)",
+    )
     parser.add_argument("--profile", type=Path, metavar="PATH", help="write cProfile stats here")
     args = parser.parse_args()
     logs.configure(json=True, level="error", stream=sys.stderr)
     profile = cProfile.Profile() if args.profile else None
-    result = asyncio.run(measure(args.services, args.ticks, seed=args.seed, profile=profile))
+    result = asyncio.run(
+        measure(
+            args.services,
+            args.ticks,
+            seed=args.seed,
+            profile=profile,
+            gc_threshold=args.gc_threshold,
+        )
+    )
     width = max(map(len, result))
     for key, value in result.items():
         print(f"{key:<{width}}  {value}")

@@ -1,8 +1,9 @@
-"""Loop scale on the Kubernetes path: one controller, N annotated Deployments, real clients.
+"""Loop scale on the Kubernetes path: one controller (or several shards), N annotated
+Deployments, real clients.
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
         [--change-share 0.1] [--change-every-s 60] [--seed 14] [--scrape-interval-s 5]
-        [--query-timeout-s 2] [--profile PATH]
+        [--query-timeout-s 2] [--profile PATH | --shards N [--buckets 3N]]
 
 Run it with `OPENBLAS_NUM_THREADS=1`, as the image runs the controller: the controller runs in
 this process, and idle BLAS threads spinning beside a single-threaded loop double its CPU on a
@@ -32,6 +33,22 @@ request log), beside the outcomes that changed (a new count, kind or, unless ste
 what the loop publishes on, so status writes should not outnumber them); and the ticks'
 decisions by kind.
 
+With `--shards N`, N controllers run, each in its own process (`autoscaler run`'s wiring, with
+`AUTOSCALER_KUBERNETES__LEASE_BUCKETS` = `--buckets`, 3 per shard unless told, and its own
+identity), started together as a Deployment's replicas are. Once every bucket is led by one of
+them, each ticks twice more and then `--ticks` times; printed per shard: the buckets it led, the
+services it decided per tick, tick p50 and p99, process CPU and collections per tick, queries per
+tick, its first tick, its RSS and its Events; overall: the services decided per tick, the ticks
+of all shards together, CPU and RSS summed, API writes per tick, and each service's writers
+replayed from the emulator's log of writes (`audit_writers`: a write for a service by a replica
+that did not hold its bucket at that moment is counted; the promise is none). The shards share
+the machine with the emulator and Prometheus: on a small one, compare CPU per tick as well as
+wall time.
+
+The controller's settings come from the environment as `autoscaler run`'s do, but for the ones
+the bench sets (the cluster, Prometheus, the Leases): `AUTOSCALER_LOOP__GC_THRESHOLD=50000,20`,
+for one, measures the collector's thresholds.
+
 Timings are printed, never asserted (docs/benchmark.md).
 """
 
@@ -39,26 +56,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
+import dataclasses
 import datetime
 import gc
 import itertools
 import json
 import os
 import pstats
+import re
 import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from autoscaler.core import shards
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 NAMESPACES = 10
+LEASE_NAME = "inference-autoscaler"
 LEASE_NAMESPACE = "inference-autoscaler"
 WRITES = ("create", "update", "patch", "delete")
 PODS_PER_DEPLOYMENT = 2
@@ -73,7 +97,8 @@ async def serve_cluster(
     deployments: int, *, change_share: float, change_every_s: float, seed: int
 ) -> None:
     """Run the emulator and the exporter, fill both, print the kubeconfig and the exporter's
-    address; print request counts on each stdin line."""
+    address; print request counts on each stdin line, and the writers of each service on
+    `writers <buckets>`."""
     sys.path.insert(0, str(TESTS))
     from aiohttp import web
     from kube.emulator import Emulator, serve
@@ -117,7 +142,13 @@ async def serve_cluster(
                         )
                         counts[key] = counts.get(key, 0) + n
                     counts["pods (not a write)"] = load.pods()
-                    print(json.dumps({"request": line.strip(), "counts": counts}), flush=True)
+                    answer: dict[str, Any] = {"request": line.strip(), "counts": counts}
+                    if line.startswith("writers "):
+                        buckets = shards.Buckets.named(LEASE_NAME, int(line.split()[1]))
+                        answer["writers"] = audit_writers(
+                            kube.requests.writes, buckets, lease_namespace=LEASE_NAMESPACE
+                        )
+                    print(json.dumps(answer), flush=True)
     finally:
         for task in tasks:
             task.cancel()
@@ -338,7 +369,60 @@ def owner(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     }
 
 
-# -- the parent: the controller ---------------------------------------------------------------
+# -- the writers of each service, from the API server's log of writes --------------------------
+
+
+SERVICE_NAME = re.compile(r"llm-\d{5}")
+"""A service's Deployment name, which starts the name of every object written for it (the
+Deployment, its placement tiers, its Events)."""
+AGENT = "inference-autoscaler/"
+"""How each controller's requests name it (its User-Agent)."""
+
+
+def audit_writers(
+    writes: Iterable[Sequence[Any]], buckets: shards.Buckets, *, lease_namespace: str
+) -> dict[str, Any]:
+    """Who wrote for which service, replayed from the API server's log of writes (verb,
+    resource, namespace, name, user agent, status) in the order it answered them.
+
+    A Lease write moves its bucket to the writer; every other write in a team namespace is
+    charged to the service that starts its object's name. Returned: the services written, how
+    many had one writer and how many two or more (over the whole run: a bucket that moved gives
+    its services two, one after the other), the writes by a controller that did not hold the
+    service's bucket at that moment (0 is the promise), the moves of a bucket from one holder
+    to another, and the services each controller wrote for.
+    """
+    holders: dict[str, str] = {}
+    moves = 0
+    stale = 0
+    writers: dict[str, set[str]] = defaultdict(set)
+    for _, resource, namespace, name, agent, status in writes:
+        if status >= 300 or namespace is None or name is None:
+            continue
+        who = agent.removeprefix(AGENT)
+        if resource == "leases" and namespace == lease_namespace:
+            if name in buckets.names:
+                moves += name in holders and holders[name] != who
+                holders[name] = who
+            continue
+        found = SERVICE_NAME.match(name)
+        if found is None:
+            continue
+        key = f"{namespace}/{found[0]}"
+        stale += holders.get(buckets.names[buckets.of(key)]) != who
+        writers[key].add(who)
+    per_writer = Counter(who for found in writers.values() for who in found)
+    return {
+        "services_written": len(writers),
+        "with_one_writer": sum(len(found) == 1 for found in writers.values()),
+        "with_two_or_more": sum(len(found) > 1 for found in writers.values()),
+        "writes_by_a_non_holder": stale,
+        "bucket_moves": moves,
+        "services_per_writer": dict(sorted(per_writer.items())),
+    }
+
+
+# -- one controller's ticks -------------------------------------------------------------------
 
 
 def rss_mib() -> tuple[float, float]:
@@ -372,9 +456,173 @@ class Collections:
         return sum(self.seconds), list(self.counts)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tick:
+    """One tick of one controller, as its process saw it when the tick (and its telemetry)
+    ended. The counters are running totals: a tick's share is the difference from the last."""
+
+    duration_s: float
+    cpu_s: float
+    """The process's CPU time so far."""
+    gc_s: float
+    """The garbage collector's CPU time so far."""
+    gc_counts: list[int]
+    """Collections so far, by generation."""
+    queries: int
+    """Prometheus queries sent so far."""
+    decided: int
+    """Services this tick decided on."""
+    changed: int | None
+    """Services whose outcome (count, kind or, unless steady, reason) differs from the last
+    tick's; None on the first tick."""
+    kinds: dict[str, int]
+    """This tick's decisions by kind and reason."""
+    led: list[int] = dataclasses.field(default_factory=list)
+    """The buckets the controller led at the tick's end."""
+    rss_mib: float = 0.0
+
+
+class Ticks:
+    """The `on_tick` of one controller: a `Tick` for each of its ticks, in order."""
+
+    def __init__(self, queries_sent: Callable[[], int], led: Callable[[], list[int]]) -> None:
+        self.records: list[Tick] = []
+        self.collections = Collections()
+        self._queries_sent = queries_sent
+        self._led = led
+        self._last: dict[Any, tuple[Any, ...]] | None = None
+
+    def __call__(self, report: Any, duration_s: float) -> Tick:
+        outcomes = {
+            service: (d.desired, d.kind, None if d.kind.value == "steady" else d.reason)
+            for service, d in report.decisions.items()
+        }
+        last = self._last
+        # What the loop publishes on: a new count, kind or (unless steady) reason.
+        changed = None if last is None else sum(o != last.get(s) for s, o in outcomes.items())
+        self._last = outcomes
+        gc_s, gc_counts = self.collections.snapshot()
+        tick = Tick(
+            duration_s=duration_s,
+            cpu_s=time.process_time(),
+            gc_s=gc_s,
+            gc_counts=gc_counts,
+            queries=self._queries_sent(),
+            decided=len(report.decisions),
+            changed=changed,
+            kinds=dict(
+                Counter(f"{d.kind.value}/{d.reason.value}" for d in report.decisions.values())
+            ),
+            led=self._led(),
+            rss_mib=round(rss_mib()[0], 1),
+        )
+        self.records.append(tick)
+        return tick
+
+
+def event_outcomes(controller: Any) -> dict[str, int]:
+    """The controller's Events so far by what became of them (`autoscaler_kubernetes_events`)."""
+    return {
+        sample.labels["outcome"]: int(sample.value)
+        for metric in controller.telemetry.registry.collect()
+        if metric.name == "autoscaler_kubernetes_events"
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summarise(records: Sequence[Tick], *, warm: int) -> dict[str, Any]:
+    """The ticks after the first `warm` of `records`: their durations; CPU, collections and
+    queries per tick (differences of the running totals, CPU and collections from the first of
+    them on, queries from the one before); decisions, outcomes changed and services decided."""
+    steady = records[warm:]
+    durations = [t.duration_s for t in steady]
+    cpu = [b.cpu_s - a.cpu_s for a, b in itertools.pairwise(steady)]
+    queries = [b.queries - a.queries for a, b in itertools.pairwise(records[warm - 1 :])]
+    kinds: Counter[str] = Counter()
+    for t in steady:
+        kinds.update(t.kinds)
+    return {
+        "tick_p50_s": round(statistics.median(durations), 4),
+        "tick_p99_s": round(percentile(durations, 0.99), 4),
+        "tick_max_s": round(max(durations), 4),
+        "ticks_measured": len(steady),
+        "cpu_per_tick_s": round(statistics.mean(cpu), 4) if cpu else None,
+        "gc_s_per_tick": round((steady[-1].gc_s - steady[0].gc_s) / max(1, len(cpu)), 4),
+        "gc_collections_in_later_ticks": [
+            b - a for a, b in zip(steady[0].gc_counts, steady[-1].gc_counts, strict=True)
+        ],
+        "services_decided_per_tick": round(statistics.median(t.decided for t in steady)),
+        "decisions_in_later_ticks": dict(sorted(kinds.items())),
+        "prometheus_queries_per_tick": sorted(set(queries)),
+        "outcomes_changed_in_later_ticks": sum(t.changed or 0 for t in steady),
+    }
+
+
+# -- the parent: the cluster, Prometheus and the controllers ------------------------------------
+
+
+class ClusterChild:
+    """The child process with the emulator and the exporter, asked for its request counts."""
+
+    def __init__(self, process: asyncio.subprocess.Process, started: dict[str, str]) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self.process = process
+        self.kubeconfig = started["kubeconfig"]
+        self.target = started["target"]
+        self._stdin, self._stdout = process.stdin, process.stdout
+
+    @classmethod
+    async def start(
+        cls, deployments: int, *, change_share: float, change_every_s: float, seed: int
+    ) -> ClusterChild:
+        """Start it, filled, and return once it serves."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.loop_scale_k8s",
+            "--serve-cluster",
+            str(deployments),
+            "--change-share",
+            str(change_share),
+            "--change-every-s",
+            str(change_every_s),
+            "--seed",
+            str(seed),
+            cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=2**24,
+        )
+        assert process.stdout is not None
+        return cls(process, json.loads(await process.stdout.readline()))
+
+    async def ask(self, what: str) -> dict[str, Any]:
+        """Its answer to one line: the request counts (`counts`), and with `writers <buckets>`
+        the audit of the writers (`audit_writers`)."""
+        self._stdin.write(what.encode() + b"\n")
+        await self._stdin.drain()
+        answer: dict[str, Any] = json.loads(await self._stdout.readline())
+        return answer
+
+    async def close(self) -> None:
+        self._stdin.close()
+        await self.process.wait()
+
+
+def api_writes(first: dict[str, int], last: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Writes by verb and resource: (until `first`, from `first` to `last`)."""
+    return {
+        key: (first.get(key, 0), n - first.get(key, 0))
+        for key, n in last.items()
+        if key.split()[0] in WRITES
+    }
 
 
 async def wait_for_rates(
@@ -393,6 +641,60 @@ async def wait_for_rates(
     raise SystemExit(f"Prometheus had no rate for all {pods} pods after {timeout_s:g} s")
 
 
+def controller_settings(
+    kubeconfig: str,
+    prometheus_url: str,
+    *,
+    scrape_interval_s: float,
+    query_timeout_s: float,
+    buckets: int = 1,
+    identity: str | None = None,
+) -> Any:
+    """The settings `autoscaler run` would read from the environment for this bench."""
+    from autoscaler import settings
+
+    return settings.Settings(
+        kubernetes={
+            "kubeconfig": kubeconfig,
+            "lease_name": LEASE_NAME,
+            "lease_namespace": LEASE_NAMESPACE,
+            "lease_buckets": buckets,
+            "identity": identity,
+        },
+        prometheus={
+            "url": prometheus_url,
+            "scrape_interval_s": scrape_interval_s,
+            "timeout_s": query_timeout_s,
+        },
+        http={"host": "127.0.0.1", "port": 0},
+    )
+
+
+@contextlib.asynccontextmanager
+async def prometheus_on(
+    cluster: ClusterChild, deployments: int, *, scrape_interval_s: float
+) -> AsyncIterator[tuple[Any, float]]:
+    """A real Prometheus scraping the child's exporter, once it has a rate for every pod; and
+    the seconds that took."""
+    sys.path.insert(0, str(TESTS))
+    from prom import server
+
+    binary = server.find_binary()
+    if binary is None:
+        raise SystemExit("needs Debian's prometheus package (make prometheus)")
+    # The tests' harness scrapes every second; 20,000 pods' series that often crowd out the
+    # controller on a small machine, and scrapes that miss their deadline read as missing data.
+    server.SCRAPE_INTERVAL_S = scrape_interval_s
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        server.running(binary, Path(tmp), targets=[cluster.target]) as prom,
+    ):
+        data_s = await wait_for_rates(
+            prom, PODS_PER_DEPLOYMENT * deployments, scrape_interval_s=scrape_interval_s
+        )
+        yield prom, data_s
+
+
 async def measure(
     deployments: int,
     ticks: int,
@@ -404,103 +706,43 @@ async def measure(
     query_timeout_s: float,
     profile: cProfile.Profile | None = None,
 ) -> dict[str, Any]:
-    sys.path.insert(0, str(TESTS))
-    from prom import server
+    """One controller in this process, with the one Lease of the base."""
+    from autoscaler import app, logs
 
-    from autoscaler import app, logs, settings
-
-    binary = server.find_binary()
-    if binary is None:
-        raise SystemExit("needs Debian's prometheus package (make prometheus)")
-    # The tests' harness scrapes every second; 20,000 pods' series that often crowd out the
-    # controller on a small machine, and scrapes that miss their deadline read as missing data.
-    server.SCRAPE_INTERVAL_S = scrape_interval_s
     logs.configure(json=True, level="warning", stream=sys.stderr)
     started_s = time.monotonic()
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bench.loop_scale_k8s",
-        "--serve-cluster",
-        str(deployments),
-        "--change-share",
-        str(change_share),
-        "--change-every-s",
-        str(change_every_s),
-        "--seed",
-        str(seed),
-        cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        limit=2**24,
+    cluster = await ClusterChild.start(
+        deployments, change_share=change_share, change_every_s=change_every_s, seed=seed
     )
-    assert child.stdin is not None
-    assert child.stdout is not None
-    stdin, stdout = child.stdin, child.stdout
-
-    async def ask(what: str) -> dict[str, int]:
-        stdin.write(what.encode() + b"\n")
-        await stdin.drain()
-        counts: dict[str, int] = json.loads(await stdout.readline())["counts"]
-        return counts
-
-    started = json.loads(await stdout.readline())
     filled_s = time.monotonic() - started_s
-    durations: list[float] = []
-    queries: list[int] = []
-    cpu: list[float] = []
-    kinds: Counter[str] = Counter()
     counted = asyncio.Event()
-    collections = Collections()
-    gc.callbacks.append(collections)
-    collected: list[tuple[float, list[int]]] = []
-    changes: list[int] = []
-    last_outcomes: dict[Any, tuple[Any, ...]] = {}
+    box: dict[str, app.Controller] = {}
+    recorder = Ticks(
+        lambda: box["controller"].metrics.queries_sent,
+        lambda: sorted(box["controller"].buckets_led()),
+    )
+    gc.callbacks.append(recorder.collections)
     try:
-        with (
-            tempfile.TemporaryDirectory() as tmp,
-            server.running(binary, Path(tmp), targets=[started["target"]]) as prom,
+        async with prometheus_on(cluster, deployments, scrape_interval_s=scrape_interval_s) as (
+            prom,
+            data_s,
         ):
-            data_s = await wait_for_rates(
-                prom, PODS_PER_DEPLOYMENT * deployments, scrape_interval_s=scrape_interval_s
-            )
-            config = settings.Settings(
-                kubernetes={
-                    "kubeconfig": started["kubeconfig"],
-                    "lease_namespace": LEASE_NAMESPACE,
-                },
-                prometheus={
-                    "url": prom.url,
-                    "scrape_interval_s": scrape_interval_s,
-                    "timeout_s": query_timeout_s,
-                },
-                http={"host": "127.0.0.1", "port": 0},
+            config = controller_settings(
+                cluster.kubeconfig,
+                prom.url,
+                scrape_interval_s=scrape_interval_s,
+                query_timeout_s=query_timeout_s,
             )
             before_mib = rss_mib()[0]
-            box: dict[str, app.Controller] = {}
 
             def on_tick(report: Any, duration_s: float) -> None:
-                durations.append(duration_s)
-                queries.append(box["controller"].metrics.queries_sent)
-                cpu.append(time.process_time())
-                collected.append(collections.snapshot())
-                outcomes = {
-                    service: (d.desired, d.kind, None if d.kind.value == "steady" else d.reason)
-                    for service, d in report.decisions.items()
-                }
-                if len(durations) > 1:
-                    kinds.update(
-                        f"{d.kind.value}/{d.reason.value}" for d in report.decisions.values()
-                    )
-                    # What the loop publishes on: a new count, kind or (unless steady) reason.
-                    changes.append(sum(outcomes[s] != last_outcomes.get(s) for s in outcomes))
-                last_outcomes.clear()
-                last_outcomes.update(outcomes)
-                if len(durations) in (2, ticks + 1):
+                recorder(report, duration_s)
+                done = len(recorder.records)
+                if done in (2, ticks + 1):
                     counted.set()
-                if profile is not None and len(durations) == 1:
+                if profile is not None and done == 1:
                     profile.enable()
-                if profile is not None and len(durations) == ticks + 1:
+                if profile is not None and done == ticks + 1:
                     profile.disable()
 
             async with app.wire(config, on_tick=on_tick, freeze_heap=True) as controller:
@@ -512,50 +754,264 @@ async def measure(
                 sync_s = time.monotonic() - synced_at
                 await counted.wait()
                 counted.clear()
-                first = await ask("after the first tick")
+                first = (await cluster.ask("after the first tick"))["counts"]
                 await counted.wait()
-                last = await ask("at the end")
+                last = (await cluster.ask("at the end"))["counts"]
+                thresholds = gc.get_threshold()
+                events = event_outcomes(controller)
                 stop.set()
                 await task
             rss, hwm = rss_mib()
     finally:
-        gc.callbacks.remove(collections)
-        stdin.close()
-        await child.wait()
-    writes = {
-        key: (first.get(key, 0), n - first.get(key, 0))
-        for key, n in last.items()
-        if key.split()[0] in WRITES
-    }
-    steady = durations[1:]
-    steady_queries = [b - a for a, b in itertools.pairwise(queries)]
-    steady_cpu = [b - a for a, b in itertools.pairwise(cpu[1:])]
+        gc.callbacks.remove(recorder.collections)
+        await cluster.close()
+    writes = api_writes(first, last)
+    records = recorder.records
+    steady = summarise(records, warm=1)
     return {
         "deployments": deployments,
         "pods": PODS_PER_DEPLOYMENT * deployments,
         "cluster_filled_s": round(filled_s, 1),
         "prometheus_data_s": round(data_s, 1),
         "caches_synced_s": round(sync_s, 2),
-        "first_tick_s": round(durations[0], 3),
-        "tick_p50_s": round(statistics.median(steady), 4),
-        "tick_p99_s": round(percentile(steady, 0.99), 4),
-        "tick_max_s": round(max(steady), 4),
-        "ticks_measured": len(steady),
-        "cpu_per_tick_s": round(statistics.mean(steady_cpu), 4) if steady_cpu else None,
-        "gc_s_per_tick": round((collected[-1][0] - collected[1][0]) / max(1, len(steady_cpu)), 4),
-        "gc_collections_in_later_ticks": [
-            b - a for a, b in zip(collected[1][1], collected[-1][1], strict=True)
-        ],
-        "decisions_in_later_ticks": dict(sorted(kinds.items())),
-        "prometheus_queries_first_tick": queries[0],
-        "prometheus_queries_per_tick": sorted(set(steady_queries)),
+        "first_tick_s": round(records[0].duration_s, 3),
+        **steady,
+        "prometheus_queries_first_tick": records[0].queries,
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
-        "outcomes_changed_in_later_ticks": sum(changes),
+        "events_by_outcome": dict(sorted(events.items())),
         "pods_at_end": last.get("pods (not a write)"),
+        "gc_threshold": list(thresholds),
         "rss_mib_before_controller": round(before_mib, 1),
+        "rss_mib_at_ticks": {
+            i: records[i].rss_mib for i in sorted({0, 1, *range(0, len(records), 15)})
+        },
         "rss_mib_at_end": round(rss, 1),
         "rss_mib_peak": round(hwm, 1),
+    }
+
+
+# -- several controllers, each in its own process ---------------------------------------------
+
+
+async def serve_shard(spec: dict[str, Any]) -> None:
+    """One controller replica: print `wired`, start serving at the first stdin line, print a
+    `Tick` per tick, stop at the end of stdin and print its memory."""
+    from autoscaler import app, logs
+
+    logs.configure(json=True, level="warning", stream=sys.stderr)
+    config = controller_settings(
+        spec["kubeconfig"],
+        spec["prometheus"],
+        scrape_interval_s=spec["scrape_interval_s"],
+        query_timeout_s=spec["query_timeout_s"],
+        buckets=spec["buckets"],
+        identity=spec["identity"],
+    )
+    box: dict[str, app.Controller] = {}
+    recorder = Ticks(
+        lambda: box["controller"].metrics.queries_sent,
+        lambda: sorted(box["controller"].buckets_led()),
+    )
+    gc.callbacks.append(recorder.collections)
+
+    def on_tick(report: Any, duration_s: float) -> None:
+        tick = recorder(report, duration_s)
+        print(json.dumps({"tick": dataclasses.asdict(tick)}), flush=True)
+
+    async with app.wire(config, on_tick=on_tick, freeze_heap=True) as controller:
+        box["controller"] = controller
+        print(json.dumps({"wired": controller.identity}), flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        stop = asyncio.Event()
+        task = asyncio.create_task(controller.serve(stop))
+        await asyncio.to_thread(sys.stdin.read)
+        events = event_outcomes(controller)
+        stop.set()
+        await task
+    rss, hwm = rss_mib()
+    stopped = {"rss_mib": round(rss, 1), "rss_mib_peak": round(hwm, 1), "events": events}
+    print(json.dumps({"stopped": stopped}))
+
+
+class Shard:
+    """A controller replica in a child process, and the ticks it has reported."""
+
+    def __init__(self, identity: str, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self.identity = identity
+        self.process = process
+        self.records: list[Tick] = []
+        self.stopped: dict[str, Any] = {}
+        self._stdin, self._stdout = process.stdin, process.stdout
+
+    @classmethod
+    async def start(cls, spec: dict[str, Any]) -> Shard:
+        """Start the process and return once its controller is wired (not yet serving)."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.loop_scale_k8s",
+            "--serve-shard",
+            json.dumps(spec),
+            cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "AUTOSCALER_KUBERNETES__LEASE_BUCKETS": str(spec["buckets"])},
+        )
+        shard = cls(spec["identity"], process)
+        assert "wired" in json.loads(await shard._stdout.readline())
+        return shard
+
+    def go(self) -> None:
+        self._stdin.write(b"go\n")
+
+    async def read(self, ticked: asyncio.Event) -> None:
+        """Collect its ticks until it stops, setting `ticked` at each."""
+        while line := await self._stdout.readline():
+            message = json.loads(line)
+            if "tick" in message:
+                self.records.append(Tick(**message["tick"]))
+                ticked.set()
+            else:
+                self.stopped = message["stopped"]
+
+    def led(self) -> list[int]:
+        return self.records[-1].led if self.records else []
+
+    async def stop(self) -> None:
+        self._stdin.close()
+        await self.process.wait()
+
+
+async def measure_shards(
+    deployments: int,
+    ticks: int,
+    *,
+    shards_n: int,
+    buckets: int,
+    change_share: float,
+    change_every_s: float,
+    seed: int,
+    scrape_interval_s: float,
+    query_timeout_s: float,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """`shards_n` controllers, each in its own process, over `buckets` bucket Leases: once
+    every bucket is led, two more ticks of each, then `ticks` measured."""
+    cluster = await ClusterChild.start(
+        deployments, change_share=change_share, change_every_s=change_every_s, seed=seed
+    )
+    replicas: list[Shard] = []
+    readers: list[asyncio.Task[None]] = []
+    ticked = asyncio.Event()
+    try:
+        async with prometheus_on(cluster, deployments, scrape_interval_s=scrape_interval_s) as (
+            prom,
+            data_s,
+        ):
+            spec = {
+                "kubeconfig": cluster.kubeconfig,
+                "prometheus": prom.url,
+                "scrape_interval_s": scrape_interval_s,
+                "query_timeout_s": query_timeout_s,
+                "buckets": buckets,
+            }
+            replicas = list(
+                await asyncio.gather(
+                    *(Shard.start({**spec, "identity": f"shard-{i}"}) for i in range(shards_n))
+                )
+            )
+            readers = [asyncio.create_task(r.read(ticked)) for r in replicas]
+            started_s = time.monotonic()
+            for replica in replicas:  # at once: each takes its first choice of bucket
+                replica.go()
+
+            async def wait(done: Callable[[], bool], what: str) -> None:
+                while not done():
+                    if time.monotonic() - started_s > timeout_s:
+                        raise SystemExit(f"not {what} after {timeout_s:g} s")
+                    ticked.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(ticked.wait(), 5.0)
+
+            def split() -> bool:
+                led = [b for r in replicas for b in r.led()]
+                return sorted(led) == list(range(buckets))
+
+            await wait(split, "every bucket led by one replica")
+            split_s = time.monotonic() - started_s
+            starts = {r.identity: len(r.records) for r in replicas}
+            leading = [r for r in replicas if r.led()]
+            first = (await cluster.ask("every bucket led"))["counts"]
+            warm = 2
+            await wait(
+                lambda: all(len(r.records) >= starts[r.identity] + warm + ticks for r in leading),
+                f"{ticks} ticks of each replica",
+            )
+            final = await cluster.ask(f"writers {buckets}")
+            for replica in replicas:
+                await replica.stop()
+            await asyncio.gather(*readers)
+    finally:
+        for replica in replicas:
+            if replica.process.returncode is None:
+                replica.process.kill()
+                await replica.process.wait()
+        for task in readers:
+            task.cancel()
+        await cluster.close()
+    windows = {
+        r.identity: r.records[starts[r.identity] : starts[r.identity] + warm + ticks]
+        for r in leading
+    }
+    per_shard = {}
+    for replica in replicas:
+        window = windows.get(replica.identity)
+        if not window:
+            per_shard[replica.identity] = {
+                "buckets_led": 0,
+                "rss_mib": replica.stopped.get("rss_mib"),
+            }
+            continue
+        summary = summarise(window, warm=warm)
+        per_shard[replica.identity] = {
+            "buckets_led": len(window[-1].led),
+            "services_decided_per_tick": summary["services_decided_per_tick"],
+            "tick_p50_s": summary["tick_p50_s"],
+            "tick_p99_s": summary["tick_p99_s"],
+            "cpu_per_tick_s": summary["cpu_per_tick_s"],
+            "gc_s_per_tick": summary["gc_s_per_tick"],
+            "prometheus_queries_per_tick": summary["prometheus_queries_per_tick"],
+            "decisions_in_later_ticks": summary["decisions_in_later_ticks"],
+            "first_tick_s": round(replica.records[0].duration_s, 3),
+            "led_changed_while_measured": len({tuple(t.led) for t in window}) > 1,
+            "rss_mib": window[-1].rss_mib,
+            "rss_mib_peak": replica.stopped.get("rss_mib_peak"),
+            "events_by_outcome": dict(sorted(replica.stopped.get("events", {}).items())),
+        }
+    durations = [t.duration_s for w in windows.values() for t in w[warm:]]
+    cpu = [s["cpu_per_tick_s"] for s in per_shard.values() if s.get("cpu_per_tick_s")]
+    writes = api_writes(first, final["counts"])
+    return {
+        "deployments": deployments,
+        "pods": PODS_PER_DEPLOYMENT * deployments,
+        "shards": shards_n,
+        "buckets": buckets,
+        "prometheus_data_s": round(data_s, 1),
+        "every_bucket_led_s": round(split_s, 1),
+        "services_decided_per_tick": sum(
+            s.get("services_decided_per_tick", 0) for s in per_shard.values()
+        ),
+        "tick_p50_s": round(statistics.median(durations), 4),
+        "tick_p99_s": round(percentile(durations, 0.99), 4),
+        "cpu_per_tick_s_summed": round(sum(cpu), 4),
+        "rss_mib_summed": round(sum(s.get("rss_mib") or 0.0 for s in per_shard.values()), 1),
+        "api_writes_per_tick": round(sum(v[1] for v in writes.values()) / (warm + ticks), 1),
+        "api_writes_while_measured": {k: v[1] for k, v in sorted(writes.items())},
+        "writers": final["writers"],
+        "per_shard": per_shard,
     }
 
 
@@ -583,12 +1039,24 @@ def main() -> None:
         help="the controller's deadline per query (past it every service holds, missing data)",
     )
     parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N controller processes over bucket Leases (0: one controller in this process, "
+        "with the one Lease of the base)",
+    )
+    parser.add_argument(
+        "--buckets", type=int, help="bucket Leases with --shards (default: 3 per shard)"
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="PATH",
         help="profile the steady ticks (cProfile), write the stats to PATH and print the top",
     )
     parser.add_argument("--serve-cluster", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-shard", metavar="JSON", help=argparse.SUPPRESS)
     args = parser.parse_args()
     changes = {
         "change_share": args.change_share,
@@ -599,25 +1067,49 @@ def main() -> None:
         asyncio.run(serve_cluster(args.serve_cluster, **changes))
         return
     os.environ.pop("KUBERNETES_SERVICE_HOST", None)  # the emulator's kubeconfig, always
+    if args.serve_shard is not None:
+        asyncio.run(serve_shard(json.loads(args.serve_shard)))
+        return
+    timing = {
+        "scrape_interval_s": args.scrape_interval_s,
+        "query_timeout_s": args.query_timeout_s,
+    }
     profile = cProfile.Profile() if args.profile else None
-    result = asyncio.run(
-        measure(
-            args.deployments,
-            args.ticks,
-            profile=profile,
-            scrape_interval_s=args.scrape_interval_s,
-            query_timeout_s=args.query_timeout_s,
-            **changes,
+    if args.shards:
+        if profile is not None:
+            parser.error("--profile profiles the one controller in this process: not with --shards")
+        result = asyncio.run(
+            measure_shards(
+                args.deployments,
+                args.ticks,
+                shards_n=args.shards,
+                buckets=args.buckets or 3 * args.shards,
+                **timing,
+                **changes,
+            )
         )
-    )
-    width = max(map(len, result))
-    for key, value in result.items():
-        print(f"{key:<{width}}  {value}")
+    else:
+        result = asyncio.run(
+            measure(args.deployments, args.ticks, profile=profile, **timing, **changes)
+        )
+    print_result(result)
     if profile is not None:
         profile.dump_stats(args.profile)
         stats = pstats.Stats(profile)
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(40)
+
+
+def print_result(result: dict[str, Any], indent: str = "") -> None:
+    width = max(map(len, result))
+    for key, value in result.items():
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            print(f"{indent}{key}")
+            for name, inner in value.items():
+                print(f"{indent}  {name}")
+                print_result(inner, indent + "    ")
+        else:
+            print(f"{indent}{key:<{width}}  {value}")
 
 
 if __name__ == "__main__":

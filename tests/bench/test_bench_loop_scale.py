@@ -1,9 +1,14 @@
-"""The scale bench's exporter: the series it serves for Prometheus to scrape."""
+"""The scale bench: the series its exporter serves, its audit of each service's writers, its
+summary of a controller's ticks."""
 
 from __future__ import annotations
 
+import itertools
+
+from kube.emulator import Write
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscaler.core import shards
 from bench import loop_scale_k8s as bench
 
 
@@ -48,3 +53,109 @@ def test_a_counter_never_goes_back_when_load_or_pods_change() -> None:
     assert load.rate_per_s[0] != rate
     assert _requests(load, 30.0, pod) == round(before + 10.0 * rate / 2, 3)
     assert load.pods() == 5
+
+
+BUCKETS = shards.Buckets.named(bench.LEASE_NAME, 3)
+
+
+def _lease(bucket: int, who: str, status: int = 200) -> Write:
+    name = BUCKETS.names[bucket]
+    return Write("update", "leases", bench.LEASE_NAMESPACE, name, f"{bench.AGENT}{who}", status)
+
+
+def _service_in(bucket: int, *, skip: int = 0) -> str:
+    """The first team-0 service name in `bucket`, past `skip` of them."""
+    found = (
+        bench.deployment_name(i)
+        for i in range(0, 10_000, bench.NAMESPACES)
+        if BUCKETS.of(f"team-0/{bench.deployment_name(i)}") == bucket
+    )
+    return list(itertools.islice(found, skip + 1))[-1]
+
+
+def _scale(name: str, who: str, status: int = 200) -> Write:
+    return Write("patch", "deployments", "team-0", name, f"{bench.AGENT}{who}", status)
+
+
+def _event(name: str, who: str) -> Write:
+    return Write(
+        "create", "events", "team-0", f"{name}.18c2f1a3b4d5e6f7", f"{bench.AGENT}{who}", 201
+    )
+
+
+def test_each_service_is_charged_to_its_writers_and_checked_against_its_bucket_holder() -> None:
+    """A write counts for the service that starts its object's name, against whoever held the
+    service's bucket Lease when the server answered it."""
+    a, b = _service_in(0), _service_in(1)
+    writes = [
+        _lease(0, "shard-0"),
+        _lease(1, "shard-1"),
+        _scale(a, "shard-0"),
+        _event(a, "shard-0"),
+        _scale(b, "shard-1"),
+        _scale(b, "shard-0", status=409),  # refused: not a write
+        Write("create", "pods", "team-0", f"{a}-5d8f7c-00002", "kubectl", 201),
+    ]
+    found = bench.audit_writers(writes, BUCKETS, lease_namespace=bench.LEASE_NAMESPACE)
+    assert found["services_written"] == 2  # a (by shard-0 and kubectl) and b
+    assert found["with_two_or_more"] == 1
+    assert found["writes_by_a_non_holder"] == 1
+    assert found["services_per_writer"] == {"kubectl": 1, "shard-0": 1, "shard-1": 1}
+
+
+def test_a_write_by_a_replica_without_the_bucket_is_counted_and_a_move_is_not_one() -> None:
+    """After a bucket moves, its services have two writers one after the other and no stale
+    write; a write by a replica that does not hold the bucket is a stale one."""
+    a, other = _service_in(2), _service_in(2, skip=1)
+    writes = [
+        _lease(2, "shard-0"),
+        _scale(a, "shard-0"),
+        _lease(2, "shard-1"),
+        _lease(2, "shard-0", status=409),  # a failed renewal moves nothing
+        _scale(a, "shard-1"),
+        _scale(other, "shard-1"),
+    ]
+    found = bench.audit_writers(writes, BUCKETS, lease_namespace=bench.LEASE_NAMESPACE)
+    assert found == {
+        "services_written": 2,
+        "with_one_writer": 1,
+        "with_two_or_more": 1,
+        "writes_by_a_non_holder": 0,
+        "bucket_moves": 1,
+        "services_per_writer": {"shard-0": 1, "shard-1": 2},
+    }
+    late = bench.audit_writers(
+        [*writes, _scale(other, "shard-0")], BUCKETS, lease_namespace=bench.LEASE_NAMESPACE
+    )
+    assert late["writes_by_a_non_holder"] == 1
+    assert late["with_two_or_more"] == 2
+
+
+def _tick(n: int, *, decided: int = 100, led: tuple[int, ...] = (0,)) -> bench.Tick:
+    return bench.Tick(
+        duration_s=0.1 * (n + 1),
+        cpu_s=0.5 * n * n,
+        gc_s=0.01 * n,
+        gc_counts=[10 * n, n, 0],
+        queries=3 * n,
+        decided=decided,
+        changed=None if n == 0 else n,
+        kinds={"steady/within_band": decided},
+        led=list(led),
+    )
+
+
+def test_a_summary_counts_the_ticks_after_the_warm_ones_from_running_totals() -> None:
+    """CPU, collections and queries per tick are differences of the running totals over the
+    ticks measured; the warm ticks count for nothing but the queries' first difference."""
+    records = [_tick(n) for n in range(5)]
+    summary = bench.summarise(records, warm=2)
+    assert summary["ticks_measured"] == 3
+    assert summary["tick_p50_s"] == 0.4
+    assert summary["cpu_per_tick_s"] == 0.5 * ((9 - 4) + (16 - 9)) / 2
+    assert summary["gc_s_per_tick"] == 0.01
+    assert summary["gc_collections_in_later_ticks"] == [20, 2, 0]
+    assert summary["prometheus_queries_per_tick"] == [3]
+    assert summary["services_decided_per_tick"] == 100
+    assert summary["decisions_in_later_ticks"] == {"steady/within_band": 300}
+    assert summary["outcomes_changed_in_later_ticks"] == 2 + 3 + 4

@@ -118,3 +118,17 @@ async def test_wall_clock_reads_unix_time() -> None:
     now = wall.now()
     assert before <= now <= time.time()
     await asyncio.wait_for(wall.sleep(-1.0), timeout=1.0)  # a past deadline returns at once
+
+
+def test_gc_threshold_is_comma_separated_and_never_stops_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The collector's thresholds are one to three numbers >= 1, a young generation of 50,000
+    objects unless set."""
+    assert settings.Settings().loop.gc_threshold == (50_000, 20, 100)
+    monkeypatch.setenv("AUTOSCALER_LOOP__GC_THRESHOLD", "50000, 20")
+    assert settings.Settings().loop.gc_threshold == (50000, 20)
+    for bad in ("0", "50000,0,10", "1,2,3,4", "many"):
+        monkeypatch.setenv("AUTOSCALER_LOOP__GC_THRESHOLD", bad)
+        with pytest.raises(pydantic.ValidationError, match="gc_threshold"):
+            settings.Settings()

@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from autoscaler.core import model
+from autoscaler.core import model, smoothing
 from autoscaler.core.smoothing import Estimates, SmoothingConfig, Windows
 
 INF = math.inf
@@ -505,3 +505,64 @@ def test_permuting_rows_permutes_results(
     permuted = w.estimate(now, rows[order], half_lives[order])
     for got, want in zip(fields(permuted), fields(straight), strict=True):
         np.testing.assert_allclose(got, want[order], rtol=1e-9, atol=1e-9)
+
+
+# The reduction against its plain form ---------------------------------------------------------
+
+
+class PlainWindows(Windows):
+    """`Windows` with the mask multiplied out for every row, as the reduction was first written."""
+
+    def _reduce(self, picked: np.ndarray | slice, basis: np.ndarray) -> dict[str, np.ndarray]:
+        k, slots = self._n_signals, self._slots
+        val = self._val[picked].reshape(-1, slots)
+        ok = self._ok[picked].reshape(-1, slots).astype(np.float64)
+        m = (ok @ basis).reshape(-1, k, 7)
+        s = (val @ basis[:, :4]).reshape(-1, k, 4)
+        sxx = (np.square(val) @ basis[:, 0]).reshape(-1, k)
+        return smoothing._fit(m, s, sxx)
+
+
+def all_fields(est: Estimates) -> list[np.ndarray]:
+    return [
+        est.mean,
+        est.level,
+        est.trend_per_s,
+        est.trend_stderr_per_s,
+        est.mean_age_s,
+        est.burst_mean,
+        est.last,
+        est.fresh,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("seed", "missing_ratio", "skipped_ticks"),
+    [(1, 0.0, ()), (2, 0.0005, ()), (3, 0.01, (50, 51)), (4, 0.3, ()), (5, 1.0, ())],
+)
+def test_sharing_the_mask_sums_computes_what_the_plain_reduction_does(
+    seed: int, missing_ratio: float, skipped_ticks: tuple[int, ...]
+) -> None:
+    """Estimates with the shared mask sums equal those of the mask multiplied out row by row."""
+    rng = np.random.default_rng(seed)
+    config = SmoothingConfig(window_s=120.0, tick_s=1.0, burst_window_s=6.0)
+    shared, plain = Windows(config), PlainWindows(config)
+    names = ids(*(f"s{i}" for i in range(3000)))
+    rows = shared.rows_for(names)
+    assert np.array_equal(rows, plain.rows_for(names))
+    half_lives = rng.choice([30.0, 60.0, INF], size=len(names))
+    window_s = rng.choice([60.0, 120.0, np.nan], size=len(names))
+    for tick in range(200):
+        if tick in skipped_ticks:
+            continue
+        values = rng.uniform(0.0, 50.0, size=(len(names), len(model.BASE_SIGNALS)))
+        values[rng.random(values.shape) < missing_ratio] = np.nan
+        listed = rows[rng.random(len(rows)) >= missing_ratio / 10]  # some rows miss a tick
+        shared.record(float(tick), listed, values[: len(listed)])
+        plain.record(float(tick), listed, values[: len(listed)])
+        if tick % 40 == 39:
+            for asked in (rows, rows[::-7]):
+                got = shared.estimate(float(tick), asked, half_lives[asked], window_s[asked])
+                want = plain.estimate(float(tick), asked, half_lives[asked], window_s[asked])
+                for a, b in zip(all_fields(got), all_fields(want), strict=True):
+                    np.testing.assert_allclose(a, b, rtol=1e-12, atol=0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from autoscaler import app
+from autoscaler import app, settings
 
 from .support import LEASE_NAMESPACE, Controllers, SteppedClock, ensure_namespace
 
@@ -37,3 +37,35 @@ async def test_the_heap_is_frozen_once_the_caches_synced(
         gc.unfreeze()
         cluster.record_calls()  # its calls count for the RBAC check, as a `Running`'s do
     assert frozen > 0
+
+
+async def test_the_collector_takes_the_configured_thresholds_once_the_heap_is_frozen(
+    cluster: Controllers, clock: SteppedClock
+) -> None:
+    """A controller that freezes its heap then sets the collector's thresholds it is given."""
+    thresholds = gc.get_threshold()
+    ensure_namespace(cluster.kube, LEASE_NAMESPACE)
+    config = cluster.config(identity="ctl-gc").model_copy(
+        update={"loop": settings.LoopSettings(gc_threshold=(50_000, 20))}
+    )
+    stop, ticked = asyncio.Event(), asyncio.Event()
+    try:
+        async with app.wire(
+            config,
+            clock=clock,
+            lease_clock=clock,
+            wall_now=clock.now,
+            on_tick=lambda _report, _duration_s: ticked.set(),
+            freeze_heap=True,
+        ) as controller:
+            task = asyncio.create_task(controller.serve(stop))
+            async with asyncio.timeout(10):
+                await ticked.wait()
+            during = gc.get_threshold()
+            stop.set()
+            await task
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+        cluster.record_calls()
+    assert during == (50_000, 20, thresholds[2])
