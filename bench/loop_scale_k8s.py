@@ -493,9 +493,19 @@ class Ticks:
         self._last: dict[Any, tuple[Any, ...]] | None = None
 
     def __call__(self, report: Any, duration_s: float) -> Tick:
+        from autoscaler import loop
+
+        # In brief: reading a batched service's full decision would build it, which the loop
+        # itself does only for a service it writes or publishes.
+        decisions = report.decisions
+        briefs = (
+            decisions.briefs()
+            if isinstance(decisions, loop.Decisions)
+            else {service: loop.Brief.of(d) for service, d in decisions.items()}
+        )
         outcomes = {
             service: (d.desired, d.kind, None if d.kind.value == "steady" else d.reason)
-            for service, d in report.decisions.items()
+            for service, d in briefs.items()
         }
         last = self._last
         # What the loop publishes on: a new count, kind or (unless steady) reason.
@@ -510,9 +520,7 @@ class Ticks:
             queries=self._queries_sent(),
             decided=len(report.decisions),
             changed=changed,
-            kinds=dict(
-                Counter(f"{d.kind.value}/{d.reason.value}" for d in report.decisions.values())
-            ),
+            kinds=dict(Counter(f"{d.kind.value}/{d.reason.value}" for d in briefs.values())),
             led=self._led(),
             rss_mib=round(rss_mib()[0], 1),
         )
