@@ -168,6 +168,7 @@ class Controller:
                 clock=lease_clock,
                 retry_interval_s=k8s.retry_interval_s,
                 on_changed=self._buckets_changed,
+                wait_quiet=self._wait_quiet,
                 wall_now=wall_now,
                 lease_duration_s=k8s.lease_duration_s,
                 renew_interval_s=k8s.renew_interval_s,
@@ -179,6 +180,9 @@ class Controller:
         """The buckets in a term of leadership, as last told by the Leases."""
         self._leading_some = asyncio.Event()
         """Set while `_led` is not empty."""
+        self._tick_idle = asyncio.Event()
+        """Set while no tick is under way."""
+        self._tick_idle.set()
         self.cluster = cluster.KubeCluster(
             api,
             identity=self.identity,
@@ -418,6 +422,7 @@ class Controller:
     async def _end_term(self) -> None:
         """Drop the term's loop; its ramp driver's probes are cancelled and waited for."""
         self.loop = None
+        self._tick_idle.set()
         ramps, self.ramps = self.ramps, None
         if ramps is not None:
             await ramps.close()
@@ -446,7 +451,7 @@ class Controller:
                 # One term, one loop: it stops at the first slot after the term ends, and
                 # skips a slot while the renewal is late (it waits a tick for it, or the loss).
                 await self.loop.run(
-                    active=functools.partial(self._in_term, term), may_step=self.is_leader
+                    active=functools.partial(self._in_term, term), may_step=self._may_step
                 )
             finally:
                 await self._end_term()
@@ -454,9 +459,27 @@ class Controller:
     def _in_term(self, term: int) -> bool:
         return self.leading and self._term == term
 
+    def _may_step(self) -> bool:
+        """`is_leader`, as the loop asks it right before a tick: a tick is under way from a yes
+        until `_ticked` (or the end of the term)."""
+        if not self.is_leader():
+            return False
+        self._tick_idle.clear()
+        return True
+
+    async def _wait_quiet(self) -> None:
+        """Before a bucket given up to even the split is cleared: the tick under way (which may
+        have begun with its services) ends, and the Events on their way are sent. Bounded by
+        the request deadline, after which no request sent before the step-down is awaited."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.kubernetes.request_timeout_s):
+                await self._tick_idle.wait()
+                await self.cluster.events.wait_idle()
+
     def _ticked(self, report: loop_.TickReport, duration_s: float) -> None:
         started = time.perf_counter()
         self._last_workloads = report.workloads
+        self._tick_idle.set()
         if self.leading:  # else the term ended during the tick: its series are dropped already
             self.telemetry.observe_tick(
                 report,

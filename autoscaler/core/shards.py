@@ -18,14 +18,25 @@ change of the count reshuffles the services; every replica must run with the sam
 Bucket names: one bucket is named as the single Lease always was (an upgrade from one replica
 keeps its Lease); N > 1 are `<lease>.<i>-of-<N>` with two digits, as Knative names them.
 
-It must not know about Leases, the API or time: it maps names to names.
+The split (`split`): each replica aims at its fair share of the buckets, `buckets / replicas`,
+the replicas counted from what the Leases show (their live holders, and the replicas that lead
+none but asked for a bucket). Once every bucket is held, a replica that leads more than
+`ceil(share)` gives its surplus up, one bucket at a time, the ones it prefers least first; a
+replica that leads fewer than `ceil(share)` is eager for a free bucket, one at or above it
+lets the others come first; a replica that leads none asks a holder of more than its share
+to count it. A replica at `floor(share)` or `ceil(share)` neither asks nor gives, so the split
+settles (3/3/3 of nine, 2/2/1/1 of six) whatever the order the replicas came in.
+
+It must not know about Leases, the API or time: it maps names to names, and holders to a plan.
 """
 
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 from typing import Final
 
 _FNV_OFFSET: Final = 0xCBF29CE484222325
@@ -113,3 +124,67 @@ def preference(identity: str, names: Sequence[str]) -> list[int]:
     so each comes away with some buckets instead of the quickest taking all of them.
     """
     return sorted(range(len(names)), key=lambda i: (fnv1a_64((identity + names[i]).encode()), i))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Split:
+    """What one replica should do about the split of the buckets, from what the Leases show."""
+
+    replicas: int
+    """The live replicas counted, this one included."""
+    led: int
+    """The buckets this replica leads."""
+    ceiling: int
+    """`ceil(buckets / replicas)`: more than this is a surplus to give up."""
+    floor: int
+    """`floor(buckets / replicas)`."""
+    surplus: tuple[int, ...]
+    """Buckets to give up (all held, this replica over `ceiling`): the least preferred first;
+    one at a time, so only the first is given up before the Leases are read again."""
+    ask: int | None
+    """A bucket of the replica that leads the most, on which this replica, leading none though
+    every bucket is held, asks to be counted: that replica leads more than `ceiling` once it
+    counts this one. None when asking would change nothing."""
+
+    @property
+    def eager(self) -> bool:
+        """Whether this replica takes a free bucket as soon as it may: it leads fewer than
+        `ceiling`."""
+        return self.led < self.ceiling
+
+
+def split(
+    me: str,
+    holders: Sequence[str | None],
+    *,
+    candidates: Collection[str] = (),
+    preferred: Sequence[int] | None = None,
+) -> Split:
+    """The plan of the replica `me`, given each bucket's live holder (None: free or expired)
+    and the replicas that asked to be counted though they lead none (`candidates`).
+
+    `preferred` is `me`'s order of preference over the buckets (`preference`); its surplus is
+    taken from the end of it. Pure: the same holders give the same plan in every replica.
+    """
+    count = len(holders)
+    live = {h for h in holders if h is not None} | set(candidates) | {me}
+    replicas = len(live)
+    ceiling = math.ceil(count / replicas)
+    floor = count // replicas
+    mine = [i for i, h in enumerate(holders) if h == me]
+    every_held = all(h is not None for h in holders)
+    surplus: tuple[int, ...] = ()
+    if every_held and len(mine) > ceiling:
+        order = list(range(count)) if preferred is None else list(preferred)
+        ranked = sorted(mine, key=order.index, reverse=True)
+        surplus = tuple(ranked[: len(mine) - ceiling])
+    ask = None
+    if every_held and not mine and count > 1:
+        led_by = collections.Counter(h for h in holders if h is not None)
+        most = max(led_by.values())
+        if most > ceiling:  # someone would give one up once it counts this replica
+            busiest = min(h for h, n in led_by.items() if n == most)
+            ask = holders.index(busiest)
+    return Split(
+        replicas=replicas, led=len(mine), ceiling=ceiling, floor=floor, surplus=surplus, ask=ask
+    )

@@ -17,16 +17,34 @@ On cancellation the leader releases the Lease (clears the holder) so that a succ
 over at its next retry instead of after the lease expires.
 
 `BucketLeases` runs one elector per bucket Lease (`core.shards`), as Knative's autoscaler does:
-this replica campaigns for every bucket and acts on the services of those it leads. A bucket
-that comes free (released, or expired) goes first to a replica that leads none: one that leads
-`k > 0` waits, before taking it, one jittered retry (longer than the followers' polls can be
-apart, so an idle replica that saw it at the same time always comes first) plus a share of a
-retry per further bucket (`retry_interval_s * (1.2 + (k - 1) / buckets)`, under 2.2 retries).
-A dead holder's buckets therefore move within `lease_duration_s` plus one retry of polling plus
-that wait. Replicas that start together first try the buckets they prefer
-(`core.shards.preference`), the rest a fraction of a retry apart. A replica that starts when
-every bucket is held leads none until one comes free (a holder stops, dies or loses its
-renewals): a rolling restart hands each stopping replica's buckets to the idle new ones.
+this replica campaigns for every bucket and acts on the services of those it leads, and evens
+the split out with the others by `core.shards.split`, from the holders its electors last read
+(a holder with one Lease seen expired counts as dead) and the replicas that asked to be counted:
+
+- A bucket that comes free (released, or expired) goes first to a replica that leads none: one
+  that leads `k > 0` but fewer than its share's ceiling waits, before taking it, one jittered
+  retry (longer than the followers' polls can be apart, so an idle replica that saw it at the
+  same time always comes first) plus a share of a retry per further bucket
+  (`retry_interval_s * (1.2 + (k - 1) / buckets)`, under 2.2 retries); one at or above its
+  ceiling waits `lease_duration_s` less a jittered retry, so that the replicas under their
+  share come first and the bucket is still never free for longer than a lease. A dead holder's
+  buckets therefore move within `lease_duration_s` plus one retry of polling plus that wait.
+- A replica that leads none while every bucket is held asks to be counted: it writes its
+  identity in the annotation `ASK_ANNOTATION` of a Lease of the replica that leads the most;
+  that replica reads it at its next renewal, counts the asker as live for `lease_duration_s`
+  and drops the annotation with the renewal's write. The asker writes it again at its polls
+  while the need lasts.
+- A replica that leads more than its share's ceiling while every bucket is held gives up one
+  bucket, at that bucket's next renewal: its elector stops leading first (the write fence
+  refuses that bucket's services from then on), waits for the work already under way to end
+  (`wait_quiet`: the tick in progress, the Events on their way), and only then clears the
+  Lease's holder, for a replica under its share to take at its next poll. The next bucket goes
+  only once that one is held again, so the split converges one bucket at a time and no
+  service ever has two writers.
+
+Replicas that start together first try the buckets they prefer (`core.shards.preference`),
+the rest a fraction of a retry apart. A replica that starts when every bucket is held asks
+to be counted and is handed its share, one bucket at a time.
 
 It must not do anything with leadership but report it: `is_leader`, `leads`, the `leading`
 and `lost` events, and the callbacks.
@@ -36,12 +54,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import os
 import random
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import structlog
@@ -59,6 +78,10 @@ JITTER_RATIO: Final = 0.2
 
 
 _EXPIRY_SLACK_S: Final = 1e-6
+
+ASK_ANNOTATION: Final = "autoscaler.dsec.io/counts-me"
+"""On a bucket Lease: the identity of a replica that leads no bucket and asks the holder to
+count it in the split (read and dropped by the holder at its next renewal)."""
 
 
 def default_identity(env: Mapping[str, str] | None = None) -> str:
@@ -105,6 +128,10 @@ class LeaderElector:
         rng: random.Random | None = None,
         first_delay_s: float = 0.0,
         defer_s: Callable[[], float] | None = None,
+        give_up: Callable[[], bool] | None = None,
+        wait_quiet: Callable[[], Awaitable[None]] | None = None,
+        ask: Callable[[], bool] | None = None,
+        on_asked: Callable[[str], None] | None = None,
     ) -> None:
         """A candidate `identity` for the Lease `namespace/name`.
 
@@ -113,6 +140,11 @@ class LeaderElector:
         `first_delay_s` is waited before the first attempt; when the Lease is found free or
         expired, `defer_s()` seconds are waited once before taking it, and it is read again
         (bucket Leases: the least loaded candidate comes first).
+
+        Bucket Leases also pass: `give_up()`, asked before each renewal, true to hand the Lease
+        over (stop leading, await `wait_quiet()`, then clear the holder); `ask()`, asked when
+        another holds the Lease, true to write this candidate's identity in `ASK_ANNOTATION`;
+        `on_asked(identity)`, told of the identity found there by the holder's renewal.
         """
         if not 0 < renew_interval_s < renew_deadline_s < lease_duration_s:
             raise ValueError("need 0 < renew_interval_s < renew_deadline_s < lease_duration_s")
@@ -136,8 +168,13 @@ class LeaderElector:
         self._rng = rng or random.Random()
         self._first_delay_s = first_delay_s
         self._defer_s = defer_s
-        self._deferred_for: tuple[str, str, str] | None = None  # the record waited on
+        self._deferred_for: tuple[str, str] | None = None  # the record waited on
         self._deferred_s = 0.0
+        self._give_up = give_up
+        self._wait_quiet = wait_quiet
+        self._ask = ask
+        self._on_asked = on_asked
+        self._handing_over = False
         self.leading = asyncio.Event()
         """Set while this candidate leads (it became leader)."""
         self.lost = asyncio.Event()
@@ -145,7 +182,9 @@ class LeaderElector:
         self.holder: str | None = None
         """The holder seen at the last read of the Lease."""
         self._renewed_s = -float("inf")
-        self._observed: tuple[str, str, str] | None = None  # (version, holder, renewTime)
+        # (holder, renewTime), as client-go compares records: not the resourceVersion, which
+        # an asker's annotation also moves and which must not keep a dead holder's Lease alive.
+        self._observed: tuple[str, str] | None = None
         self._observed_s = 0.0
         self._expires_s = 0.0  # when the record last seen expires, by our clock
 
@@ -154,6 +193,21 @@ class LeaderElector:
         """Whether this candidate leads: false as soon as its renew deadline has passed."""
         return self.leading.is_set() and (
             self.clock.now() - self._renewed_s < self.renew_deadline_s
+        )
+
+    def live_holder(self) -> str | None:
+        """The holder at the last read, this candidate while it leads; None when free, or when
+        the Lease still names this candidate though it no longer leads (handing it over)."""
+        if self.leading.is_set():
+            return self.identity
+        return self.holder if self.holder != self.identity else None
+
+    def expired(self) -> bool:
+        """Whether another's hold on the Lease, as last read, has expired by this clock."""
+        return (
+            self.holder is not None
+            and self.holder != self.identity
+            and self.clock.now() >= self._expires_s - _EXPIRY_SLACK_S
         )
 
     async def wait_leading(self) -> None:
@@ -176,11 +230,32 @@ class LeaderElector:
                     await self.release()
                 else:
                     self._step_down("stopped")
+            elif self._handing_over and self.release_on_cancel:
+                await self._clear_holder()  # stopped while handing over: it leads no more
 
     async def release(self) -> None:
         """Give the Lease up if held (clear the holder) and stop leading."""
         if not self.leading.is_set():
             return
+        try:
+            await self._clear_holder()
+        finally:
+            self._step_down("released")
+
+    async def _hand_over(self) -> None:
+        """Stop leading, let the work begun under this Lease end, then clear its holder: nothing
+        is written for its services once another may hold it."""
+        self._handing_over = True
+        try:
+            self._step_down("handed_over")
+            if self._wait_quiet is not None:
+                await self._wait_quiet()
+            await self._clear_holder()
+        finally:
+            self._handing_over = False
+
+    async def _clear_holder(self) -> None:
+        """Clear the holder of the Lease if it is this candidate."""
         try:
             lease = await self._call("leases.get", self._leases.read_namespaced_lease)
             if lease is not None and _holder(lease) == self.identity:
@@ -193,12 +268,12 @@ class LeaderElector:
                     "acquireTime": now,
                 }
                 await self._call(
-                    "leases.update", self._leases.replace_namespaced_lease, {**lease, "spec": spec}
+                    "leases.update",
+                    self._leases.replace_namespaced_lease,
+                    {**self._answered(lease), "spec": spec},
                 )
         except (_ConflictError, _FailedError):
             pass  # someone else wrote it, or it will expire: stepping down is what matters
-        finally:
-            self._step_down("released")
 
     # -- the campaign ------------------------------------------------------------------------------
 
@@ -226,6 +301,9 @@ class LeaderElector:
     async def _renew(self) -> None:
         while True:
             await self.clock.sleep(self.renew_interval_s)
+            if self._give_up is not None and self._give_up():
+                await self._hand_over()
+                return
             while True:
                 outcome = await self._attempt()
                 if outcome is _Outcome.HELD:
@@ -243,8 +321,8 @@ class LeaderElector:
             return
         self.leading.clear()
         self.lost.set()
-        # Giving the Lease up on the way out is the clean path, not a warning.
-        report = log.info if why == "released" else log.warning
+        # Giving the Lease up on the way out, or to even the split, is the clean path.
+        report = log.info if why in ("released", "handed_over") else log.warning
         report("leader.lost", lease=self._lease_name, identity=self.identity, why=why)
         if self._on_stopped is not None:
             self._on_stopped()
@@ -263,6 +341,8 @@ class LeaderElector:
         self._observe(lease, seen_s)
         holder = _holder(lease)
         if holder and holder != self.identity and not self._expired(lease, seen_s):
+            if self._ask is not None and self._ask():
+                await self._ask_to_be_counted(lease)
             return _Outcome.TAKEN
         if holder != self.identity and self._defers():
             return _Outcome.DEFERRED
@@ -278,7 +358,9 @@ class LeaderElector:
         )
         try:
             updated = await self._call(
-                "leases.update", self._leases.replace_namespaced_lease, {**lease, "spec": spec}
+                "leases.update",
+                self._leases.replace_namespaced_lease,
+                {**self._answered(lease), "spec": spec},
             )
         except _ConflictError:
             return _Outcome.CONFLICT
@@ -312,6 +394,35 @@ class LeaderElector:
         assert created is not None
         return self._held(created, now_s)
 
+    async def _ask_to_be_counted(self, lease: Obj) -> None:
+        """Write this candidate's identity in the Lease's `ASK_ANNOTATION`, unless it is there;
+        a conflict or a failure is left for the next poll."""
+        metadata = lease.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        if annotations.get(ASK_ANNOTATION) == self.identity:
+            return
+        asked = {
+            **lease,
+            "metadata": {**metadata, "annotations": {**annotations, ASK_ANNOTATION: self.identity}},
+        }
+        try:
+            await self._call("leases.update", self._leases.replace_namespaced_lease, asked)
+        except (_ConflictError, _FailedError):
+            return
+        log.info("lease.asked", lease=self._lease_name, identity=self.identity)
+
+    def _answered(self, lease: Obj) -> Obj:
+        """The Lease without `ASK_ANNOTATION`, whose asker (if another) `on_asked` is told of."""
+        metadata = lease.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        if ASK_ANNOTATION not in annotations:
+            return lease
+        asker = annotations[ASK_ANNOTATION]
+        if isinstance(asker, str) and asker != self.identity and self._on_asked is not None:
+            self._on_asked(asker)
+        kept = {k: v for k, v in annotations.items() if k != ASK_ANNOTATION}
+        return {**lease, "metadata": {**metadata, "annotations": kept}}
+
     def _defers(self) -> bool:
         """Whether to wait before taking the free or expired record just read: once per record,
         for `defer_s()` seconds when that is positive."""
@@ -330,8 +441,8 @@ class LeaderElector:
 
     def _observe(self, lease: Obj, now_s: float) -> None:
         renewed = _spec(lease).get("renewTime")
-        record = (_api.resource_version(lease), _holder(lease), str(renewed))
-        self.holder = record[1] or None
+        record = (_holder(lease), str(renewed))
+        self.holder = record[0] or None
         if record != self._observed:
             self._observed, self._observed_s = record, now_s
 
@@ -375,21 +486,28 @@ class BucketLeases:
         identity: str,
         clock: clock_.Clock,
         retry_interval_s: float = 2.0,
+        lease_duration_s: float = 15.0,
         on_changed: Callable[[], None] | None = None,
+        wait_quiet: Callable[[], Awaitable[None]] | None = None,
         **elector: Any,
     ) -> None:
         """Electors for every name of `buckets` in `namespace`; `elector` holds the other
         `LeaderElector` settings, shared by all. `on_changed` is told whenever a bucket is won
-        or lost."""
+        or lost; `wait_quiet()` is awaited between stepping down from a bucket given up to
+        even the split and clearing its Lease (the work begun for its services ends)."""
         self.buckets = buckets
+        self.identity = identity
+        self.clock = clock
         self._on_changed = on_changed
         self._retry_interval_s = retry_interval_s
+        self._lease_duration_s = lease_duration_s
+        self._asked_s: dict[str, float] = {}
+        """Replicas that lead none and asked to be counted, and when that was last read."""
         count = len(buckets)
         # Far enough apart that a replica's first choice is held before its second is tried.
         stagger_s = retry_interval_s / count
-        ranks = {
-            index: rank for rank, index in enumerate(shards.preference(identity, buckets.names))
-        }
+        self._preferred = shards.preference(identity, buckets.names)
+        ranks = {index: rank for rank, index in enumerate(self._preferred)}
         self.electors: tuple[LeaderElector, ...] = tuple(
             LeaderElector(
                 api,
@@ -398,8 +516,13 @@ class BucketLeases:
                 identity=identity,
                 clock=clock,
                 retry_interval_s=retry_interval_s,
+                lease_duration_s=lease_duration_s,
                 first_delay_s=ranks[index] * stagger_s,
                 defer_s=self._defer_s,
+                give_up=functools.partial(self._gives_up, index),
+                wait_quiet=wait_quiet,
+                ask=functools.partial(self._asks, index),
+                on_asked=self._asked,
                 on_started_leading=self._changed,
                 on_stopped_leading=self._changed,
                 **elector,
@@ -445,13 +568,57 @@ class BucketLeases:
             for elector in self.electors:
                 group.create_task(elector.run(), name=f"lease {elector.name}")
 
+    def live_holders(self) -> list[str | None]:
+        """Each bucket's live holder as this replica's electors last read it: None for a free
+        Lease, and for every Lease of a holder one of whose Leases was seen expired (dead)."""
+        dead = {e.holder for e in self.electors if e.expired()}
+        return [None if h in dead else h for h in (e.live_holder() for e in self.electors)]
+
+    def split(self) -> shards.Split:
+        """This replica's plan for the split, from the Leases as last read."""
+        now_s = self.clock.now()
+        for asker, seen_s in list(self._asked_s.items()):
+            if now_s - seen_s >= self._lease_duration_s:
+                del self._asked_s[asker]
+        return shards.split(
+            self.identity,
+            self.live_holders(),
+            candidates=self._asked_s.keys(),
+            preferred=self._preferred,
+        )
+
     def _defer_s(self) -> float:
-        """How long to wait before taking a free bucket: nothing while leading none; else past
-        any idle replica's poll, then a share of a retry per further bucket led."""
-        led = len(self.leading())
-        if led == 0:
+        """How long to wait before taking a free bucket: nothing while leading none; under the
+        share's ceiling, past any idle replica's poll, then a share of a retry per further
+        bucket led; else a lease less a jittered retry, for the others to come first."""
+        plan = self.split()
+        if plan.led == 0:
             return 0.0
-        return self._retry_interval_s * (1 + JITTER_RATIO + (led - 1) / len(self.buckets))
+        poll_s = self._retry_interval_s * (1 + JITTER_RATIO)
+        if plan.eager:
+            return poll_s + self._retry_interval_s * (plan.led - 1) / len(self.buckets)
+        return max(self._lease_duration_s - poll_s, poll_s + self._retry_interval_s)
+
+    def _gives_up(self, index: int) -> bool:
+        """Whether the bucket `index` is the one to give up now: the first of the surplus."""
+        plan = self.split()
+        if not plan.surplus or plan.surplus[0] != index:
+            return False
+        log.info(
+            "lease.handing_over",
+            lease=self.buckets.names[index],
+            identity=self.identity,
+            led=plan.led,
+            replicas=plan.replicas,
+            ceiling=plan.ceiling,
+        )
+        return True
+
+    def _asks(self, index: int) -> bool:
+        return self.split().ask == index
+
+    def _asked(self, asker: str) -> None:
+        self._asked_s[asker] = self.clock.now()
 
     def _changed(self) -> None:
         if self._on_changed is not None:
