@@ -52,8 +52,9 @@ def audit(writes: list[Write], buckets: shards.Buckets, namespace: str, names: l
         if write.status >= 300:
             continue
         if write.resource == "leases" and write.namespace == LEASE_NAMESPACE:
+            # A take, a renewal, a release, or an idle replica asking the holder to count it.
             if write.name in buckets.names:
-                holders[write.name] = who
+                holders[write.name] = write.holder or ""
             continue
         if write.namespace != namespace or write.name is None:
             continue
@@ -206,3 +207,103 @@ async def test_three_replicas_split_the_buckets_and_a_killed_ones_move_within_a_
         key = f"{namespace}/{service.name}"
         posted = [e["reportingInstance"] for e in service.events()]
         assert set(posted) <= set(found.writers[key]), (key, posted)
+
+
+def moves(writes: list[Write], buckets: shards.Buckets) -> int:
+    """How many times a bucket Lease went to a new holder."""
+    holders: dict[str, str] = {}
+    moved = 0
+    for write in writes:
+        if write.status >= 300 or write.resource != "leases" or write.name not in buckets.names:
+            continue
+        if write.holder and holders.get(write.name, write.holder) != write.holder:
+            moved += 1
+        if write.holder:
+            holders[write.name] = write.holder
+    return moved
+
+
+async def test_replicas_that_start_in_the_worst_order_even_out_and_a_killed_ones_are_split(
+    kube: Kube,
+    kubelet: FakeCluster,
+    stack: Stack,
+    cluster: Controllers,
+    clock: SteppedClock,
+    unique: str,
+) -> None:
+    """A replica that took all nine buckets hands them over one at a time until three replicas
+    lead three each, a killed replica's three move within a lease and a few retries and end
+    split five to four, and no service ever has a writer that does not hold its bucket."""
+    count = 9
+    for node in range(3):
+        kubelet.add_node(f"gpu-{node}", gpus=16)
+    namespace = f"{unique}-ev"
+    buckets = shards.Buckets.named("inference-autoscaler", count)
+    names = spread_names(buckets, namespace, per_bucket=1)
+    services = [await Service.create(kube, kubelet, stack.upper, namespace, name) for name in names]
+    window = len(kube.requests.writes)
+
+    first = await cluster.start("shard-a", lease_buckets=count)
+    await advance_until(
+        clock, lambda: len(led(first)) == count, limit_s=10, what="every bucket led by one"
+    )
+    replicas = [first] + [
+        await cluster.start(identity, leader=False, lease_buckets=count)
+        for identity in ("shard-b", "shard-c")
+    ]
+    config = first.controller.settings.kubernetes
+    lease_s = config.lease_duration_s
+    # Services keep changing while the buckets move: a new floor, written by whoever leads.
+    for service in services:
+        service.annotate(**{"min-replicas": "3"})
+    await advance_until(
+        clock,
+        lambda: sorted(len(led(r)) for r in replicas) == [3, 3, 3],
+        limit_s=6 * lease_s,
+        what="three buckets each",
+    )
+    # Settled: nothing moves over the next few leases.
+    shares = [led(r) for r in replicas]
+    await clock.advance(3 * lease_s)
+    assert [led(r) for r in replicas] == shares
+    assert moves(kube.requests.writes[window:], buckets) == count - 3
+    await advance_until(
+        clock,
+        lambda: all(s.replicas == 3 for s in services),
+        limit_s=20,
+        what="every service at its new floor",
+    )
+
+    victim = replicas[2]
+    survivors = replicas[:2]
+    moved = led(victim)
+    await victim.kill()
+    killed_s = clock.now()
+    bound_s = lease_s + 3.4 * config.retry_interval_s
+    while not all(any(b in led(r) for r in survivors) for b in moved):
+        assert clock.now() - killed_s <= bound_s, "the dead replica's buckets did not move"
+        await clock.advance_to_next(limit_s=1.0)
+    await advance_until(
+        clock,
+        lambda: sorted(len(led(r)) for r in survivors) == [4, 5],
+        limit_s=3 * lease_s,
+        what="the survivors' even split",
+    )
+    assert victim.controller.identity not in holders(kube, buckets).values()
+
+    for service in services:
+        service.annotate(**{"min-replicas": "4"})
+    await advance_until(
+        clock,
+        lambda: all(s.replicas == 4 for s in services),
+        limit_s=20,
+        what="every service at its second floor",
+    )
+    for r in survivors:
+        await r.controller.cluster.events.wait_idle()
+    found = audit(kube.requests.writes[window:], buckets, namespace, names)
+    assert found.stale == []
+    seen = holders(kube, buckets)
+    for name in names:
+        key = f"{namespace}/{name}"
+        assert seen[buckets.names[buckets.of(key)]] in found.writers[key], key

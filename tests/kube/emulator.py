@@ -137,6 +137,7 @@ class Write(NamedTuple):
     name: str | None  # a create's is the created object's
     agent: str  # the client's User-Agent
     status: int
+    holder: str | None = None  # a Lease's holder as the answer names it
 
 
 @dataclasses.dataclass
@@ -500,8 +501,11 @@ class Emulator(kmock.KubernetesScaffold):
             if name is None and response.status < 300 and isinstance(body, bytes):
                 # A create names its object in the answer (a generated name included).
                 name = json.loads(body).get("metadata", {}).get("name")
+            holder = None
+            if route.plural == "leases" and response.status < 300 and isinstance(body, bytes):
+                holder = json.loads(body).get("spec", {}).get("holderIdentity")
             self.calls.writes.append(
-                Write(request.verb, resource, route.namespace, name, agent, response.status)
+                Write(request.verb, resource, route.namespace, name, agent, response.status, holder)
             )
         return response
 

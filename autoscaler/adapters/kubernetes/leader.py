@@ -170,6 +170,7 @@ class LeaderElector:
         self._defer_s = defer_s
         self._deferred_for: tuple[str, str] | None = None  # the record waited on
         self._deferred_s = 0.0
+        self._defer_until_s = 0.0
         self._give_up = give_up
         self._wait_quiet = wait_quiet
         self._ask = ask
@@ -290,7 +291,7 @@ class LeaderElector:
                 if self._on_started is not None:
                     self._on_started()
                 return
-            delay_s = self.retry_interval_s * (1 + JITTER_RATIO * self._rng.random())
+            delay_s = self._poll_s()
             if outcome is _Outcome.TAKEN:
                 # Try again the moment the holder's lease runs out rather than up to a retry
                 # later: a takeover then comes within the lease and one retry of the holder's
@@ -424,15 +425,23 @@ class LeaderElector:
         return {**lease, "metadata": {**metadata, "annotations": kept}}
 
     def _defers(self) -> bool:
-        """Whether to wait before taking the free or expired record just read: once per record,
-        for `defer_s()` seconds when that is positive."""
-        if self._defer_s is None or self._observed == self._deferred_for:
+        """Whether to wait before taking the free or expired record just read: until
+        `defer_s()` (asked when the record is first seen) has passed, reading it again at
+        least every jittered retry, so that a long wait still sees who takes it meanwhile."""
+        if self._defer_s is None:
             return False
-        self._deferred_s = self._defer_s()
-        if self._deferred_s <= 0:
+        now_s = self.clock.now()
+        if self._observed != self._deferred_for:
+            self._deferred_for = self._observed
+            self._defer_until_s = now_s + self._defer_s()
+        left_s = self._defer_until_s - now_s
+        if left_s <= _EXPIRY_SLACK_S:
             return False
-        self._deferred_for = self._observed
+        self._deferred_s = min(left_s, self._poll_s())
         return True
+
+    def _poll_s(self) -> float:
+        return self.retry_interval_s * (1 + JITTER_RATIO * self._rng.random())
 
     def _held(self, lease: Obj, now_s: float) -> _Outcome:
         self._observe(lease, now_s)
