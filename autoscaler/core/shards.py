@@ -23,9 +23,11 @@ the replicas counted from what the Leases show (their live holders, and the repl
 none but asked for a bucket). Once every bucket is held, a replica that leads more than
 `ceil(share)` gives its surplus up, one bucket at a time, the ones it prefers least first; a
 replica that leads fewer than `ceil(share)` is eager for a free bucket, one at or above it
-lets the others come first; a replica that leads none asks a holder of more than its share
-to count it. A replica at `floor(share)` or `ceil(share)` neither asks nor gives, so the split
-settles (3/3/3 of nine, 2/2/1/1 of six) whatever the order the replicas came in.
+lets the others come first. A replica at `ceil(share)` gives one up too while another leads
+fewer than `floor(share)` (13 of 3: 5/5/3 becomes 5/4/4), and a replica that leads none asks
+the holder of the most buckets to count it. Once every replica leads `floor(share)` or
+`ceil(share)`, nobody asks or gives: the split settles (3/3/3 of nine, 2/2/1/1 of six)
+whatever the order the replicas came in.
 
 It must not know about Leases, the API or time: it maps names to names, and holders to a plan.
 """
@@ -139,12 +141,13 @@ class Split:
     floor: int
     """`floor(buckets / replicas)`."""
     surplus: tuple[int, ...]
-    """Buckets to give up (all held, this replica over `ceiling`): the least preferred first;
-    one at a time, so only the first is given up before the Leases are read again."""
+    """Buckets to give up, every bucket being held: those over `ceiling`, or one at `ceiling`
+    while another live replica leads fewer than `floor`; the least preferred first. One at a
+    time: only the first is given up before the Leases are read again."""
     ask: int | None
     """A bucket of the replica that leads the most, on which this replica, leading none though
-    every bucket is held, asks to be counted: that replica leads more than `ceiling` once it
-    counts this one. None when asking would change nothing."""
+    every bucket is held and its floor is one or more, asks to be counted (that replica then
+    gives one up). None when asking would change nothing."""
 
     @property
     def eager(self) -> bool:
@@ -171,20 +174,25 @@ def split(
     replicas = len(live)
     ceiling = math.ceil(count / replicas)
     floor = count // replicas
+    led_by = collections.Counter(h for h in holders if h is not None)
     mine = [i for i, h in enumerate(holders) if h == me]
     every_held = all(h is not None for h in holders)
+    lowest = min(led_by[r] for r in live)
+    # Over the ceiling; or at it while another is under the floor (13 of 3: 5/5/3 becomes 5/4/4).
+    over = len(mine) - ceiling
+    if over == 0 and ceiling > floor and lowest < floor:
+        over = 1
     surplus: tuple[int, ...] = ()
-    if every_held and len(mine) > ceiling:
+    if every_held and over > 0:
         order = list(range(count)) if preferred is None else list(preferred)
         ranked = sorted(mine, key=order.index, reverse=True)
-        surplus = tuple(ranked[: len(mine) - ceiling])
+        surplus = tuple(ranked[:over])
     ask = None
-    if every_held and not mine and count > 1:
-        led_by = collections.Counter(h for h in holders if h is not None)
+    if every_held and not mine and count > 1 and floor >= 1:
+        # Counted, this replica is under the floor: the one that leads the most gives one up.
         most = max(led_by.values())
-        if most > ceiling:  # someone would give one up once it counts this replica
-            busiest = min(h for h, n in led_by.items() if n == most)
-            ask = holders.index(busiest)
+        busiest = min(h for h, n in led_by.items() if n == most)
+        ask = holders.index(busiest)
     return Split(
         replicas=replicas, led=len(mine), ceiling=ceiling, floor=floor, surplus=surplus, ask=ask
     )

@@ -100,3 +100,83 @@ def test_the_memo_of_buckets_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     first = [buckets.of(f"ns/model-{i}") for i in range(25)]
     assert len(buckets._memo) <= 10
     assert [buckets.of(f"ns/model-{i}") for i in range(25)] == first
+
+
+def test_a_replica_over_its_ceiling_gives_up_its_least_preferred_buckets() -> None:
+    """With nine buckets and three live replicas, one leading five gives up the two it prefers
+    least, first the last of its preference."""
+    holders = ["a", "a", "b", "a", "c", "a", "b", "a", "c"]
+    plan = shards.split("a", holders, preferred=[7, 0, 3, 5, 1, 2, 4, 6, 8])
+    assert (plan.replicas, plan.ceiling, plan.floor, plan.led) == (3, 3, 3, 5)
+    assert plan.surplus == (1, 5)
+    assert not plan.eager
+    assert plan.ask is None
+
+
+def test_nothing_is_given_up_while_a_bucket_is_free() -> None:
+    """A free (or expired) bucket stops every hand-over: one bucket moves at a time."""
+    plan = shards.split("a", ["a", "a", "a", "a", "a", "a", "b", "c", None])
+    assert plan.surplus == ()
+    assert plan.eager is False
+
+
+def test_a_replica_leading_none_asks_the_busiest_only_when_its_floor_is_one_or_more() -> None:
+    """An idle replica asks on a bucket of the replica that leads the most when its own floor
+    is at least one bucket, and not when there are more replicas than buckets."""
+    asking = shards.split("c", ["a", "a", "b", "a", "a", "b"])
+    assert (asking.replicas, asking.ceiling, asking.ask, asking.eager) == (3, 2, 0, True)
+    five = shards.split("e", ["a", "b", "c", "d", "a", "b"])
+    assert (five.replicas, five.floor, five.ask) == (5, 1, 0)
+    spare = shards.split("e", ["a", "b", "c", "d"])
+    assert (spare.replicas, spare.floor, spare.ask) == (5, 0, None)
+    assert shards.split("b", ["a"]).ask is None  # one bucket: the base's single leader
+
+
+def test_a_replica_at_its_ceiling_gives_one_up_to_a_replica_under_its_floor() -> None:
+    """Thirteen buckets led 5/5/3: a replica at the ceiling gives one up, so that it ends
+    5/4/4; led 5/4/4, nobody gives."""
+    uneven = ["a"] * 5 + ["b"] * 5 + ["c"] * 3
+    plan = shards.split("a", uneven, preferred=list(range(13)))
+    assert (plan.ceiling, plan.floor, plan.surplus) == (5, 4, (4,))
+    even = ["a"] * 5 + ["b"] * 4 + ["c"] * 4
+    assert all(not shards.split(r, even).surplus for r in "abc")
+
+
+def test_replicas_that_asked_are_counted_by_the_holder() -> None:
+    """A holder counts the replicas that asked though they lead none, and gives up down to the
+    ceiling that makes."""
+    plan = shards.split("a", ["a"] * 9, candidates={"b", "c"}, preferred=list(range(9)))
+    assert (plan.replicas, plan.ceiling) == (3, 3)
+    assert plan.surplus == (8, 7, 6, 5, 4, 3)
+
+
+@given(
+    st.integers(min_value=1, max_value=24),
+    st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=24),
+    st.integers(min_value=1, max_value=6),
+)
+def test_handing_over_one_bucket_at_a_time_ends_in_an_even_split(
+    count: int, start: list[int], replicas: int
+) -> None:
+    """From any assignment of the buckets to live replicas, giving each surplus bucket to an
+    eager replica one at a time ends with every replica at the floor or the ceiling of its
+    share, within as many moves as there are buckets, and then nothing moves."""
+    names = [f"r{i}" for i in range(replicas)]
+    holders: list[str | None] = [names[start[i % len(start)] % replicas] for i in range(count)]
+    for _ in range(count + 1):
+        plans = {name: shards.split(name, holders, candidates=names) for name in names}
+        giver = next((n for n in names if plans[n].surplus), None)
+        if giver is None:
+            break
+        bucket = plans[giver].surplus[0]
+        holders[bucket] = None  # handed over: nothing more is given up meanwhile
+        assert all(not shards.split(n, holders, candidates=names).surplus for n in names)
+        taker = min((n for n in names if n != giver), key=lambda n: holders.count(n))
+        assert shards.split(taker, holders, candidates=names).eager
+        holders[bucket] = taker
+    else:
+        raise AssertionError(f"no even split after {count + 1} moves: {holders}")
+    led = collections.Counter(holders)
+    share = count / replicas
+    assert all(int(share) <= led[n] <= -(-count // replicas) for n in names), led
+    assert all(shards.split(n, holders, candidates=names).ask is None for n in names)
