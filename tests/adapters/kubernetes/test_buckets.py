@@ -187,3 +187,45 @@ async def test_a_callers_write_asks_the_fence_about_the_service_it_names(
 
     assert asked == [f"{NS}/chat", f"{NS}/embed"]
     assert [w.name for w in kube.requests.writes[before:]] == ["chat"]
+
+
+async def test_a_bucket_handed_over_is_cleared_only_once_the_work_under_it_has_ended(
+    kube: Kube, api: client.ApiClient, clock: StepClock
+) -> None:
+    """A replica over its share stops leading the bucket it gives up, keeps its Lease while the
+    work under it ends, and clears it only then, for the replica that asked to take."""
+    buckets = shards.Buckets.named(LEASE, 2)
+    quiet_s = 7.0
+    quieted_from: list[float] = []
+
+    async def wait_quiet() -> None:
+        quieted_from.append(clock.now())
+        await clock.sleep(quiet_s)
+
+    first = replica(api, clock, "r-a", buckets, wait_quiet=wait_quiet)
+    second = replica(api, clock, "r-b", buckets)
+    async with running(first.run()):
+        await clock.wait_sleeping(2)
+        await steps(clock, 2, seconds=2 * STEP_S)
+        assert first.led() == {0, 1}
+        async with running(second.run()):
+            await clock.wait_sleeping(4)
+            while not quieted_from:
+                assert clock.now() < 60.0, "nothing was handed over"
+                clock.advance_to(clock.next_wake_s)
+                await clock.wait_sleeping(4)
+            (given,) = {0, 1} - first.leading()
+            service = next(
+                key for key in (f"{NS}/m{i}" for i in range(100)) if buckets.of(key) == given
+            )
+            lease = kube.store.get("coordination.k8s.io/v1/leases", NS, buckets.names[given])
+            during = (
+                _api.spec(lease)["holderIdentity"],
+                first.leads(service),
+                second.leads(service),
+            )
+            await steps(clock, 4, seconds=quiet_s + 3 * STEP_S)
+            after = (first.led(), second.led())
+
+    assert during == ("r-a", False, False)  # held, and nobody writes for its services
+    assert after == ({0, 1} - {given}, {given})
