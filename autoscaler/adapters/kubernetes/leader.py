@@ -27,15 +27,17 @@ the split out with the others by `core.shards.split`, from the holders its elect
   same time always comes first) plus a share of a retry per further bucket
   (`retry_interval_s * (1.2 + (k - 1) / buckets)`, under 2.2 retries); one at or above its
   ceiling waits `lease_duration_s` less a jittered retry, so that the replicas under their
-  share come first and the bucket is still never free for longer than a lease. A dead holder's
+  share come first and the bucket is still never free for longer than a lease. While it waits
+  it reads the Lease again every jittered retry, so that it sees who takes it. A dead holder's
   buckets therefore move within `lease_duration_s` plus one retry of polling plus that wait.
 - A replica that leads none while every bucket is held asks to be counted: it writes its
   identity in the annotation `ASK_ANNOTATION` of a Lease of the replica that leads the most;
   that replica reads it at its next renewal, counts the asker as live for `lease_duration_s`
   and drops the annotation with the renewal's write. The asker writes it again at its polls
   while the need lasts.
-- A replica that leads more than its share's ceiling while every bucket is held gives up one
-  bucket, at that bucket's next renewal: its elector stops leading first (the write fence
+- A replica that leads more than its share's ceiling while every bucket is held (or leads the
+  ceiling while another leads less than the floor) gives up one bucket, the first of
+  `Split.surplus`, at that bucket's next renewal: its elector stops leading first (the write fence
   refuses that bucket's services from then on), waits for the work already under way to end
   (`wait_quiet`: the tick in progress, the Events on their way), and only then clears the
   Lease's holder, for a replica under its share to take at its next poll. The next bucket goes
