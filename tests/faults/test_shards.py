@@ -1,7 +1,9 @@
 """Bucket Leases under kills: three replicas share six buckets; replicas are killed at seeded
 moments, half of them with a scale write held in flight by the API server.
 
-Each kill's buckets must move to the living replicas within a lease duration and two retries,
+Before each kill the replicas even their split out (a replica started after a kill leads none
+and is handed its share). Each kill's buckets must move to the living replicas within a lease
+duration and two retries,
 every successful write for a service must come from the replica holding its bucket at that
 moment (replayed from the API server's write log), and a held write of a dead replica must be
 refused (409) once the new holder has written.
@@ -16,6 +18,7 @@ import random
 import pytest
 from e2e.support import (
     Controllers,
+    Running,
     Service,
     SteppedClock,
     advance_until,
@@ -45,9 +48,9 @@ async def test_killed_shards_hand_their_buckets_over_in_time_and_never_share_a_s
     unique: str,
     figures: Figures,
 ) -> None:
-    """Six replicas killed at random moments each lose their buckets to the living within a
-    lease and two retries, to the least loaded first, and no service is ever written by a
-    replica that does not hold its bucket, held writes included."""
+    """Six replicas killed at random moments, each after the split has evened out, lose their
+    buckets to the living within a lease and two retries, to the least loaded first, and no
+    service is ever written by a replica that does not hold its bucket, held writes included."""
     rng = random.Random(14)
     for node in range(2):
         kubelet.add_node(f"gpu-{node}", gpus=32)
@@ -72,6 +75,12 @@ async def test_killed_shards_hand_their_buckets_over_in_time_and_never_share_a_s
     bound_s = config.lease_duration_s + 3.4 * config.retry_interval_s
     takeovers: list[float] = []
     for kill in range(KILLS):
+        evened_s = await advance_until(
+            clock,
+            lambda: even(alive),
+            limit_s=6 * config.lease_duration_s,
+            what="an even split",
+        )
         victim = rng.choice([r for r in alive if led(r)])
         moved = led(victim)
         others = [r for r in alive if r is not victim]
@@ -115,6 +124,7 @@ async def test_killed_shards_hand_their_buckets_over_in_time_and_never_share_a_s
         figures.record(
             "shards",
             kill=kill + 1,
+            evened_s=evened_s,
             buckets_moved=len(moved),
             takeover_s=takeovers[-1],
             to_least_loaded=bool(took_least),
@@ -132,3 +142,10 @@ async def test_killed_shards_hand_their_buckets_over_in_time_and_never_share_a_s
         alive.append(await cluster.start(f"shard-{3 + kill}", leader=False, lease_buckets=BUCKETS))
 
     assert max(takeovers) <= bound_s, takeovers
+
+
+def even(alive: list[Running]) -> bool:
+    """Whether every bucket is led by one replica and the replicas lead within one of each
+    other (the floor or the ceiling of their share)."""
+    counts = [len(led(r)) for r in alive]
+    return sum(counts) == BUCKETS and max(counts) - min(counts) <= 1
