@@ -383,27 +383,29 @@ def audit_writers(
     writes: Iterable[Sequence[Any]], buckets: shards.Buckets, *, lease_namespace: str
 ) -> dict[str, Any]:
     """Who wrote for which service, replayed from the API server's log of writes (verb,
-    resource, namespace, name, user agent, status) in the order it answered them.
+    resource, namespace, name, user agent, status, a Lease's holder) in the order it answered
+    them.
 
-    A Lease write moves its bucket to the writer; every other write in a team namespace is
-    charged to the service that starts its object's name. Returned: the services written, how
-    many had one writer and how many two or more (over the whole run: a bucket that moved gives
-    its services two, one after the other), the writes by a controller that did not hold the
-    service's bucket at that moment (0 is the promise), the moves of a bucket from one holder
-    to another, and the services each controller wrote for.
+    A Lease write gives its bucket to the holder it names (none while released; an idle
+    replica asking to be counted writes a Lease it does not hold); every other write in a team
+    namespace is charged to the service that starts its object's name. Returned: the services
+    written, how many had one writer and how many two or more (over the whole run: a bucket
+    that moved gives its services two, one after the other), the writes by a controller that
+    did not hold the service's bucket at that moment (0 is the promise), the moves of a bucket
+    from one holder to another, and the services each controller wrote for.
     """
     holders: dict[str, str] = {}
     moves = 0
     stale = 0
     writers: dict[str, set[str]] = defaultdict(set)
-    for _, resource, namespace, name, agent, status in writes:
+    for _, resource, namespace, name, agent, status, holder in writes:
         if status >= 300 or namespace is None or name is None:
             continue
         who = agent.removeprefix(AGENT)
         if resource == "leases" and namespace == lease_namespace:
             if name in buckets.names:
-                moves += name in holders and holders[name] != who
-                holders[name] = who
+                moves += bool(holder) and holders.get(name, holder) not in ("", holder)
+                holders[name] = holder or ""
             continue
         found = SERVICE_NAME.match(name)
         if found is None:

@@ -58,9 +58,12 @@ def test_a_counter_never_goes_back_when_load_or_pods_change() -> None:
 BUCKETS = shards.Buckets.named(bench.LEASE_NAME, 3)
 
 
-def _lease(bucket: int, who: str, status: int = 200) -> Write:
+def _lease(bucket: int, who: str, status: int = 200, *, holder: str | None = None) -> Write:
+    """A write of a bucket Lease by `who`, which names `holder` (`who` unless told)."""
     name = BUCKETS.names[bucket]
-    return Write("update", "leases", bench.LEASE_NAMESPACE, name, f"{bench.AGENT}{who}", status)
+    agent = f"{bench.AGENT}{who}"
+    named = holder or who if status < 300 else None
+    return Write("update", "leases", bench.LEASE_NAMESPACE, name, agent, status, named)
 
 
 def _service_in(bucket: int, *, skip: int = 0) -> str:
@@ -105,13 +108,15 @@ def test_each_service_is_charged_to_its_writers_and_checked_against_its_bucket_h
 
 def test_a_write_by_a_replica_without_the_bucket_is_counted_and_a_move_is_not_one() -> None:
     """After a bucket moves, its services have two writers one after the other and no stale
-    write; a write by a replica that does not hold the bucket is a stale one."""
+    write; a Lease write by an idle replica asking to be counted moves nothing; a write by a
+    replica that does not hold the bucket is a stale one."""
     a, other = _service_in(2), _service_in(2, skip=1)
     writes = [
         _lease(2, "shard-0"),
         _scale(a, "shard-0"),
         _lease(2, "shard-1"),
         _lease(2, "shard-0", status=409),  # a failed renewal moves nothing
+        _lease(2, "shard-2", holder="shard-1"),  # an idle replica asks: nothing moves
         _scale(a, "shard-1"),
         _scale(other, "shard-1"),
     ]
