@@ -395,6 +395,7 @@ def audit_writers(
     from one holder to another, and the services each controller wrote for.
     """
     holders: dict[str, str] = {}
+    last: dict[str, str] = {}  # each bucket's last holder, through a release
     moves = 0
     stale = 0
     writers: dict[str, set[str]] = defaultdict(set)
@@ -404,7 +405,9 @@ def audit_writers(
         who = agent.removeprefix(AGENT)
         if resource == "leases" and namespace == lease_namespace:
             if name in buckets.names:
-                moves += bool(holder) and holders.get(name, holder) not in ("", holder)
+                if holder:  # a move through a release counts too
+                    moves += last.get(name, holder) != holder
+                    last[name] = holder
                 holders[name] = holder or ""
             continue
         found = SERVICE_NAME.match(name)

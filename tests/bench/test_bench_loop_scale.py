@@ -59,10 +59,11 @@ BUCKETS = shards.Buckets.named(bench.LEASE_NAME, 3)
 
 
 def _lease(bucket: int, who: str, status: int = 200, *, holder: str | None = None) -> Write:
-    """A write of a bucket Lease by `who`, which names `holder` (`who` unless told)."""
+    """A write of a bucket Lease by `who`, which names `holder` (`who` unless told; "" for a
+    release)."""
     name = BUCKETS.names[bucket]
     agent = f"{bench.AGENT}{who}"
-    named = holder or who if status < 300 else None
+    named = (who if holder is None else holder) if status < 300 else None
     return Write("update", "leases", bench.LEASE_NAMESPACE, name, agent, status, named)
 
 
@@ -119,6 +120,9 @@ def test_a_write_by_a_replica_without_the_bucket_is_counted_and_a_move_is_not_on
         _lease(2, "shard-2", holder="shard-1"),  # an idle replica asks: nothing moves
         _scale(a, "shard-1"),
         _scale(other, "shard-1"),
+        _lease(2, "shard-1", holder=""),  # handed over: released, then taken
+        _lease(2, "shard-3"),
+        _lease(2, "shard-1"),
     ]
     found = bench.audit_writers(writes, BUCKETS, lease_namespace=bench.LEASE_NAMESPACE)
     assert found == {
@@ -126,7 +130,7 @@ def test_a_write_by_a_replica_without_the_bucket_is_counted_and_a_move_is_not_on
         "with_one_writer": 1,
         "with_two_or_more": 1,
         "writes_by_a_non_holder": 0,
-        "bucket_moves": 1,
+        "bucket_moves": 3,
         "services_per_writer": {"shard-0": 1, "shard-1": 2},
     }
     late = bench.audit_writers(
