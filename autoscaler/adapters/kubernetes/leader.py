@@ -37,7 +37,7 @@ the split out with the others by `core.shards.split`, from the holders its elect
   while the need lasts.
 - A replica that leads more than its share's ceiling while every bucket is held (or leads the
   ceiling while another leads less than the floor) gives up one bucket, the first of
-  `Split.surplus`, at that bucket's next renewal: its elector stops leading first (the write fence
+  `Split.surplus`, right after that bucket's next renewal: its elector stops leading first (the write fence
   refuses that bucket's services from then on), waits for the work already under way to end
   (`wait_quiet`: the tick in progress, the Events on their way), and only then clears the
   Lease's holder, for a replica under its share to take at its next poll. The next bucket goes
@@ -143,7 +143,7 @@ class LeaderElector:
         expired, `defer_s()` seconds are waited once before taking it, and it is read again
         (bucket Leases: the least loaded candidate comes first).
 
-        Bucket Leases also pass: `give_up()`, asked before each renewal, true to hand the Lease
+        Bucket Leases also pass: `give_up()`, asked after each renewal, true to hand the Lease
         over (stop leading, await `wait_quiet()`, then clear the holder); `ask()`, asked when
         another holds the Lease, true to write this candidate's identity in `ASK_ANNOTATION`;
         `on_asked(identity)`, told of the identity found there by the holder's renewal.
@@ -304,9 +304,6 @@ class LeaderElector:
     async def _renew(self) -> None:
         while True:
             await self.clock.sleep(self.renew_interval_s)
-            if self._give_up is not None and self._give_up():
-                await self._hand_over()
-                return
             while True:
                 outcome = await self._attempt()
                 if outcome is _Outcome.HELD:
@@ -318,6 +315,11 @@ class LeaderElector:
                     self._step_down("renew_deadline")
                     return
                 await self.clock.sleep(self.retry_interval_s)
+            # Right after a renewal: the Lease stays ours for a whole lease while the work
+            # under it ends, and an ask the renewal just read already counts.
+            if self._give_up is not None and self._give_up():
+                await self._hand_over()
+                return
 
     def _step_down(self, why: str) -> None:
         if not self.leading.is_set():
