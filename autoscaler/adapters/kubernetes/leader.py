@@ -37,12 +37,12 @@ the split out with the others by `core.shards.split`, from the holders its elect
   while the need lasts.
 - A replica that leads more than its share's ceiling while every bucket is held (or leads the
   ceiling while another leads less than the floor) gives up one bucket, the first of
-  `Split.surplus`, right after that bucket's next renewal: its elector stops leading first (the write fence
-  refuses that bucket's services from then on), waits for the work already under way to end
-  (`wait_quiet`: the tick in progress, the Events on their way), and only then clears the
-  Lease's holder, for a replica under its share to take at its next poll. The next bucket goes
-  only once that one is held again, so the split converges one bucket at a time and no
-  service ever has two writers.
+  `Split.surplus`, right after that bucket's next renewal: its elector stops leading first
+  (the write fence refuses that bucket's services from then on), waits for the work already
+  under way to end (`wait_quiet`: the tick in progress, the Events on their way), and only
+  then clears the Lease's holder, for a replica under its share to take at its next poll. The
+  next bucket goes only once that one is held again, so the split converges one bucket at a
+  time and no service ever has two writers.
 
 Replicas that start together first try the buckets they prefer (`core.shards.preference`),
 the rest a fraction of a retry apart. A replica that starts when every bucket is held asks
