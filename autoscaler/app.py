@@ -12,7 +12,9 @@ in one `asyncio.TaskGroup`:
   (`owned_now`), makes `KubeCluster.workloads()` skip the other services (so the loop, the
   Prometheus queries, the placement upkeep and the ramp driver never see them) and keeps the
   gates the ramp driver opens to its own Deployments (`_OwnedGates`); every write is fenced
-  per service by the live answer (`owns`). None with the global dry-run, which writes
+  per service by the live answer (`owns`). A bucket this replica gives up to even the split
+  is cleared only once the tick under way and the Events on their way are done
+  (`_wait_quiet`). None with the global dry-run, which writes
   nothing, the Leases included, so a dry-run instance never displaces the real controller;
 - the ticker: while this replica leads at least one bucket, `Loop.run`, which alone decides
   when work runs: a tick every `tick_s` on a fixed grid, ending with the placement ladder's
