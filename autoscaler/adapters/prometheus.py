@@ -1567,7 +1567,8 @@ class LoadHistory:
             kept = self._kept.get(service)
             if kept is not None and len(kept.values):
                 start = kept.first * step_s + offset
-                found[service] = forecast.History(start, step_s, kept.values.copy())
+                # Shared, not copied: kept values are never written, each refresh makes anew.
+                found[service] = forecast.History(start, step_s, kept.values)
         return found
 
     async def _extend(
@@ -1585,6 +1586,8 @@ class LoadHistory:
         if kept is None or kept.requests != requests or kept.first + len(kept.values) < first:
             kept = _Kept(first, np.empty(0), requests)
         begin = max(first, kept.first + len(kept.values))
+        if begin >= last and kept.first >= first and len(kept.values):
+            return  # nothing new, nothing to drop: the array handed out stays the one
         promql = history_query(service, serving, window_s=max(step_s, 4 * self.scrape_interval_s))
         fresh = np.full(max(0, last - begin), np.nan)
         at = begin
@@ -1609,6 +1612,7 @@ class LoadHistory:
                         fresh[k - begin] = value
             at = upto
         values = np.concatenate((kept.values, fresh))
+        values.flags.writeable = False  # the histories handed out share it
         drop = max(0, first - kept.first)
         self._kept[service] = _Kept(kept.first + drop, values[drop:], requests)
 
