@@ -184,9 +184,10 @@ async def test_later_calls_fetch_only_the_new_steps(
 async def test_a_refresh_hands_out_its_one_array_read_only_and_leaves_the_last_as_it_was(
     backfilled: Backfilled, history_for: list[prometheus.LoadHistory]
 ) -> None:
-    """Each history is the source's one read-only array of the span, never a copy, and a
-    refresh makes a new one, leaving the history handed out before as it was."""
-    wall = [float(backfilled.end_s - 1800)]
+    """Each history is a read-only view of the span the source keeps, never a copy, and a
+    refresh writes its new steps after it in place, leaving the history handed out before as
+    it was."""
+    wall = [float(backfilled.end_s - 7200)]
     source = prometheus.LoadHistory(
         prometheus.Client(backfilled.prometheus.url),
         wall_now=lambda: wall[0],
@@ -208,7 +209,16 @@ async def test_a_refresh_hands_out_its_one_array_read_only_and_leaves_the_last_a
         SERVICE
     ]
     assert len(later.load_per_s) == len(first.load_per_s)  # replaced, not grown
-    assert not np.shares_memory(later.load_per_s, first.load_per_s)
+    assert np.shares_memory(later.load_per_s, first.load_per_s)  # written after, not copied
+    assert np.array_equal(first.load_per_s, before, equal_nan=True)
+    assert np.array_equal(later.load_per_s[:-10], before[10:], equal_nan=True)
+    wall[0] += 3600.0  # past the room after the span: the span is kept anew
+    hour = (await source.load_history(workloads(SERVICE), 4200.0, span_s=span, step_s=STEP_S))[
+        SERVICE
+    ]
+    assert len(hour.load_per_s) == len(first.load_per_s)
+    assert not np.shares_memory(hour.load_per_s, first.load_per_s)
+    assert np.array_equal(hour.load_per_s[:-60], later.load_per_s[60:], equal_nan=True)
     assert np.array_equal(first.load_per_s, before, equal_nan=True)
     # Asked again with nothing new, the source hands out the one array it keeps.
     assert np.shares_memory(again.load_per_s, first.load_per_s)
