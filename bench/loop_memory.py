@@ -29,13 +29,15 @@ import math
 import resource
 import sys
 import tracemalloc
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 from aiohttp import web
 
-from autoscaler import clock, logs, loop
+from autoscaler import clock, logs, loop, ports
 from autoscaler.adapters import prometheus
+from autoscaler.core import forecast as forecast_
 from autoscaler.core import model, policy
 from bench import loop_hot_path
 
@@ -80,16 +82,31 @@ class RangeAnswers:
         return web.Response(body=body, content_type="application/json")
 
 
+class Watched:
+    """`ports.HistorySource` over another, telling when it has answered."""
+
+    def __init__(self, inner: prometheus.LoadHistory) -> None:
+        self.inner = inner
+        self.answered = asyncio.Event()
+
+    async def load_history(
+        self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> Mapping[model.ServiceId, forecast_.History]:
+        found = await self.inner.load_history(workloads, now_s, span_s=span_s, step_s=step_s)
+        self.answered.set()
+        return found
+
+
 def traced_mib() -> float:
     return tracemalloc.get_traced_memory()[0] / 2**20 if tracemalloc.is_tracing() else math.nan
 
 
 async def measure(args: argparse.Namespace) -> None:
-    forecast = model.ForecastConfig()
     config = policy.default(
         max_replicas=20, target_load_per_replica=5.0, target_queue_per_replica=4.0
     )
-    assert config.forecast == forecast
+    forecast = config.forecast
+    assert forecast is not None
     workloads = [
         dataclasses.replace(w, policy=config) for w in loop_hot_path.records(args.services)
     ]
@@ -106,8 +123,10 @@ async def measure(args: argparse.Namespace) -> None:
     client = prometheus.Client(url, timeout_s=600.0)
     history_client = prometheus.Client(url, timeout_s=600.0)
     ticking = clock.ManualClock(0.0)
-    history = prometheus.LoadHistory(
-        history_client, wall_now=lambda: WALL_START_S + ticking.now(), scrape_interval_s=5.0
+    history = Watched(
+        prometheus.LoadHistory(
+            history_client, wall_now=lambda: WALL_START_S + ticking.now(), scrape_interval_s=5.0
+        )
     )
     the_loop = loop.Loop(
         cluster=loop_hot_path.Unchanging(workloads),
@@ -115,16 +134,14 @@ async def measure(args: argparse.Namespace) -> None:
         clock=ticking,
         history=history,
     )
-    points: list[tuple[str, float, float, float]] = []
     first: tracemalloc.Snapshot | None = None
 
     def point(name: str) -> None:
         gc.collect()
         current, peak = rss_mib()
-        points.append((name, current, peak, traced_mib()))
         print(
             f"{name:<28} rss {current:8.1f} MiB  peak {peak:8.1f} MiB  "
-            f"traced {points[-1][3]:8.1f} MiB",
+            f"traced {traced_mib():8.1f} MiB",
             flush=True,
         )
 
@@ -134,11 +151,11 @@ async def measure(args: argparse.Namespace) -> None:
         ticking.advance(1.0)
 
     async def refreshed() -> None:
-        """Tick until the refresh under way (if any) has been taken in."""
+        """Tick once to start a refresh, let it run to its end, and tick to take it in."""
+        history.answered.clear()
         await tick()
-        while the_loop._refresh is not None:
-            await the_loop._refresh
-            await tick()
+        await history.answered.wait()  # the fetch runs on this event loop meanwhile
+        await tick()
 
     try:
         the_loop.history = None  # the first ticks without the forecast's history
@@ -157,7 +174,7 @@ async def measure(args: argparse.Namespace) -> None:
         for _ in range(args.ticks):
             await tick()
         point("ticks after")
-        print(f"history queries sent: {history.queries_sent}")
+        print(f"history queries sent: {history.inner.queries_sent}")
         if first is not None:
             last = tracemalloc.take_snapshot()
             print(f"\ntop {args.top} held at the end, by line:")
