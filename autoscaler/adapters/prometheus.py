@@ -1479,14 +1479,47 @@ MAX_HISTORY_RATE: Final = 1e12
 _HISTORY_CONCURRENCY: Final = 8
 
 
-@dataclass(slots=True)
+_ROOM_RATIO: Final = 8
+"""A history's buffer has room for an eighth of its steps more: a week of one-minute steps
+takes 21 hours of five-minute refreshes before it is made anew."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Kept:
-    """One service's history as fetched so far: the mean of step `first + i` is `values[i]`."""
+    """One service's history as fetched so far: the mean of step `first + i` is `values[i]`.
+
+    `values` is a read-only view of `buffer` from `offset`, and the histories handed out share
+    it. Later steps are written into the room after it, which no view handed out covers, so a
+    refresh neither copies the week nor changes a history the loop still reads; only when the
+    room runs out is the buffer made anew (and the old one lives on with the last histories
+    until the loop lets them go)."""
 
     first: int
     values: npt.NDArray[np.float64]
     requests: str
     """The metric it was read from: new names start a new history."""
+    buffer: npt.NDArray[np.float64]
+    offset: int
+
+    @classmethod
+    def empty(cls, first: int, requests: str) -> _Kept:
+        nothing = np.empty(0)
+        return cls(first, nothing, requests, nothing, 0)
+
+    def extended(self, fresh: npt.NDArray[np.float64], *, drop: int) -> _Kept:
+        """These values with `fresh` after them and the first `drop` left out."""
+        start, end = self.offset + drop, self.offset + len(self.values)
+        buffer = self.buffer
+        if end + len(fresh) > len(buffer):
+            kept = self.values[drop:]
+            size = len(kept) + len(fresh)
+            buffer = np.empty(size + size // _ROOM_RATIO)
+            buffer[: len(kept)] = kept
+            start, end = 0, len(kept)
+        buffer[end : end + len(fresh)] = fresh
+        values = buffer[start : end + len(fresh)]
+        values.flags.writeable = False  # the histories handed out share it
+        return _Kept(self.first + drop, values, self.requests, buffer, start)
 
 
 class LoadHistory:
@@ -1567,7 +1600,8 @@ class LoadHistory:
             kept = self._kept.get(service)
             if kept is not None and len(kept.values):
                 start = kept.first * step_s + offset
-                found[service] = forecast.History(start, step_s, kept.values.copy())
+                # Shared, not copied: no step of it is written again (`_Kept`).
+                found[service] = forecast.History(start, step_s, kept.values)
         return found
 
     async def _extend(
@@ -1583,8 +1617,10 @@ class LoadHistory:
         assert requests is not None
         kept = self._kept.get(service)
         if kept is None or kept.requests != requests or kept.first + len(kept.values) < first:
-            kept = _Kept(first, np.empty(0), requests)
+            kept = _Kept.empty(first, requests)
         begin = max(first, kept.first + len(kept.values))
+        if begin >= last and kept.first >= first and len(kept.values):
+            return  # nothing new, nothing to drop: the array handed out stays the one
         promql = history_query(service, serving, window_s=max(step_s, 4 * self.scrape_interval_s))
         fresh = np.full(max(0, last - begin), np.nan)
         at = begin
@@ -1608,9 +1644,7 @@ class LoadHistory:
                     if on_grid and sane and at <= k < upto:
                         fresh[k - begin] = value
             at = upto
-        values = np.concatenate((kept.values, fresh))
-        drop = max(0, first - kept.first)
-        self._kept[service] = _Kept(kept.first + drop, values[drop:], requests)
+        self._kept[service] = kept.extended(fresh, drop=max(0, first - kept.first))
 
 
 def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: float) -> str:

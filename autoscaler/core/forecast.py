@@ -40,6 +40,10 @@ IntArray = npt.NDArray[np.int64]
 _EPS = 1e-9
 
 
+_MARK_EVERY = 64
+"""Steps between the prefix sums a history keeps for its votes (`History.sums`)."""
+
+
 # Not slotted: `sums` is cached on the instance, so that the loop's vote every minute, for every
 # service, costs a few lookups rather than a pass over days of history.
 @dataclass(frozen=True)
@@ -53,20 +57,11 @@ class History:
     load_per_s: FloatArray
 
     @functools.cached_property
-    def sums(self) -> dict[str, FloatArray]:
-        """Prefix sums for windowed means and line fits: count, y, x, x², xy over known steps."""
-        values = self.load_per_s
-        known = np.isfinite(values)
-        index = np.arange(len(values), dtype=np.float64)
-        y = np.where(known, values, 0.0)
-        x = np.where(known, index, 0.0)
-        return {
-            "n": _prefix(known.astype(np.float64)),
-            "y": _prefix(y),
-            "x": _prefix(x),
-            "xx": _prefix(x * x),
-            "xy": _prefix(x * y),
-        }
+    def sums(self) -> Sums:
+        """Prefix sums for the votes' windowed means and line fits, kept at every 64th step:
+        a week of one-minute steps holds 6 KiB of them rather than the 400 KiB of the whole
+        prefix arrays, and every sum looked up is the same float the whole arrays hold."""
+        return Sums.of(self.load_per_s, every=_MARK_EVERY)
 
     def __post_init__(self) -> None:
         if not self.step_s > 0:
@@ -84,6 +79,68 @@ class History:
         """How many steps lie wholly before `at_s` (at most the history's length)."""
         done = math.floor((at_s - self.start_s) / self.step_s + _EPS)
         return max(0, min(len(self.load_per_s), done))
+
+
+_SERIES = ("n", "y", "x", "xx", "xy")
+"""The summed series, in the rows of `Sums.marks`: count, y, x, x², xy over known steps."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sums:
+    """The prefix sums of a history's five series (`_SERIES`): the sum over steps `[0, k)` of
+    each, for any `k` from 0 to the history's length.
+
+    Only every `every`-th prefix is kept (`marks[:, k // every]` is the prefix at
+    `k - k % every`); one in between is accumulated from the mark before it, adding the steps in
+    the order `np.cumsum` adds them, so it is the same float the whole prefix array holds and a
+    forecast reads the same numbers whatever `every` is. The backtest, which reads thousands of
+    them, uses the whole arrays (`every` 1) for the time it runs.
+    """
+
+    values: FloatArray
+    marks: FloatArray
+    every: int
+
+    @classmethod
+    def of(cls, values: FloatArray, *, every: int) -> Sums:
+        if every < 1:
+            raise ValueError("every must be >= 1")
+        whole = _prefix(_series(values, np.arange(len(values), dtype=np.int64)))
+        return cls(values, whole if every == 1 else whole[:, ::every].copy(), every)
+
+    def at(self, k: IntArray) -> FloatArray:
+        """The prefix sums at steps `k` (each in `[0, len(values)]`): one column per step, one
+        row per series."""
+        every = self.every
+        if every == 1:
+            out: FloatArray = self.marks[:, k]
+            return out
+        base = k - k % every
+        ahead = k - base
+        width = int(ahead.max(initial=0))
+        start = self.marks[:, base // every]
+        if width == 0:
+            return start
+        steps = base[:, None] + np.arange(width, dtype=np.int64)
+        inside = np.arange(width) < ahead[:, None]
+        added = _series(self.values, np.minimum(steps, len(self.values) - 1).ravel())
+        added = np.where(inside.ravel(), added, 0.0).reshape(len(_SERIES), len(k), width)
+        # Each row adds its steps after its mark, left to right, as np.cumsum does; the zeros
+        # past a row's own step are never read.
+        running = np.cumsum(np.concatenate((start[:, :, None], added), axis=2), axis=2)
+        picked: FloatArray = np.take_along_axis(running, ahead[None, :, None], axis=2)[:, :, 0]
+        return picked
+
+
+def _series(values: FloatArray, steps: IntArray) -> FloatArray:
+    """The five series of `_SERIES` at `steps`, one row each: what is summed for the means and
+    the line fits (x is the step's index, 0 where the value is unknown)."""
+    part = values[steps]
+    known = np.isfinite(part)
+    y = np.where(known, part, 0.0)
+    x = np.where(known, steps.astype(np.float64), 0.0)
+    out: FloatArray = np.stack((known.astype(np.float64), y, x, x * x, x * y))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +179,13 @@ def backtest(
         return Backtest(False, "no load history")
     wanted = 2 * max(1, round(config.backtest_s / config.step_s))
     shortest = min(config.periods_s)
+    # Whole for the backtest's thousands of lookups, and dropped with it: the history keeps
+    # only the marks its votes read.
+    whole = Sums.of(history.load_per_s, every=1)
     for period_s in config.periods_s:
-        scored = _score(config, history, now_s=now_s, horizon_s=horizon_s, period_s=period_s)
+        scored = _score(
+            config, history, now_s=now_s, horizon_s=horizon_s, period_s=period_s, sums=whole
+        )
         if scored is None:
             continue
         points, forecast_error, reactive_error, trend_error = scored
@@ -185,6 +247,7 @@ def _score(
     now_s: float,
     horizon_s: float,
     period_s: float,
+    sums: Sums,
 ) -> tuple[int, float, float, float] | None:
     """(points, and the error ratios of the forecast, of the reactive estimate and of the
     better of its non-seasonal parts) over the backtest window; None when no point has them
@@ -207,7 +270,7 @@ def _score(
         return None
     values = history.load_per_s
     actual = values[target]
-    forecast, trend, level = _predict(config, history, made, target, period_s)
+    forecast, trend, level = _predict(config, history, made, target, period_s, sums)
     reactive = values[made - 1]
     valid = np.isfinite(actual) & np.isfinite(forecast) & np.isfinite(reactive)
     valid &= np.isfinite(trend) & np.isfinite(level)
@@ -230,44 +293,54 @@ def _predict(
     made: IntArray,
     target: IntArray,
     period_s: float,
+    sums: Sums | None = None,
 ) -> _Parts:
     """The forecast for step `target[i]`, from the steps before `made[i]` only, and its
-    non-seasonal parts; NaN where the history does not hold what they need."""
+    non-seasonal parts; NaN where the history does not hold what they need. `sums` are the
+    history's prefix sums when the caller has them whole (`History.sums` otherwise)."""
     step = config.step_s
-    values = history.load_per_s
-    sums = history.sums
+    length = len(history.load_per_s)
     period = round(period_s / step)
     window = max(1, round(config.level_window_s / step))
     half = round(config.seasonal_window_s / step / 2)
-
-    def between(name: str, lo: IntArray, hi: IntArray) -> FloatArray:
-        lo = np.clip(lo, 0, len(values))
-        hi = np.clip(np.maximum(hi, lo), 0, len(values))
-        total: FloatArray = sums[name][hi] - sums[name][lo]
-        return total
-
-    def mean(lo: IntArray, hi: IntArray, width: int) -> FloatArray:
-        n = between("n", lo, hi)
-        # Fewer than half the steps known: no value rather than one read from a few minutes.
-        enough = (n >= max(1.0, width / 2)) & (lo >= 0)
-        out: FloatArray = np.where(enough, between("y", lo, hi) / np.maximum(n, 1.0), np.nan)
-        return out
-
-    recent = mean(made - window, made, window)
-    before = mean(made - period - window, made - period, window)
     # The seasonal window never reaches past what was known when the forecast was made.
     centre = target - period
-    same_time = mean(centre - half, np.minimum(centre + half + 1, made), 2 * half + 1)
+    bounds = (
+        (made - window, made),  # the recent level and its line
+        (made - period - window, made - period),  # the level one period ago
+        (centre - half, np.minimum(centre + half + 1, made)),  # around the same time then
+    )
+    clipped = []
+    for lo, hi in bounds:
+        low = np.clip(lo, 0, length)
+        clipped += [low, np.clip(np.maximum(hi, low), 0, length)]
+    # Every prefix sum the forecast reads, looked up at once: (series, bound, point).
+    table = (sums or history.sums).at(np.concatenate(clipped)).reshape(len(_SERIES), 6, -1)
+
+    def between(name: str, part: int) -> FloatArray:
+        row = _SERIES.index(name)
+        total: FloatArray = table[row, 2 * part + 1] - table[row, 2 * part]
+        return total
+
+    def mean(part: int, width: int) -> FloatArray:
+        n = between("n", part)
+        # Fewer than half the steps known: no value rather than one read from a few minutes.
+        enough = (n >= max(1.0, width / 2)) & (bounds[part][0] >= 0)
+        out: FloatArray = np.where(enough, between("y", part) / np.maximum(n, 1.0), np.nan)
+        return out
+
+    recent = mean(0, window)
+    before = mean(1, window)
+    same_time = mean(2, 2 * half + 1)
     ratio = np.divide(recent, before, out=np.full(len(made), np.nan), where=before > 0)
     ratio = np.where((before == 0) & (recent == 0), 1.0, ratio)
     ratio = np.where((before == 0) & (recent > 0), config.max_level_ratio, ratio)
     ratio = np.clip(ratio, 1.0 / config.max_level_ratio, config.max_level_ratio)
     seasonal = same_time * ratio
 
-    lo, hi = made - window, made
-    n = between("n", lo, hi)
-    sx, sy = between("x", lo, hi), between("y", lo, hi)
-    sxx, sxy = between("xx", lo, hi), between("xy", lo, hi)
+    n = between("n", 0)
+    sx, sy = between("x", 0), between("y", 0)
+    sxx, sxy = between("xx", 0), between("xy", 0)
     spread = n * sxx - sx * sx
     slope = np.divide(n * sxy - sx * sy, spread, out=np.zeros(len(made)), where=spread > _EPS)
     mean_x = sx / np.maximum(n, 1.0)
@@ -284,8 +357,10 @@ class _Parts(NamedTuple):
     """The recent level alone."""
 
 
-def _prefix(values: FloatArray) -> FloatArray:
-    out: FloatArray = np.concatenate(([0.0], np.cumsum(values)))
+def _prefix(series: FloatArray) -> FloatArray:
+    """Each row's prefix sums, from the empty sum: one column more than `series`."""
+    zero = np.zeros((len(series), 1))
+    out: FloatArray = np.concatenate((zero, np.cumsum(series, axis=1)), axis=1)
     return out
 
 

@@ -181,6 +181,49 @@ async def test_later_calls_fetch_only_the_new_steps(
     assert np.allclose(later.load_per_s[-10:], 4.0)
 
 
+async def test_a_refresh_hands_out_its_one_array_read_only_and_leaves_the_last_as_it_was(
+    backfilled: Backfilled, history_for: list[prometheus.LoadHistory]
+) -> None:
+    """Each history is a read-only view of the span the source keeps, never a copy, and a
+    refresh writes its new steps after it in place, leaving the history handed out before as
+    it was."""
+    wall = [float(backfilled.end_s - 7200)]
+    source = prometheus.LoadHistory(
+        prometheus.Client(backfilled.prometheus.url),
+        wall_now=lambda: wall[0],
+        scrape_interval_s=SCRAPE_S,
+    )
+    history_for.append(source)
+    span = 6 * 3600.0
+    first = (await source.load_history(workloads(SERVICE), 0.0, span_s=span, step_s=STEP_S))[
+        SERVICE
+    ]
+    again = (await source.load_history(workloads(SERVICE), 0.0, span_s=span, step_s=STEP_S))[
+        SERVICE
+    ]
+    assert not first.load_per_s.flags.writeable
+    assert len(first.load_per_s) == span // STEP_S
+    before = first.load_per_s.copy()
+    wall[0] += 600.0
+    later = (await source.load_history(workloads(SERVICE), 600.0, span_s=span, step_s=STEP_S))[
+        SERVICE
+    ]
+    assert len(later.load_per_s) == len(first.load_per_s)  # replaced, not grown
+    assert np.shares_memory(later.load_per_s, first.load_per_s)  # written after, not copied
+    assert np.array_equal(first.load_per_s, before, equal_nan=True)
+    assert np.array_equal(later.load_per_s[:-10], before[10:], equal_nan=True)
+    wall[0] += 3600.0  # past the room after the span: the span is kept anew
+    hour = (await source.load_history(workloads(SERVICE), 4200.0, span_s=span, step_s=STEP_S))[
+        SERVICE
+    ]
+    assert len(hour.load_per_s) == len(first.load_per_s)
+    assert not np.shares_memory(hour.load_per_s, first.load_per_s)
+    assert np.array_equal(hour.load_per_s[:-60], later.load_per_s[60:], equal_nan=True)
+    assert np.array_equal(first.load_per_s, before, equal_nan=True)
+    # Asked again with nothing new, the source hands out the one array it keeps.
+    assert np.shares_memory(again.load_per_s, first.load_per_s)
+
+
 async def test_a_service_without_metric_names_has_no_history_and_a_dead_server_raises(
     backfilled: Backfilled, history_for: list[prometheus.LoadHistory]
 ) -> None:

@@ -185,3 +185,35 @@ def test_default_has_the_forecast_and_seed_does_not() -> None:
     """The default policy carries the forecast's configuration; the seed policy has none."""
     assert policy.default(max_replicas=10, target_load_per_replica=1.0).forecast is not None
     assert policy.seed(max_replicas=10, target_load_per_replica=1.0).forecast is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.floats(min_value=0.0, max_value=1e6), st.just(math.nan)), max_size=300
+    ),
+    every=st.integers(min_value=1, max_value=70),
+)
+def test_prefix_sums_kept_at_marks_are_the_whole_arrays_to_the_bit(
+    values: list[float], every: int
+) -> None:
+    """Prefix sums looked up between the kept marks equal the whole prefix arrays bit for bit."""
+    array = np.asarray(values, dtype=np.float64)
+    whole = forecast.Sums.of(array, every=1)
+    steps = np.arange(len(array) + 1, dtype=np.int64)
+    assert np.array_equal(forecast.Sums.of(array, every=every).at(steps), whole.at(steps))
+
+
+def test_a_week_of_history_keeps_a_few_kib_of_prefix_sums_and_votes_the_same() -> None:
+    """A week and a day of minutes keep under 10 KiB of prefix sums, and vote as the whole
+    arrays do."""
+    history = daily(8)
+    scored = forecast.backtest(CONFIG, history, now_s=history.end_s, horizon_s=600.0)
+    assert scored.on, scored.why
+    for ahead_s in (0.0, 3_600.0, 86_400.0):
+        now_s = history.end_s + ahead_s
+        kept = forecast.vote(CONFIG, history, scored, now_s=now_s, horizon_s=600.0)
+        whole = dataclasses.replace(history)
+        vars(whole)["sums"] = forecast.Sums.of(whole.load_per_s, every=1)  # the cache, filled
+        assert forecast.vote(CONFIG, whole, scored, now_s=now_s, horizon_s=600.0) == kept
+    assert history.sums.marks.nbytes < 10 * 1024
