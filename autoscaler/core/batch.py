@@ -316,8 +316,9 @@ def _estimate(c: Configs, x: Inputs, column: int) -> tuple[FloatArray, BoolArray
     growth = trend - c.ahead_z * x.trend_stderr_per_s[:, column]
     ahead = c.ahead_on & np.isfinite(trend) & (growth > 0)
     now = mean + growth * x.mean_age_s[:, column]
+    doubt = c.ahead_z * x.trend_stderr_per_s[:, column] * x.mean_age_s[:, column]
     newest = x.burst_mean[:, column]
-    stopped = np.isfinite(newest) & (now > newest)
+    stopped = np.isfinite(newest) & (now - doubt > newest)
     forecast = np.where(stopped, now, mean + growth * horizon)
     return np.where(ahead, forecast, mean), ahead
 

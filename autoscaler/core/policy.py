@@ -662,9 +662,11 @@ def _estimate(
     the step is in the window, while the load it comes from is flat: extended over the start-up
     it would ask, tick after tick, for a level the load never reaches (about twice a 5x step's
     level with a 120 s start-up). Once the trend's line, brought to now over the mean's lag,
-    stands above what the last seconds (the burst window's mean) measure, the load has stopped
+    stands above what the last seconds (the burst window's mean) measure by more than the
+    trend's own doubt over that lag (`confidence_z` standard errors), the load has stopped
     rising where the line says it should still be: the line is then brought to now only, not
-    extended over the start-up.
+    extended over the start-up. Without that margin the last seconds' noise on a flat load
+    switches the extension on and off, and the count follows it.
     """
     ahead = config.lookahead
     if ahead is None or not math.isfinite(est.trend_per_s):
@@ -675,7 +677,8 @@ def _estimate(
     if not growth > 0:
         return est.mean, "mean"
     now = est.mean + growth * est.mean_age_s
-    if math.isfinite(est.burst_mean) and now > est.burst_mean:
+    doubt = ahead.confidence_z * est.trend_stderr_per_s * est.mean_age_s
+    if math.isfinite(est.burst_mean) and now - doubt > est.burst_mean:
         return now, "forecast"
     return est.mean + growth * horizon, "forecast"
 

@@ -587,6 +587,21 @@ def test_lookahead_stops_extending_the_trend_once_the_load_stops_rising() -> Non
     assert vote.desired == 3
 
 
+def test_lookahead_keeps_extending_while_the_last_seconds_are_within_its_doubt() -> None:
+    """Last seconds below the trend's line by less than its doubt over the mean's lag (noise)
+    leave the forecast over the start-up in place."""
+    config = builders.config(lookahead=AHEAD, max_replicas=20)
+    # The line at now: 30 + (0.05 - 2 x 0.01) x 40 = 31.2; its doubt: 2 x 0.01 x 40 = 0.8.
+    rising = {"trend_per_s": 0.05, "trend_stderr_per_s": 0.01, "mean_age_s": 40.0}
+    noisy = estimate(30.0, burst_mean=30.6, **rising)
+    decision, _ = decide(config, builders.observation(load=noisy, startup_s=120.0))
+    assert decision.contributions[Signal.LOAD].estimate == pytest.approx(30.0 + 0.03 * 160)
+
+    below = estimate(30.0, burst_mean=30.3, **rising)
+    decision, _ = decide(config, builders.observation(load=below, startup_s=120.0))
+    assert decision.contributions[Signal.LOAD].estimate == pytest.approx(31.2)
+
+
 def test_lookahead_still_extends_a_step_that_is_ahead_of_its_trend() -> None:
     """Last seconds above the trend's line (a step just begun) keep the forecast over the
     start-up."""
