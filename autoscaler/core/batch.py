@@ -315,7 +315,12 @@ def _estimate(c: Configs, x: Inputs, column: int) -> tuple[FloatArray, BoolArray
     horizon = horizon + x.mean_age_s[:, column]
     growth = trend - c.ahead_z * x.trend_stderr_per_s[:, column]
     ahead = c.ahead_on & np.isfinite(trend) & (growth > 0)
-    return np.where(ahead, mean + growth * horizon, mean), ahead
+    now = mean + growth * x.mean_age_s[:, column]
+    doubt = c.ahead_z * x.trend_stderr_per_s[:, column] * x.mean_age_s[:, column]
+    newest = x.burst_mean[:, column]
+    stopped = np.isfinite(newest) & (now - doubt > newest)
+    forecast = np.where(stopped, now, mean + growth * horizon)
+    return np.where(ahead, forecast, mean), ahead
 
 
 def _queue_demand(c: Configs, x: Inputs, load_rps: FloatArray, waiting: FloatArray) -> FloatArray:

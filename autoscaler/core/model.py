@@ -145,7 +145,11 @@ class LookaheadConfig:
     it by the trend over that lag plus the horizon, the observed pod start-up time (or
     `default_startup_s` until one is seen), capped at `max_horizon_s`. Only the part of the
     trend that is `confidence_z` standard errors above zero counts, so noise on a flat load
-    does not project into phantom growth. It only ever adds capacity; scale-down uses the mean.
+    does not project into phantom growth. Once the burst window's mean falls below the trend's
+    line brought to now, by more than `confidence_z` standard errors of the trend over the
+    mean's lag, the load has stopped rising (the trend is a step still in the window): the
+    line is brought to now only, not extended over the start-up. It only ever adds capacity;
+    scale-down uses the mean.
     """
 
     default_startup_s: float = 60.0

@@ -9,7 +9,9 @@ returns the decision and the next state. The steps, in order:
    The estimate is the smoothed mean. Three optional steps, each switched on in `default` and
    off in `seed`, so the benchmark can weigh them:
    - the look-ahead raises a rising estimate by the part of its trend that stands out of the
-     noise, over the mean's lag plus the pod start-up time (`model.LookaheadConfig`);
+     noise, over the mean's lag plus the pod start-up time; over the lag only once the last
+     seconds fall below the trend's line (a step the window's trend is still catching up with,
+     not a rise that goes on) (`model.LookaheadConfig`);
    - the queue drain reads the saturation signal as demand in requests per second (the load,
      plus the queue's growth, plus the waiting requests drained over a horizon) and votes with
      the load target (`model.QueueDrainConfig`);
@@ -654,7 +656,18 @@ def _fit_slo_model(
 def _estimate(
     config: model.PolicyConfig, est: model.SignalEstimate, startup_s: float | None
 ) -> tuple[float, str]:
-    """The smoothed mean, raised to the look-ahead forecast when that is higher."""
+    """The smoothed mean, raised to the look-ahead forecast when that is higher.
+
+    The trend is fitted over the whole window, so after a step it stays steep for as long as
+    the step is in the window, while the load it comes from is flat: extended over the start-up
+    it would ask, tick after tick, for a level the load never reaches (about twice a 5x step's
+    level with a 120 s start-up). Once the trend's line, brought to now over the mean's lag,
+    stands above what the last seconds (the burst window's mean) measure by more than the
+    trend's own doubt over that lag (`confidence_z` standard errors), the load has stopped
+    rising where the line says it should still be: the line is then brought to now only, not
+    extended over the start-up. Without that margin the last seconds' noise on a flat load
+    switches the extension on and off, and the count follows it.
+    """
     ahead = config.lookahead
     if ahead is None or not math.isfinite(est.trend_per_s):
         return est.mean, "mean"
@@ -663,6 +676,10 @@ def _estimate(
     growth = est.trend_per_s - ahead.confidence_z * est.trend_stderr_per_s
     if not growth > 0:
         return est.mean, "mean"
+    now = est.mean + growth * est.mean_age_s
+    doubt = ahead.confidence_z * est.trend_stderr_per_s * est.mean_age_s
+    if math.isfinite(est.burst_mean) and now - doubt > est.burst_mean:
+        return now, "forecast"
     return est.mean + growth * horizon, "forecast"
 
 

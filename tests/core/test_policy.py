@@ -568,9 +568,47 @@ def test_lookahead_raises_a_rising_estimate_by_trend_times_startup(
 def test_lookahead_also_covers_the_lag_of_the_mean() -> None:
     """A mean whose samples are 30 s old on average is forecast 30 s further ahead."""
     config = builders.config(lookahead=AHEAD, max_replicas=20)
-    load = estimate(40.0, trend_per_s=0.1, mean_age_s=30.0)
+    # The last seconds stand where the trend's line says the load is now: still rising.
+    load = estimate(40.0, trend_per_s=0.1, mean_age_s=30.0, burst_mean=43.0)
     decision, _ = decide(config, builders.observation(load=load))
     assert decision.contributions[Signal.LOAD].ratio == pytest.approx((40.0 + 0.1 * 90) / 40.0)
+
+
+def test_lookahead_stops_extending_the_trend_once_the_load_stops_rising() -> None:
+    """A trend whose line stands above the last seconds' mean is brought to now over the mean's
+    lag, not extended over the start-up."""
+    config = builders.config(lookahead=AHEAD, max_replicas=20)
+    # A step from 5 to 24 a minute ago: the mean (42 s behind) is catching up, the window's
+    # trend is still steep, and the last seconds are flat at the new level.
+    load = estimate(17.0, trend_per_s=0.17, mean_age_s=42.0, burst_mean=23.5)
+    decision, _ = decide(config, builders.observation(load=load, startup_s=120.0))
+    vote = decision.contributions[Signal.LOAD]
+    assert (vote.estimate, vote.estimator) == (pytest.approx(17.0 + 0.17 * 42), "forecast")
+    assert vote.desired == 3
+
+
+def test_lookahead_keeps_extending_while_the_last_seconds_are_within_its_doubt() -> None:
+    """Last seconds below the trend's line by less than its doubt over the mean's lag (noise)
+    leave the forecast over the start-up in place."""
+    config = builders.config(lookahead=AHEAD, max_replicas=20)
+    # The line at now: 30 + (0.05 - 2 x 0.01) x 40 = 31.2; its doubt: 2 x 0.01 x 40 = 0.8.
+    rising = {"trend_per_s": 0.05, "trend_stderr_per_s": 0.01, "mean_age_s": 40.0}
+    noisy = estimate(30.0, burst_mean=30.6, **rising)
+    decision, _ = decide(config, builders.observation(load=noisy, startup_s=120.0))
+    assert decision.contributions[Signal.LOAD].estimate == pytest.approx(30.0 + 0.03 * 160)
+
+    below = estimate(30.0, burst_mean=30.3, **rising)
+    decision, _ = decide(config, builders.observation(load=below, startup_s=120.0))
+    assert decision.contributions[Signal.LOAD].estimate == pytest.approx(31.2)
+
+
+def test_lookahead_still_extends_a_step_that_is_ahead_of_its_trend() -> None:
+    """Last seconds above the trend's line (a step just begun) keep the forecast over the
+    start-up."""
+    config = builders.config(lookahead=AHEAD, max_replicas=20)
+    load = estimate(12.6, trend_per_s=0.144, mean_age_s=42.0, burst_mean=24.6)
+    decision, _ = decide(config, builders.observation(load=load, startup_s=120.0))
+    assert decision.contributions[Signal.LOAD].estimate == pytest.approx(12.6 + 0.144 * 162)
 
 
 def test_lookahead_counts_only_the_trend_beyond_its_noise() -> None:
