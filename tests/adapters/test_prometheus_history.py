@@ -7,7 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,19 +122,30 @@ async def history_for() -> AsyncIterator[list[prometheus.LoadHistory]]:
         await source.client.close()
 
 
+def _source(
+    backfilled: Backfilled,
+    history_for: list[prometheus.LoadHistory],
+    wall_now: Callable[[], float],
+    **options: int,
+) -> prometheus.LoadHistory:
+    """A history source on the backfilled Prometheus, closed after the test."""
+    source = prometheus.LoadHistory(
+        prometheus.Client(backfilled.prometheus.url),
+        wall_now=wall_now,
+        scrape_interval_s=SCRAPE_S,
+        **options,
+    )
+    history_for.append(source)
+    return source
+
+
 async def test_the_history_sums_the_deployments_pods_over_a_day(
     backfilled: Backfilled, history_for: list[prometheus.LoadHistory]
 ) -> None:
     """A day of one Deployment's load, its replaced and tier pods summed, another Deployment
     and namespace left out, a gap read as NaN, on the loop's clock."""
     wall = [float(backfilled.end_s)]
-    source = prometheus.LoadHistory(
-        prometheus.Client(backfilled.prometheus.url),
-        wall_now=lambda: wall[0],
-        scrape_interval_s=SCRAPE_S,
-        max_range_points=500,
-    )
-    history_for.append(source)
+    source = _source(backfilled, history_for, lambda: wall[0], max_range_points=500)
     found = await source.load_history(
         workloads(SERVICE), LOOP_NOW_S, span_s=DAY_S - 3600, step_s=STEP_S
     )
@@ -159,12 +170,7 @@ async def test_later_calls_fetch_only_the_new_steps(
 ) -> None:
     """Ten minutes on, one query fetches the ten new steps and the oldest ten are dropped."""
     wall = [float(backfilled.end_s - 1800)]
-    source = prometheus.LoadHistory(
-        prometheus.Client(backfilled.prometheus.url),
-        wall_now=lambda: wall[0],
-        scrape_interval_s=SCRAPE_S,
-    )
-    history_for.append(source)
+    source = _source(backfilled, history_for, lambda: wall[0])
     span = 6 * 3600.0
     first = (await source.load_history(workloads(SERVICE), 0.0, span_s=span, step_s=STEP_S))[
         SERVICE
@@ -188,12 +194,7 @@ async def test_a_refresh_hands_out_its_one_array_read_only_and_leaves_the_last_a
     refresh writes its new steps after it in place, leaving the history handed out before as
     it was."""
     wall = [float(backfilled.end_s - 7200)]
-    source = prometheus.LoadHistory(
-        prometheus.Client(backfilled.prometheus.url),
-        wall_now=lambda: wall[0],
-        scrape_interval_s=SCRAPE_S,
-    )
-    history_for.append(source)
+    source = _source(backfilled, history_for, lambda: wall[0])
     span = 6 * 3600.0
     first = (await source.load_history(workloads(SERVICE), 0.0, span_s=span, step_s=STEP_S))[
         SERVICE
@@ -229,12 +230,7 @@ async def test_a_service_without_metric_names_has_no_history_and_a_dead_server_r
 ) -> None:
     """A record without metric names gets no history; an unreachable Prometheus is an
     `ObservationError`."""
-    source = prometheus.LoadHistory(
-        prometheus.Client(backfilled.prometheus.url),
-        wall_now=lambda: float(backfilled.end_s),
-        scrape_interval_s=SCRAPE_S,
-    )
-    history_for.append(source)
+    source = _source(backfilled, history_for, lambda: float(backfilled.end_s))
     config = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
     nameless = [ports.Workload(SERVICE, config, half_life_s=30.0, replicas=2, serving=2)]
     assert await source.load_history(nameless, 0.0, span_s=3600, step_s=STEP_S) == {}
