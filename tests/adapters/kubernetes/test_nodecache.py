@@ -21,11 +21,10 @@ from autoscaler.contract import annotations as contract
 from autoscaler.contract import modelid
 from autoscaler.core import cache
 
-from .support import NS, eventually, settings
+from .support import NS, MakeCluster, eventually, settings
 from .test_placement import (
     MIG,
     WEB,
-    MakeCluster,
     add_mig_node,
     add_whole_node,
     gpu_deployment,

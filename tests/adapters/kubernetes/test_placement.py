@@ -3,12 +3,9 @@ accounting, with the real client against the emulator and its fake scheduler."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from kube.emulator import Kube
@@ -22,7 +19,7 @@ from autoscaler.contract import annotations as contract
 from autoscaler.core import model
 from autoscaler.core import placement as ladder
 
-from .support import NS, WALL_S, events_of, eventually, running, settings
+from .support import NS, WALL_S, MakeCluster, events_of, eventually, settings
 
 WEB = model.ServiceId(f"{NS}/web")
 DEPLOYMENTS = "apps/v1/deployments"
@@ -34,36 +31,19 @@ MIG_RESOURCE = "nvidia.com/mig-3g.40gb"
 A800_WEIGHT = 54.0
 
 
-class MakeCluster(Protocol):
-    def __call__(self, **kwargs: Any) -> Awaitable[cluster.KubeCluster]: ...
-
-
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(WALL_S)
 
 
 @pytest.fixture
-async def make_cluster(api: client.ApiClient, clock: ManualClock) -> AsyncIterator[MakeCluster]:
-    """Builds running, synced clusters on the emulator; stops them at the end of the test."""
-    stack = contextlib.AsyncExitStack()
+def make_cluster(make_cluster: MakeCluster, clock: ManualClock) -> MakeCluster:
+    """The adapter tests' cluster factory, on this module's clock."""
 
-    async def make(**kwargs: Any) -> cluster.KubeCluster:
-        options: dict[str, Any] = {
-            "identity": "autoscaler-0",
-            "clock": clock,
-            "wall_now": clock.now,
-            "rng": random.Random(7),
-        }
-        options.update(kwargs)
-        made = cluster.KubeCluster(api, **options)
-        await stack.enter_async_context(running(made.run()))
-        async with asyncio.timeout(5):
-            await made.wait_synced()
-        return made
+    def make(**kwargs: Any) -> Awaitable[cluster.KubeCluster]:
+        return make_cluster(**{"clock": clock, "wall_now": clock.now, **kwargs})
 
-    async with stack:
-        yield make
+    return make
 
 
 def gpu_deployment(

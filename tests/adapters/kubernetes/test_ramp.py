@@ -3,11 +3,9 @@ through the real client against the emulator."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import pytest
@@ -23,7 +21,7 @@ from autoscaler.contract import codec
 from autoscaler.core import gates, model
 from autoscaler.core.ramp import pool
 
-from .support import NS, WALL_S, deployment, eventually, running, settings
+from .support import NS, MakeCluster, deployment, eventually, settings
 
 WEB = model.ServiceId(f"{NS}/web")
 WARMING, STABLE = cluster.WARMING_LABEL, cluster.STABLE_LABEL
@@ -70,33 +68,21 @@ class MakeRamp(Protocol):
 
 
 @pytest.fixture
-async def make_ramp(api: client.ApiClient, kube_clock: FakeClock) -> AsyncIterator[MakeRamp]:
+def make_ramp(api: client.ApiClient, kube_clock: FakeClock, make_cluster: MakeCluster) -> MakeRamp:
     """Builds a running, synced `KubeCluster` (its `workloads()` taken once) and a `KubeRamp`."""
-    stack = contextlib.AsyncExitStack()
 
     def wall_now() -> float:
         return EPOCH.timestamp() + kube_clock.now()
 
     async def make(**kwargs: Any) -> tuple[cluster.KubeCluster, ramp.KubeRamp]:
-        options: dict[str, Any] = {
-            "identity": "autoscaler-0",
-            "clock": ManualClock(),
-            "wall_now": lambda: WALL_S,
-            "rng": random.Random(7),
-        }
-        options.update(kwargs)
-        made = cluster.KubeCluster(api, **options)
-        await stack.enter_async_context(running(made.run()))
-        async with asyncio.timeout(5):
-            await made.wait_synced()
+        made = await make_cluster(**kwargs)
         made.workloads()
         built = ramp.KubeRamp(
             api, made, clock=ManualClock(LOOP_START_S), wall_now=wall_now, rng=random.Random(7)
         )
         return made, built
 
-    async with stack:
-        yield make
+    return make
 
 
 async def cluster_with_tiers(
