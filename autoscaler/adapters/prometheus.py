@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -89,8 +90,18 @@ _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 # RE2's metacharacters, each behind a backslash: exactly what Go's regexp.QuoteMeta escapes.
 _RE2_QUOTED: Final = str.maketrans({c: f"\\{c}" for c in "\\.+*?()|[]{}^$"})
 
-_Pod = tuple[str, str]
-"""(namespace, pod name)."""
+_PodKey = str
+"""A pod as the per-pod answers name it: see `pod_key`."""
+
+
+def pod_key(namespace: str, pod: str) -> _PodKey:
+    """The key of a pod in the per-pod readings: its two labels as Prometheus writes them,
+    from the namespace's first character to the pod name's last (`ns","pod":"name`).
+
+    The scan of an answer takes it whole from the text, one string per series. No two pods of
+    Kubernetes names (which hold no quote) share a key, nor share one with any other pair.
+    """
+    return f'{namespace}","pod":"{pod}'
 
 
 def is_namespace(name: str) -> bool:
@@ -334,15 +345,15 @@ class Client:
         params["step"] = f"{step_s:g}"
         return await self._get(what, self.endpoint + "_range", params, "a range matrix")
 
-    async def query_per_pod(self, what: str, promql: str) -> list[tuple[_Pod, float]]:
+    async def query_per_pod(self, what: str, promql: str) -> PodSamples:
         """The samples of an instant query grouped by pod (`by (namespace, pod)`, or `by (pod)`
-        where the namespace reads empty), each as its pod and value (NaN and infinite ones
-        included); raises as `query` does, and `ObservationError` for a malformed sample.
+        where the namespace reads empty), NaN and infinite values included; raises as `query`
+        does, and `ObservationError` for a malformed sample.
 
         At 10,000 services an answer holds 20,000 series, some 2 MB of JSON, and decoding
         it was the largest single cost of a tick: the answer is first scanned for the one shape
-        Prometheus writes such series in, and decoded as JSON only when any series is not of
-        that shape (an escaped or an extra label, an error).
+        Prometheus writes such series in, and decoded as JSON only when any part of it is not of
+        that shape (an escaped or an extra label, an error, a malformed value).
         """
         status, body = await self._fetch(what, self.endpoint, {"query": promql})
         if status == 200 and (scanned := _scan_per_pod(body)) is not None:
@@ -606,7 +617,7 @@ class MetricsSource:
                 continue
             targets.append(target)
             for pod in target.serving.pods:
-                rows.add((target.serving.namespace, pod), row)
+                rows.add(pod_key(target.serving.namespace, pod), row)
         if len(known) > len(workloads):  # every present service is known: others are gone
             present = {w.id for w in workloads}
             for gone in [service for service in known if service not in present]:
@@ -625,7 +636,8 @@ class MetricsSource:
     ) -> list[Any]:
         """The answer to `signal` for `group`'s pods, bisecting the group while Prometheus
         refuses its query; the services that alone break it go to `blamed`. A latency
-        percentile's answer is (pod, bucket bound, value) samples; any other is (pod, value).
+        percentile's answer is (pod key, bucket bound, value) samples; any other is one
+        `PodSamples` per group asked (two once bisected, and so on).
         """
         plan = plans.of(group)
         promql = plan.queries.get(signal)
@@ -640,7 +652,7 @@ class MetricsSource:
                 series = await self.client.query(signal.name.lower(), promql)
                 return _buckets(series, pods)
             samples = await self.client.query_per_pod(signal.name.lower(), promql)
-            return [sample for sample in samples if sample[0] in pods]
+            return [samples.among(pods)]
         except QueryRejected as e:
             refused = e
         if len(group) == 1:
@@ -667,7 +679,7 @@ class _Plan:
     pods the answers may name."""
 
     queries: dict[model.Signal, str]
-    pods: frozenset[_Pod]
+    pods: frozenset[_PodKey]
 
 
 class _Plans:
@@ -703,7 +715,7 @@ class _Plans:
                 gpu_ratio_metric=s.gpu_ratio_metric,
                 max_pod_matcher_chars=s.max_pod_matcher_chars,
             ),
-            frozenset((t.serving.namespace, pod) for t in group for pod in t.serving.pods),
+            frozenset(pod_key(t.serving.namespace, pod) for t in group for pod in t.serving.pods),
         )
         self.made[key] = (group, plan)
         return plan
@@ -738,26 +750,50 @@ def _target_of(workload: ports.Workload) -> _Target | None:
     return _Target(workload.id, serving)
 
 
+_Indices = npt.NDArray[np.intp]
+
+
 class _Rows:
-    """Each serving pod's row: one row for nearly every pod, a list where services share one."""
+    """Each serving pod's row, by its key: one row for nearly every pod, a list where services
+    share one."""
 
     __slots__ = ("more", "one")
 
     def __init__(self) -> None:
-        self.one: dict[_Pod, int] = {}
-        self.more: dict[_Pod, list[int]] = {}
+        self.one: dict[_PodKey, int] = {}
+        self.more: dict[_PodKey, list[int]] = {}
 
-    def add(self, pod: _Pod, row: int) -> None:
+    def add(self, pod: _PodKey, row: int) -> None:
         first = self.one.setdefault(pod, row)
         if first != row:
             self.more.setdefault(pod, []).append(row)
 
-    def of(self, pod: _Pod) -> list[int]:
+    def of(self, pod: _PodKey) -> list[int]:
         """The pod's rows; none for a pod of no service."""
         first = self.one.get(pod)
         if first is None:
             return []
         return [first, *self.more.get(pod, ())]
+
+    def locate(self, pods: Sequence[_PodKey]) -> tuple[_Indices, _Indices]:
+        """(at, rows): `pods[at[i]]` is a pod of row `rows[i]`, once per row of each pod,
+        ordered by `at`; pods of no service are left out."""
+        count = len(pods)
+        first = np.fromiter(map(self.one.get, pods, itertools.repeat(-1)), np.intp, count)
+        at = np.flatnonzero(first >= 0)
+        rows = first[at]
+        more = self.more
+        if more:  # services sharing a pod: rare, so only their pods go through Python
+            shared = np.flatnonzero(np.fromiter(map(more.__contains__, pods), bool, count))
+            extra = [(i, row) for i in shared.tolist() for row in more[pods[i]]]
+            if extra:
+                more_at, more_rows = np.array(extra, dtype=np.intp).T
+                at = np.concatenate([at, more_at])
+                rows = np.concatenate([rows, more_rows])
+                # In the answer's order, so each row adds its pods up as the answer lists them.
+                order = np.argsort(at, kind="stable")
+                at, rows = at[order], rows[order]
+        return at, rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -978,26 +1014,16 @@ def _duration(seconds: float) -> str:
 
 def _fill(
     column: npt.NDArray[np.float64],
-    samples: Sequence[tuple[_Pod, float]],
+    answers: Sequence[PodSamples],
     rows: _Rows,
     *,
     mean: bool,
 ) -> None:
-    """Write each row's sum (or mean) over its reporting pods; rows without one stay NaN."""
-    at: list[int] = []
-    values: list[float] = []
-    one, more = rows.one, rows.more
-    for pod, value in samples:
-        row = one.get(pod)
-        if row is None:
-            continue
-        at.append(row)
-        values.append(value)
-        for other in more.get(pod, ()) if more else ():
-            at.append(other)
-            values.append(value)
-    index = np.fromiter(at, np.intp, len(at))
-    weights = np.fromiter(values, float, len(values))
+    """Write each row's sum (or mean) over its reporting pods, added up in the answers' order;
+    rows without one stay NaN."""
+    samples = PodSamples.joined(answers)
+    at, index = rows.locate(samples.pods)
+    weights = samples.values[at]
     if not bool(np.isfinite(weights).all()):  # a NaN or infinite sample is missing data
         finite = np.isfinite(weights)
         index, weights = index[finite], weights[finite]
@@ -1009,7 +1035,7 @@ def _fill(
 
 def _fill_quantile(
     column: npt.NDArray[np.float64],
-    samples: Sequence[tuple[_Pod, float, float]],
+    samples: Sequence[tuple[_PodKey, float, float]],
     rows: _Rows,
     quantile: float,
 ) -> None:
@@ -1052,32 +1078,88 @@ def histogram_quantile(quantile: float, cumulative: Mapping[float, float]) -> fl
     return below_bound
 
 
-_VECTOR_START: Final = b'{"status":"success","data":{"resultType":"vector","result":['
+_VECTOR_START: Final = '{"status":"success","data":{"resultType":"vector","result":['
 _PER_POD_SERIES: Final = re.compile(
-    rb'\{"metric":\{"namespace":"([a-z0-9.-]*)","pod":"([a-z0-9.-]*)"\},'
-    rb'"value":\[[0-9.e+-]+,"([^"\\]*)"\]\}'
+    r'\{"metric":\{"namespace":"([a-z0-9.-]*","pod":"[a-z0-9.-]*)"\},'
+    r'"value":\[-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?,"([0-9A-Za-z.+-]*)"\]\}'
 )
 """One series of an instant vector grouped `by (namespace, pod)` as Prometheus writes it:
-compact, labels in name order, Kubernetes names (never escaped in JSON)."""
+compact, labels in name order, Kubernetes names (never escaped in JSON), the time a JSON number
+and the value a float's text (Go's `strconv` writes digits, `.`, `e`, signs, `NaN` and `Inf`).
+Its group 1 is the pod's key (`pod_key`), its group 2 the value."""
+_VECTOR_END: Final = re.compile(r'\]\}(?:,"warnings":\[[^\]]*\])?(?:,"infos":\[[^\]]*\])?\}')
+"""What follows the series of an answer: the end of its data, and the warnings and the info
+notes Prometheus may add (an info for a `rate` over a name it takes for no counter)."""
+_VECTOR_EMPTY_END: Final = "]}}"
 
 
-def _scan_per_pod(body: bytes) -> list[tuple[_Pod, float]] | None:
-    """The samples of a successful answer whose every series has the shape `_PER_POD_SERIES`
-    matches; None when it is anything else, for the JSON decoder to read (and judge).
+@dataclass(frozen=True, slots=True, eq=False)
+class PodSamples:
+    """The series of an instant vector grouped by pod: series `i` is of pod `pods[i]` (see
+    `pod_key`) and reads `values[i]`, NaN and infinite values included."""
 
-    Every series of an answer has one `"metric":` and a label value cannot hold that text (its
-    quotes would be escaped), so the scan has read the whole answer exactly when it matched
-    that many series.
+    pods: tuple[_PodKey, ...]
+    values: npt.NDArray[np.float64]
+
+    def among(self, pods: Collection[_PodKey]) -> PodSamples:
+        """These samples without the series of pods outside `pods`."""
+        kept = np.fromiter(map(pods.__contains__, self.pods), bool, len(self.pods))
+        if bool(kept.all()):
+            return self
+        return PodSamples(tuple(itertools.compress(self.pods, kept)), self.values[kept])
+
+    @staticmethod
+    def joined(parts: Sequence[PodSamples]) -> PodSamples:
+        """The series of every part, in order."""
+        if len(parts) == 1:
+            return parts[0]
+        pods = tuple(itertools.chain.from_iterable(part.pods for part in parts))
+        return PodSamples(pods, np.concatenate([np.empty(0), *(part.values for part in parts)]))
+
+
+def _scan_per_pod(body: bytes) -> PodSamples | None:
+    """The samples of a successful answer made only of series of the shape `_PER_POD_SERIES`
+    matches, one after the other; None when any part of it is anything else, for the JSON
+    decoder to read (and judge).
+
+    The series split the answer into what comes before the first (the start of a successful
+    vector), what lies between two (a comma), and what follows the last (`_VECTOR_END`): the
+    scan reads exactly the answers that are these pieces, which the decoder reads the same.
+    Each value is read by `float`, as the decoder's reader does.
     """
-    if not body.startswith(_VECTOR_START):
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
         return None
-    found = _PER_POD_SERIES.findall(body)
-    if len(found) != body.count(b'"metric":'):
+    if not text.startswith(_VECTOR_START):
+        return None
+    pieces = _PER_POD_SERIES.split(text)
+    # [before, pod, value, between, pod, value, between, ..., pod, value, after]
+    pods, values, between = pieces[1::3], pieces[2::3], pieces[3:-1:3]
+    if pods:
+        if pieces[0] != _VECTOR_START or between.count(",") != len(between):
+            return None
+        after = pieces[-1]
+    else:
+        after = text[len(_VECTOR_START) :]
+    if after != _VECTOR_EMPTY_END and not _is_vector_end(after):
         return None
     try:
-        return [((ns.decode(), pod.decode()), float(value)) for ns, pod, value in found]
+        read = np.fromiter(map(float, values), np.float64, len(values))
     except ValueError:  # a value that is not a number: for the decoder to report
         return None
+    return PodSamples(tuple(pods), read)
+
+
+def _is_vector_end(after: str) -> bool:
+    """Whether `after` ends a vector's answer as `_VECTOR_END` does, warnings included."""
+    if _VECTOR_END.fullmatch(after) is None:
+        return False
+    try:  # the warnings' text is JSON strings, escapes and all
+        json.loads(_VECTOR_START + after)
+    except ValueError:
+        return False
+    return True
 
 
 def _sample(item: Any) -> tuple[Mapping[str, Any], float]:
@@ -1097,22 +1179,27 @@ def _sample(item: Any) -> tuple[Mapping[str, Any], float]:
     return labels, value
 
 
-def _pod_sample(item: Any) -> tuple[_Pod, float]:
-    """The pod (namespace and name, empty where a label is absent) and value of one series."""
+def _pod_sample(item: Any) -> tuple[_PodKey, float]:
+    """The pod's key (its namespace and name, empty where a label is absent) and the value of
+    one series."""
     labels, value = _sample(item)
-    return (str(labels.get("namespace", "")), str(labels.get("pod", ""))), value
+    return pod_key(str(labels.get("namespace", "")), str(labels.get("pod", ""))), value
 
 
-def _per_pod(series: Iterable[Any]) -> list[tuple[_Pod, float]]:
-    """(pod, value) of each series of a decoded answer, as `_scan_per_pod` reads its bytes:
-    NaN and infinite values included (the callers leave them out)."""
-    return [_pod_sample(item) for item in series]
+def _per_pod(series: Iterable[Any]) -> PodSamples:
+    """The samples of a decoded answer, as `_scan_per_pod` reads its bytes: NaN and infinite
+    values included (the callers leave them out)."""
+    read = [_pod_sample(item) for item in series]
+    return PodSamples(tuple(pod for pod, _ in read), np.array([v for _, v in read], np.float64))
 
 
-def _buckets(series: Iterable[Any], pods: Collection[_Pod]) -> list[tuple[_Pod, float, float]]:
-    """(pod, bucket bound, value) of each series of a per-pod histogram answer whose pod is in
-    `pods`; a malformed series raises `ObservationError` (its bound only when its pod is read)."""
-    found: list[tuple[_Pod, float, float]] = []
+def _buckets(
+    series: Iterable[Any], pods: Collection[_PodKey]
+) -> list[tuple[_PodKey, float, float]]:
+    """(pod key, bucket bound, value) of each series of a per-pod histogram answer whose pod is
+    in `pods`; a malformed series raises `ObservationError` (its bound only when its pod is
+    read)."""
+    found: list[tuple[_PodKey, float, float]] = []
     for item in series:
         pod, value = _pod_sample(item)
         if pod not in pods:
@@ -1429,7 +1516,13 @@ class HealthQueries:
             return {}
         self.last_queries = (promql,)
         samples = await self.client.query_per_pod("in-flight", promql)
-        return {pod: value for (_, pod), value in samples if pod in pods and math.isfinite(value)}
+        # Summed `by (pod)`: the answer's pods have no namespace.
+        asked = {pod_key("", pod): pod for pod in pods}
+        return {
+            asked[key]: value
+            for key, value in zip(samples.pods, samples.values.tolist(), strict=True)
+            if key in asked and math.isfinite(value)
+        }
 
     async def _ask(self, queries: Mapping[Any, tuple[str, str]]) -> dict[Any, list[Any]]:
         """Every query at once, each under its deadline; raises once all have finished."""

@@ -8,12 +8,14 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from prom import server, stub
 from prom.fixtures import Stack
 from structlog.testing import capture_logs
@@ -238,17 +240,32 @@ async def test_rates_and_queues_come_back_per_service(
         client = source.client
         _, body = await client._fetch("check", client.endpoint, {"query": promql})
         decoded = prometheus._per_pod(json.loads(body)["data"]["result"])
-        assert prometheus._scan_per_pod(body) == decoded
+        assert_same_samples(prometheus._scan_per_pod(body), decoded)
 
 
-def per_pod_answer(*series: dict[str, Any]) -> bytes:
-    """An instant vector written as Prometheus writes it (compact, labels sorted)."""
+def assert_same_samples(
+    scanned: prometheus.PodSamples | None, decoded: prometheus.PodSamples
+) -> None:
+    """The scan read the answer, into the very pods and values (bit for bit) of the decoder."""
+    assert scanned is not None
+    assert scanned.pods == decoded.pods
+    assert scanned.values.dtype == decoded.values.dtype == np.float64
+    assert scanned.values.tobytes() == decoded.values.tobytes()
+
+
+def per_pod_answer(*series: dict[str, Any], **after: list[str]) -> bytes:
+    """An instant vector written as Prometheus writes it (compact, labels sorted), with the
+    `warnings` or `infos` given after its data."""
     answer = {"status": "success", "data": {"resultType": "vector", "result": list(series)}}
-    return json.dumps(answer, separators=(",", ":"), sort_keys=False).encode()
+    return json.dumps({**answer, **after}, separators=(",", ":"), sort_keys=False).encode()
 
 
 def per_pod(namespace: str, pod: str, value: str, **more: str) -> dict[str, Any]:
     return {"metric": {"namespace": namespace, "pod": pod, **more}, "value": [1764.5, value]}
+
+
+ANSWERED: Final = per_pod_answer(per_pod("ns-a", "chat-0", "1"), per_pod("ns-a", "chat-1", "2"))
+"""A good answer, whose bytes the broken ones below are cut from."""
 
 
 @pytest.mark.parametrize(
@@ -257,14 +274,22 @@ def per_pod(namespace: str, pod: str, value: str, **more: str) -> dict[str, Any]
         per_pod_answer(),
         per_pod_answer(per_pod("ns-a", "chat-0", "2.5"), per_pod("ns-b", "chat.x-1", "NaN")),
         per_pod_answer(per_pod("ns-a", "chat-0", "+Inf"), per_pod("ns-a", "chat-1", "1e+06")),
+        per_pod_answer(
+            *(per_pod("ns-a", f"chat-{i}", v) for i, v in enumerate(["-Inf", "1e-07", "-0"])),
+            per_pod("ns-a", "chat-0", "1.7976931348623157e+308"),  # the same pod again
+            per_pod("ns-a", "chat-9", "0.30000000000000004"),
+        ),
+        per_pod_answer(per_pod("ns-a", "chat-0", "2"), warnings=['a "quoted" \\ warning']),
+        per_pod_answer(per_pod("ns-a", "chat-0", "2"), infos=["PromQL info: not a counter"]),
+        per_pod_answer(warnings=["w"], infos=["i"]),
+        ANSWERED.replace(b"1764.5", b"1764"),
     ],
 )
 def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
     """Answers of the usual shape give the same samples by the scan as by decoding them."""
-    scanned = prometheus._scan_per_pod(body)
-    decoded = prometheus._per_pod(json.loads(body)["data"]["result"])
-    assert scanned is not None
-    assert repr(scanned) == repr(decoded)
+    assert_same_samples(
+        prometheus._scan_per_pod(body), prometheus._per_pod(json.loads(body)["data"]["result"])
+    )
 
 
 @pytest.mark.parametrize(
@@ -274,25 +299,119 @@ def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
         per_pod_answer(per_pod("ns-a", "chat-0", "1"), per_pod("ns-a", "chat-1", "2", le="1")),
         per_pod_answer(per_pod("ns-a", "chat-0", "1"), {"metric": {"pod": "p"}, "value": [1, "2"]}),
         per_pod_answer(per_pod("ns-a", "chat-0", "not a number")),
+        per_pod_answer(per_pod("ns-a", "chat-0", "1_0")),  # `float` reads it; so does the decoder
+        per_pod_answer(per_pod("ns-a", "chat-0", "1"), warnings=["[bracketed]"]),
         json.dumps({"status": "error", "errorType": "bad_data", "error": "x"}).encode(),
         json.dumps({"status": "success", "data": {"result": []}}).encode(),
+        ANSWERED.replace(b"},{", b"} ,{"),
+        ANSWERED.replace(b"},{", b"}{"),
+        ANSWERED.replace(b"1764.5", b"1764.5.5", 1),
+        ANSWERED.replace(b'"1"', b'"\t1"'),  # a control character, which JSON refuses
+        ANSWERED.replace(b'"1"', b'"\\t1"'),  # its escape, which the decoder reads
+        ANSWERED.replace(b'"1"', b'" 1"'),
+        ANSWERED.replace(b"ns-a", b"ns-\\u0061", 1),
+        ANSWERED.replace(b"ns-a", b"ns-\xff", 1),  # no UTF-8
+        ANSWERED.replace(b"ns-a", "ns-ä".encode(), 1),
+        ANSWERED[:-1],
+        ANSWERED[:-3],
+        ANSWERED + b"}",
+        ANSWERED.replace(b"]}}", b']},"data":{"result":[]}}'),
     ],
 )
 def test_any_other_answer_is_left_to_the_json_decoder(body: bytes) -> None:
-    """An escaped, a missing or an extra label, a value that is no number, or an error is not
-    scanned: the decoder reads it and reports what is wrong."""
+    """An escaped, a missing or an extra label, a value that is no number, an error, a broken
+    separator, time or ending is not scanned: the decoder reads it and reports what is wrong."""
     assert prometheus._scan_per_pod(body) is None
+
+
+POOL: Final = [("ns-a", "chat-0"), ("ns-a", "chat-1"), ("ns-b", "chat-0"), ("ns-b", "lm.x-2")]
+"""The pods the answers below name: the same name in two namespaces, a dot in a name."""
+ROWS: Final = 4
+
+
+def value_text(value: float) -> str:
+    """A float as Prometheus writes it: `NaN`, `+Inf`, `-Inf`, else its shortest digits."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def filled(
+    answers: Sequence[prometheus.PodSamples], rows: prometheus._Rows, *, mean: bool
+) -> npt.NDArray[np.float64]:
+    column = np.full(ROWS, math.nan)
+    prometheus._fill(column, answers, rows, mean=mean)
+    return column
+
+
+def filled_one_by_one(
+    series: Sequence[tuple[tuple[str, str], float]], rows: prometheus._Rows, *, mean: bool
+) -> npt.NDArray[np.float64]:
+    """Each row's sum (or mean) over its pods' finite values, added in the answer's order."""
+    total, count = [0.0] * ROWS, [0] * ROWS
+    for (namespace, pod), value in series:
+        if math.isfinite(value):
+            for row in rows.of(prometheus.pod_key(namespace, pod)):
+                total[row] += value
+                count[row] += 1
+    column = np.full(ROWS, math.nan)
+    for row in range(ROWS):
+        if count[row]:
+            column[row] = total[row] / count[row] if mean else total[row]
+    return column
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    series=st.lists(
+        st.tuples(
+            st.sampled_from(POOL),
+            st.floats() | st.sampled_from([1e-07, 1e21, -0.0, 0.1, 3.0, 1e16, -1e16, 1e308]),
+        ),
+        max_size=12,
+    ),
+    pod_rows=st.lists(st.lists(st.integers(0, ROWS - 1), max_size=3), min_size=4, max_size=4),
+    cut=st.integers(0, 12),
+)
+# Row 0 is chat-1's second row: its sum is (1e16 - 1e16) + 3, where 3 + 1e16 - 1e16 reads 4.
+@example([(POOL[1], 1e16), (POOL[1], -1e16), (POOL[0], 3.0)], [[0], [1, 0], [], []], 1)
+def test_the_scan_and_the_decoder_fill_the_same_columns(
+    series: list[tuple[tuple[str, str], float]], pod_rows: list[list[int]], cut: int
+) -> None:
+    """Columns filled from the scan equal, bit for bit, those from the decoder and a sum in the
+    answer's order, with NaN, infinite, missing and repeated pods and pods of several rows."""
+    rows = prometheus._Rows()
+    for (namespace, pod), its_rows in zip(POOL, pod_rows, strict=True):
+        for row in its_rows:
+            rows.add(prometheus.pod_key(namespace, pod), row)
+    answer = [per_pod(ns, pod, value_text(v)) for (ns, pod), v in series]
+    scanned = prometheus._scan_per_pod(per_pod_answer(*answer))
+    decoded = prometheus._per_pod(answer)
+    # As a bisected query reads it: two answers, one after the other.
+    first = prometheus._scan_per_pod(per_pod_answer(*answer[:cut]))
+    then = prometheus._scan_per_pod(per_pod_answer(*answer[cut:]))
+    assert scanned is not None
+    assert first is not None
+    assert then is not None
+
+    for mean in (False, True):
+        expected = filled_one_by_one(series, rows, mean=mean).tobytes()
+        assert filled([scanned], rows, mean=mean).tobytes() == expected
+        assert filled([decoded], rows, mean=mean).tobytes() == expected
+        assert filled([first, then], rows, mean=mean).tobytes() == expected
 
 
 def test_bucket_series_are_read_through_the_same_sample_reader() -> None:
     """Buckets of other pods are skipped, even with a broken bound, while a broken value of any
     pod raises as the per-pod reader does."""
-    asked = {("ns-a", "chat-0")}
+    asked = {prometheus.pod_key("ns-a", "chat-0")}
     good = per_pod("ns-a", "chat-0", "2.5", le="0.5")
     other = per_pod("ns-a", "chat-9", "1", le="not a bound")
     broken = per_pod("ns-a", "chat-9", "not a number", le="1")
 
-    assert prometheus._buckets([good, other], asked) == [(("ns-a", "chat-0"), 0.5, 2.5)]
+    assert prometheus._buckets([good, other], asked) == [('ns-a","pod":"chat-0', 0.5, 2.5)]
     for reader in (prometheus._per_pod, lambda series: prometheus._buckets(series, asked)):
         with pytest.raises(errors.ObservationError, match="sample malformed") as caught:
             reader([good, broken])
@@ -688,6 +807,12 @@ async def test_a_stopped_prometheus_raises_observation_error(
          "not an instant vector"),
         (200, json.dumps({"data": {"result": [{"metric": {}, "value": [1, "x"]}]}}),
          "application/json", ValueError, "sample malformed"),
+        # Answers of the scanned shape, broken: the decoder's errors all the same.
+        (200, ANSWERED.replace(b'"2"', b'"2x"').decode(), "application/json", ValueError,
+         "sample malformed"),
+        (200, ANSWERED.replace(b"},{", b"}{").decode(), "application/json", ValueError,
+         "HTTP 200, not JSON"),
+        (200, ANSWERED[:-1].decode(), "application/json", ValueError, "HTTP 200, not JSON"),
     ],
 )  # fmt: skip
 async def test_a_broken_answer_raises_observation_error(
