@@ -559,7 +559,12 @@ class MetricsSource:
         plans = _Plans(self, self._plans)
         reads = [(signal, group) for group in groups for signal in model.Signal]
         answers = await asyncio.gather(
-            *(self._read(signal, group, budget, blamed, sent, plans) for signal, group in reads),
+            *(
+                self._read(
+                    signal, group, budget, blamed, sent, plans, whole=len(group) == len(targets)
+                )
+                for signal, group in reads
+            ),
             return_exceptions=True,
         )
         self.last_queries = tuple(sent)
@@ -633,11 +638,14 @@ class MetricsSource:
         blamed: dict[model.ServiceId, Rejected],
         sent: list[str],
         plans: _Plans,
+        *,
+        whole: bool = False,
     ) -> list[Any]:
         """The answer to `signal` for `group`'s pods, bisecting the group while Prometheus
         refuses its query; the services that alone break it go to `blamed`. A latency
         percentile's answer is (pod key, bucket bound, value) samples; any other is one
-        `PodSamples` per group asked (two once bisected, and so on).
+        `PodSamples` per group asked (two once bisected, and so on). `whole` says the group
+        is every service of the tick.
         """
         plan = plans.of(group)
         promql = plan.queries.get(signal)
@@ -645,14 +653,16 @@ class MetricsSource:
             return []
         sent.append(promql)
         self.queries_sent += 1
-        # A namespace-wide query also answers for pods of services outside the group.
+        # A namespace-wide query also answers for pods of services outside the group. Those
+        # of no service at all `sample` leaves out by itself: a group of every service needs
+        # no more.
         pods = plan.pods
         try:
             if signal in model.LATENCY_SIGNALS:
                 series = await self.client.query(signal.name.lower(), promql)
                 return _buckets(series, pods)
             samples = await self.client.query_per_pod(signal.name.lower(), promql)
-            return [samples.among(pods)]
+            return [samples if whole else samples.among(pods)]
         except QueryRejected as e:
             refused = e
         if len(group) == 1:

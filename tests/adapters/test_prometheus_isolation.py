@@ -160,3 +160,33 @@ async def test_a_prometheus_refusing_every_query_costs_a_bounded_number_of_queri
 
     assert reader.queries_sent <= 3 * (SIGNALS + 10)
     assert reader.rejected == {}
+
+
+async def test_a_namespace_wide_answer_counts_each_pod_once_for_its_own_service() -> None:
+    """With a service read apart, the shared answer and its own both name every pod of the
+    namespace, and each service still reads its own pod once."""
+    services = {
+        model.ServiceId(f"s{i}"): prometheus.ServingPods("ns-a", frozenset({f"s{i}-0"}), VLLM)
+        for i in range(3)
+    }
+    series = [
+        {"metric": {"namespace": "ns-a", "pod": f"s{i}-0"}, "value": [1764.5, f"{2**i}"]}
+        for i in range(4)  # s3-0 is no service's
+    ]
+    every_pod = json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": series}},
+        separators=(",", ":"),
+    )
+    async with stub.answering(200, every_pod, "application/json") as url:
+        reader = source(url, max_pod_matcher_chars=0)
+        reader.rejected = {
+            model.ServiceId("s2"): prometheus.Rejected(VLLM, LOAD, "refused last tick")
+        }
+        try:
+            values = await reader.sample(workloads(services), 0.0)
+        finally:
+            await reader.client.close()
+
+    assert reader.queries_sent == 2 * SIGNALS  # the shared query, and the one read apart
+    assert reader.client.scanned == 2 * SIGNALS
+    assert values[:, list(model.BASE_SIGNALS)].tolist() == [[1.0] * 3, [2.0] * 3, [4.0] * 3]
