@@ -43,6 +43,7 @@ import dataclasses
 import itertools
 import json
 import math
+import operator
 import os
 import re
 import ssl
@@ -707,11 +708,22 @@ class _Plans:
         self.made: dict[tuple[int, ...], tuple[Sequence[_Target], _Plan]] = {}
         """This tick's plans by the identities of their targets (the targets kept, so that
         no identity is reused while they are)."""
+        self._asked: dict[int, tuple[Sequence[_Target], _Plan]] = {}
+        """The same by the identity of the group itself (kept likewise): every signal reads
+        the same group, and 10,000 identities need not be looked at for each."""
 
     def of(self, group: Sequence[_Target]) -> _Plan:
+        asked = self._asked.get(id(group))
+        if asked is not None and asked[0] is group:
+            return asked[1]
+        plan = self._made_for(group)
+        self._asked[id(group)] = (group, plan)
+        return plan
+
+    def _made_for(self, group: Sequence[_Target]) -> _Plan:
         key = tuple(map(id, group))
         found = self.made.get(key) or self._last.get(key)
-        if found is not None and all(a is b for a, b in zip(found[0], group, strict=True)):
+        if found is not None and all(map(operator.is_, found[0], group)):
             self.made[key] = found
             return found[1]
         s = self._source
