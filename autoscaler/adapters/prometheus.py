@@ -544,7 +544,7 @@ class MetricsSource:
         # Services gone, or with new metric names, get a new chance in the shared query.
         apart = {
             t.service
-            for t in targets
+            for t in (targets if self.rejected else ())
             if (known := self.rejected.get(t.service)) is not None
             and known.metrics == t.serving.metrics
         }
@@ -552,9 +552,11 @@ class MetricsSource:
             # Too many to query apart: Prometheus itself is likely at fault. They rejoin the
             # shared query, whose bisection then runs out of budget and holds every service.
             apart = set()
-        shared = [t for t in targets if t.service not in apart]
-        groups = [shared] if shared else []
-        groups += [[t] for t in targets if t.service in apart]
+        groups: list[Sequence[_Target]] = [targets]
+        if apart:
+            shared = [t for t in targets if t.service not in apart]
+            groups = [shared] if shared else []
+            groups += [[t] for t in targets if t.service in apart]
         budget = _Budget(self.max_isolation_queries - len(apart) * len(model.Signal))
         blamed: dict[model.ServiceId, Rejected] = {}
         plans = _Plans(self, self._plans)
