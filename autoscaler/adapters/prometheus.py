@@ -595,7 +595,8 @@ class MetricsSource:
             if signal in model.LATENCY_SIGNALS:
                 _fill_quantile(values[:, signal], answer, rows, QUANTILE)
             else:
-                _fill(values[:, signal], answer, rows, mean=signal in model.MEAN_SIGNALS)
+                mean = signal in model.MEAN_SIGNALS
+                _fill(values[:, signal], answer, rows, mean=mean, slot=signal)
         return values
 
     def _locate(self, workloads: Sequence[ports.Workload]) -> _Located:
@@ -781,11 +782,12 @@ class _Rows:
     """Each serving pod's row, by its key: one row for nearly every pod, a list where services
     share one."""
 
-    __slots__ = ("more", "one")
+    __slots__ = ("_located", "more", "one")
 
     def __init__(self) -> None:
         self.one: dict[_PodKey, int] = {}
         self.more: dict[_PodKey, list[int]] = {}
+        self._located: dict[object, tuple[tuple[_PodKey, ...], _Indices, _Indices]] = {}
 
     def add(self, pod: _PodKey, row: int) -> None:
         first = self.one.setdefault(pod, row)
@@ -799,9 +801,19 @@ class _Rows:
             return []
         return [first, *self.more.get(pod, ())]
 
-    def locate(self, pods: Sequence[_PodKey]) -> tuple[_Indices, _Indices]:
+    def locate(
+        self, pods: tuple[_PodKey, ...], *, slot: object = None
+    ) -> tuple[_Indices, _Indices]:
         """(at, rows): `pods[at[i]]` is a pod of row `rows[i]`, once per row of each pod,
-        ordered by `at`; pods of no service are left out."""
+        ordered by `at`; pods of no service are left out. Both are read-only.
+
+        The last answer of each `slot` (a signal) is remembered: Prometheus lists the series
+        of an answer in the same order tick after tick while they stay the same, and comparing
+        the pods with the last ones costs less than looking each up again.
+        """
+        last = self._located.get(slot)
+        if last is not None and last[0] == pods:
+            return last[1], last[2]
         count = len(pods)
         first = np.fromiter(map(self.one.get, pods, itertools.repeat(-1)), np.intp, count)
         at = np.flatnonzero(first >= 0)
@@ -817,6 +829,8 @@ class _Rows:
                 # In the answer's order, so each row adds its pods up as the answer lists them.
                 order = np.argsort(at, kind="stable")
                 at, rows = at[order], rows[order]
+        at.flags.writeable = rows.flags.writeable = False  # shared with the next ticks
+        self._located[slot] = (pods, at, rows)
         return at, rows
 
 
@@ -1042,11 +1056,12 @@ def _fill(
     rows: _Rows,
     *,
     mean: bool,
+    slot: object = None,
 ) -> None:
     """Write each row's sum (or mean) over its reporting pods, added up in the answers' order;
-    rows without one stay NaN."""
+    rows without one stay NaN. `slot` names the answers for `_Rows.locate`."""
     samples = PodSamples.joined(answers)
-    at, index = rows.locate(samples.pods)
+    at, index = rows.locate(samples.pods, slot=slot)
     weights = samples.values[at]
     if not bool(np.isfinite(weights).all()):  # a NaN or infinite sample is missing data
         finite = np.isfinite(weights)

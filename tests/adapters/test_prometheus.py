@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import operator
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -363,7 +364,7 @@ def filled_one_by_one(
     return column
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     series=st.lists(
         st.tuples(
@@ -401,6 +402,29 @@ def test_the_scan_and_the_decoder_fill_the_same_columns(
         assert filled([scanned], rows, mean=mean).tobytes() == expected
         assert filled([decoded], rows, mean=mean).tobytes() == expected
         assert filled([first, then], rows, mean=mean).tobytes() == expected
+
+
+def test_rows_are_looked_up_again_only_when_an_answer_names_other_pods() -> None:
+    """An answer naming the last one's pods in the same order reuses their rows, while one in
+    another order, or with fewer pods, is looked up anew."""
+    rows = prometheus._Rows()
+    keys = [prometheus.pod_key("ns-a", f"chat-{i}") for i in range(3)]
+    for row, key in enumerate(keys):
+        rows.add(key, row)
+
+    def column(pods: Sequence[str], values: Sequence[float]) -> npt.NDArray[np.float64]:
+        filled = np.full(3, math.nan)
+        samples = prometheus.PodSamples(tuple(pods), np.array(values, np.float64))
+        prometheus._fill(filled, [samples], rows, mean=False, slot=LOAD)
+        return filled
+
+    np.testing.assert_array_equal(column(keys, [1.0, 2.0, 4.0]), [1.0, 2.0, 4.0])
+    located = rows.locate(tuple(keys), slot=LOAD)
+    anew = tuple("".join(list(key)) for key in keys)  # equal strings, other objects
+    assert all(map(operator.is_, rows.locate(anew, slot=LOAD), located))
+    np.testing.assert_array_equal(column(anew, [8.0, 16.0, 32.0]), [8.0, 16.0, 32.0])
+    np.testing.assert_array_equal(column(keys[::-1], [1.0, 2.0, 4.0]), [4.0, 2.0, 1.0])
+    np.testing.assert_array_equal(column(keys[1:], [1.0, 2.0]), [math.nan, 1.0, 2.0])
 
 
 def test_bucket_series_are_read_through_the_same_sample_reader() -> None:
