@@ -1129,7 +1129,8 @@ Its group 1 is the pod's key (`pod_key`), its group 2 the value."""
 _VECTOR_END: Final = re.compile(r'\]\}(?:,"warnings":\[[^\]]*\])?(?:,"infos":\[[^\]]*\])?\}')
 """What follows the series of an answer: the end of its data, and the warnings and the info
 notes Prometheus may add (an info for a `rate` over a name it takes for no counter)."""
-_VECTOR_EMPTY_END: Final = "]}}"
+_VECTOR_PLAIN_END: Final = "]}}"
+"""The usual `_VECTOR_END`: no warning, no info."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -1181,7 +1182,7 @@ def _scan_per_pod(body: bytes) -> PodSamples | None:
         after = pieces[-1]
     else:
         after = text[len(_VECTOR_START) :]
-    if after != _VECTOR_EMPTY_END and not _is_vector_end(after):
+    if after != _VECTOR_PLAIN_END and not _is_vector_end(after):
         return None
     try:
         read = np.fromiter(map(float, values), np.float64, len(values))
