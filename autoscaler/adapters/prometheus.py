@@ -442,6 +442,8 @@ class _Target:
 
     service: model.ServiceId
     serving: ServingPods
+    pods: tuple[_PodKey, ...]
+    """The keys of `serving.pods` (`pod_key`), made once with the target."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,8 +627,8 @@ class MetricsSource:
             if target is None:
                 continue
             targets.append(target)
-            for pod in target.serving.pods:
-                rows.add(pod_key(target.serving.namespace, pod), row)
+            for pod in target.pods:
+                rows.add(pod, row)
         if len(known) > len(workloads):  # every present service is known: others are gone
             present = {w.id for w in workloads}
             for gone in [service for service in known if service not in present]:
@@ -740,7 +742,7 @@ class _Plans:
                 gpu_ratio_metric=s.gpu_ratio_metric,
                 max_pod_matcher_chars=s.max_pod_matcher_chars,
             ),
-            frozenset(pod_key(t.serving.namespace, pod) for t in group for pod in t.serving.pods),
+            frozenset(itertools.chain.from_iterable(t.pods for t in group)),
         )
         self.made[key] = (group, plan)
         return plan
@@ -772,7 +774,7 @@ def _target_of(workload: ports.Workload) -> _Target | None:
         serving = dataclasses.replace(serving, pods=pods)
     if not pods:
         return None
-    return _Target(workload.id, serving)
+    return _Target(workload.id, serving, tuple(pod_key(serving.namespace, pod) for pod in pods))
 
 
 _Indices = npt.NDArray[np.intp]
