@@ -863,31 +863,30 @@ def build_queries(
     reaches PromQL. `names_checked` says the namespaces and pods were checked already (the
     metrics source checks each record's once); metric names are checked all the same.
     """
-    by_requests: dict[str, _PodSet] = {}
-    by_queue: dict[str, _PodSet] = {}
-    everyone = _PodSet()
     targets_list = list(targets)
-    for serving in targets_list:
-        if not names_checked:
+    if not names_checked:
+        for serving in targets_list:
             _check_names(serving)
-        for groups, name in (
-            (by_requests, serving.metrics.requests),
-            (by_queue, serving.metrics.queue),
-        ):
-            if name is not None:  # a `custom` server may export only one of the two
-                groups.setdefault(name, _PodSet()).add(serving)
-        everyone.add(serving)
+    by_requests: dict[str, list[ServingPods]] = {}
+    by_queue: dict[str, list[ServingPods]] = {}
+    for serving in targets_list:
+        # A `custom` server may export only one of the two.
+        if (name := serving.metrics.requests) is not None:
+            _grouped(by_requests, name, serving)
+        if (name := serving.metrics.queue) is not None:
+            _grouped(by_queue, name, serving)
+    everyone = _PodSet(targets_list)
     if not everyone.pods:
         return {}
     window = _duration(rate_window_s)
     age = f"{max_age_s:g}"
     loads = []
-    for name, pods in sorted(by_requests.items()):
-        sel = _selector(name, pods.matchers(max_pod_matcher_chars))
+    for name, servings in sorted(by_requests.items()):
+        sel = _selector(name, _PodSet(servings).matchers(max_pod_matcher_chars))
         loads.append(f"sum by (namespace, pod) ({_fresh(f'rate({sel}[{window}])', sel, age)})")
     queues = []
-    for name, pods in sorted(by_queue.items()):
-        sel = _selector(name, pods.matchers(max_pod_matcher_chars))
+    for name, servings in sorted(by_queue.items()):
+        sel = _selector(name, _PodSet(servings).matchers(max_pod_matcher_chars))
         queues.append(f"sum by (namespace, pod) ({_fresh(sel, sel, age)})")
     queries: dict[model.Signal, str] = {}
     if loads:
@@ -904,6 +903,14 @@ def build_queries(
         ratio = _gpu_query(gpu_ratio_metric, everyone, age, max_pod_matcher_chars, scale=100.0)
         queries[model.Signal.CAPACITY] = f"{ratio} or {percent}"
     return queries
+
+
+def _grouped(groups: dict[str, list[ServingPods]], name: str, serving: ServingPods) -> None:
+    found = groups.get(name)
+    if found is None:
+        groups[name] = [serving]
+    else:
+        found.append(serving)
 
 
 QUANTILE: Final = 0.95
@@ -929,12 +936,12 @@ def _token_queries(
     def grouped(
         signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]
     ) -> list[tuple[str, _PodSet]]:
-        groups: dict[str, _PodSet] = {}
+        groups: dict[str, list[ServingPods]] = {}
         for serving in opted:
             if signal in serving.llm_signals:
                 for name in names_of(serving.metrics):
-                    groups.setdefault(name, _PodSet()).add(serving)
-        return sorted(groups.items())
+                    _grouped(groups, name, serving)
+        return sorted((name, _PodSet(servings)) for name, servings in groups.items())
 
     def selector(name: str, pods: _PodSet) -> str:
         return _selector(name, pods.matchers(max_pod_matcher_chars))
@@ -1005,13 +1012,10 @@ def _fresh(vector: str, selector: str, age: str) -> str:
 class _PodSet:
     """Namespaces and pod names read through one metric name."""
 
-    def __init__(self) -> None:
-        self.namespaces: set[str] = set()
-        self.pods: set[str] = set()
-
-    def add(self, serving: ServingPods) -> None:
-        self.namespaces.add(serving.namespace)
-        self.pods.update(serving.pods)
+    def __init__(self, servings: Collection[ServingPods]) -> None:
+        self.namespaces: set[str] = {serving.namespace for serving in servings}
+        self.pods: set[str] = set().union(*(serving.pods for serving in servings))
+        self._pod_literals: dict[int, str | None] = {}
 
     def matchers(
         self, max_pod_matcher_chars: int, namespace_label: str = "namespace", pod_label: str = "pod"
@@ -1023,12 +1027,20 @@ class _PodSet:
         to services.
         """
         matchers = [f"{namespace_label}=~{regex_literal(self.namespaces)}"]
-        # Quoting only lengthens the names: skip it when they are too long already.
-        if sum(map(len, self.pods)) + len(self.pods) <= max_pod_matcher_chars:
-            pods = regex_literal(self.pods)
-            if len(pods) <= max_pod_matcher_chars:
-                matchers.append(f"{pod_label}=~{pods}")
+        if (pods := self._pod_literal(max_pod_matcher_chars)) is not None:
+            matchers.append(f"{pod_label}=~{pods}")
         return matchers
+
+    def _pod_literal(self, max_chars: int) -> str | None:
+        """The pods' regex literal, None when it is longer than `max_chars`; made once."""
+        if max_chars not in self._pod_literals:
+            literal = None
+            # Quoting only lengthens the names: skip it when they are too long already.
+            if sum(map(len, self.pods)) + len(self.pods) <= max_chars:
+                literal = regex_literal(self.pods)
+            fits = literal is not None and len(literal) <= max_chars
+            self._pod_literals[max_chars] = literal if fits else None
+        return self._pod_literals[max_chars]
 
 
 def _selector(metric: str, matchers: Sequence[str]) -> str:
