@@ -1480,46 +1480,66 @@ _HISTORY_CONCURRENCY: Final = 8
 
 
 _ROOM_RATIO: Final = 8
-"""A history's buffer has room for an eighth of its steps more: a week of one-minute steps
+"""A stretch's buffer has room for an eighth of its steps more: a week of one-minute steps
 takes 21 hours of five-minute refreshes before it is made anew."""
+_PAST_LEAD_S: Final = 7_200.0
+"""A stretch of the history one period or two ago is fetched this far past what the forecast
+reads of it yet: it moves on one step per step, and is asked again only once this is used up."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Kept:
-    """One service's history as fetched so far: the mean of step `first + i` is `values[i]`.
+class _Run:
+    """One stretch of a service's history as fetched so far: the mean of step `first + i` is
+    `values[i]`, in float32 (a load keeps 7 significant digits; the forecast sums in float64).
 
     `values` is a read-only view of `buffer` from `offset`, and the histories handed out share
     it. Later steps are written into the room after it, which no view handed out covers, so a
-    refresh neither copies the week nor changes a history the loop still reads; only when the
-    room runs out is the buffer made anew (and the old one lives on with the last histories
+    refresh neither copies the stretch nor changes a history the loop still reads; only when
+    the room runs out is the buffer made anew (and the old one lives on with the last histories
     until the loop lets them go)."""
 
     first: int
-    values: npt.NDArray[np.float64]
-    requests: str
-    """The metric it was read from: new names start a new history."""
-    buffer: npt.NDArray[np.float64]
+    values: npt.NDArray[np.float32]
+    buffer: npt.NDArray[np.float32]
     offset: int
 
     @classmethod
-    def empty(cls, first: int, requests: str) -> _Kept:
-        nothing = np.empty(0)
-        return cls(first, nothing, requests, nothing, 0)
+    def empty(cls, first: int) -> _Run:
+        nothing = np.empty(0, dtype=np.float32)
+        return cls(first, nothing, nothing, 0)
 
-    def extended(self, fresh: npt.NDArray[np.float64], *, drop: int) -> _Kept:
+    @property
+    def end(self) -> int:
+        return self.first + len(self.values)
+
+    def extended(self, fresh: npt.NDArray[np.float64], *, drop: int) -> _Run:
         """These values with `fresh` after them and the first `drop` left out."""
+        if not len(fresh) and not drop:
+            return self
         start, end = self.offset + drop, self.offset + len(self.values)
         buffer = self.buffer
         if end + len(fresh) > len(buffer):
             kept = self.values[drop:]
             size = len(kept) + len(fresh)
-            buffer = np.empty(size + size // _ROOM_RATIO)
+            buffer = np.empty(size + size // _ROOM_RATIO, dtype=np.float32)
             buffer[: len(kept)] = kept
             start, end = 0, len(kept)
         buffer[end : end + len(fresh)] = fresh
         values = buffer[start : end + len(fresh)]
         values.flags.writeable = False  # the histories handed out share it
-        return _Kept(self.first + drop, values, self.requests, buffer, start)
+        return _Run(self.first + drop, values, buffer, start)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One service's history as fetched so far: the stretches the forecast reads, in order."""
+
+    requests: str
+    """The metric it was read from: new names start a new history."""
+    reads: tuple[tuple[int, int], ...]
+    """The stretches kept, counted from the history's end (`forecast.reads`): another
+    forecast configuration starts a new history."""
+    runs: tuple[_Run, ...]
 
 
 class LoadHistory:
@@ -1569,7 +1589,7 @@ class LoadHistory:
         last = math.floor(wall / step_s)  # steps [.., last) have ended
         first = last - math.ceil(span_s / step_s)
         slots = asyncio.Semaphore(_HISTORY_CONCURRENCY)
-        wanted: list[tuple[model.ServiceId, ServingPods]] = []
+        wanted: list[tuple[model.ServiceId, ServingPods, tuple[tuple[int, int], ...]]] = []
         for workload in workloads:
             if workload.metrics is None or workload.metrics.requests is None:
                 continue
@@ -1578,50 +1598,95 @@ class LoadHistory:
             )
             if not is_namespace(serving.namespace):
                 continue
-            wanted.append((workload.id, serving))
-        present = {service for service, _ in wanted}
+            config = workload.policy.forecast
+            # Only the stretches the forecast reads, with a refresh of lead for the votes made
+            # before the next one; all of the span for a service without a forecast of its own.
+            reads = (
+                forecast.reads(config, lead_s=config.refresh_s)
+                if config is not None and config.step_s == step_s
+                else ((-math.ceil(span_s / step_s), 0),)
+            )
+            wanted.append((workload.id, serving, reads))
+        present = {service for service, _, _ in wanted}
         for gone in set(self._kept) - present:
             del self._kept[gone]
 
-        async def fetch(service: model.ServiceId, serving: ServingPods) -> None:
+        async def fetch(
+            service: model.ServiceId, serving: ServingPods, reads: tuple[tuple[int, int], ...]
+        ) -> None:
             async with slots:
-                await self._extend(service, serving, first=first, last=last, step_s=step_s)
+                await self._extend(service, serving, reads, first=first, last=last, step_s=step_s)
 
         answers = await asyncio.gather(
-            *(fetch(service, serving) for service, serving in wanted), return_exceptions=True
+            *(fetch(*wanted_one) for wanted_one in wanted), return_exceptions=True
         )
         # Every query has finished here; the first failure stands for the outage.
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
-        offset = now_s - wall
+        start = first * step_s + now_s - wall
         found: dict[model.ServiceId, forecast.History] = {}
         for service in present:
             kept = self._kept.get(service)
-            if kept is not None and len(kept.values):
-                start = kept.first * step_s + offset
-                # Shared, not copied: no step of it is written again (`_Kept`).
-                found[service] = forecast.History(start, step_s, kept.values)
+            if kept is None or not kept.runs:
+                continue
+            # Shared, not copied: no step of a run is written again (`_Run`).
+            runs = kept.runs
+            if len(runs) == 1 and runs[0].first == first and runs[0].end == last:
+                found[service] = forecast.History(start, step_s, runs[0].values)
+                continue
+            pieces = tuple((run.first - first, run.values) for run in runs)
+            empty = np.empty(0, dtype=np.float32)
+            found[service] = forecast.History(
+                start, step_s, empty, pieces=pieces, length=last - first
+            )
         return found
 
     async def _extend(
         self,
         service: model.ServiceId,
         serving: ServingPods,
+        reads: tuple[tuple[int, int], ...],
         *,
         first: int,
         last: int,
         step_s: float,
     ) -> None:
+        """Bring the service's stretches to the history `[first, last)`: drop the steps each has
+        moved past, fetch the steps it has moved onto (a stretch of the past with
+        `_PAST_LEAD_S` more, so that it is asked again only once that is used up)."""
         requests = serving.metrics.requests
         assert requests is not None
         kept = self._kept.get(service)
-        if kept is None or kept.requests != requests or kept.first + len(kept.values) < first:
-            kept = _Kept.empty(first, requests)
-        begin = max(first, kept.first + len(kept.values))
-        if begin >= last and kept.first >= first and len(kept.values):
-            return  # nothing new, nothing to drop: the array handed out stays the one
-        promql = history_query(service, serving, window_s=max(step_s, 4 * self.scrape_interval_s))
+        if kept is None or kept.requests != requests or kept.reads != reads:
+            kept = _Kept(requests, reads, ())
+        stretches = [(max(first, last + lo), last + hi) for lo, hi in reads]
+        stretches = [(lo, hi) for lo, hi in stretches if lo < hi]
+        lead = math.ceil(_PAST_LEAD_S / step_s)
+        promql: str | None = None
+        runs: list[_Run] = []
+        for k, (lo, hi) in enumerate(stretches):
+            # Runs stay apart: a stretch's lead stops where the next one begins.
+            bound = stretches[k + 1][0] if k + 1 < len(stretches) else last
+            run = next((r for r in kept.runs if r.first <= lo < r.end), None)
+            if run is None:
+                run = _Run.empty(lo)
+            begin = run.end
+            fresh = np.empty(0)
+            if begin < hi:
+                upto = min(bound, last, hi + lead)
+                promql = promql or history_query(
+                    service, serving, window_s=max(step_s, 4 * self.scrape_interval_s)
+                )
+                fresh = await self._fetch(promql, begin=begin, last=upto, step_s=step_s)
+            runs.append(run.extended(fresh, drop=lo - run.first))
+        self._kept[service] = _Kept(requests, reads, tuple(runs))
+
+    async def _fetch(
+        self, promql: str, *, begin: int, last: int, step_s: float
+    ) -> npt.NDArray[np.float64]:
+        """The means of steps `[begin, last)`, NaN where none is found, in range queries of at
+        most `max_range_points` steps."""
         fresh = np.full(max(0, last - begin), np.nan)
         at = begin
         while at < last:
@@ -1644,7 +1709,7 @@ class LoadHistory:
                     if on_grid and sane and at <= k < upto:
                         fresh[k - begin] = value
             at = upto
-        self._kept[service] = kept.extended(fresh, drop=max(0, first - kept.first))
+        return fresh
 
 
 def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: float) -> str:
