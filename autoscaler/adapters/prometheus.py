@@ -318,7 +318,8 @@ class Client:
         self.sent = 0
         """Queries sent since construction (each is one HTTP request)."""
         self.scanned = 0
-        """Answers of `query_per_pod` read by the scan, without decoding their JSON."""
+        """Answers of `query_per_pod` and `query_range_points` read by a scan, without
+        decoding their JSON."""
 
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
@@ -333,6 +334,25 @@ class Client:
         params = {"query": promql, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
         params["step"] = f"{step_s:g}"
         return await self._get(what, self.endpoint + "_range", params, "a range matrix")
+
+    async def query_range_points(
+        self, what: str, promql: str, *, start_s: float, end_s: float, step_s: float
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """The times and the values of every point of a range query's series, one series after
+        another (NaN and infinite values included; a malformed point is left out); raises as
+        `query` does.
+
+        A first fetch of the forecast's history reads millions of points: the answer is first
+        scanned for the compact shape Prometheus writes a matrix in (`_scan_range`), its numbers
+        read in one pass, and decoded as JSON only when it is anything else.
+        """
+        params = {"query": promql, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
+        params["step"] = f"{step_s:g}"
+        status, body = await self._fetch(what, self.endpoint + "_range", params)
+        if status == 200 and (scanned := _scan_range(body)) is not None:
+            self.scanned += 1
+            return scanned
+        return _range_points(self._decode(what, status, body, "a range matrix"))
 
     async def query_per_pod(self, what: str, promql: str) -> list[tuple[_Pod, float]]:
         """The samples of an instant query grouped by pod (`by (namespace, pod)`, or `by (pod)`
@@ -1692,22 +1712,14 @@ class LoadHistory:
         while at < last:
             upto = min(last, at + self.max_range_points)
             # The value at instant (k + 1) x step is the rate over step k.
-            series = await self.client.query_range(
+            stamps, values = await self.client.query_range_points(
                 "load history",
                 promql,
                 start_s=(at + 1) * step_s,
                 end_s=upto * step_s,
                 step_s=step_s,
             )
-            for item in series:
-                for stamp, value in _points(item):
-                    k = round(stamp / step_s) - 1
-                    # Prometheus answers on the grid asked for, with rates that are never
-                    # negative nor absurd: anything else comes from a broken answer.
-                    on_grid = abs(stamp - (k + 1) * step_s) < 1e-3
-                    sane = math.isfinite(value) and 0 <= value <= MAX_HISTORY_RATE
-                    if on_grid and sane and at <= k < upto:
-                        fresh[k - begin] = value
+            _place(fresh, stamps, values, begin=begin, within=(at, upto), step_s=step_s)
             at = upto
         return fresh
 
@@ -1729,6 +1741,101 @@ def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: f
     where = [f"namespace={json.dumps(serving.namespace)}", f"pod=~{json.dumps(pods)}"]
     selector = _selector(requests, where)
     return f"sum(rate({selector}[{_duration(window_s)}]))"
+
+
+def _place(
+    fresh: npt.NDArray[np.float64],
+    stamps: npt.NDArray[np.float64],
+    values: npt.NDArray[np.float64],
+    *,
+    begin: int,
+    within: tuple[int, int],
+    step_s: float,
+) -> None:
+    """Write each point of a range answer into `fresh` (step `begin + i` at `i`): the value at
+    instant `(k + 1) x step` is the rate over step `k`, for the steps `within` only."""
+    k = np.round(stamps / step_s) - 1
+    # Prometheus answers on the grid asked for, with rates that are never negative nor
+    # absurd: anything else comes from a broken answer.
+    with np.errstate(invalid="ignore", over="ignore"):
+        on_grid = np.abs(stamps - (k + 1) * step_s) < 1e-3
+        sane = np.isfinite(values) & (values >= 0) & (values <= MAX_HISTORY_RATE)
+    keep = on_grid & sane & (k >= within[0]) & (k < within[1])
+    # A later point of the same step wins, as it did read one by one.
+    fresh[k[keep].astype(np.int64) - begin] = values[keep]
+
+
+_MATRIX_START: Final = b'{"status":"success","data":{"resultType":"matrix","result":['
+_JSON_TEXT: Final = rb'"[ !#-\[\]-~]*+"'
+"""A JSON string of printable ASCII without escapes: what the decoder reads as the same text.
+A point's value is narrower still (a number's characters, no comma or bracket), so that its
+points split at their commas into times and values."""
+_RANGE_POINT: Final = (
+    rb'\[-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][-+]?+[0-9]++)?+,"[0-9A-Za-z.+_-]*+"\]'
+)
+_LABEL: Final = _JSON_TEXT + b":" + _JSON_TEXT
+_RANGE_SERIES: Final = re.compile(
+    rb'\{"metric":\{(?:%b(?:,%b)*+)?+\},"values":\[((?:%b,)*+%b)?+\]\}'
+    % (_LABEL, _LABEL, _RANGE_POINT, _RANGE_POINT)
+)
+"""One series of a range answer as Prometheus writes it: compact, its labels and its points
+`[time,"value"]` and nothing else. Possessive throughout: no part of it ever gives back what it
+matched, and the scan runs at twice the speed."""
+
+
+def _scan_range(
+    body: bytes,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+    """The times and values of a successful range answer whose every series has the shape
+    `_RANGE_SERIES` matches, read as `_range_points` reads the decoded answer; None when it is
+    anything else, for the JSON decoder to read (and judge)."""
+    if not body.startswith(_MATRIX_START) or not body.endswith(b"]}}"):
+        return None
+    at, end = len(_MATRIX_START), len(body) - 3
+    numbers: list[bytes] = []
+    while at < end:
+        found = _RANGE_SERIES.match(body, at, end)
+        if found is None:
+            return None
+        at = found.end()
+        if at < end:
+            if body[at : at + 1] != b"," or at + 1 == end:
+                return None
+            at += 1
+        if found.group(1):
+            numbers += found.group(1).translate(None, b'[]"').split(b",")
+    try:
+        # Python's float reads the text as it reads the decoded strings and numbers.
+        values = np.array(list(map(float, numbers[1::2])), dtype=np.float64)
+    except ValueError:  # a value that is not a number: the decoder's reading leaves it out
+        return None
+    return _times(numbers[0::2]), values
+
+
+def _times(texts: list[bytes]) -> npt.NDArray[np.float64]:
+    """The times of a range answer's points: whole seconds of one width (as Prometheus writes
+    them for a grid of whole seconds) read digit by digit across all at once, exactly as
+    `float` reads them; any other text by `float`."""
+    if not texts:
+        return np.empty(0)
+    digits = np.array(texts).view(np.uint8).reshape(len(texts), -1)
+    if digits.shape[1] > 15 or not np.all((digits >= 0x30) & (digits <= 0x39)):
+        return np.array(list(map(float, texts)), dtype=np.float64)
+    powers = 10 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64)
+    whole: npt.NDArray[np.float64] = ((digits - 0x30).astype(np.int64) @ powers).astype(np.float64)
+    return whole
+
+
+def _range_points(
+    series: Iterable[Any],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The times and values of every point of a decoded range answer, one series after
+    another; malformed points are left out."""
+    pairs = [pair for item in series for pair in _points(item)]
+    if not pairs:
+        return np.empty(0), np.empty(0)
+    read = np.array(pairs, dtype=np.float64)
+    return read[:, 0].copy(), read[:, 1].copy()
 
 
 def _points(item: Any) -> Iterator[tuple[float, float]]:
