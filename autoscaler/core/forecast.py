@@ -192,15 +192,20 @@ class Sums:
     """The prefix sums of a history's five series (`_SERIES`): the sum over steps `[0, k)` of
     each, for any `k` from 0 to the history's length.
 
-    Only every `every`-th prefix is kept (`marks[:, k // every]` is the prefix at
-    `k - k % every`); one in between is accumulated from the mark before it, adding the steps in
-    the order `np.cumsum` adds them, so it is the same float the whole prefix array holds and a
-    forecast reads the same numbers whatever `every` is. The backtest, which reads thousands of
-    them, uses the whole arrays (`every` 1) for the time it runs.
+    Only some prefixes are kept: `marks[:, j]` is the prefix at step `marked[j]`, for every
+    `every`-th step of each held piece and at its end (nothing is added over the steps no piece
+    holds, so a mark at a piece's end serves the gap after it). One in between is accumulated
+    from the mark before it, adding the held steps up to `until[j]` in the order `np.cumsum`
+    adds them, so it is the same float the whole prefix array holds and a forecast reads the
+    same numbers whatever `every` is, and whether the steps between the pieces are held as NaN
+    or not at all. The backtest, which reads thousands of them, uses every held step's
+    (`every` 1) for the time it runs.
     """
 
     values: Held
     marks: FloatArray
+    marked: IntArray
+    until: IntArray
     every: int
 
     @classmethod
@@ -210,20 +215,37 @@ class Sums:
         if every < 1:
             raise ValueError("every must be >= 1")
         held = values if isinstance(values, Held) else Held(((0, values),), len(values))
-        whole = _prefix(_series(held, np.arange(held.size, dtype=np.int64)))
-        return cls(held, whole if every == 1 else whole[:, ::every].copy(), every)
+        total = np.zeros((len(_SERIES), 1))
+        marks, marked = [total], [np.zeros(1, dtype=np.int64)]
+        until = [np.zeros(1, dtype=np.int64)]
+        for first, piece in held.pieces:
+            steps = np.arange(first, first + len(piece), dtype=np.int64)
+            series = _series_of(piece.astype(np.float64, copy=False), steps)
+            # Carried on from the last piece's total, as one cumsum over every step adds.
+            running = np.cumsum(np.concatenate((total, series), axis=1), axis=1)
+            picks = np.arange(0, len(piece) + 1, every, dtype=np.int64)
+            if picks[-1] != len(piece):
+                picks = np.append(picks, len(piece))
+            marks.append(running[:, picks])
+            marked.append(first + picks)
+            until.append(np.full(len(picks), first + len(piece), dtype=np.int64))
+            total = running[:, -1:]
+        return cls(
+            held,
+            np.concatenate(marks, axis=1),
+            np.concatenate(marked),
+            np.concatenate(until),
+            every,
+        )
 
     def at(self, k: IntArray) -> FloatArray:
-        """The prefix sums at steps `k` (each in `[0, len(values)]`): one column per step, one
+        """The prefix sums at steps `k` (each in `[0, values.size]`): one column per step, one
         row per series."""
-        every = self.every
-        if every == 1:
-            out: FloatArray = self.marks[:, k]
-            return out
-        base = k - k % every
-        ahead = k - base
+        mark = np.searchsorted(self.marked, k, side="right") - 1
+        base = self.marked[mark]
+        ahead = np.minimum(k, self.until[mark]) - base
         width = int(ahead.max(initial=0))
-        start = self.marks[:, base // every]
+        start = self.marks[:, mark]
         if width == 0:
             return start
         steps = base[:, None] + np.arange(width, dtype=np.int64)
@@ -240,7 +262,11 @@ class Sums:
 def _series(values: Held, steps: IntArray) -> FloatArray:
     """The five series of `_SERIES` at `steps`, one row each: what is summed for the means and
     the line fits (x is the step's index, 0 where the value is unknown)."""
-    part = values.take(steps)
+    return _series_of(values.take(steps), steps)
+
+
+def _series_of(part: FloatArray, steps: IntArray) -> FloatArray:
+    """`_series` of the values `part` at `steps`."""
     known = np.isfinite(part)
     y = np.where(known, part, 0.0)
     x = np.where(known, steps.astype(np.float64), 0.0)
@@ -286,7 +312,7 @@ def backtest(
     shortest = min(config.periods_s)
     # Whole for the backtest's thousands of lookups, and dropped with it: the history keeps
     # only the marks its votes read.
-    whole = Sums.of(history.held.dense(), every=1)
+    whole = Sums.of(history.held, every=1)
     for period_s in config.periods_s:
         scored = _score(
             config, history, now_s=now_s, horizon_s=horizon_s, period_s=period_s, sums=whole
@@ -459,13 +485,6 @@ class _Parts(NamedTuple):
     """The recent level's line extended to the forecast time."""
     level: FloatArray
     """The recent level alone."""
-
-
-def _prefix(series: FloatArray) -> FloatArray:
-    """Each row's prefix sums, from the empty sum: one column more than `series`."""
-    zero = np.zeros((len(series), 1))
-    out: FloatArray = np.concatenate((zero, np.cumsum(series, axis=1)), axis=1)
-    return out
 
 
 def _period_name(period_s: float) -> str:

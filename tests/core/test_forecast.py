@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -203,6 +204,31 @@ def test_prefix_sums_kept_at_marks_are_the_whole_arrays_to_the_bit(
     whole = forecast.Sums.of(array, every=1)
     steps = np.arange(len(array) + 1, dtype=np.int64)
     assert np.array_equal(forecast.Sums.of(array, every=every).at(steps), whole.at(steps))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.floats(min_value=0.0, max_value=1e6), min_size=1, max_size=300),
+    cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=8),
+    every=st.integers(min_value=1, max_value=70),
+)
+def test_prefix_sums_of_pieces_are_those_of_the_whole_history_with_nan_between(
+    values: list[float], cuts: list[int], every: int
+) -> None:
+    """Prefix sums of a history held in pieces equal, bit for bit, those of the whole history
+    with NaN at every step no piece holds."""
+    array = np.asarray(values, dtype=np.float64)
+    bounds = sorted({0, len(array), *(c for c in cuts if c < len(array))})
+    pieces = tuple(
+        (lo, array[lo:hi]) for n, (lo, hi) in enumerate(itertools.pairwise(bounds)) if n % 2 == 0
+    )
+    dense = np.full(len(array), np.nan)
+    for lo, piece in pieces:
+        dense[lo : lo + len(piece)] = piece
+    held = forecast.History(0.0, STEP_S, np.empty(0), pieces=pieces, length=len(array)).held
+    steps = np.arange(len(array) + 1, dtype=np.int64)
+    whole = forecast.Sums.of(dense, every=1).at(steps)
+    assert np.array_equal(forecast.Sums.of(held, every=every).at(steps), whole)
 
 
 def test_a_week_of_history_keeps_a_few_kib_of_prefix_sums_and_votes_the_same() -> None:
