@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -1507,6 +1508,12 @@ _PAST_LEAD_S: Final = 7_200.0
 reads of it yet: it moves on one step per step, and is asked again only once this is used up."""
 
 
+@functools.lru_cache(maxsize=64)
+def _reads(config: model.ForecastConfig) -> tuple[tuple[int, int], ...]:
+    """`forecast.reads` with a refresh of lead: one tuple for all the services of a config."""
+    return forecast.reads(config, lead_s=config.refresh_s)
+
+
 @dataclass(frozen=True, slots=True)
 class _Run:
     """One stretch of a service's history as fetched so far: the mean of step `first + i` is
@@ -1622,7 +1629,7 @@ class LoadHistory:
             # Only the stretches the forecast reads, with a refresh of lead for the votes made
             # before the next one; all of the span for a service without a forecast of its own.
             reads = (
-                forecast.reads(config, lead_s=config.refresh_s)
+                _reads(config)
                 if config is not None and config.step_s == step_s
                 else ((-math.ceil(span_s / step_s), 0),)
             )
