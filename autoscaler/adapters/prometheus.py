@@ -17,7 +17,8 @@ owners choose metric names (a preset or `custom`), never PromQL.
 
 `LoadHistory` is the seasonal forecast's history (`ports.HistorySource`): each service's load
 over the last days, one mean per step, from range queries over the pods of its Deployment (past
-pods included), fetched once in full and then only the steps added since, a few times an hour.
+pods included), only the stretches the forecast reads, fetched once and then only the steps
+added since, a few times an hour; the range answers are scanned as the per-pod ones are.
 
 `HealthQueries` serves the traffic ramp (docs/architecture.md,
 "The warm-up gate and the traffic ramp") from the same names and quoting: the health of the warming
@@ -1576,9 +1577,15 @@ class LoadHistory:
     A service's load at one step is `sum(rate(<requests>[window]))` over the pods of its
     Deployment, by name (`<name>-<template hash>-<suffix>`, and its placement tiers' pods
     `<name>-mig-...` and `<name>-shared-...`), so pods long gone count too; each value is the rate
-    over the step that ends at it. The first call for a service fetches the whole span; later
-    calls only the steps added since, and what is older than the span is dropped. A step with no
-    sample is NaN. A service whose pods or names the cache does not know is left out.
+    over the step that ends at it. A step with no sample is NaN. A service whose pods or names
+    the cache does not know is left out.
+
+    Of a service with a forecast, only the stretches the forecast reads are kept
+    (`forecast.reads`: around now, one period and two periods ago), in float32: at 10,000
+    services a week of every step in float64 was about a gigabyte. The first call fetches each
+    stretch; later calls fetch the steps added since, and each stretch of the past again only
+    once the `_PAST_LEAD_S` fetched past it is used up; the steps a stretch has moved past are
+    dropped. A service without a forecast of its own keeps the whole span the same way.
 
     The loop's clock need not be Unix time (tests step their own): `wall_now` is, and the history
     is moved onto the loop's clock by the difference.
