@@ -13,9 +13,10 @@ fetches only the steps added since, as in a cluster.
 
 Printed: the process's RSS (now and its peak) and the bytes `tracemalloc` sees, after the first
 ticks (before any history), after the first refresh, after each later one and after the ticks
-that follow; then the top allocations by line still held at the end, and the top growth
-from the first point to the end. `--no-trace` leaves `tracemalloc` off (it costs CPU and some
-memory of its own) and prints RSS alone. Figures are printed, never asserted.
+that follow; the CPU and wall seconds of each history fetch (the first is the whole span, the
+later ones the new steps); then the top allocations by line still held at the end, and the
+top growth from the first point to the end. `--no-trace` leaves `tracemalloc` off (it costs
+CPU and some memory of its own) and prints RSS alone. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import math
 import resource
 import sys
+import time
 import tracemalloc
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,11 +90,18 @@ class Watched:
     def __init__(self, inner: prometheus.LoadHistory) -> None:
         self.inner = inner
         self.answered = asyncio.Event()
+        self.cpu_s: list[float] = []
+        """Process CPU seconds of each call, from its start to its answer (the range answers'
+        server in this process included: it serves stored bodies)."""
+        self.wall_s: list[float] = []
 
     async def load_history(
         self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
     ) -> Mapping[model.ServiceId, forecast_.History]:
+        cpu, wall = time.process_time(), time.perf_counter()
         found = await self.inner.load_history(workloads, now_s, span_s=span_s, step_s=step_s)
+        self.cpu_s.append(time.process_time() - cpu)
+        self.wall_s.append(time.perf_counter() - wall)
         self.answered.set()
         return found
 
@@ -175,6 +184,8 @@ async def measure(args: argparse.Namespace) -> None:
             await tick()
         point("ticks after")
         print(f"history queries sent: {history.inner.queries_sent}")
+        for k, (cpu, wall) in enumerate(zip(history.cpu_s, history.wall_s, strict=True)):
+            print(f"history fetch {k + 1}: cpu {cpu:7.2f} s  wall {wall:7.2f} s")
         if first is not None:
             last = tracemalloc.take_snapshot()
             print(f"\ntop {args.top} held at the end, by line:")

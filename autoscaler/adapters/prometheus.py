@@ -17,7 +17,8 @@ owners choose metric names (a preset or `custom`), never PromQL.
 
 `LoadHistory` is the seasonal forecast's history (`ports.HistorySource`): each service's load
 over the last days, one mean per step, from range queries over the pods of its Deployment (past
-pods included), fetched once in full and then only the steps added since, a few times an hour.
+pods included), only the stretches the forecast reads, fetched once and then only the steps
+added since, a few times an hour; the range answers are scanned as the per-pod ones are.
 
 `HealthQueries` serves the traffic ramp (docs/architecture.md,
 "The warm-up gate and the traffic ramp") from the same names and quoting: the health of the warming
@@ -40,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -330,7 +332,8 @@ class Client:
         self.sent = 0
         """Queries sent since construction (each is one HTTP request)."""
         self.scanned = 0
-        """Answers of `query_per_pod` read by the scan, without decoding their JSON."""
+        """Answers of `query_per_pod` and `query_range_points` read by a scan, without
+        decoding their JSON."""
 
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
@@ -345,6 +348,25 @@ class Client:
         params = {"query": promql, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
         params["step"] = f"{step_s:g}"
         return await self._get(what, self.endpoint + "_range", params, "a range matrix")
+
+    async def query_range_points(
+        self, what: str, promql: str, *, start_s: float, end_s: float, step_s: float
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """The times and the values of every point of a range query's series, one series after
+        another (NaN and infinite values included; a malformed point is left out); raises as
+        `query` does.
+
+        A first fetch of the forecast's history reads millions of points: the answer is first
+        scanned for the compact shape Prometheus writes a matrix in (`_scan_range`), its numbers
+        read in one pass, and decoded as JSON only when it is anything else.
+        """
+        params = {"query": promql, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
+        params["step"] = f"{step_s:g}"
+        status, body = await self._fetch(what, self.endpoint + "_range", params)
+        if status == 200 and (scanned := _scan_range(body)) is not None:
+            self.scanned += 1
+            return scanned
+        return _range_points(self._decode(what, status, body, "a range matrix"))
 
     async def query_per_pod(self, what: str, promql: str) -> PodSamples:
         """The samples of an instant query grouped by pod (`by (namespace, pod)`, or `by (pod)`
@@ -1627,46 +1649,72 @@ _HISTORY_CONCURRENCY: Final = 8
 
 
 _ROOM_RATIO: Final = 8
-"""A history's buffer has room for an eighth of its steps more: a week of one-minute steps
+"""A stretch's buffer has room for an eighth of its steps more: a week of one-minute steps
 takes 21 hours of five-minute refreshes before it is made anew."""
+_PAST_LEAD_S: Final = 7_200.0
+"""A stretch of the history one period or two ago is fetched this far past what the forecast
+reads of it yet: it moves on one step per step, and is asked again only once this is used up."""
+
+
+@functools.lru_cache(maxsize=64)
+def _reads(config: model.ForecastConfig) -> tuple[tuple[int, int], ...]:
+    """`forecast.reads` with a refresh of lead: one tuple for all the services of a config."""
+    return forecast.reads(config, lead_s=config.refresh_s)
 
 
 @dataclass(frozen=True, slots=True)
-class _Kept:
-    """One service's history as fetched so far: the mean of step `first + i` is `values[i]`.
+class _Run:
+    """One stretch of a service's history as fetched so far: the mean of step `first + i` is
+    `values[i]`, in float32 (a load keeps 7 significant digits; the forecast sums in float64).
 
     `values` is a read-only view of `buffer` from `offset`, and the histories handed out share
     it. Later steps are written into the room after it, which no view handed out covers, so a
-    refresh neither copies the week nor changes a history the loop still reads; only when the
-    room runs out is the buffer made anew (and the old one lives on with the last histories
+    refresh neither copies the stretch nor changes a history the loop still reads; only when
+    the room runs out is the buffer made anew (and the old one lives on with the last histories
     until the loop lets them go)."""
 
     first: int
-    values: npt.NDArray[np.float64]
-    requests: str
-    """The metric it was read from: new names start a new history."""
-    buffer: npt.NDArray[np.float64]
+    values: npt.NDArray[np.float32]
+    buffer: npt.NDArray[np.float32]
     offset: int
 
     @classmethod
-    def empty(cls, first: int, requests: str) -> _Kept:
-        nothing = np.empty(0)
-        return cls(first, nothing, requests, nothing, 0)
+    def empty(cls, first: int) -> _Run:
+        nothing = np.empty(0, dtype=np.float32)
+        return cls(first, nothing, nothing, 0)
 
-    def extended(self, fresh: npt.NDArray[np.float64], *, drop: int) -> _Kept:
+    @property
+    def end(self) -> int:
+        return self.first + len(self.values)
+
+    def extended(self, fresh: npt.NDArray[np.float64], *, drop: int) -> _Run:
         """These values with `fresh` after them and the first `drop` left out."""
+        if not len(fresh) and not drop:
+            return self
         start, end = self.offset + drop, self.offset + len(self.values)
         buffer = self.buffer
         if end + len(fresh) > len(buffer):
             kept = self.values[drop:]
             size = len(kept) + len(fresh)
-            buffer = np.empty(size + size // _ROOM_RATIO)
+            buffer = np.empty(size + size // _ROOM_RATIO, dtype=np.float32)
             buffer[: len(kept)] = kept
             start, end = 0, len(kept)
         buffer[end : end + len(fresh)] = fresh
         values = buffer[start : end + len(fresh)]
         values.flags.writeable = False  # the histories handed out share it
-        return _Kept(self.first + drop, values, self.requests, buffer, start)
+        return _Run(self.first + drop, values, buffer, start)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One service's history as fetched so far: the stretches the forecast reads, in order."""
+
+    requests: str
+    """The metric it was read from: new names start a new history."""
+    reads: tuple[tuple[int, int], ...]
+    """The stretches kept, counted from the history's end (`forecast.reads`): another
+    forecast configuration starts a new history."""
+    runs: tuple[_Run, ...]
 
 
 class LoadHistory:
@@ -1676,9 +1724,15 @@ class LoadHistory:
     A service's load at one step is `sum(rate(<requests>[window]))` over the pods of its
     Deployment, by name (`<name>-<template hash>-<suffix>`, and its placement tiers' pods
     `<name>-mig-...` and `<name>-shared-...`), so pods long gone count too; each value is the rate
-    over the step that ends at it. The first call for a service fetches the whole span; later
-    calls only the steps added since, and what is older than the span is dropped. A step with no
-    sample is NaN. A service whose pods or names the cache does not know is left out.
+    over the step that ends at it. A step with no sample is NaN. A service whose pods or names
+    the cache does not know is left out.
+
+    Of a service with a forecast, only the stretches the forecast reads are kept
+    (`forecast.reads`: around now, one period and two periods ago), in float32: at 10,000
+    services a week of every step in float64 was about a gigabyte. The first call fetches each
+    stretch; later calls fetch the steps added since, and each stretch of the past again only
+    once the `_PAST_LEAD_S` fetched past it is used up; the steps a stretch has moved past are
+    dropped. A service without a forecast of its own keeps the whole span the same way.
 
     The loop's clock need not be Unix time (tests step their own): `wall_now` is, and the history
     is moved onto the loop's clock by the difference.
@@ -1716,7 +1770,7 @@ class LoadHistory:
         last = math.floor(wall / step_s)  # steps [.., last) have ended
         first = last - math.ceil(span_s / step_s)
         slots = asyncio.Semaphore(_HISTORY_CONCURRENCY)
-        wanted: list[tuple[model.ServiceId, ServingPods]] = []
+        wanted: list[tuple[model.ServiceId, ServingPods, tuple[tuple[int, int], ...]]] = []
         for workload in workloads:
             if workload.metrics is None or workload.metrics.requests is None:
                 continue
@@ -1725,73 +1779,110 @@ class LoadHistory:
             )
             if not is_namespace(serving.namespace):
                 continue
-            wanted.append((workload.id, serving))
-        present = {service for service, _ in wanted}
+            config = workload.policy.forecast
+            # Only the stretches the forecast reads, with a refresh of lead for the votes made
+            # before the next one; all of the span for a service without a forecast of its own.
+            reads = (
+                _reads(config)
+                if config is not None and config.step_s == step_s
+                else ((-math.ceil(span_s / step_s), 0),)
+            )
+            wanted.append((workload.id, serving, reads))
+        present = {service for service, _, _ in wanted}
         for gone in set(self._kept) - present:
             del self._kept[gone]
 
-        async def fetch(service: model.ServiceId, serving: ServingPods) -> None:
+        async def fetch(
+            service: model.ServiceId, serving: ServingPods, reads: tuple[tuple[int, int], ...]
+        ) -> None:
             async with slots:
-                await self._extend(service, serving, first=first, last=last, step_s=step_s)
+                await self._extend(service, serving, reads, first=first, last=last, step_s=step_s)
 
         answers = await asyncio.gather(
-            *(fetch(service, serving) for service, serving in wanted), return_exceptions=True
+            *(fetch(*wanted_one) for wanted_one in wanted), return_exceptions=True
         )
         # Every query has finished here; the first failure stands for the outage.
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
-        offset = now_s - wall
+        start = first * step_s + now_s - wall
         found: dict[model.ServiceId, forecast.History] = {}
         for service in present:
             kept = self._kept.get(service)
-            if kept is not None and len(kept.values):
-                start = kept.first * step_s + offset
-                # Shared, not copied: no step of it is written again (`_Kept`).
-                found[service] = forecast.History(start, step_s, kept.values)
+            if kept is None or not kept.runs:
+                continue
+            # Shared, not copied: no step of a run is written again (`_Run`).
+            runs = kept.runs
+            if len(runs) == 1 and runs[0].first == first and runs[0].end == last:
+                found[service] = forecast.History(start, step_s, runs[0].values)
+                continue
+            pieces = tuple((run.first - first, run.values) for run in runs)
+            empty = np.empty(0, dtype=np.float32)
+            found[service] = forecast.History(
+                start, step_s, empty, pieces=pieces, length=last - first
+            )
         return found
 
     async def _extend(
         self,
         service: model.ServiceId,
         serving: ServingPods,
+        reads: tuple[tuple[int, int], ...],
         *,
         first: int,
         last: int,
         step_s: float,
     ) -> None:
+        """Bring the service's stretches to the history `[first, last)`: drop the steps each has
+        moved past, fetch the steps it has moved onto (a stretch of the past with
+        `_PAST_LEAD_S` more, so that it is asked again only once that is used up)."""
         requests = serving.metrics.requests
         assert requests is not None
         kept = self._kept.get(service)
-        if kept is None or kept.requests != requests or kept.first + len(kept.values) < first:
-            kept = _Kept.empty(first, requests)
-        begin = max(first, kept.first + len(kept.values))
-        if begin >= last and kept.first >= first and len(kept.values):
-            return  # nothing new, nothing to drop: the array handed out stays the one
-        promql = history_query(service, serving, window_s=max(step_s, 4 * self.scrape_interval_s))
+        if kept is None or kept.requests != requests or kept.reads != reads:
+            kept = _Kept(requests, reads, ())
+        stretches = [(max(first, last + lo), last + hi) for lo, hi in reads]
+        stretches = [(lo, hi) for lo, hi in stretches if lo < hi]
+        lead = math.ceil(_PAST_LEAD_S / step_s)
+        promql: str | None = None
+        runs: list[_Run] = []
+        for k, (lo, hi) in enumerate(stretches):
+            # Runs stay apart: a stretch's lead stops where the next one begins.
+            bound = stretches[k + 1][0] if k + 1 < len(stretches) else last
+            run = next((r for r in kept.runs if r.first <= lo < r.end), None)
+            if run is None:
+                run = _Run.empty(lo)
+            begin = run.end
+            fresh = np.empty(0)
+            if begin < hi:
+                upto = min(bound, last, hi + lead)
+                promql = promql or history_query(
+                    service, serving, window_s=max(step_s, 4 * self.scrape_interval_s)
+                )
+                fresh = await self._fetch(promql, begin=begin, last=upto, step_s=step_s)
+            runs.append(run.extended(fresh, drop=lo - run.first))
+        self._kept[service] = _Kept(requests, reads, tuple(runs))
+
+    async def _fetch(
+        self, promql: str, *, begin: int, last: int, step_s: float
+    ) -> npt.NDArray[np.float64]:
+        """The means of steps `[begin, last)`, NaN where none is found, in range queries of at
+        most `max_range_points` steps."""
         fresh = np.full(max(0, last - begin), np.nan)
         at = begin
         while at < last:
             upto = min(last, at + self.max_range_points)
             # The value at instant (k + 1) x step is the rate over step k.
-            series = await self.client.query_range(
+            stamps, values = await self.client.query_range_points(
                 "load history",
                 promql,
                 start_s=(at + 1) * step_s,
                 end_s=upto * step_s,
                 step_s=step_s,
             )
-            for item in series:
-                for stamp, value in _points(item):
-                    k = round(stamp / step_s) - 1
-                    # Prometheus answers on the grid asked for, with rates that are never
-                    # negative nor absurd: anything else comes from a broken answer.
-                    on_grid = abs(stamp - (k + 1) * step_s) < 1e-3
-                    sane = math.isfinite(value) and 0 <= value <= MAX_HISTORY_RATE
-                    if on_grid and sane and at <= k < upto:
-                        fresh[k - begin] = value
+            _place(fresh, stamps, values, begin=begin, within=(at, upto), step_s=step_s)
             at = upto
-        self._kept[service] = kept.extended(fresh, drop=max(0, first - kept.first))
+        return fresh
 
 
 def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: float) -> str:
@@ -1811,6 +1902,101 @@ def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: f
     where = [f"namespace={json.dumps(serving.namespace)}", f"pod=~{json.dumps(pods)}"]
     selector = _selector(requests, where)
     return f"sum(rate({selector}[{_duration(window_s)}]))"
+
+
+def _place(
+    fresh: npt.NDArray[np.float64],
+    stamps: npt.NDArray[np.float64],
+    values: npt.NDArray[np.float64],
+    *,
+    begin: int,
+    within: tuple[int, int],
+    step_s: float,
+) -> None:
+    """Write each point of a range answer into `fresh` (step `begin + i` at `i`): the value at
+    instant `(k + 1) x step` is the rate over step `k`, for the steps `within` only."""
+    k = np.round(stamps / step_s) - 1
+    # Prometheus answers on the grid asked for, with rates that are never negative nor
+    # absurd: anything else comes from a broken answer.
+    with np.errstate(invalid="ignore", over="ignore"):
+        on_grid = np.abs(stamps - (k + 1) * step_s) < 1e-3
+        sane = np.isfinite(values) & (values >= 0) & (values <= MAX_HISTORY_RATE)
+    keep = on_grid & sane & (k >= within[0]) & (k < within[1])
+    # A later point of the same step wins, as it did read one by one.
+    fresh[k[keep].astype(np.int64) - begin] = values[keep]
+
+
+_MATRIX_START: Final = b'{"status":"success","data":{"resultType":"matrix","result":['
+_JSON_TEXT: Final = rb'"[ !#-\[\]-~]*+"'
+"""A JSON string of printable ASCII without escapes: what the decoder reads as the same text.
+A point's value is narrower still (a number's characters, no comma or bracket), so that its
+points split at their commas into times and values."""
+_RANGE_POINT: Final = (
+    rb'\[-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][-+]?+[0-9]++)?+,"[0-9A-Za-z.+_-]*+"\]'
+)
+_LABEL: Final = _JSON_TEXT + b":" + _JSON_TEXT
+_RANGE_SERIES: Final = re.compile(
+    rb'\{"metric":\{(?:%b(?:,%b)*+)?+\},"values":\[((?:%b,)*+%b)?+\]\}'
+    % (_LABEL, _LABEL, _RANGE_POINT, _RANGE_POINT)
+)
+"""One series of a range answer as Prometheus writes it: compact, its labels and its points
+`[time,"value"]` and nothing else. Possessive throughout: no part of it ever gives back what it
+matched, and the scan runs at twice the speed."""
+
+
+def _scan_range(
+    body: bytes,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+    """The times and values of a successful range answer whose every series has the shape
+    `_RANGE_SERIES` matches, read as `_range_points` reads the decoded answer; None when it is
+    anything else, for the JSON decoder to read (and judge)."""
+    if not body.startswith(_MATRIX_START) or not body.endswith(b"]}}"):
+        return None
+    at, end = len(_MATRIX_START), len(body) - 3
+    numbers: list[bytes] = []
+    while at < end:
+        found = _RANGE_SERIES.match(body, at, end)
+        if found is None:
+            return None
+        at = found.end()
+        if at < end:
+            if body[at : at + 1] != b"," or at + 1 == end:
+                return None
+            at += 1
+        if found.group(1):
+            numbers += found.group(1).translate(None, b'[]"').split(b",")
+    try:
+        # Python's float reads the text as it reads the decoded strings and numbers.
+        values = np.array(list(map(float, numbers[1::2])), dtype=np.float64)
+    except ValueError:  # a value that is not a number: the decoder's reading leaves it out
+        return None
+    return _times(numbers[0::2]), values
+
+
+def _times(texts: list[bytes]) -> npt.NDArray[np.float64]:
+    """The times of a range answer's points: whole seconds of one width (as Prometheus writes
+    them for a grid of whole seconds) read digit by digit across all at once, exactly as
+    `float` reads them; any other text by `float`."""
+    if not texts:
+        return np.empty(0)
+    digits = np.array(texts).view(np.uint8).reshape(len(texts), -1)
+    if digits.shape[1] > 15 or not np.all((digits >= 0x30) & (digits <= 0x39)):
+        return np.array(list(map(float, texts)), dtype=np.float64)
+    powers = 10 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64)
+    whole: npt.NDArray[np.float64] = ((digits - 0x30).astype(np.int64) @ powers).astype(np.float64)
+    return whole
+
+
+def _range_points(
+    series: Iterable[Any],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The times and values of every point of a decoded range answer, one series after
+    another; malformed points are left out."""
+    pairs = [pair for item in series for pair in _points(item)]
+    if not pairs:
+        return np.empty(0), np.empty(0)
+    read = np.array(pairs, dtype=np.float64)
+    return read[:, 0].copy(), read[:, 1].copy()
 
 
 def _points(item: Any) -> Iterator[tuple[float, float]]:

@@ -44,41 +44,143 @@ _MARK_EVERY = 64
 """Steps between the prefix sums a history keeps for its votes (`History.sums`)."""
 
 
-# Not slotted: `sums` is cached on the instance, so that the loop's vote every minute, for every
-# service, costs a few lookups rather than a pass over days of history.
+Values = npt.NDArray[np.float64] | npt.NDArray[np.float32]
+"""A history's values as held: float64, or float32 (a load keeps 7 significant digits)."""
+
+
+# Not slotted: `held` and `sums` are cached on the instance, so that the loop's vote every
+# minute, for every service, costs a few lookups rather than a pass over days of history.
 @dataclass(frozen=True)
 class History:
-    """A service's load, one mean per `step_s`: value `i` covers
+    """A service's load, one mean per `step_s`: step `i` covers
     `[start_s + i x step_s, start_s + (i + 1) x step_s)`; NaN where nothing is known. Its
-    values are not to be changed once made."""
+    values are not to be changed once made.
+
+    Every step is held in `load_per_s` (float64 or float32), or only the stretches the forecast
+    reads (`reads`): then `load_per_s` is empty, `pieces` holds each stretch as its first step
+    and its values, in order and apart, and `length` is the history's length in steps. A step
+    that is not held reads as unknown, as NaN does.
+    """
 
     start_s: float
     step_s: float
-    load_per_s: FloatArray
+    load_per_s: Values
+    pieces: tuple[tuple[int, Values], ...] | None = None
+    length: int | None = None
+
+    @functools.cached_property
+    def held(self) -> Held:
+        """Its values by step, read as float64."""
+        if self.pieces is None:
+            return Held(((0, self.load_per_s),), len(self.load_per_s))
+        assert self.length is not None
+        return Held(self.pieces, self.length)
 
     @functools.cached_property
     def sums(self) -> Sums:
         """Prefix sums for the votes' windowed means and line fits, kept at every 64th step:
         a week of one-minute steps holds 6 KiB of them rather than the 400 KiB of the whole
         prefix arrays, and every sum looked up is the same float the whole arrays hold."""
-        return Sums.of(self.load_per_s, every=_MARK_EVERY)
+        return Sums.of(self.held, every=_MARK_EVERY)
 
     def __post_init__(self) -> None:
         if not self.step_s > 0:
             raise ValueError("history step_s must be > 0")
+        if self.pieces is None:
+            if self.length is not None:
+                raise ValueError("a history's length comes with its pieces")
+            return
+        if self.length is None or len(self.load_per_s):
+            raise ValueError("a history held in pieces has a length and no load_per_s")
+        end = 0
+        for first, values in self.pieces:
+            if first < end or not len(values):
+                raise ValueError("a history's pieces must be in order, apart and not empty")
+            end = first + len(values)
+        if end > self.length:
+            raise ValueError("a history's pieces must lie within its length")
+
+    @property
+    def size(self) -> int:
+        """The history's length in steps, held or not."""
+        return len(self.load_per_s) if self.length is None else self.length
 
     @property
     def end_s(self) -> float:
-        return self.start_s + len(self.load_per_s) * self.step_s
+        return self.start_s + self.size * self.step_s
 
     def known_s(self) -> float:
-        """Seconds of history with a value."""
-        return float(np.count_nonzero(np.isfinite(self.load_per_s))) * self.step_s
+        """Seconds of held history with a value."""
+        known = sum(int(np.count_nonzero(np.isfinite(v))) for _, v in self.held.pieces)
+        return float(known) * self.step_s
 
     def completed(self, at_s: float) -> int:
         """How many steps lie wholly before `at_s` (at most the history's length)."""
         done = math.floor((at_s - self.start_s) / self.step_s + _EPS)
-        return max(0, min(len(self.load_per_s), done))
+        return max(0, min(self.size, done))
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A history's values by step, read as float64 whatever they are held in: each piece is
+    its first step and the values from it; NaN at the steps no piece holds."""
+
+    pieces: tuple[tuple[int, Values], ...]
+    size: int
+
+    def take(self, steps: IntArray) -> FloatArray:
+        """The values at `steps` (each in `[0, size)`), NaN where none is held."""
+        if len(self.pieces) == 1 and self.pieces[0][0] == 0:
+            values = self.pieces[0][1]
+            if len(values) == self.size:
+                whole: FloatArray = values[steps].astype(np.float64, copy=False)
+                return whole
+        out = np.full(len(steps), np.nan)
+        for first, values in self.pieces:
+            inside = (steps >= first) & (steps < first + len(values))
+            out[inside] = values[steps[inside] - first]
+        return out
+
+    def dense(self) -> FloatArray:
+        """Every step's value, NaN where none is held."""
+        return self.take(np.arange(self.size, dtype=np.int64))
+
+
+def reads(config: model.ForecastConfig, *, lead_s: float) -> tuple[tuple[int, int], ...]:
+    """The stretches of a history that `backtest` and `vote` read, with the history ending at
+    step `L` and votes made up to `lead_s` after its end: `[L + lo, L + hi)` for each
+    `(lo, hi)`, in order and apart, `hi <= 0`. The rest of a history is never read.
+
+    For a period of `p` steps, a backtest span of `S`, a look-ahead of at most `a` steps, a level
+    window of `W` and a seasonal half-window of `h`, the backtest forecasts the steps of
+    `[L - S, L)` and `[L - p, L - p + S)`, each from the level window before it was made (at
+    most `a` steps before), the level window one period earlier, and the seasonal window one
+    period earlier; the vote forecasts `L` to `L + lead + a` from the level windows before `L`
+    and `L - p`, and the seasonal window around its target one period earlier. So it reads
+    around `L`, `L - p` and `L - 2p` for every period, and nothing in between.
+    """
+    step = config.step_s
+    ahead = max(1, math.ceil(config.max_horizon_s / step - _EPS))
+    window = max(1, round(config.level_window_s / step))
+    span = max(1, round(config.backtest_s / step))
+    half = round(config.seasonal_window_s / step / 2)
+    lead = math.ceil(lead_s / step - _EPS) + ahead + 1
+    # One step of slack at each edge: a stretch a step too long costs a few bytes, one a step
+    # too short a vote.
+    wanted = [(-(span + ahead + window + 2), 0)]
+    for period_s in config.periods_s:
+        p = round(period_s / step)
+        wanted.append((-(p + span + ahead + window + half + 2), -p + max(span, lead + half) + 2))
+        wanted.append((-(2 * p + ahead + window + half + 2), -2 * p + span + half + 2))
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted((lo, min(hi, 0)) for lo, hi in wanted):
+        if hi <= lo:
+            continue
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
 
 
 _SERIES = ("n", "y", "x", "xx", "xy")
@@ -90,40 +192,65 @@ class Sums:
     """The prefix sums of a history's five series (`_SERIES`): the sum over steps `[0, k)` of
     each, for any `k` from 0 to the history's length.
 
-    Only every `every`-th prefix is kept (`marks[:, k // every]` is the prefix at
-    `k - k % every`); one in between is accumulated from the mark before it, adding the steps in
-    the order `np.cumsum` adds them, so it is the same float the whole prefix array holds and a
-    forecast reads the same numbers whatever `every` is. The backtest, which reads thousands of
-    them, uses the whole arrays (`every` 1) for the time it runs.
+    Only some prefixes are kept: `marks[:, j]` is the prefix at step `marked[j]`, for every
+    `every`-th step of each held piece and at its end (nothing is added over the steps no piece
+    holds, so a mark at a piece's end serves the gap after it). One in between is accumulated
+    from the mark before it, adding the held steps up to `until[j]` in the order `np.cumsum`
+    adds them, so it is the same float the whole prefix array holds and a forecast reads the
+    same numbers whatever `every` is, and whether the steps between the pieces are held as NaN
+    or not at all. The backtest, which reads thousands of them, uses every held step's
+    (`every` 1) for the time it runs.
     """
 
-    values: FloatArray
+    values: Held
     marks: FloatArray
+    marked: IntArray
+    until: IntArray
     every: int
 
     @classmethod
-    def of(cls, values: FloatArray, *, every: int) -> Sums:
+    def of(cls, values: FloatArray | Held, *, every: int) -> Sums:
+        """The sums of `values`: a whole float64 array, or a history's `held` values (float32
+        ones are summed in float64)."""
         if every < 1:
             raise ValueError("every must be >= 1")
-        whole = _prefix(_series(values, np.arange(len(values), dtype=np.int64)))
-        return cls(values, whole if every == 1 else whole[:, ::every].copy(), every)
+        held = values if isinstance(values, Held) else Held(((0, values),), len(values))
+        total = np.zeros((len(_SERIES), 1))
+        marks, marked = [total], [np.zeros(1, dtype=np.int64)]
+        until = [np.zeros(1, dtype=np.int64)]
+        for first, piece in held.pieces:
+            steps = np.arange(first, first + len(piece), dtype=np.int64)
+            series = _series_of(piece.astype(np.float64, copy=False), steps)
+            # Carried on from the last piece's total, as one cumsum over every step adds.
+            running = np.cumsum(np.concatenate((total, series), axis=1), axis=1)
+            picks = np.arange(0, len(piece) + 1, every, dtype=np.int64)
+            if picks[-1] != len(piece):
+                picks = np.append(picks, len(piece))
+            marks.append(running[:, picks])
+            marked.append(first + picks)
+            until.append(np.full(len(picks), first + len(piece), dtype=np.int64))
+            total = running[:, -1:]
+        return cls(
+            held,
+            np.concatenate(marks, axis=1),
+            np.concatenate(marked),
+            np.concatenate(until),
+            every,
+        )
 
     def at(self, k: IntArray) -> FloatArray:
-        """The prefix sums at steps `k` (each in `[0, len(values)]`): one column per step, one
+        """The prefix sums at steps `k` (each in `[0, values.size]`): one column per step, one
         row per series."""
-        every = self.every
-        if every == 1:
-            out: FloatArray = self.marks[:, k]
-            return out
-        base = k - k % every
-        ahead = k - base
+        mark = np.searchsorted(self.marked, k, side="right") - 1
+        base = self.marked[mark]
+        ahead = np.minimum(k, self.until[mark]) - base
         width = int(ahead.max(initial=0))
-        start = self.marks[:, base // every]
+        start = self.marks[:, mark]
         if width == 0:
             return start
         steps = base[:, None] + np.arange(width, dtype=np.int64)
         inside = np.arange(width) < ahead[:, None]
-        added = _series(self.values, np.minimum(steps, len(self.values) - 1).ravel())
+        added = _series(self.values, np.minimum(steps, self.values.size - 1).ravel())
         added = np.where(inside.ravel(), added, 0.0).reshape(len(_SERIES), len(k), width)
         # Each row adds its steps after its mark, left to right, as np.cumsum does; the zeros
         # past a row's own step are never read.
@@ -132,10 +259,14 @@ class Sums:
         return picked
 
 
-def _series(values: FloatArray, steps: IntArray) -> FloatArray:
+def _series(values: Held, steps: IntArray) -> FloatArray:
     """The five series of `_SERIES` at `steps`, one row each: what is summed for the means and
     the line fits (x is the step's index, 0 where the value is unknown)."""
-    part = values[steps]
+    return _series_of(values.take(steps), steps)
+
+
+def _series_of(part: FloatArray, steps: IntArray) -> FloatArray:
+    """`_series` of the values `part` at `steps`."""
     known = np.isfinite(part)
     y = np.where(known, part, 0.0)
     x = np.where(known, steps.astype(np.float64), 0.0)
@@ -181,7 +312,7 @@ def backtest(
     shortest = min(config.periods_s)
     # Whole for the backtest's thousands of lookups, and dropped with it: the history keeps
     # only the marks its votes read.
-    whole = Sums.of(history.load_per_s, every=1)
+    whole = Sums.of(history.held, every=1)
     for period_s in config.periods_s:
         scored = _score(
             config, history, now_s=now_s, horizon_s=horizon_s, period_s=period_s, sums=whole
@@ -268,10 +399,9 @@ def _score(
     target, made = target[keep], made[keep]
     if len(target) == 0:
         return None
-    values = history.load_per_s
-    actual = values[target]
+    actual = sums.values.take(target)
     forecast, trend, level = _predict(config, history, made, target, period_s, sums)
-    reactive = values[made - 1]
+    reactive = sums.values.take(made - 1)
     valid = np.isfinite(actual) & np.isfinite(forecast) & np.isfinite(reactive)
     valid &= np.isfinite(trend) & np.isfinite(level)
     points = int(np.count_nonzero(valid))
@@ -299,7 +429,7 @@ def _predict(
     non-seasonal parts; NaN where the history does not hold what they need. `sums` are the
     history's prefix sums when the caller has them whole (`History.sums` otherwise)."""
     step = config.step_s
-    length = len(history.load_per_s)
+    length = history.size
     period = round(period_s / step)
     window = max(1, round(config.level_window_s / step))
     half = round(config.seasonal_window_s / step / 2)
@@ -355,13 +485,6 @@ class _Parts(NamedTuple):
     """The recent level's line extended to the forecast time."""
     level: FloatArray
     """The recent level alone."""
-
-
-def _prefix(series: FloatArray) -> FloatArray:
-    """Each row's prefix sums, from the empty sum: one column more than `series`."""
-    zero = np.zeros((len(series), 1))
-    out: FloatArray = np.concatenate((zero, np.cumsum(series, axis=1)), axis=1)
-    return out
 
 
 def _period_name(period_s: float) -> str:

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 import pytest
-from prom import server
+from prom import server, stub
 
 from autoscaler import errors, ports
 from autoscaler.adapters import prometheus
-from autoscaler.core import model
+from autoscaler.core import forecast, model
 
+T = TypeVar("T")
 STEP_S = 60.0
 SCRAPE_S = 60
 DAY_S = 86_400
@@ -97,8 +102,10 @@ def free_port() -> int:
         return port
 
 
-def workloads(*services: model.ServiceId) -> list[ports.Workload]:
-    config = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
+def workloads(
+    *services: model.ServiceId, policy: model.PolicyConfig | None = None
+) -> list[ports.Workload]:
+    config = policy or model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
     return [
         ports.Workload(
             s,
@@ -254,3 +261,191 @@ def test_the_query_selects_the_deployments_pods_by_name() -> None:
     )
     with pytest.raises(ValueError, match="not a Deployment name"):
         prometheus.history_query(model.ServiceId('ns/a"b'), serving, window_s=60.0)
+
+
+async def test_a_forecast_keeps_only_the_stretches_it_reads_and_asks_the_past_again_seldom(
+    backfilled: Backfilled, history_for: list[prometheus.LoadHistory]
+) -> None:
+    """With a six-hour period over two periods the history holds now, six and twelve hours ago
+    in float32, the
+    same values the whole span holds; ten minutes on, one query fetches the new steps, and the
+    past stretches are asked again only once their two hours of lead are used up."""
+    config = forecast_config()
+    assert config.forecast is not None
+    wall = [float(backfilled.end_s - 4 * 3600)]
+    whole = _source(backfilled, history_for, lambda: wall[0])
+    source = _source(backfilled, history_for, lambda: wall[0])
+    span = 2 * config.forecast.span_s
+    dense = (await whole.load_history(workloads(SERVICE), 0.0, span_s=span, step_s=STEP_S))[SERVICE]
+    kept = (
+        await source.load_history(
+            workloads(SERVICE, policy=config), 0.0, span_s=span, step_s=STEP_S
+        )
+    )[SERVICE]
+    assert dense.pieces is None
+    assert kept.pieces is not None
+    assert (kept.start_s, kept.size) == (dense.start_s, dense.size)
+    reads = forecast.reads(config.forecast, lead_s=config.forecast.refresh_s)
+    assert len(kept.pieces) == len(reads) == 3
+    for (first, values), (lo, hi) in zip(kept.pieces, reads, strict=True):
+        assert values.dtype == np.float32
+        assert first == kept.size + lo
+        assert first + len(values) >= kept.size + hi  # the past ones with their lead
+        assert np.array_equal(values, dense.load_per_s[first : first + len(values)], equal_nan=True)
+    assert source.queries_sent == 3
+
+    wall[0] += 600.0
+    later = (
+        await source.load_history(
+            workloads(SERVICE, policy=config), 600.0, span_s=span, step_s=STEP_S
+        )
+    )[SERVICE]
+    assert source.queries_sent == 4  # the new steps only
+    assert later.pieces is not None
+    for (first, values), (before_first, before) in zip(later.pieces, kept.pieces, strict=True):
+        assert first == before_first  # at the same place from the history's start
+        assert np.shares_memory(values, before)  # moved on ten steps, not copied
+        assert np.array_equal(values[: len(before) - 10], before[10:], equal_nan=True)
+    wall[0] += 2 * 3600.0
+    await source.load_history(workloads(SERVICE, policy=config), 7800.0, span_s=span, step_s=STEP_S)
+    assert source.queries_sent == 7  # the new steps, and each past stretch's next lead
+
+
+def forecast_config() -> model.PolicyConfig:
+    """A policy whose forecast reads six-hour periods with a one-hour backtest."""
+    seasonal = model.ForecastConfig(periods_s=(6 * 3600.0,), backtest_s=3600.0)
+    return dataclasses.replace(
+        model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0), forecast=seasonal
+    )
+
+
+def range_answer(seed: int, *, step_s: float = STEP_S, first: int = 29_933_000) -> bytes:
+    """A seeded range answer as Prometheus writes it (compact), with gaps, NaN and infinite
+    values, negative and absurd rates, times off the grid or between whole seconds, and a few
+    series, some with labels."""
+    rng = np.random.default_rng(seed)
+    result = []
+    for n in range(int(rng.integers(1, 4))):
+        points: list[list[Any]] = []
+        for k in range(first, first + int(rng.integers(0, 300))):
+            if rng.random() < 0.1:
+                continue  # a gap
+            stamp: float = (k + 1) * step_s
+            shift = rng.random()
+            if shift < 0.05:
+                stamp += float(rng.choice([0.5, 1e-4, -2e-3, 0.25 * step_s]))
+            if stamp == int(stamp):
+                stamp = int(stamp)
+            value = repr(float(rng.lognormal(2.0, 1.0)))
+            odd = rng.random()
+            if odd < 0.15:
+                value = str(rng.choice(["NaN", "+Inf", "-Inf", "-1.5", "2e+12", "0", "1e-07"]))
+            points.append([stamp, value])
+        labels = {} if n == 0 else {"pod": f"chat-{n}", "le": "+Inf"}
+        result.append({"metric": labels, "values": points})
+    answer = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    return json.dumps(answer, separators=(",", ":")).encode()
+
+
+def placed_one_by_one(
+    series: list[Any], *, begin: int, within: tuple[int, int], step_s: float
+) -> npt.NDArray[np.float64]:
+    """The steps of a decoded answer read point by point, as the history read them before the
+    scan."""
+    fresh = np.full(within[1] - begin, np.nan)
+    for item in series:
+        for pair in item["values"]:
+            stamp, value = float(pair[0]), float(pair[1])
+            k = round(stamp / step_s) - 1
+            on_grid = abs(stamp - (k + 1) * step_s) < 1e-3
+            sane = math.isfinite(value) and 0 <= value <= prometheus.MAX_HISTORY_RATE
+            if on_grid and sane and within[0] <= k < within[1]:
+                fresh[k - begin] = value
+    return fresh
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_scan_of_a_range_answer_places_the_steps_the_decoder_places(seed: int) -> None:
+    """A range answer of the usual shape gives the same times and values by the scan as by
+    the decoder, and both give the same steps as reading it point by point."""
+    step_s = STEP_S if seed % 4 else 15.0
+    first = 29_933_000 if seed % 3 else 0  # short times of every width: read by float
+    body = range_answer(seed, step_s=step_s, first=first)
+    series = json.loads(body)["data"]["result"]
+    scanned = prometheus._scan_range(body)
+    assert scanned is not None
+    decoded = prometheus._range_points(series)
+    for one, two in zip(scanned, decoded, strict=True):
+        assert one.dtype == two.dtype == np.float64
+        assert np.array_equal(one, two, equal_nan=True)
+    begin, within = first + 20, (first + 30, first + 250)
+    expected = placed_one_by_one(series, begin=begin, within=within, step_s=step_s)
+    for stamps, values in (scanned, decoded):
+        fresh = np.full(within[1] - begin, np.nan)
+        prometheus._place(fresh, stamps, values, begin=begin, within=within, step_s=step_s)
+        assert np.array_equal(fresh, expected, equal_nan=True)
+
+
+def test_a_time_too_large_to_round_is_left_out() -> None:
+    """A point at a time past any float's integer is left out, not raised."""
+    body = b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":'
+    body += b'[[1e400,"1"],[120,"2"]]}]}}'
+    scanned = prometheus._scan_range(body)
+    assert scanned is not None
+    fresh = np.full(3, np.nan)
+    prometheus._place(fresh, *scanned, begin=0, within=(0, 3), step_s=STEP_S)
+    assert fresh.tolist()[1] == 2.0
+    assert np.isnan(fresh[[0, 2]]).all()
+
+
+async def outcome(answer: Awaitable[T]) -> T | errors.ObservationError:
+    """What a query gives: its answer or its error."""
+    try:
+        return await answer
+    except errors.ObservationError as e:
+        return e
+
+
+MATRIX = '{"status":"success","data":{"resultType":"matrix","result":%s}}'
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (200, "<html>not json</html>"),
+        (200, MATRIX % '[{"metric":{},"values":[[60,"1"],[120,"2"]]}'),  # cut short
+        (400, '{"status":"error","errorType":"bad_data","error":"parse error"}'),
+        (200, '{"status":"success"}'),
+        (200, MATRIX % "1"),
+        (200, MATRIX % '[{"metric":{},"values":[[60,"1"],[+120,"2"]]}]'),  # not a JSON number
+        (200, MATRIX % '[{"metric":{"a":"\\u00e9"},"values":[[60,"1"]]}]'),  # escaped label
+        (200, MATRIX % '[{"metric":{},"values":[[60,"1"],[120,"1,5"],[180,"x"]]}]'),
+        (200, MATRIX % '[{"metric":{},"values":[[60,"1"],[120],[180,"3"],[240,2]]}]'),
+        (200, MATRIX % '[{"metric": {}, "values": [[60, "1"], [120, "2"]]}]'),  # spaced
+        (200, MATRIX % '[{"metric":{},"values":[[60,"1"]],"histograms":[]}]'),
+        (200, MATRIX % '[{"metric":{},"values":[[60,"1"]]},]'),  # a trailing comma
+    ],
+)
+async def test_any_other_range_answer_is_decoded_and_a_broken_one_raises_the_same_error(
+    status: int, body: str
+) -> None:
+    """An answer not of the usual shape is not scanned: the decoder reads it, giving the same
+    points or raising the same error as the range query read before the scan."""
+    assert prometheus._scan_range(body.encode()) is None
+    async with stub.answering(status, body, "application/json") as url:
+        client = prometheus.Client(url)
+        try:
+            ask = {"start_s": 60.0, "end_s": 240.0, "step_s": STEP_S}
+            before = await outcome(client.query_range("h", "up", **ask))
+            now = await outcome(client.query_range_points("h", "up", **ask))
+            if isinstance(before, errors.ObservationError):
+                assert isinstance(now, errors.ObservationError)
+                assert str(now) == str(before)
+                assert type(now.__cause__) is type(before.__cause__)
+            else:
+                assert not isinstance(now, errors.ObservationError)
+                for one, two in zip(now, prometheus._range_points(before), strict=True):
+                    assert np.array_equal(one, two, equal_nan=True)
+            assert client.scanned == 0
+        finally:
+            await client.close()

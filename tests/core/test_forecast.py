@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -204,6 +206,31 @@ def test_prefix_sums_kept_at_marks_are_the_whole_arrays_to_the_bit(
     assert np.array_equal(forecast.Sums.of(array, every=every).at(steps), whole.at(steps))
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.floats(min_value=0.0, max_value=1e6), min_size=1, max_size=300),
+    cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=8),
+    every=st.integers(min_value=1, max_value=70),
+)
+def test_prefix_sums_of_pieces_are_those_of_the_whole_history_with_nan_between(
+    values: list[float], cuts: list[int], every: int
+) -> None:
+    """Prefix sums of a history held in pieces equal, bit for bit, those of the whole history
+    with NaN at every step no piece holds."""
+    array = np.asarray(values, dtype=np.float64)
+    bounds = sorted({0, len(array), *(c for c in cuts if c < len(array))})
+    pieces = tuple(
+        (lo, array[lo:hi]) for n, (lo, hi) in enumerate(itertools.pairwise(bounds)) if n % 2 == 0
+    )
+    dense = np.full(len(array), np.nan)
+    for lo, piece in pieces:
+        dense[lo : lo + len(piece)] = piece
+    held = forecast.History(0.0, STEP_S, np.empty(0), pieces=pieces, length=len(array)).held
+    steps = np.arange(len(array) + 1, dtype=np.int64)
+    whole = forecast.Sums.of(dense, every=1).at(steps)
+    assert np.array_equal(forecast.Sums.of(held, every=every).at(steps), whole)
+
+
 def test_a_week_of_history_keeps_a_few_kib_of_prefix_sums_and_votes_the_same() -> None:
     """A week and a day of minutes keep under 10 KiB of prefix sums, and vote as the whole
     arrays do."""
@@ -217,3 +244,88 @@ def test_a_week_of_history_keeps_a_few_kib_of_prefix_sums_and_votes_the_same() -
         vars(whole)["sums"] = forecast.Sums.of(whole.load_per_s, every=1)  # the cache, filled
         assert forecast.vote(CONFIG, whole, scored, now_s=now_s, horizon_s=600.0) == kept
     assert history.sums.marks.nbytes < 10 * 1024
+
+
+def stretched(history: forecast.History, config: model.ForecastConfig) -> forecast.History:
+    """The history as the Prometheus adapter keeps it: only the stretches the forecast reads,
+    for votes up to a refresh after its end, in float32."""
+    size = history.size
+    pieces = []
+    for lo, hi in forecast.reads(config, lead_s=config.refresh_s):
+        first, end = max(0, size + lo), size + hi
+        if first < end:
+            pieces.append((first, history.load_per_s[first:end].astype(np.float32)))
+    empty = np.empty(0, dtype=np.float32)
+    return forecast.History(
+        history.start_s, history.step_s, empty, pieces=tuple(pieces), length=size
+    )
+
+
+def holed(history: forecast.History, seed: int) -> forecast.History:
+    """The history with a few hours of scattered minutes missing."""
+    values = history.load_per_s.copy()
+    rng = np.random.default_rng(seed)
+    for start in rng.integers(0, len(values), 12):
+        values[start : start + rng.integers(1, 40)] = np.nan
+    return dataclasses.replace(history, load_per_s=values)
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        daily(8),
+        daily(8, noise=0.3, seed=11),
+        holed(daily(8, seed=12), seed=1),
+        daily(3, seed=13),
+        holed(daily(2.2, noise=0.2, seed=14), seed=2),
+        flat(8),
+        daily(7 + 7 / 24, seed=15),  # the adapter's span: a week and seven hours
+    ],
+    ids=["week", "week-noisy", "week-holed", "days", "days-holed", "flat", "span"],
+)
+def test_the_stretches_kept_in_float32_backtest_and_vote_as_the_whole_history(
+    history: forecast.History,
+) -> None:
+    """Only the stretches `reads` names, held in float32, give every backtest the same verdict,
+    period and points, its error ratios within 1e-6, and every vote of the next refresh within
+    1e-6 of its value, against the whole float64 history."""
+    compact = stretched(history, CONFIG)
+    held = sum(len(values) for _, values in compact.held.pieces)
+    assert held * 4 < 0.2 * history.load_per_s.nbytes or history.size < 5 * 1_440
+    end = history.end_s
+    for horizon in (60.0, 600.0, CONFIG.max_horizon_s):
+        whole = forecast.backtest(CONFIG, history, now_s=end, horizon_s=horizon)
+        kept = forecast.backtest(CONFIG, compact, now_s=end, horizon_s=horizon)
+        assert (kept.on, kept.period_s, kept.points) == (whole.on, whole.period_s, whole.points)
+        for ratio in ("forecast_error_ratio", "reactive_error_ratio"):
+            assert getattr(kept, ratio) == pytest.approx(getattr(whole, ratio), abs=1e-6)
+        for now in np.arange(end, end + CONFIG.refresh_s + 1, STEP_S / 2):
+            one = forecast.vote(CONFIG, history, whole, now_s=now, horizon_s=horizon)
+            two = forecast.vote(CONFIG, compact, whole, now_s=now, horizon_s=horizon)
+            assert two.on == one.on
+            assert two.load_per_s == pytest.approx(one.load_per_s, rel=1e-6, nan_ok=True)
+
+
+def test_a_vote_past_the_stretches_kept_is_off_rather_than_read_from_nothing() -> None:
+    """Votes made long after the stretches were kept find no load one period ago and are off,
+    never a forecast of zero."""
+    history = daily(8)
+    compact = stretched(history, CONFIG)
+    scored = forecast.backtest(CONFIG, compact, now_s=compact.end_s, horizon_s=600.0)
+    assert scored.on, scored.why
+    late = forecast.vote(CONFIG, compact, scored, now_s=compact.end_s + 86_400.0, horizon_s=600.0)
+    assert not late.on
+    assert "no load history around this time one week ago" in late.why
+
+
+def test_a_history_refuses_pieces_out_of_order_or_past_its_end() -> None:
+    """Pieces that overlap, are empty or reach past the length are refused when made."""
+    values = np.ones(10, dtype=np.float32)
+    empty = np.empty(0, dtype=np.float32)
+    for pieces, length in (
+        (((0, values), (5, values)), 30),
+        (((0, values), (20, empty)), 30),
+        (((25, values),), 30),
+    ):
+        with pytest.raises(ValueError, match="pieces"):
+            forecast.History(0.0, STEP_S, empty, pieces=pieces, length=length)
