@@ -1,13 +1,24 @@
 """The loop's own CPU per tick at scale, in seconds rather than the minutes of `loop_scale_k8s`.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python -m bench.loop_hot_path [--services 10000]
-        [--ticks 10] [--seed 14] [--gc-threshold N[,N,N]] [--profile PATH]
+        [--ticks 10] [--seed 14] [--churn RATIO] [--gc-threshold N[,N,N]] [--profile PATH]
 
 `Loop.step()` with the real Prometheus adapter (`MetricsSource` over `Client`, its HTTP and its
-reading of the answers) and the default policy, for N services of two pods each in ten
-namespaces. The answers are served from memory by an aiohttp server in this process, written
-as Prometheus writes them (compact JSON, one series per pod), with seeded values that are new
-every tick; the cluster is a list of records that never changes and takes every write at once.
+reading of the answers) and the default policy, for N services in ten namespaces. The answers
+are served from memory by an aiohttp server in this process, written as Prometheus writes them
+(compact JSON, one series per pod), with seeded values that are new every tick.
+
+Two workloads:
+- by default every sample is drawn anew each tick, uniformly over a wide range, for services of
+  two pods each; the cluster is a list of records that never changes and takes every write at
+  once. Nearly every service's load jumps every tick: about a fifth of them ask to scale and a
+  third publish a new outcome, every tick, the heaviest case for acting and publishing.
+- `--churn RATIO`: each service serves a steady load sized for its replicas (2 to 4 pods, inside
+  the deadband), with a few per cent of noise per sample, and RATIO of the services move to a
+  new load each minute (spread over the ticks), as a fleet's traffic does. The cluster takes
+  each scale write into its record (new replicas, serving pods and pod names, a new record as
+  the Kubernetes adapter makes), so the services settle and the writes are those the changes
+  call for. The warm-up is longer (`CHURN_WARM_TICKS`), for the first outcomes to settle.
 What it leaves out, `loop_scale_k8s` measures: the Kubernetes adapter and its caches, Events,
 telemetry, Prometheus itself, and a machine shared with all of them.
 
@@ -25,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import dataclasses
 import gc
 import json
 import pstats
@@ -39,36 +51,51 @@ from aiohttp import web
 
 from autoscaler import clock, logs, loop, ports
 from autoscaler.adapters import prometheus
-from autoscaler.core import model, policy
+from autoscaler.core import model, policy, smoothing
 
 NAMESPACES = 10
 PODS_PER_SERVICE = 2
 WARM_TICKS = 5
+CHURN_WARM_TICKS = 30
+TARGET_LOAD_PER_REPLICA = 5.0
+CHURN_REPLICAS = (2, 4)
+"""The replicas a churning service's load asks for, least and most."""
+NOISE_RATIO = 0.03
+"""A churning service's per-sample noise: the standard deviation, as a share of its level."""
 
 
-def records(services: int) -> list[ports.Workload]:
-    """N services as the Kubernetes adapter would record them: the default policy, vLLM."""
+def records(services: int, replicas: Sequence[int] = ()) -> list[ports.Workload]:
+    """N services as the Kubernetes adapter would record them: the default policy, vLLM; each
+    with `replicas[i]` pods (`PODS_PER_SERVICE` when not given)."""
     config = policy.default(
-        max_replicas=20, target_load_per_replica=5.0, target_queue_per_replica=4.0, forecast=None
+        max_replicas=20,
+        target_load_per_replica=TARGET_LOAD_PER_REPLICA,
+        target_queue_per_replica=4.0,
+        forecast=None,
     )
     found = []
     for i in range(services):
         name = f"llm-{i:05d}"
         namespace = f"team-{i % NAMESPACES}"
+        count = replicas[i] if replicas else PODS_PER_SERVICE
         found.append(
             ports.Workload(
                 model.ServiceId(f"{namespace}/{name}"),
                 config,
                 half_life_s=30.0,
-                replicas=PODS_PER_SERVICE,
-                serving=PODS_PER_SERVICE,
+                replicas=count,
+                serving=count,
                 namespace=namespace,
                 deployment=name,
                 metrics=prometheus.PRESETS["vllm"],
-                pods=frozenset(f"{name}-7d9f8c6b5-{j:05d}" for j in range(PODS_PER_SERVICE)),
+                pods=pod_names(name, count),
             )
         )
     return found
+
+
+def pod_names(deployment: str, count: int) -> frozenset[str]:
+    return frozenset(f"{deployment}-7d9f8c6b5-{j:05d}" for j in range(count))
 
 
 class Answers:
@@ -99,22 +126,110 @@ class Answers:
         return web.Response(body=self.bodies[kind], content_type="application/json")
 
 
-class Unchanging:
-    """`ports.Cluster` over fixed records: every scale and publish succeeds at once."""
+def _body(result: list[dict[str, object]]) -> bytes:
+    answer = {"status": "success", "data": {"resultType": "vector", "result": result}}
+    return json.dumps(answer, separators=(",", ":")).encode()
+
+
+class Churning:
+    """Prometheus's answers for a fleet whose load is steady but for `churn` of the services
+    moving to a new level each minute; each pod reports its share of its service's level, with
+    noise, new every tick. Seeded."""
+
+    def __init__(self, services: int, *, churn_per_minute: float, tick_s: float, seed: int) -> None:
+        self._random = random.Random(seed)
+        self._moves_per_tick = churn_per_minute * services * tick_s / 60.0
+        self._owed = 0.0
+        self.replicas = [self._random.randint(*CHURN_REPLICAS) for _ in range(services)]
+        self.load = [self._level(r) for r in self.replicas]
+        self.queue = [self._random.uniform(0.0, 0.5) for _ in range(services)]
+        self.gpu = [self._random.uniform(30.0, 60.0) for _ in range(services)]
+        self.moved = 0
+        """Services moved to a new load so far."""
+        self.bodies: dict[str, bytes] = {}
+
+    def _level(self, replicas: int) -> float:
+        """A load that `replicas` serve inside the deadband, asking for no more of them."""
+        return replicas * TARGET_LOAD_PER_REPLICA * self._random.uniform(0.92, 0.98)
+
+    def move(self) -> None:
+        """One tick's share of the minute's changes of load."""
+        self._owed += self._moves_per_tick
+        count, self._owed = int(self._owed), self._owed % 1.0
+        for i in self._random.sample(range(len(self.load)), count):
+            self.load[i] = self._level(self._random.randint(*CHURN_REPLICAS))
+            self.queue[i] = self._random.uniform(0.0, 0.5)
+        self.moved += count
+
+    def renew(self, workloads: Sequence[ports.Workload]) -> None:
+        """This tick's samples for the pods the records name now."""
+        gauss = self._random.gauss
+        series: dict[str, list[dict[str, object]]] = {"load": [], "queue": [], "gpu": []}
+        for i, w in enumerate(workloads):
+            share = 1.0 / max(1, len(w.pods))
+            levels = (
+                ("load", self.load[i] * share),
+                ("queue", self.queue[i] * share),
+                ("gpu", self.gpu[i]),
+            )
+            for pod in sorted(w.pods):
+                labels = {"namespace": w.namespace, "pod": pod}
+                for kind, level in levels:
+                    value = max(0.0, level * (1.0 + gauss(0.0, NOISE_RATIO)))
+                    series[kind].append({"metric": labels, "value": [1796163512.358, repr(value)]})
+        self.bodies = {kind: _body(result) for kind, result in series.items()}
+
+    async def handle(self, request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        kind = "gpu" if "DCGM" in promql else "load" if "rate(" in promql else "queue"
+        return web.Response(body=self.bodies[kind], content_type="application/json")
+
+
+class Following:
+    """`ports.Cluster` over records that take each scale write at once: the service's replicas,
+    serving pods and their names become the count written, in a new record."""
 
     def __init__(self, workloads: list[ports.Workload]) -> None:
         self._workloads = workloads
+        self._index = {w.id: i for i, w in enumerate(workloads)}
+        self.scales = 0
+        self.publishes = 0
 
     def workloads(self) -> Sequence[ports.Workload]:
         return self._workloads
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        return None
+        i = self._index[service]
+        w = self._workloads[i]
+        self._workloads[i] = dataclasses.replace(
+            w, replicas=replicas, serving=replicas, pods=pod_names(w.deployment, replicas)
+        )
+        self.scales += 1
 
     async def publish(
         self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
     ) -> None:
-        return None
+        self.publishes += 1
+
+
+class Unchanging:
+    """`ports.Cluster` over fixed records: every scale and publish succeeds at once."""
+
+    def __init__(self, workloads: list[ports.Workload]) -> None:
+        self._workloads = workloads
+        self.scales = 0
+        self.publishes = 0
+
+    def workloads(self) -> Sequence[ports.Workload]:
+        return self._workloads
+
+    async def scale(self, service: model.ServiceId, replicas: int) -> None:
+        self.scales += 1
+
+    async def publish(
+        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
+    ) -> None:
+        self.publishes += 1
 
 
 async def measure(
@@ -124,9 +239,23 @@ async def measure(
     seed: int,
     profile: cProfile.Profile | None,
     gc_threshold: Sequence[int] = (),
+    churn: float | None = None,
 ) -> dict[str, object]:
-    workloads = records(services)
-    answers = Answers(workloads, seed)
+    """`churn`: the share of services moving to a new load each minute (see the module
+    docstring); None draws every sample anew each tick."""
+    ticking = clock.ManualClock(0.0)
+    tick_s = smoothing.SmoothingConfig().tick_s
+    churning: Churning | None = None
+    drawn: Answers | None = None
+    answers: Answers | Churning
+    cluster: Unchanging | Following
+    if churn is None:
+        workloads = records(services)
+        drawn = answers = Answers(workloads, seed)
+        cluster = Unchanging(workloads)
+    else:
+        churning = answers = Churning(services, churn_per_minute=churn, tick_s=tick_s, seed=seed)
+        cluster = Following(records(services, churning.replicas))
     server = web.Application()
     server.router.add_get("/api/v1/query", answers.handle)
     runner = web.AppRunner(server)
@@ -136,8 +265,7 @@ async def measure(
     port = runner.addresses[0][1]
     client = prometheus.Client(f"http://127.0.0.1:{port}", timeout_s=60.0)
     source = prometheus.MetricsSource(client, scrape_interval_s=5.0)
-    ticking = clock.ManualClock(0.0)
-    the_loop = loop.Loop(cluster=Unchanging(workloads), metrics=source, clock=ticking)
+    the_loop = loop.Loop(cluster=cluster, metrics=source, clock=ticking)
     collected_s = [0.0]
     collections = [0, 0, 0]
     started = [0.0]
@@ -149,13 +277,24 @@ async def measure(
             collected_s[0] += time.process_time() - started[0]
             collections[info["generation"]] += 1
 
+    def renew() -> None:
+        if drawn is not None:
+            drawn.renew()
+        elif churning is not None:
+            churning.move()
+            churning.renew(cluster.workloads())
+
     cpu: list[float] = []
     wall: list[float] = []
     thresholds = measured_threshold = gc.get_threshold()
     try:
-        for _ in range(WARM_TICKS):
+        if churning is not None:
+            renew()
+        for _ in range(WARM_TICKS if churning is None else CHURN_WARM_TICKS):
             await the_loop.step()
-            ticking.advance(1.0)
+            ticking.advance(tick_s)
+            if churning is not None:
+                renew()
         gc.collect()
         gc.freeze()  # as the controller does once its caches have synced
         if gc_threshold and gc_threshold[0]:
@@ -163,8 +302,9 @@ async def measure(
         measured_threshold = gc.get_threshold()
         if profile is None:  # the callback would time the profiler too
             gc.callbacks.append(timed)
+        scales, publishes, moved = cluster.scales, cluster.publishes, churning and churning.moved
         for _ in range(ticks):
-            answers.renew()
+            renew()
             cpu_s, wall_s = time.process_time(), time.perf_counter()
             if profile is not None:
                 profile.enable()
@@ -173,7 +313,7 @@ async def measure(
                 profile.disable()
             cpu.append(time.process_time() - cpu_s)
             wall.append(time.perf_counter() - wall_s)
-            ticking.advance(1.0)
+            ticking.advance(tick_s)
     finally:
         if timed in gc.callbacks:
             gc.callbacks.remove(timed)
@@ -181,8 +321,9 @@ async def measure(
         gc.set_threshold(*thresholds)
         await client.close()
         await runner.cleanup()
-    return {
+    result: dict[str, object] = {
         "services": services,
+        "workload": "random" if churn is None else f"churn {churn:g} per minute",
         "ticks_measured": ticks,
         "cpu_per_tick_p50_s": round(statistics.median(cpu), 4),
         "cpu_per_tick_min_s": round(min(cpu), 4),
@@ -190,8 +331,13 @@ async def measure(
         "gc_s_per_tick": round(collected_s[0] / ticks, 4),
         "gc_collections_by_generation": collections,
         "gc_threshold": list(measured_threshold),
+        "scales_per_tick": round((cluster.scales - scales) / ticks, 1),
+        "publishes_per_tick": round((cluster.publishes - publishes) / ticks, 1),
         "answer_mib_per_signal": round(len(answers.bodies["load"]) / 2**20, 2),
     }
+    if churning is not None:
+        result["load_moves_per_tick"] = round((churning.moved - int(moved or 0)) / ticks, 1)
+    return result
 
 
 def main() -> None:
@@ -199,6 +345,12 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=10_000)
     parser.add_argument("--ticks", type=int, default=10)
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument(
+        "--churn",
+        type=float,
+        metavar="RATIO",
+        help="share of services moving to a new load each minute (default: every sample random)",
+    )
     parser.add_argument(
         "--gc-threshold",
         type=lambda text: tuple(int(n) for n in text.split(",")),
@@ -217,6 +369,7 @@ def main() -> None:
             seed=args.seed,
             profile=profile,
             gc_threshold=args.gc_threshold,
+            churn=args.churn,
         )
     )
     width = max(map(len, result))
