@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -287,6 +287,62 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         return tuple((signal, values[signal]) for signal in self._voting[k])
 
 
+PATCHED_RATIO_DIVISOR = 4
+"""The tick's columns are patched where records changed while at most one record in this many
+did; past that, made anew (as cheap, and simpler)."""
+
+
+def _patched(
+    last: _Columns, workloads: Sequence[ports.Workload], changed: list[int]
+) -> _Columns | None:
+    """`last` with the records `changed` (indices) read again; None when a change moves what
+    the columns are laid out by (a service's id at that index, whether the batch decides it,
+    whether it opts into an LLM signal), and they must be made anew."""
+    before = last.workloads
+    reconfigured: list[int] = []
+    for i in changed:
+        was, now = before[i], workloads[i]
+        if was.id != now.id:
+            return None
+        if was.policy is not now.policy:
+            if batch.batchable(was.policy) != batch.batchable(now.policy):
+                return None
+            if bool(was.policy.llm_signals) != bool(now.policy.llm_signals):
+                return None
+            reconfigured.append(i)
+    at = np.asarray(changed, dtype=np.intp)
+    half_lives, windows = last.half_lives.copy(), last.windows.copy()
+    half_lives[at] = [workloads[i].half_life_s for i in changed]
+    windows[at] = [math.nan if (w := workloads[i].window_s) is None else w for i in changed]
+    configs, records = last.configs, last.records
+    # The changed records among the batched, and their entries in its order.
+    slots = np.searchsorted(last.batched, at)
+    inside = slots < len(last.batched)
+    inside[inside] = last.batched[slots[inside]] == at[inside]
+    if bool(inside.any()):
+        picked = at[inside].tolist()
+        records = records.put(slots[inside].tolist(), _Records.of([workloads[i] for i in picked]))
+    if reconfigured:
+        mine = np.asarray(reconfigured, dtype=np.intp)
+        entries = np.searchsorted(last.batched, mine)
+        kept = entries < len(last.batched)
+        kept[kept] = last.batched[entries[kept]] == mine[kept]
+        if bool(kept.any()):
+            policies = [workloads[i].policy for i in mine[kept].tolist()]
+            configs = configs.put(entries[kept], batch.Configs.of(policies))
+    return _Columns(
+        tuple(workloads),
+        last.rows,
+        half_lives,
+        windows,
+        last.index,
+        last.batched,
+        configs,
+        records,
+        last.opted,
+    )
+
+
 OnTick = Callable[[TickReport, float], None]
 """Told each tick's report and how long the tick took, in seconds of the loop's `timer`."""
 
@@ -299,6 +355,15 @@ class _Seasonal:
     scored: forecast.Backtest
     key: tuple[int, int] | None = None
     vote: model.ForecastVote | None = None
+
+
+_Column = TypeVar("_Column", bound=np.ndarray[Any, Any])
+
+
+def _put(column: _Column, at: npt.NDArray[np.intp], values: _Column) -> _Column:
+    out = column.copy()
+    out[at] = values
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +399,22 @@ class _Records:
                 for w in workloads
             ),
             tuple(w.id for w in workloads),
+        )
+
+    def put(self, at: Sequence[int], records: _Records) -> _Records:
+        """A copy with the entries `at` replaced by those of `records`, in their order."""
+        where = np.asarray(at, dtype=np.intp)
+        voting, ids = list(self.voting), list(self.ids)
+        for k, i in enumerate(at):
+            voting[i], ids[i] = records.voting[k], records.ids[k]
+        return _Records(
+            _put(self.replicas, where, records.replicas),
+            _put(self.serving, where, records.serving),
+            _put(self.startup_s, where, records.startup_s),
+            _put(self.admissible, where, records.admissible),
+            _put(self.no_placement, where, records.no_placement),
+            tuple(voting),
+            tuple(ids),
         )
 
     def take(self, rows: npt.NDArray[np.intp]) -> _Records:
@@ -893,11 +974,24 @@ class Loop:
         return {i: estimates[k] for k, i in enumerate(opted)}
 
     def _columns(self, workloads: Sequence[ports.Workload]) -> _Columns:
-        """The services' window rows, half-lives and windows, made again only when a record
-        differs (by identity) from the last tick's: most ticks no record has changed."""
+        """The services' window rows, half-lives and windows, and what the batch reads of them:
+        reused when every record is the last tick's (by identity), and made again only for the
+        records that differ when the services are the same, in the same order (most ticks a few
+        services scaled, if any)."""
         last = self._last_columns
-        if last is not None and ports.same_records(last.workloads, workloads):
-            return last
+        if last is not None and len(last.workloads) == len(workloads):
+            changed = [
+                i
+                for i, (was, now) in enumerate(zip(last.workloads, workloads, strict=True))
+                if was is not now
+            ]
+            if not changed:
+                return last
+            if len(changed) <= len(workloads) // PATCHED_RATIO_DIVISOR:
+                patched = _patched(last, workloads, changed)
+                if patched is not None:
+                    self._last_columns = patched
+                    return patched
         self._forget_gone(workloads)
         count = len(workloads)
         batched = [i for i, w in enumerate(workloads) if batch.batchable(w.policy)]

@@ -196,7 +196,7 @@ class Following:
         self.publishes = 0
 
     def workloads(self) -> Sequence[ports.Workload]:
-        return self._workloads
+        return list(self._workloads)  # a tick's records stay as they were while it writes
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
         i = self._index[service]
