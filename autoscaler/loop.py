@@ -149,6 +149,40 @@ def _times(values: list[float | None]) -> npt.NDArray[np.float64]:
     return np.array(values, dtype=np.float64)  # None is NaN
 
 
+_KIND_CODE = {kind: code for code, kind in enumerate(batch.KINDS)}
+_REASON_CODE = {reason: code for code, reason in enumerate(batch.REASONS)}
+_STEADY = _KIND_CODE[model.Kind.STEADY]
+_MISSING_DATA = _REASON_CODE[model.Reason.MISSING_DATA]
+
+
+class Codes(NamedTuple):
+    """Every decision of a tick in a few arrays, one entry per record in their order: what
+    every tick compares for every service (what to publish, how many of each kind), read
+    without a `Brief` or a `Decision` per service."""
+
+    desired: npt.NDArray[np.int64]
+    kind: npt.NDArray[np.int8]
+    """Codes into `batch.KINDS`."""
+    reason: npt.NDArray[np.int8]
+    """Codes into `batch.REASONS`."""
+    pools: npt.NDArray[np.int64]
+    """The standby pool's size, replicas and waiting pods (three columns), -1 without one."""
+
+    def kinds(self) -> Counter[model.Kind]:
+        counts = np.bincount(self.kind, minlength=len(batch.KINDS)).tolist()
+        return Counter(
+            {kind: count for kind, count in zip(batch.KINDS, counts, strict=True) if count}
+        )
+
+    def published(self) -> npt.NDArray[np.int64]:
+        """What a publish compares with the last one published, a row per record: the desired
+        count, the kind, the reason (-1 when steady: steady outcomes differ only in wording)
+        and the pool's counts."""
+        reason = np.where(self.kind == _STEADY, -1, self.reason)
+        columns = (self.desired[:, None], self.kind[:, None], reason[:, None], self.pools)
+        return np.concatenate(columns, axis=1, dtype=np.int64)
+
+
 class Decisions(Mapping[model.ServiceId, model.Decision]):
     """One tick's decisions, in the order of its records.
 
@@ -174,6 +208,9 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         self._built: dict[model.ServiceId, model.Decision] = {}
         self._slot: list[int] = []
         """Per record: its entry in the batch's arrays, or -1."""
+        self._slots: npt.NDArray[np.intp] | None = None
+        """The same, as an array."""
+        self._codes: Codes | None = None
         self._states: list[model.PolicyState] = []
         self._outcomes: batch.Outcomes | None = None
         self._current: list[int] = []
@@ -184,6 +221,16 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
 
     def add(self, service: model.ServiceId, decision: model.Decision) -> None:
         self._built[service] = decision
+
+    @property
+    def workloads(self) -> Sequence[ports.Workload]:
+        """The tick's records, in their order."""
+        return self._workloads
+
+    @property
+    def index(self) -> Mapping[model.ServiceId, int]:
+        """Each record's place in `workloads`."""
+        return self._index
 
     @property
     def built(self) -> int:
@@ -202,7 +249,7 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         """The batch's outcomes for the records `rows` (indices), decided from `states`."""
         slot = np.full(len(self._workloads), -1, dtype=np.intp)
         slot[np.asarray(rows, dtype=np.intp)] = np.arange(len(rows))
-        self._slot, self._outcomes = slot.tolist(), outcomes
+        self._slot, self._slots, self._outcomes = slot.tolist(), slot, outcomes
         self._current, self._states, self._voting = list(current), list(states), list(voting)
 
     def __getitem__(self, service: model.ServiceId) -> model.Decision:
@@ -269,6 +316,35 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
             briefs[service] = Brief(current[k], desired[k], kinds[k], reasons[k], until[k], pool)
         self._briefs = briefs
         return briefs
+
+    def codes(self) -> Codes:
+        """Every record's outcome as arrays, in the order of the records; made once per tick."""
+        if self._codes is not None:
+            return self._codes
+        n = len(self._workloads)
+        desired = np.zeros(n, dtype=np.int64)
+        kind = np.zeros(n, dtype=np.int8)
+        reason = np.zeros(n, dtype=np.int8)
+        out, slots = self._outcomes, self._slots
+        if out is not None and slots is not None:
+            batched = slots >= 0
+            picked = slots[batched]
+            desired[batched] = out.desired[picked]
+            kind[batched] = out.kind[picked]
+            reason[batched] = out.reason[picked]
+        index = self._index
+        for service, decision in self._built.items():
+            i = index[service]
+            desired[i] = decision.desired
+            kind[i] = _KIND_CODE[decision.kind]
+            reason[i] = _REASON_CODE[decision.reason]
+        pools = np.full((n, 3), -1, dtype=np.int64)
+        for service, pool in self._pools.items():
+            at = index.get(service)
+            if at is not None:
+                pools[at] = (pool.size, pool.replicas, pool.waiting)
+        self._codes = Codes(desired, kind, reason, pools)
+        return self._codes
 
     def estimates(self, service: model.ServiceId) -> tuple[tuple[model.Signal, float], ...]:
         """See `estimates`: a batched service's from the batch's arrays."""
@@ -341,6 +417,16 @@ def _patched(
         records,
         last.opted,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Published:
+    """The last tick's outcomes as its publish compared them (`Codes.published`), and which of
+    them stood published when it ended, for records laid out by `layout` (the tick's index)."""
+
+    layout: Mapping[model.ServiceId, int]
+    keys: npt.NDArray[np.int64]
+    settled: npt.NDArray[np.bool_]
 
 
 OnTick = Callable[[TickReport, float], None]
@@ -483,6 +569,7 @@ class Loop:
         self._llm_windows: smoothing.Windows | None = None
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
+        self._publish_last: _Published | None = None
         self._metrics_down_s: float | None = None
         """When the metrics outage under way began; None while they answer."""
         self.outage_quiet_s = outage_quiet_s
@@ -586,7 +673,7 @@ class Loop:
             await self.ramps.reconcile(now, workloads, standby=sizes)
         for chore in self.chores:
             await chore()
-        kinds = Counter(b.kind for b in decisions.briefs().values())
+        kinds = decisions.codes().kinds()
         return TickReport(now, decisions, scaled, failed, metrics_error, kinds, workloads)
 
     def _decide_batch(
@@ -764,20 +851,43 @@ class Loop:
     ) -> None:
         """Publish the decisions whose outcome changed; with `outage_quiet`, not the holds for
         missing data (see `OUTAGE_QUIET_S`)."""
-        changed: list[tuple[model.ServiceId, model.Decision, _PublishKey]] = []
-        for service, outcome in decisions.briefs().items():
-            if service in failed:
+        # Steady outcomes differ only in wording (in the deadband, at the desired count):
+        # flipping between them under noise is not news worth a write. Only the services whose
+        # outcome moved since the last tick, or whose last one is not published yet, are looked
+        # at one by one: the others' last publish stands.
+        codes = decisions.codes()
+        keys = codes.published()
+        records = decisions.workloads
+        last = self._publish_last
+        if last is not None and last.layout is decisions.index:
+            moved = ~last.settled | (keys != last.keys).any(axis=1)
+            candidates: Sequence[int] = np.flatnonzero(moved).tolist()
+            settled = last.settled.copy()
+        else:
+            candidates = range(len(records))
+            settled = np.zeros(len(records), dtype=np.bool_)
+        failing = set(failed)
+        published = self._published
+        reasons = codes.reason
+        changed: list[tuple[int, model.ServiceId, model.Decision, _PublishKey]] = []
+        for i, (want, kind, reason, size, replicas, waiting) in zip(
+            candidates, keys[candidates].tolist(), strict=True
+        ):
+            service = records[i].id
+            key = (
+                want,
+                batch.KINDS[kind],
+                None if reason < 0 else batch.REASONS[reason],
+                None if size < 0 else (size, replicas, waiting),
+            )
+            if published.get(service) == key:
+                settled[i] = True
                 continue
-            if outage_quiet and outcome.reason is model.Reason.MISSING_DATA:
+            settled[i] = False
+            if service in failing or (outage_quiet and reasons[i] == _MISSING_DATA):
                 continue
-            # Steady outcomes differ only in wording (in the deadband, at the desired count):
-            # flipping between them under noise is not news worth a write.
-            reason = None if outcome.kind is model.Kind.STEADY else outcome.reason
-            pool = outcome.standby
-            counts = None if pool is None else (pool.size, pool.replicas, pool.waiting)
-            key = (outcome.desired, outcome.kind, reason, counts)
-            if self._published.get(service) != key:
-                changed.append((service, decisions[service], key))
+            changed.append((i, service, decisions[service], key))
+        self._publish_last = _Published(decisions.index, keys, settled)
         if not changed:
             return
         # Writes go out a few at a time: one by one, a controller that takes over a thousand
@@ -805,11 +915,13 @@ class Loop:
             )
 
         if len(changed) == 1:
-            await publish(*changed[0])
-            return
-        async with asyncio.TaskGroup() as group:
-            for item in changed:
-                group.create_task(publish(*item))
+            await publish(*changed[0][1:])
+        else:
+            async with asyncio.TaskGroup() as group:
+                for _, service, decision, key in changed:
+                    group.create_task(publish(service, decision, key))
+        for i, service, _, key in changed:
+            settled[i] = published.get(service) == key
 
     def _pools(
         self,
