@@ -26,7 +26,7 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
@@ -419,6 +419,73 @@ def _patched(
     )
 
 
+@dataclass(slots=True)
+class _Held:
+    """The policy states the batch reads, one entry per entry of `ids` (the batched records),
+    kept from tick to tick: an entry is read again only when its service's state was written
+    since, or while it has none of its own (its record's, or a new one, stands in)."""
+
+    ids: tuple[model.ServiceId, ...]
+    slot: dict[model.ServiceId, int]
+    states: list[model.PolicyState]
+    unknown: npt.NDArray[np.bool_]
+    """No state of the loop's own yet."""
+    paused: npt.NDArray[np.bool_]
+    last_scale_up_s: npt.NDArray[np.float64]
+    last_scale_change_s: npt.NDArray[np.float64]
+    burst_until_s: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(
+        cls,
+        ids: tuple[model.ServiceId, ...],
+        records: Sequence[ports.Workload],
+        known: Mapping[model.ServiceId, model.PolicyState],
+    ) -> _Held:
+        found = [known.get(service) for service in ids]
+        states = [
+            state or record.state or model.PolicyState()
+            for state, record in zip(found, records, strict=True)
+        ]
+        n = len(ids)
+        return cls(
+            ids,
+            {service: k for k, service in enumerate(ids)},
+            states,
+            np.fromiter((state is None for state in found), np.bool_, n),
+            np.fromiter((state.paused_s is not None for state in states), np.bool_, n),
+            _times([state.last_scale_up_s for state in states]),
+            _times([state.last_scale_change_s for state in states]),
+            _times([state.burst_until_s for state in states]),
+        )
+
+    def update(
+        self,
+        written: Iterable[model.ServiceId],
+        known: Mapping[model.ServiceId, model.PolicyState],
+        workloads: Sequence[ports.Workload],
+        rows: npt.NDArray[np.intp],
+    ) -> None:
+        """Read again the entries of the services `written` and those with no state of their
+        own; `rows` are the records of the entries, in `workloads`."""
+        slot = self.slot
+        stale = {k for service in written if (k := slot.get(service)) is not None}
+        stale.update(np.flatnonzero(self.unknown).tolist())
+        for k in stale:
+            found = known.get(self.ids[k])
+            state = found or workloads[int(rows[k])].state or model.PolicyState()
+            self.states[k] = state
+            self.unknown[k] = found is None
+            self.paused[k] = state.paused_s is not None
+            self.last_scale_up_s[k] = _nan(state.last_scale_up_s)
+            self.last_scale_change_s[k] = _nan(state.last_scale_change_s)
+            self.burst_until_s[k] = _nan(state.burst_until_s)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
 @dataclass(frozen=True, slots=True)
 class _Published:
     """The last tick's outcomes as its publish compared them (`Codes.published`), and which of
@@ -490,9 +557,12 @@ class _Records:
     def put(self, at: Sequence[int], records: _Records) -> _Records:
         """A copy with the entries `at` replaced by those of `records`, in their order."""
         where = np.asarray(at, dtype=np.intp)
-        voting, ids = list(self.voting), list(self.ids)
+        voting = list(self.voting)
         for k, i in enumerate(at):
-            voting[i], ids[i] = records.voting[k], records.ids[k]
+            voting[i] = records.voting[k]
+        # The services stay the same ones (`_patched`): the same tuple, so that what is kept
+        # per service from tick to tick (`_Held`) knows it still holds.
+        assert all(self.ids[i] == records.ids[k] for k, i in enumerate(at))
         return _Records(
             _put(self.replicas, where, records.replicas),
             _put(self.serving, where, records.serving),
@@ -500,7 +570,7 @@ class _Records:
             _put(self.admissible, where, records.admissible),
             _put(self.no_placement, where, records.no_placement),
             tuple(voting),
-            tuple(ids),
+            self.ids,
         )
 
     def take(self, rows: npt.NDArray[np.intp]) -> _Records:
@@ -570,6 +640,9 @@ class Loop:
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
         self._publish_last: _Published | None = None
+        self._held: _Held | None = None
+        self._written: set[model.ServiceId] = set()
+        """The services whose state was written (or dropped) since the batch last read them."""
         self._metrics_down_s: float | None = None
         """When the metrics outage under way began; None while they answer."""
         self.outage_quiet_s = outage_quiet_s
@@ -662,6 +735,7 @@ class Loop:
                 pending[workload.id] = next_state
             else:
                 self._states[workload.id] = next_state
+                self._written.add(workload.id)
         if rest and pending:  # the writes go out in the records' order, as they always have
             order = columns.index
             pending = {s: pending[s] for s in sorted(pending, key=order.__getitem__)}
@@ -696,23 +770,35 @@ class Loop:
             return every
         configs, records = columns.configs, columns.records
         ids = records.ids
-        found = [self._states.get(service) for service in ids]
-        unknown = [state is None for state in found]
-        states = [
-            state or workloads[i].state or model.PolicyState()
-            for state, i in zip(found, rows.tolist(), strict=True)
-        ]
-        usable = [state.paused_s is None for state in states]
+        held = self._held
+        if held is None or held.ids is not ids:
+            held = self._held = _Held.of(ids, [workloads[i] for i in rows.tolist()], self._states)
+        else:
+            held.update(self._written, self._states, workloads, rows)
+        self._written.clear()
+        states = held.states
+        unknown, up_s, change_s, burst_s = (
+            held.unknown,
+            held.last_scale_up_s,
+            held.last_scale_change_s,
+            held.burst_until_s,
+        )
+        usable = ~held.paused
         if forecasts:
             for k, service in enumerate(ids):
                 vote = forecasts.get(service)
                 if vote is not None and vote.on:
                     usable[k] = False
-        if not all(usable):  # a pause ends, or a seasonal vote is on: `policy.decide` knows
-            kept = np.flatnonzero(np.asarray(usable))
+        if not bool(usable.all()):  # a pause ends, or a seasonal vote is on: `policy.decide` knows
+            kept = np.flatnonzero(usable)
             rows, configs, records = rows[kept], configs.take(kept), records.take(kept)
             states = [states[k] for k in kept.tolist()]
-            unknown = [unknown[k] for k in kept.tolist()]
+            unknown, up_s, change_s, burst_s = (
+                unknown[kept],
+                up_s[kept],
+                change_s[kept],
+                burst_s[kept],
+            )
         replicas = records.replicas
         if pools:
             replicas = replicas.copy()
@@ -734,9 +820,9 @@ class Loop:
             burst_mean=smoothed.burst_mean[rows],
             last=smoothed.last[rows],
             fresh=smoothed.fresh[rows],
-            last_scale_up_s=_times([s.last_scale_up_s for s in states]),
-            last_scale_change_s=_times([s.last_scale_change_s for s in states]),
-            burst_until_s=_times([s.burst_until_s for s in states]),
+            last_scale_up_s=up_s,
+            last_scale_change_s=change_s,
+            burst_until_s=burst_s,
         )
         out = batch.decide(configs, inputs)
         exact = out.exact
@@ -745,7 +831,7 @@ class Loop:
             rows.tolist(), out, current=replicas.tolist(), states=states, voting=records.voting
         )
         changes = out.desired != replicas
-        touched = exact & (changes | out.changed_state | np.asarray(unknown, dtype=np.bool_))
+        touched = exact & (changes | out.changed_state | unknown)
         changed_state = out.changed_state.tolist()
         last_up, last_change = out.last_scale_up_s.tolist(), out.last_scale_change_s.tolist()
         burst_until, changes_list = out.burst_until_s.tolist(), changes.tolist()
@@ -763,6 +849,7 @@ class Loop:
                 pending[service] = state
             else:
                 self._states[service] = state
+                self._written.add(service)
         if len(decided) == len(workloads):
             return ()
         left = np.ones(len(workloads), dtype=np.bool_)
@@ -804,7 +891,11 @@ class Loop:
         pending: dict[model.ServiceId, model.PolicyState],
     ) -> tuple[tuple[model.ServiceId, ...], tuple[model.ServiceId, ...]]:
         failed: list[model.ServiceId] = []
-        records = {w.id: w for w in workloads if w.id in pending} if pending else {}
+        records = (  # the ramp driver's writes read the record
+            {w.id: w for w in workloads if w.id in pending}
+            if pending and self.ramps is not None
+            else {}
+        )
 
         async def scale(service: model.ServiceId) -> None:
             decision = decisions[service]
@@ -825,6 +916,7 @@ class Loop:
                 log.warning("scale.failed", service=service, desired=decision.desired, error=str(e))
                 return
             self._states[service] = pending[service]
+            self._written.add(service)
             log.info(
                 "scale.applied",
                 service=service,
@@ -1131,6 +1223,7 @@ class Loop:
             self._windows.forget(gone)
             for service in gone:
                 self._states.pop(service, None)
+                self._written.add(service)
                 self._published.pop(service, None)
                 self._seasonal.pop(service, None)
                 self._shortfalls.pop(service, None)
