@@ -20,7 +20,7 @@ Two workloads:
   the Kubernetes adapter makes), so the services settle and the writes are those the changes
   call for. The warm-up is longer (`CHURN_WARM_TICKS`), for the first outcomes to settle.
 What it leaves out, `loop_scale_k8s` measures: the Kubernetes adapter and its caches, Events,
-telemetry, Prometheus itself, and a machine shared with all of them.
+Prometheus itself, and a machine shared with all of them; telemetry only with `--telemetry`.
 
 Printed: CPU per tick (process time: the server's share is the same few copies of bytes for any
 code under test), the loop's own share of it (all but the metrics sample: the read path and the
@@ -53,6 +53,7 @@ import numpy.typing as npt
 from aiohttp import web
 
 from autoscaler import clock, logs, loop, ports
+from autoscaler import telemetry as telemetry_
 from autoscaler.adapters import prometheus
 from autoscaler.core import model, policy, smoothing
 
@@ -92,6 +93,7 @@ def records(services: int, replicas: Sequence[int] = ()) -> list[ports.Workload]
                 deployment=name,
                 metrics=prometheus.PRESETS["vllm"],
                 pods=pod_names(name, count),
+                core_rate=float(count),  # a GPU per pod
             )
         )
     return found
@@ -205,7 +207,11 @@ class Following:
         i = self._index[service]
         w = self._workloads[i]
         self._workloads[i] = dataclasses.replace(
-            w, replicas=replicas, serving=replicas, pods=pod_names(w.deployment, replicas)
+            w,
+            replicas=replicas,
+            serving=replicas,
+            pods=pod_names(w.deployment, replicas),
+            core_rate=float(replicas),
         )
         self.scales += 1
 
@@ -262,9 +268,11 @@ async def measure(
     profile: cProfile.Profile | None,
     gc_threshold: Sequence[int] = (),
     churn: float | None = None,
+    telemetry: bool = False,
 ) -> dict[str, object]:
     """`churn`: the share of services moving to a new load each minute (see the module
-    docstring); None draws every sample anew each tick."""
+    docstring); None draws every sample anew each tick. `telemetry`: each tick ends with
+    `Telemetry.observe_tick`, as the controller's does, inside the time measured."""
     ticking = clock.ManualClock(0.0)
     tick_s = smoothing.SmoothingConfig().tick_s
     churning: Churning | None = None
@@ -288,6 +296,15 @@ async def measure(
     client = prometheus.Client(f"http://127.0.0.1:{port}", timeout_s=60.0)
     source = Timed(prometheus.MetricsSource(client, scrape_interval_s=5.0))
     the_loop = loop.Loop(cluster=cluster, metrics=source, clock=ticking)
+    exported = telemetry_.Telemetry() if telemetry else None
+
+    async def step() -> None:
+        report = await the_loop.step()
+        if exported is not None:
+            exported.observe_tick(
+                report, report.workloads, duration_s=0.0, wall_time_s=0.0, tick_s=tick_s
+            )
+
     collected_s = [0.0]
     collections = [0, 0, 0]
     started = [0.0]
@@ -314,7 +331,7 @@ async def measure(
         if churning is not None:
             renew()
         for _ in range(WARM_TICKS if churning is None else CHURN_WARM_TICKS):
-            await the_loop.step()
+            await step()
             ticking.advance(tick_s)
             if churning is not None:
                 renew()
@@ -331,7 +348,7 @@ async def measure(
             cpu_s, wall_s, sampled_s = time.process_time(), time.perf_counter(), source.spent_s
             if profile is not None:
                 profile.enable()
-            await the_loop.step()
+            await step()
             if profile is not None:
                 profile.disable()
             cpu.append(time.process_time() - cpu_s)
@@ -348,6 +365,7 @@ async def measure(
     result: dict[str, object] = {
         "services": services,
         "workload": "random" if churn is None else f"churn {churn:g} per minute",
+        "telemetry": telemetry,
         "ticks_measured": ticks,
         "cpu_per_tick_p50_s": round(statistics.median(cpu), 4),
         "cpu_per_tick_min_s": round(min(cpu), 4),
@@ -378,6 +396,11 @@ def main() -> None:
         help="share of services moving to a new load each minute (default: every sample random)",
     )
     parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="end each tick with the controller's telemetry (Telemetry.observe_tick)",
+    )
+    parser.add_argument(
         "--gc-threshold",
         type=lambda text: tuple(int(n) for n in text.split(",")),
         default=(),
@@ -396,6 +419,7 @@ def main() -> None:
             profile=profile,
             gc_threshold=args.gc_threshold,
             churn=args.churn,
+            telemetry=args.telemetry,
         )
     )
     width = max(map(len, result))
