@@ -175,6 +175,27 @@ async def test_a_record_whose_settings_change_is_decided_on_its_new_settings() -
     assert loops[0].state_of(clusters[0].records[8].id) is not None
 
 
+async def test_telemetry_exports_a_tick_read_as_arrays_as_it_does_one_read_by_decision() -> None:
+    """Over ticks of steps, bursts and gaps, and the end of a term, the series exported from
+    the loop's decisions are those exported from the same decisions as a plain mapping."""
+    cluster = Cluster(4)
+    cluster.records = [dataclasses.replace(r, core_rate=2.0) for r in cluster.records]
+    ticking = clock.ManualClock(0.0)
+    the_loop = loop.Loop(cluster=cluster, metrics=Metrics(21), clock=ticking)
+    arrays, mapping = telemetry.Telemetry(), telemetry.Telemetry()
+    for tick in range(30):
+        report = await the_loop.step()
+        plain = dataclasses.replace(report, decisions=dict(report.decisions))
+        if tick == 20:  # a term ends and another begins
+            for seen in (arrays, mapping):
+                seen.forget_services()
+        arrays.observe_tick(report, report.workloads, duration_s=0.1, wall_time_s=0.0)
+        mapping.observe_tick(plain, plain.workloads, duration_s=0.1, wall_time_s=0.0)
+        assert _series(arrays) == _series(mapping)
+        ticking.advance(1.0)
+    assert "autoscaler_decisions_total" in "\n".join(_series(arrays))
+
+
 async def test_a_steady_batched_service_builds_no_decision_until_read() -> None:
     """Once services settle, a tick builds no full decision for them; reading one builds it."""
     cluster = Cluster(4)
