@@ -7,9 +7,10 @@ about any of this: the wiring feeds each `TickReport` in.
 The series labelled by service are rendered when Prometheus scrapes, not written per tick: a
 tick keeps a reference to its report and its workloads and updates only what accumulates (the
 decision counter when an outcome changes, core-hours), and the `_PerService` collector turns the
-last tick into series on each scrape. The loop's decisions come as arrays (`loop.Decisions`): only
-the outcomes that moved since the last tick are compared one by one. A tick over 10,000 services would otherwise set some 90,000
+last tick into series on each scrape. A tick over 10,000 services would otherwise set some 90,000
 labelled children, most to the value they already had, for a scrape every 15 s or more to read.
+The loop's decisions come as arrays (`loop.Decisions`): only the outcomes that moved since the
+last tick are compared one by one.
 What the ramp driver and the placement ladder report between ticks is kept per service too.
 `/metrics` writes these series to the text format itself (prometheus_client's writer spends
 seconds on 200,000 samples), from a thread, so a scrape does not hold up the loop.
