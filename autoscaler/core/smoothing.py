@@ -205,19 +205,23 @@ class Windows:
         tick = self._tick(now_s)
         if self._last_tick is not None and tick < self._last_tick:
             raise ValueError(f"samples must move forward in time: tick {tick} < {self._last_tick}")
+        prefix = bool(len(rows)) and _is_prefix(rows)
         if self._last_tick is None or tick > self._last_tick:
             first = tick - self._slots + 1
             start = first if self._last_tick is None else max(self._last_tick + 1, first)
             for t in range(start, tick + 1):
                 slot = t % self._slots
-                self._val[:, :, slot] = 0.0
-                self._ok[:, :, slot] = False
+                # The first rows, when they are the ones written below, are written whole:
+                # only the others are cleared (a pass across the buffer's slots fewer).
+                kept = len(rows) if prefix and t == tick else 0
+                self._val[kept:, :, slot] = 0.0
+                self._ok[kept:, :, slot] = False
                 self._slot_tick[slot] = t
             self._last_tick = tick
         if len(rows):
             slot = tick % self._slots
             ok = ~np.isnan(values)
-            at: IntArray | slice = slice(0, len(rows)) if _is_prefix(rows) else rows
+            at: IntArray | slice = slice(0, len(rows)) if prefix else rows
             self._val[at, :, slot] = np.where(ok, values, 0.0)
             self._ok[at, :, slot] = ok
 
