@@ -26,10 +26,10 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -149,6 +149,40 @@ def _times(values: list[float | None]) -> npt.NDArray[np.float64]:
     return np.array(values, dtype=np.float64)  # None is NaN
 
 
+_KIND_CODE = {kind: code for code, kind in enumerate(batch.KINDS)}
+_REASON_CODE = {reason: code for code, reason in enumerate(batch.REASONS)}
+_STEADY = _KIND_CODE[model.Kind.STEADY]
+_MISSING_DATA = _REASON_CODE[model.Reason.MISSING_DATA]
+
+
+class Codes(NamedTuple):
+    """Every decision of a tick in a few arrays, one entry per record in their order: what
+    every tick compares for every service (what to publish, how many of each kind), read
+    without a `Brief` or a `Decision` per service."""
+
+    desired: npt.NDArray[np.int64]
+    kind: npt.NDArray[np.int8]
+    """Codes into `batch.KINDS`."""
+    reason: npt.NDArray[np.int8]
+    """Codes into `batch.REASONS`."""
+    pools: npt.NDArray[np.int64]
+    """The standby pool's size, replicas and waiting pods (three columns), -1 without one."""
+
+    def kinds(self) -> Counter[model.Kind]:
+        counts = np.bincount(self.kind, minlength=len(batch.KINDS)).tolist()
+        return Counter(
+            {kind: count for kind, count in zip(batch.KINDS, counts, strict=True) if count}
+        )
+
+    def published(self) -> npt.NDArray[np.int64]:
+        """What a publish compares with the last one published, a row per record: the desired
+        count, the kind, the reason (-1 when steady: steady outcomes differ only in wording)
+        and the pool's counts."""
+        reason = np.where(self.kind == _STEADY, -1, self.reason)
+        columns = (self.desired[:, None], self.kind[:, None], reason[:, None], self.pools)
+        return np.concatenate(columns, axis=1, dtype=np.int64)
+
+
 class Decisions(Mapping[model.ServiceId, model.Decision]):
     """One tick's decisions, in the order of its records.
 
@@ -174,6 +208,9 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         self._built: dict[model.ServiceId, model.Decision] = {}
         self._slot: list[int] = []
         """Per record: its entry in the batch's arrays, or -1."""
+        self._slots: npt.NDArray[np.intp] | None = None
+        """The same, as an array."""
+        self._codes: Codes | None = None
         self._states: list[model.PolicyState] = []
         self._outcomes: batch.Outcomes | None = None
         self._current: list[int] = []
@@ -184,6 +221,16 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
 
     def add(self, service: model.ServiceId, decision: model.Decision) -> None:
         self._built[service] = decision
+
+    @property
+    def workloads(self) -> Sequence[ports.Workload]:
+        """The tick's records, in their order."""
+        return self._workloads
+
+    @property
+    def index(self) -> Mapping[model.ServiceId, int]:
+        """Each record's place in `workloads`."""
+        return self._index
 
     @property
     def built(self) -> int:
@@ -202,7 +249,7 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         """The batch's outcomes for the records `rows` (indices), decided from `states`."""
         slot = np.full(len(self._workloads), -1, dtype=np.intp)
         slot[np.asarray(rows, dtype=np.intp)] = np.arange(len(rows))
-        self._slot, self._outcomes = slot.tolist(), outcomes
+        self._slot, self._slots, self._outcomes = slot.tolist(), slot, outcomes
         self._current, self._states, self._voting = list(current), list(states), list(voting)
 
     def __getitem__(self, service: model.ServiceId) -> model.Decision:
@@ -270,6 +317,35 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         self._briefs = briefs
         return briefs
 
+    def codes(self) -> Codes:
+        """Every record's outcome as arrays, in the order of the records; made once per tick."""
+        if self._codes is not None:
+            return self._codes
+        n = len(self._workloads)
+        desired = np.zeros(n, dtype=np.int64)
+        kind = np.zeros(n, dtype=np.int8)
+        reason = np.zeros(n, dtype=np.int8)
+        out, slots = self._outcomes, self._slots
+        if out is not None and slots is not None:
+            batched = slots >= 0
+            picked = slots[batched]
+            desired[batched] = out.desired[picked]
+            kind[batched] = out.kind[picked]
+            reason[batched] = out.reason[picked]
+        index = self._index
+        for service, decision in self._built.items():
+            i = index[service]
+            desired[i] = decision.desired
+            kind[i] = _KIND_CODE[decision.kind]
+            reason[i] = _REASON_CODE[decision.reason]
+        pools = np.full((n, 3), -1, dtype=np.int64)
+        for service, pool in self._pools.items():
+            at = index.get(service)
+            if at is not None:
+                pools[at] = (pool.size, pool.replicas, pool.waiting)
+        self._codes = Codes(desired, kind, reason, pools)
+        return self._codes
+
     def estimates(self, service: model.ServiceId) -> tuple[tuple[model.Signal, float], ...]:
         """See `estimates`: a batched service's from the batch's arrays."""
         decision = self._built.get(service)
@@ -287,6 +363,139 @@ class Decisions(Mapping[model.ServiceId, model.Decision]):
         return tuple((signal, values[signal]) for signal in self._voting[k])
 
 
+PATCHED_RATIO_DIVISOR = 4
+"""The tick's columns are patched where records changed while at most one record in this many
+did; past that, made anew (as cheap, and simpler)."""
+
+
+def _patched(
+    last: _Columns, workloads: Sequence[ports.Workload], changed: list[int]
+) -> _Columns | None:
+    """`last` with the records `changed` (indices) read again; None when a change moves what
+    the columns are laid out by (a service's id at that index, whether the batch decides it,
+    whether it opts into an LLM signal), and they must be made anew."""
+    before = last.workloads
+    reconfigured: list[int] = []
+    for i in changed:
+        was, now = before[i], workloads[i]
+        if was.id != now.id:
+            return None
+        if was.policy is not now.policy:
+            if batch.batchable(was.policy) != batch.batchable(now.policy):
+                return None
+            if bool(was.policy.llm_signals) != bool(now.policy.llm_signals):
+                return None
+            reconfigured.append(i)
+    at = np.asarray(changed, dtype=np.intp)
+    half_lives, windows = last.half_lives.copy(), last.windows.copy()
+    half_lives[at] = [workloads[i].half_life_s for i in changed]
+    windows[at] = [math.nan if (w := workloads[i].window_s) is None else w for i in changed]
+    configs, records = last.configs, last.records
+    # The changed records among the batched, and their entries in its order.
+    slots = np.searchsorted(last.batched, at)
+    inside = slots < len(last.batched)
+    inside[inside] = last.batched[slots[inside]] == at[inside]
+    if bool(inside.any()):
+        picked = at[inside].tolist()
+        records = records.put(slots[inside].tolist(), _Records.of([workloads[i] for i in picked]))
+    if reconfigured:
+        mine = np.asarray(reconfigured, dtype=np.intp)
+        entries = np.searchsorted(last.batched, mine)
+        kept = entries < len(last.batched)
+        kept[kept] = last.batched[entries[kept]] == mine[kept]
+        if bool(kept.any()):
+            policies = [workloads[i].policy for i in mine[kept].tolist()]
+            configs = configs.put(entries[kept], batch.Configs.of(policies))
+    return _Columns(
+        tuple(workloads),
+        last.rows,
+        half_lives,
+        windows,
+        last.index,
+        last.batched,
+        configs,
+        records,
+        last.opted,
+    )
+
+
+@dataclass(slots=True)
+class _Held:
+    """The policy states the batch reads, one entry per entry of `ids` (the batched records),
+    kept from tick to tick: an entry is read again only when its service's state was written
+    since, or while it has none of its own (its record's, or a new one, stands in)."""
+
+    ids: tuple[model.ServiceId, ...]
+    slot: dict[model.ServiceId, int]
+    states: list[model.PolicyState]
+    unknown: npt.NDArray[np.bool_]
+    """No state of the loop's own yet."""
+    paused: npt.NDArray[np.bool_]
+    last_scale_up_s: npt.NDArray[np.float64]
+    last_scale_change_s: npt.NDArray[np.float64]
+    burst_until_s: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(
+        cls,
+        ids: tuple[model.ServiceId, ...],
+        records: Sequence[ports.Workload],
+        known: Mapping[model.ServiceId, model.PolicyState],
+    ) -> _Held:
+        found = [known.get(service) for service in ids]
+        states = [
+            state or record.state or model.PolicyState()
+            for state, record in zip(found, records, strict=True)
+        ]
+        n = len(ids)
+        return cls(
+            ids,
+            {service: k for k, service in enumerate(ids)},
+            states,
+            np.fromiter((state is None for state in found), np.bool_, n),
+            np.fromiter((state.paused_s is not None for state in states), np.bool_, n),
+            _times([state.last_scale_up_s for state in states]),
+            _times([state.last_scale_change_s for state in states]),
+            _times([state.burst_until_s for state in states]),
+        )
+
+    def update(
+        self,
+        written: Iterable[model.ServiceId],
+        known: Mapping[model.ServiceId, model.PolicyState],
+        workloads: Sequence[ports.Workload],
+        rows: npt.NDArray[np.intp],
+    ) -> None:
+        """Read again the entries of the services `written` and those with no state of their
+        own; `rows` are the records of the entries, in `workloads`."""
+        slot = self.slot
+        stale = {k for service in written if (k := slot.get(service)) is not None}
+        stale.update(np.flatnonzero(self.unknown).tolist())
+        for k in stale:
+            found = known.get(self.ids[k])
+            state = found or workloads[int(rows[k])].state or model.PolicyState()
+            self.states[k] = state
+            self.unknown[k] = found is None
+            self.paused[k] = state.paused_s is not None
+            self.last_scale_up_s[k] = _nan(state.last_scale_up_s)
+            self.last_scale_change_s[k] = _nan(state.last_scale_change_s)
+            self.burst_until_s[k] = _nan(state.burst_until_s)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+@dataclass(frozen=True, slots=True)
+class _Published:
+    """The last tick's outcomes as its publish compared them (`Codes.published`), and which of
+    them stood published when it ended, for records laid out by `layout` (the tick's index)."""
+
+    layout: Mapping[model.ServiceId, int]
+    keys: npt.NDArray[np.int64]
+    settled: npt.NDArray[np.bool_]
+
+
 OnTick = Callable[[TickReport, float], None]
 """Told each tick's report and how long the tick took, in seconds of the loop's `timer`."""
 
@@ -299,6 +508,15 @@ class _Seasonal:
     scored: forecast.Backtest
     key: tuple[int, int] | None = None
     vote: model.ForecastVote | None = None
+
+
+_Column = TypeVar("_Column", bound=np.ndarray[Any, Any])
+
+
+def _put(column: _Column, at: npt.NDArray[np.intp], values: _Column) -> _Column:
+    out = column.copy()
+    out[at] = values
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +552,25 @@ class _Records:
                 for w in workloads
             ),
             tuple(w.id for w in workloads),
+        )
+
+    def put(self, at: Sequence[int], records: _Records) -> _Records:
+        """A copy with the entries `at` replaced by those of `records`, in their order."""
+        where = np.asarray(at, dtype=np.intp)
+        voting = list(self.voting)
+        for k, i in enumerate(at):
+            voting[i] = records.voting[k]
+        # The services stay the same ones (`_patched`): the same tuple, so that what is kept
+        # per service from tick to tick (`_Held`) knows it still holds.
+        assert all(self.ids[i] == records.ids[k] for k, i in enumerate(at))
+        return _Records(
+            _put(self.replicas, where, records.replicas),
+            _put(self.serving, where, records.serving),
+            _put(self.startup_s, where, records.startup_s),
+            _put(self.admissible, where, records.admissible),
+            _put(self.no_placement, where, records.no_placement),
+            tuple(voting),
+            self.ids,
         )
 
     def take(self, rows: npt.NDArray[np.intp]) -> _Records:
@@ -402,6 +639,10 @@ class Loop:
         self._llm_windows: smoothing.Windows | None = None
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
+        self._publish_last: _Published | None = None
+        self._held: _Held | None = None
+        self._written: set[model.ServiceId] = set()
+        """The services whose state was written (or dropped) since the batch last read them."""
         self._metrics_down_s: float | None = None
         """When the metrics outage under way began; None while they answer."""
         self.outage_quiet_s = outage_quiet_s
@@ -494,6 +735,7 @@ class Loop:
                 pending[workload.id] = next_state
             else:
                 self._states[workload.id] = next_state
+                self._written.add(workload.id)
         if rest and pending:  # the writes go out in the records' order, as they always have
             order = columns.index
             pending = {s: pending[s] for s in sorted(pending, key=order.__getitem__)}
@@ -505,7 +747,7 @@ class Loop:
             await self.ramps.reconcile(now, workloads, standby=sizes)
         for chore in self.chores:
             await chore()
-        kinds = Counter(b.kind for b in decisions.briefs().values())
+        kinds = decisions.codes().kinds()
         return TickReport(now, decisions, scaled, failed, metrics_error, kinds, workloads)
 
     def _decide_batch(
@@ -528,23 +770,35 @@ class Loop:
             return every
         configs, records = columns.configs, columns.records
         ids = records.ids
-        found = [self._states.get(service) for service in ids]
-        unknown = [state is None for state in found]
-        states = [
-            state or workloads[i].state or model.PolicyState()
-            for state, i in zip(found, rows.tolist(), strict=True)
-        ]
-        usable = [state.paused_s is None for state in states]
+        held = self._held
+        if held is None or held.ids is not ids:
+            held = self._held = _Held.of(ids, [workloads[i] for i in rows.tolist()], self._states)
+        else:
+            held.update(self._written, self._states, workloads, rows)
+        self._written.clear()
+        states = held.states
+        unknown, up_s, change_s, burst_s = (
+            held.unknown,
+            held.last_scale_up_s,
+            held.last_scale_change_s,
+            held.burst_until_s,
+        )
+        usable = ~held.paused
         if forecasts:
             for k, service in enumerate(ids):
                 vote = forecasts.get(service)
                 if vote is not None and vote.on:
                     usable[k] = False
-        if not all(usable):  # a pause ends, or a seasonal vote is on: `policy.decide` knows
-            kept = np.flatnonzero(np.asarray(usable))
+        if not bool(usable.all()):  # a pause ends, or a seasonal vote is on: `policy.decide` knows
+            kept = np.flatnonzero(usable)
             rows, configs, records = rows[kept], configs.take(kept), records.take(kept)
             states = [states[k] for k in kept.tolist()]
-            unknown = [unknown[k] for k in kept.tolist()]
+            unknown, up_s, change_s, burst_s = (
+                unknown[kept],
+                up_s[kept],
+                change_s[kept],
+                burst_s[kept],
+            )
         replicas = records.replicas
         if pools:
             replicas = replicas.copy()
@@ -566,9 +820,9 @@ class Loop:
             burst_mean=smoothed.burst_mean[rows],
             last=smoothed.last[rows],
             fresh=smoothed.fresh[rows],
-            last_scale_up_s=_times([s.last_scale_up_s for s in states]),
-            last_scale_change_s=_times([s.last_scale_change_s for s in states]),
-            burst_until_s=_times([s.burst_until_s for s in states]),
+            last_scale_up_s=up_s,
+            last_scale_change_s=change_s,
+            burst_until_s=burst_s,
         )
         out = batch.decide(configs, inputs)
         exact = out.exact
@@ -577,7 +831,7 @@ class Loop:
             rows.tolist(), out, current=replicas.tolist(), states=states, voting=records.voting
         )
         changes = out.desired != replicas
-        touched = exact & (changes | out.changed_state | np.asarray(unknown, dtype=np.bool_))
+        touched = exact & (changes | out.changed_state | unknown)
         changed_state = out.changed_state.tolist()
         last_up, last_change = out.last_scale_up_s.tolist(), out.last_scale_change_s.tolist()
         burst_until, changes_list = out.burst_until_s.tolist(), changes.tolist()
@@ -595,6 +849,7 @@ class Loop:
                 pending[service] = state
             else:
                 self._states[service] = state
+                self._written.add(service)
         if len(decided) == len(workloads):
             return ()
         left = np.ones(len(workloads), dtype=np.bool_)
@@ -636,7 +891,11 @@ class Loop:
         pending: dict[model.ServiceId, model.PolicyState],
     ) -> tuple[tuple[model.ServiceId, ...], tuple[model.ServiceId, ...]]:
         failed: list[model.ServiceId] = []
-        records = {w.id: w for w in workloads if w.id in pending} if pending else {}
+        records = (  # the ramp driver's writes read the record
+            {w.id: w for w in workloads if w.id in pending}
+            if pending and self.ramps is not None
+            else {}
+        )
 
         async def scale(service: model.ServiceId) -> None:
             decision = decisions[service]
@@ -657,6 +916,7 @@ class Loop:
                 log.warning("scale.failed", service=service, desired=decision.desired, error=str(e))
                 return
             self._states[service] = pending[service]
+            self._written.add(service)
             log.info(
                 "scale.applied",
                 service=service,
@@ -683,20 +943,43 @@ class Loop:
     ) -> None:
         """Publish the decisions whose outcome changed; with `outage_quiet`, not the holds for
         missing data (see `OUTAGE_QUIET_S`)."""
-        changed: list[tuple[model.ServiceId, model.Decision, _PublishKey]] = []
-        for service, outcome in decisions.briefs().items():
-            if service in failed:
+        # Steady outcomes differ only in wording (in the deadband, at the desired count):
+        # flipping between them under noise is not news worth a write. Only the services whose
+        # outcome moved since the last tick, or whose last one is not published yet, are looked
+        # at one by one: the others' last publish stands.
+        codes = decisions.codes()
+        keys = codes.published()
+        records = decisions.workloads
+        last = self._publish_last
+        if last is not None and last.layout is decisions.index:
+            moved = ~last.settled | (keys != last.keys).any(axis=1)
+            candidates: Sequence[int] = np.flatnonzero(moved).tolist()
+            settled = last.settled.copy()
+        else:
+            candidates = range(len(records))
+            settled = np.zeros(len(records), dtype=np.bool_)
+        failing = set(failed)
+        published = self._published
+        reasons = codes.reason
+        changed: list[tuple[int, model.ServiceId, model.Decision, _PublishKey]] = []
+        for i, (want, kind, reason, size, replicas, waiting) in zip(
+            candidates, keys[candidates].tolist(), strict=True
+        ):
+            service = records[i].id
+            key = (
+                want,
+                batch.KINDS[kind],
+                None if reason < 0 else batch.REASONS[reason],
+                None if size < 0 else (size, replicas, waiting),
+            )
+            if published.get(service) == key:
+                settled[i] = True
                 continue
-            if outage_quiet and outcome.reason is model.Reason.MISSING_DATA:
+            settled[i] = False
+            if service in failing or (outage_quiet and reasons[i] == _MISSING_DATA):
                 continue
-            # Steady outcomes differ only in wording (in the deadband, at the desired count):
-            # flipping between them under noise is not news worth a write.
-            reason = None if outcome.kind is model.Kind.STEADY else outcome.reason
-            pool = outcome.standby
-            counts = None if pool is None else (pool.size, pool.replicas, pool.waiting)
-            key = (outcome.desired, outcome.kind, reason, counts)
-            if self._published.get(service) != key:
-                changed.append((service, decisions[service], key))
+            changed.append((i, service, decisions[service], key))
+        self._publish_last = _Published(decisions.index, keys, settled)
         if not changed:
             return
         # Writes go out a few at a time: one by one, a controller that takes over a thousand
@@ -724,11 +1007,13 @@ class Loop:
             )
 
         if len(changed) == 1:
-            await publish(*changed[0])
-            return
-        async with asyncio.TaskGroup() as group:
-            for item in changed:
-                group.create_task(publish(*item))
+            await publish(*changed[0][1:])
+        else:
+            async with asyncio.TaskGroup() as group:
+                for _, service, decision, key in changed:
+                    group.create_task(publish(service, decision, key))
+        for i, service, _, key in changed:
+            settled[i] = published.get(service) == key
 
     def _pools(
         self,
@@ -893,11 +1178,24 @@ class Loop:
         return {i: estimates[k] for k, i in enumerate(opted)}
 
     def _columns(self, workloads: Sequence[ports.Workload]) -> _Columns:
-        """The services' window rows, half-lives and windows, made again only when a record
-        differs (by identity) from the last tick's: most ticks no record has changed."""
+        """The services' window rows, half-lives and windows, and what the batch reads of them:
+        reused when every record is the last tick's (by identity), and made again only for the
+        records that differ when the services are the same, in the same order (most ticks a few
+        services scaled, if any)."""
         last = self._last_columns
-        if last is not None and ports.same_records(last.workloads, workloads):
-            return last
+        if last is not None and len(last.workloads) == len(workloads):
+            changed = [
+                i
+                for i, (was, now) in enumerate(zip(last.workloads, workloads, strict=True))
+                if was is not now
+            ]
+            if not changed:
+                return last
+            if len(changed) <= len(workloads) // PATCHED_RATIO_DIVISOR:
+                patched = _patched(last, workloads, changed)
+                if patched is not None:
+                    self._last_columns = patched
+                    return patched
         self._forget_gone(workloads)
         count = len(workloads)
         batched = [i for i, w in enumerate(workloads) if batch.batchable(w.policy)]
@@ -925,6 +1223,7 @@ class Loop:
             self._windows.forget(gone)
             for service in gone:
                 self._states.pop(service, None)
+                self._written.add(service)
                 self._published.pop(service, None)
                 self._seasonal.pop(service, None)
                 self._shortfalls.pop(service, None)

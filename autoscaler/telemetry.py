@@ -9,6 +9,8 @@ tick keeps a reference to its report and its workloads and updates only what acc
 decision counter when an outcome changes, core-hours), and the `_PerService` collector turns the
 last tick into series on each scrape. A tick over 10,000 services would otherwise set some 90,000
 labelled children, most to the value they already had, for a scrape every 15 s or more to read.
+The loop's decisions come as arrays (`loop.Decisions`): only the outcomes that moved since the
+last tick are compared one by one.
 What the ramp driver and the placement ladder report between ticks is kept per service too.
 `/metrics` writes these series to the text format itself (prometheus_client's writer spends
 seconds on 200,000 samples), from a thread, so a scrape does not hold up the loop.
@@ -27,6 +29,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import prometheus_client as prom
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -35,7 +39,7 @@ from prometheus_client.utils import floatToGoString
 
 from autoscaler import loop as loop_
 from autoscaler import ports
-from autoscaler.core import model
+from autoscaler.core import batch, model
 
 TICK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 SERVICE_LABELS: Final = ("namespace", "service")
@@ -293,6 +297,15 @@ class _Service:
         self.fallbacks: dict[str, int] = {}
 
 
+@dataclass(frozen=True, slots=True)
+class _LastOutcomes:
+    layout: Mapping[model.ServiceId, int]
+    """The tick's place of each service (`Decisions.index`): the same object while the
+    records stay the same services in the same order."""
+    kind: npt.NDArray[np.int8]
+    reason: npt.NDArray[np.int8]
+
+
 class _PerService(Collector):
     """The per-service series, rendered from the last tick and the kept counters on a scrape."""
 
@@ -302,6 +315,9 @@ class _PerService(Collector):
         self.services: dict[model.ServiceId, _Service] = {}
         self.seen: dict[model.ServiceId, _Outcome] = {}
         """Each service's last outcome: a change is counted once in `DECISIONS`."""
+        self.last: _LastOutcomes | None = None
+        """The last tick's outcomes as arrays, when it came as `loop.Decisions`: those of the
+        next tick that did not move are in `seen` already."""
 
     def service(self, service: model.ServiceId) -> _Service:
         found = self.services.get(service)
@@ -313,6 +329,7 @@ class _PerService(Collector):
         self.tick = None
         self.services.clear()
         self.seen.clear()
+        self.last = None
 
     def describe(self) -> Iterable[Metric]:
         return [family.new() for family in (*PER_SERVICE, HOLDING)]
@@ -532,8 +549,13 @@ class Telemetry:
         if report.metrics_error is not None:
             self.query_errors.inc()
         kept = self._services
-        seen = kept.seen
         decisions = report.decisions
+        if isinstance(decisions, loop_.Decisions) and decisions.workloads is workloads:
+            self._observe_codes(decisions, tick_s)
+            kept.tick = (report, workloads)
+            return
+        kept.last = None
+        seen = kept.seen
         present: set[model.ServiceId] = set()
         for workload in workloads:
             service = workload.id
@@ -562,6 +584,54 @@ class Telemetry:
         for gone in seen.keys() - present:
             del seen[gone]
         for gone in kept.services.keys() - present:
+            del kept.services[gone]
+
+    def _observe_codes(self, decisions: loop_.Decisions, tick_s: float) -> None:
+        """`observe_tick` on a tick's decisions as arrays (`Decisions.codes`): an outcome is
+        looked at one by one only when it moved since the last tick, which this one follows
+        (the same records, in the same order); every service's core-hours accrue."""
+        kept = self._services
+        seen, workloads, index = kept.seen, decisions.workloads, decisions.index
+        codes = decisions.codes()
+        last = kept.last
+        if last is not None and last.layout is index:
+            moved = (codes.kind != last.kind) | (codes.reason != last.reason)
+            looked: Iterable[int] = np.flatnonzero(moved).tolist()
+        else:
+            looked = range(len(workloads))
+        kinds, reasons = codes.kind, codes.reason
+        for i in looked:
+            service = workloads[i].id
+            outcome = (batch.KINDS[kinds[i]], batch.REASONS[reasons[i]])
+            if seen.get(service) != outcome:
+                seen[service] = outcome
+                counts = kept.service(service).decisions
+                counts[outcome] = counts.get(outcome, 0) + 1
+        kept.last = _LastOutcomes(index, codes.kind, codes.reason)
+        if tick_s > 0:
+            waiting = codes.pools[:, 2]
+            pooled = np.flatnonzero(waiting > 0).tolist() if len(waiting) else []
+            share_of = dict(zip(pooled, waiting[pooled].tolist(), strict=True))
+            for i, workload in enumerate(workloads):
+                rate = workload.core_rate
+                if rate <= 0:
+                    continue
+                service = workload.id
+                project = workload.project or _labels(service)[0]
+                found = kept.service(service)
+                hours = found.core_hours
+                hours[project] = hours.get(project, 0.0) + rate * tick_s / 3600.0
+                pool_waiting = share_of.get(i)
+                if pool_waiting is not None and workload.replicas > 0:
+                    # The pool's share of the rate: its pods weigh the service's mean.
+                    share = min(1.0, pool_waiting / workload.replicas)
+                    held = found.standby_hours
+                    added = rate * share * tick_s / 3600.0
+                    held[project] = held.get(project, 0.0) + added
+        self.services.set(len(workloads))
+        for gone in seen.keys() - index.keys():
+            del seen[gone]
+        for gone in kept.services.keys() - index.keys():
             del kept.services[gone]
 
     def led(self, names: Sequence[str], led: Collection[int]) -> None:

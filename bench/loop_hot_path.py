@@ -1,23 +1,35 @@
 """The loop's own CPU per tick at scale, in seconds rather than the minutes of `loop_scale_k8s`.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python -m bench.loop_hot_path [--services 10000]
-        [--ticks 10] [--seed 14] [--gc-threshold N[,N,N]] [--profile PATH]
+        [--ticks 10] [--seed 14] [--churn RATIO] [--gc-threshold N[,N,N]] [--profile PATH]
 
 `Loop.step()` with the real Prometheus adapter (`MetricsSource` over `Client`, its HTTP and its
-reading of the answers) and the default policy, for N services of two pods each in ten
-namespaces. The answers are served from memory by an aiohttp server in this process, written
-as Prometheus writes them (compact JSON, one series per pod), with seeded values that are new
-every tick; the cluster is a list of records that never changes and takes every write at once.
+reading of the answers) and the default policy, for N services in ten namespaces. The answers
+are served from memory by an aiohttp server in this process, written as Prometheus writes them
+(compact JSON, one series per pod), with seeded values that are new every tick.
+
+Two workloads:
+- by default every sample is drawn anew each tick, uniformly over a wide range, for services of
+  two pods each; the cluster is a list of records that never changes and takes every write at
+  once. Nearly every service's load jumps every tick: about a fifth of them ask to scale and a
+  third publish a new outcome, every tick, the heaviest case for acting and publishing.
+- `--churn RATIO`: each service serves a steady load sized for its replicas (2 to 4 pods, inside
+  the deadband), with a few per cent of noise per sample, and RATIO of the services move to a
+  new load each minute (spread over the ticks), as a fleet's traffic does. The cluster takes
+  each scale write into its record (new replicas, serving pods and pod names, a new record as
+  the Kubernetes adapter makes), so the services settle and the writes are those the changes
+  call for. The warm-up is longer (`CHURN_WARM_TICKS`), for the first outcomes to settle.
 What it leaves out, `loop_scale_k8s` measures: the Kubernetes adapter and its caches, Events,
-telemetry, Prometheus itself, and a machine shared with all of them.
+Prometheus itself, and a machine shared with all of them; telemetry only with `--telemetry`.
 
 Printed: CPU per tick (process time: the server's share is the same few copies of bytes for any
-code under test), its wall time, the garbage collector's share and its collections by generation,
-and with `--profile` the top of the steady ticks' profile (then without the collector's share).
-`--gc-threshold` sets the collector's thresholds after the freeze, as the controller's
-`AUTOSCALER_LOOP__GC_THRESHOLD` does (generations left out keep theirs; 0 for the first keeps
-Python's). Timings are printed, never
-asserted (docs/benchmark.md).
+code under test), the loop's own share of it (all but the metrics sample: the read path and the
+server), its wall time, the scale writes and publishes per tick, the garbage collector's share
+and its collections by generation, and with `--profile` the top of the steady ticks' profile
+(then without the collector's share). `--gc-threshold` sets the collector's thresholds after the
+freeze, as the controller's `AUTOSCALER_LOOP__GC_THRESHOLD` does (generations left out keep
+theirs; 0 for the first keeps Python's). Timings are printed, never asserted
+(docs/benchmark.md).
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import dataclasses
 import gc
 import json
 import pstats
@@ -35,40 +48,59 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 from aiohttp import web
 
 from autoscaler import clock, logs, loop, ports
+from autoscaler import telemetry as telemetry_
 from autoscaler.adapters import prometheus
-from autoscaler.core import model, policy
+from autoscaler.core import model, policy, smoothing
 
 NAMESPACES = 10
 PODS_PER_SERVICE = 2
 WARM_TICKS = 5
+CHURN_WARM_TICKS = 30
+TARGET_LOAD_PER_REPLICA = 5.0
+CHURN_REPLICAS = (2, 4)
+"""The replicas a churning service's load asks for, least and most."""
+NOISE_RATIO = 0.03
+"""A churning service's per-sample noise: the standard deviation, as a share of its level."""
 
 
-def records(services: int) -> list[ports.Workload]:
-    """N services as the Kubernetes adapter would record them: the default policy, vLLM."""
+def records(services: int, replicas: Sequence[int] = ()) -> list[ports.Workload]:
+    """N services as the Kubernetes adapter would record them: the default policy, vLLM; each
+    with `replicas[i]` pods (`PODS_PER_SERVICE` when not given)."""
     config = policy.default(
-        max_replicas=20, target_load_per_replica=5.0, target_queue_per_replica=4.0, forecast=None
+        max_replicas=20,
+        target_load_per_replica=TARGET_LOAD_PER_REPLICA,
+        target_queue_per_replica=4.0,
+        forecast=None,
     )
     found = []
     for i in range(services):
         name = f"llm-{i:05d}"
         namespace = f"team-{i % NAMESPACES}"
+        count = replicas[i] if replicas else PODS_PER_SERVICE
         found.append(
             ports.Workload(
                 model.ServiceId(f"{namespace}/{name}"),
                 config,
                 half_life_s=30.0,
-                replicas=PODS_PER_SERVICE,
-                serving=PODS_PER_SERVICE,
+                replicas=count,
+                serving=count,
                 namespace=namespace,
                 deployment=name,
                 metrics=prometheus.PRESETS["vllm"],
-                pods=frozenset(f"{name}-7d9f8c6b5-{j:05d}" for j in range(PODS_PER_SERVICE)),
+                pods=pod_names(name, count),
+                core_rate=float(count),  # a GPU per pod
             )
         )
     return found
+
+
+def pod_names(deployment: str, count: int) -> frozenset[str]:
+    return frozenset(f"{deployment}-7d9f8c6b5-{j:05d}" for j in range(count))
 
 
 class Answers:
@@ -99,22 +131,133 @@ class Answers:
         return web.Response(body=self.bodies[kind], content_type="application/json")
 
 
+def _body(result: list[dict[str, object]]) -> bytes:
+    answer = {"status": "success", "data": {"resultType": "vector", "result": result}}
+    return json.dumps(answer, separators=(",", ":")).encode()
+
+
+class Churning:
+    """Prometheus's answers for a fleet whose load is steady but for `churn` of the services
+    moving to a new level each minute; each pod reports its share of its service's level, with
+    noise, new every tick. Seeded."""
+
+    def __init__(self, services: int, *, churn_per_minute: float, tick_s: float, seed: int) -> None:
+        self._random = random.Random(seed)
+        self._moves_per_tick = churn_per_minute * services * tick_s / 60.0
+        self._owed = 0.0
+        self.replicas = [self._random.randint(*CHURN_REPLICAS) for _ in range(services)]
+        self.load = [self._level(r) for r in self.replicas]
+        self.queue = [self._random.uniform(0.0, 0.5) for _ in range(services)]
+        self.gpu = [self._random.uniform(30.0, 60.0) for _ in range(services)]
+        self.moved = 0
+        """Services moved to a new load so far."""
+        self.bodies: dict[str, bytes] = {}
+
+    def _level(self, replicas: int) -> float:
+        """A load that `replicas` serve inside the deadband, asking for no more of them."""
+        return replicas * TARGET_LOAD_PER_REPLICA * self._random.uniform(0.92, 0.98)
+
+    def move(self) -> None:
+        """One tick's share of the minute's changes of load."""
+        self._owed += self._moves_per_tick
+        count, self._owed = int(self._owed), self._owed % 1.0
+        for i in self._random.sample(range(len(self.load)), count):
+            self.load[i] = self._level(self._random.randint(*CHURN_REPLICAS))
+            self.queue[i] = self._random.uniform(0.0, 0.5)
+        self.moved += count
+
+    def renew(self, workloads: Sequence[ports.Workload]) -> None:
+        """This tick's samples for the pods the records name now."""
+        gauss = self._random.gauss
+        series: dict[str, list[dict[str, object]]] = {"load": [], "queue": [], "gpu": []}
+        for i, w in enumerate(workloads):
+            share = 1.0 / max(1, len(w.pods))
+            levels = (
+                ("load", self.load[i] * share),
+                ("queue", self.queue[i] * share),
+                ("gpu", self.gpu[i]),
+            )
+            for pod in sorted(w.pods):
+                labels = {"namespace": w.namespace, "pod": pod}
+                for kind, level in levels:
+                    value = max(0.0, level * (1.0 + gauss(0.0, NOISE_RATIO)))
+                    series[kind].append({"metric": labels, "value": [1796163512.358, repr(value)]})
+        self.bodies = {kind: _body(result) for kind, result in series.items()}
+
+    async def handle(self, request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        kind = "gpu" if "DCGM" in promql else "load" if "rate(" in promql else "queue"
+        return web.Response(body=self.bodies[kind], content_type="application/json")
+
+
+class Following:
+    """`ports.Cluster` over records that take each scale write at once: the service's replicas,
+    serving pods and their names become the count written, in a new record."""
+
+    def __init__(self, workloads: list[ports.Workload]) -> None:
+        self._workloads = workloads
+        self._index = {w.id: i for i, w in enumerate(workloads)}
+        self.scales = 0
+        self.publishes = 0
+
+    def workloads(self) -> Sequence[ports.Workload]:
+        return list(self._workloads)  # a tick's records stay as they were while it writes
+
+    async def scale(self, service: model.ServiceId, replicas: int) -> None:
+        i = self._index[service]
+        w = self._workloads[i]
+        self._workloads[i] = dataclasses.replace(
+            w,
+            replicas=replicas,
+            serving=replicas,
+            pods=pod_names(w.deployment, replicas),
+            core_rate=float(replicas),
+        )
+        self.scales += 1
+
+    async def publish(
+        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
+    ) -> None:
+        self.publishes += 1
+
+
+class Timed:
+    """A `ports.MetricsSource` that adds up the process time its source's samples take (the
+    Prometheus adapter's, and this process's server's share), so that the loop's own CPU per
+    tick is told apart from the read path's."""
+
+    def __init__(self, source: ports.MetricsSource) -> None:
+        self._source = source
+        self.spent_s = 0.0
+
+    async def sample(
+        self, workloads: Sequence[ports.Workload], now_s: float
+    ) -> npt.NDArray[np.float64]:
+        started = time.process_time()
+        try:
+            return await self._source.sample(workloads, now_s)
+        finally:
+            self.spent_s += time.process_time() - started
+
+
 class Unchanging:
     """`ports.Cluster` over fixed records: every scale and publish succeeds at once."""
 
     def __init__(self, workloads: list[ports.Workload]) -> None:
         self._workloads = workloads
+        self.scales = 0
+        self.publishes = 0
 
     def workloads(self) -> Sequence[ports.Workload]:
         return self._workloads
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        return None
+        self.scales += 1
 
     async def publish(
         self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
     ) -> None:
-        return None
+        self.publishes += 1
 
 
 async def measure(
@@ -124,9 +267,25 @@ async def measure(
     seed: int,
     profile: cProfile.Profile | None,
     gc_threshold: Sequence[int] = (),
+    churn: float | None = None,
+    telemetry: bool = False,
 ) -> dict[str, object]:
-    workloads = records(services)
-    answers = Answers(workloads, seed)
+    """`churn`: the share of services moving to a new load each minute (see the module
+    docstring); None draws every sample anew each tick. `telemetry`: each tick ends with
+    `Telemetry.observe_tick`, as the controller's does, inside the time measured."""
+    ticking = clock.ManualClock(0.0)
+    tick_s = smoothing.SmoothingConfig().tick_s
+    churning: Churning | None = None
+    drawn: Answers | None = None
+    answers: Answers | Churning
+    cluster: Unchanging | Following
+    if churn is None:
+        workloads = records(services)
+        drawn = answers = Answers(workloads, seed)
+        cluster = Unchanging(workloads)
+    else:
+        churning = answers = Churning(services, churn_per_minute=churn, tick_s=tick_s, seed=seed)
+        cluster = Following(records(services, churning.replicas))
     server = web.Application()
     server.router.add_get("/api/v1/query", answers.handle)
     runner = web.AppRunner(server)
@@ -135,9 +294,17 @@ async def measure(
     await site.start()
     port = runner.addresses[0][1]
     client = prometheus.Client(f"http://127.0.0.1:{port}", timeout_s=60.0)
-    source = prometheus.MetricsSource(client, scrape_interval_s=5.0)
-    ticking = clock.ManualClock(0.0)
-    the_loop = loop.Loop(cluster=Unchanging(workloads), metrics=source, clock=ticking)
+    source = Timed(prometheus.MetricsSource(client, scrape_interval_s=5.0))
+    the_loop = loop.Loop(cluster=cluster, metrics=source, clock=ticking)
+    exported = telemetry_.Telemetry() if telemetry else None
+
+    async def step() -> None:
+        report = await the_loop.step()
+        if exported is not None:
+            exported.observe_tick(
+                report, report.workloads, duration_s=0.0, wall_time_s=0.0, tick_s=tick_s
+            )
+
     collected_s = [0.0]
     collections = [0, 0, 0]
     started = [0.0]
@@ -149,13 +316,25 @@ async def measure(
             collected_s[0] += time.process_time() - started[0]
             collections[info["generation"]] += 1
 
+    def renew() -> None:
+        if drawn is not None:
+            drawn.renew()
+        elif churning is not None:
+            churning.move()
+            churning.renew(cluster.workloads())
+
     cpu: list[float] = []
+    own: list[float] = []
     wall: list[float] = []
     thresholds = measured_threshold = gc.get_threshold()
     try:
-        for _ in range(WARM_TICKS):
-            await the_loop.step()
-            ticking.advance(1.0)
+        if churning is not None:
+            renew()
+        for _ in range(WARM_TICKS if churning is None else CHURN_WARM_TICKS):
+            await step()
+            ticking.advance(tick_s)
+            if churning is not None:
+                renew()
         gc.collect()
         gc.freeze()  # as the controller does once its caches have synced
         if gc_threshold and gc_threshold[0]:
@@ -163,17 +342,19 @@ async def measure(
         measured_threshold = gc.get_threshold()
         if profile is None:  # the callback would time the profiler too
             gc.callbacks.append(timed)
+        scales, publishes, moved = cluster.scales, cluster.publishes, churning and churning.moved
         for _ in range(ticks):
-            answers.renew()
-            cpu_s, wall_s = time.process_time(), time.perf_counter()
+            renew()
+            cpu_s, wall_s, sampled_s = time.process_time(), time.perf_counter(), source.spent_s
             if profile is not None:
                 profile.enable()
-            await the_loop.step()
+            await step()
             if profile is not None:
                 profile.disable()
             cpu.append(time.process_time() - cpu_s)
+            own.append(cpu[-1] - (source.spent_s - sampled_s))
             wall.append(time.perf_counter() - wall_s)
-            ticking.advance(1.0)
+            ticking.advance(tick_s)
     finally:
         if timed in gc.callbacks:
             gc.callbacks.remove(timed)
@@ -181,17 +362,26 @@ async def measure(
         gc.set_threshold(*thresholds)
         await client.close()
         await runner.cleanup()
-    return {
+    result: dict[str, object] = {
         "services": services,
+        "workload": "random" if churn is None else f"churn {churn:g} per minute",
+        "telemetry": telemetry,
         "ticks_measured": ticks,
         "cpu_per_tick_p50_s": round(statistics.median(cpu), 4),
         "cpu_per_tick_min_s": round(min(cpu), 4),
+        "loop_cpu_per_tick_p50_s": round(statistics.median(own), 4),
+        "loop_cpu_per_tick_min_s": round(min(own), 4),
         "wall_per_tick_p50_s": round(statistics.median(wall), 4),
         "gc_s_per_tick": round(collected_s[0] / ticks, 4),
         "gc_collections_by_generation": collections,
         "gc_threshold": list(measured_threshold),
+        "scales_per_tick": round((cluster.scales - scales) / ticks, 1),
+        "publishes_per_tick": round((cluster.publishes - publishes) / ticks, 1),
         "answer_mib_per_signal": round(len(answers.bodies["load"]) / 2**20, 2),
     }
+    if churning is not None:
+        result["load_moves_per_tick"] = round((churning.moved - int(moved or 0)) / ticks, 1)
+    return result
 
 
 def main() -> None:
@@ -199,6 +389,17 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=10_000)
     parser.add_argument("--ticks", type=int, default=10)
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument(
+        "--churn",
+        type=float,
+        metavar="RATIO",
+        help="share of services moving to a new load each minute (default: every sample random)",
+    )
+    parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="end each tick with the controller's telemetry (Telemetry.observe_tick)",
+    )
     parser.add_argument(
         "--gc-threshold",
         type=lambda text: tuple(int(n) for n in text.split(",")),
@@ -217,6 +418,8 @@ def main() -> None:
             seed=args.seed,
             profile=profile,
             gc_threshold=args.gc_threshold,
+            churn=args.churn,
+            telemetry=args.telemetry,
         )
     )
     width = max(map(len, result))

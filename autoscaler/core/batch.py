@@ -162,6 +162,16 @@ class Configs:
         """The entries of `rows`, in their order."""
         return Configs(**{f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(Configs)})
 
+    def put(self, at: npt.NDArray[np.intp], configs: Configs) -> Configs:
+        """A copy with the entries `at` replaced by those of `configs`, in their order: when a
+        few services' configurations change, the others' are not read again."""
+        fields = {}
+        for f in dataclasses.fields(Configs):
+            column = getattr(self, f.name).copy()
+            column[at] = getattr(configs, f.name)
+            fields[f.name] = column
+        return Configs(**fields)
+
 
 @dataclass(frozen=True, slots=True)
 class Inputs:
@@ -245,31 +255,58 @@ _MISSING = model.Contribution(math.nan, None, "missing")
 class Voter:
     """The votes of the batch's rows as `policy._vote` casts them, for `policy.decide_voted`:
     the full decision of a batched service, its details and contributions, made by the
-    policy's own steps (exactly the same: tests/core/test_batch.py). The columns are read into
-    lists once, when the first row is asked for."""
+    policy's own steps (exactly the same: tests/core/test_batch.py).
 
-    __slots__ = ("_burst", "_burst_path", "_estimate", "_rows")
+    The columns are stacked into one float table once, and a row is read out of it when asked
+    for: a tick reads the rows of the few services whose outcome changed, not all of them.
+    Every number in it is exact in float64 (the replicas asked for are at most 2**52, the codes
+    and flags small)."""
+
+    __slots__ = ("_table",)
 
     def __init__(self, outcomes: Outcomes) -> None:
         columns = outcomes.votes
-        estimate = np.stack([outcomes.load_estimate, outcomes.queue_estimate], axis=1)
-        self._rows = list(
-            zip(
-                columns.has_target.tolist(),
-                columns.voted.tolist(),
-                columns.ratio.tolist(),
-                columns.desired.tolist(),
-                columns.estimator.tolist(),
-                columns.recent_ratio.tolist(),
-                estimate.tolist(),
-                strict=True,
-            )
+        self._table = np.concatenate(
+            [
+                columns.has_target,
+                columns.voted,
+                columns.ratio,
+                columns.desired,
+                columns.estimator,
+                columns.recent_ratio,
+                outcomes.load_estimate[:, None],
+                outcomes.queue_estimate[:, None],
+                columns.burst_path[:, None],
+                columns.burst[:, None],
+            ],
+            axis=1,
+            dtype=np.float64,
         )
-        self._burst, self._burst_path = columns.burst.tolist(), columns.burst_path.tolist()
 
     def votes(self, row: int) -> policy.Votes:
-        has, voted, ratio, desired, estimator, recent, estimate = self._rows[row]
-        burst_path = self._burst_path[row]
+        (
+            *has,
+            load_voted,
+            queue_voted,
+            load_ratio,
+            queue_ratio,
+            load_desired,
+            queue_desired,
+            load_estimator,
+            queue_estimator,
+            load_recent,
+            queue_recent,
+            load_estimate,
+            queue_estimate,
+            burst_path,
+            burst,
+        ) = self._table[row].tolist()
+        voted = (load_voted, queue_voted)
+        ratio = (load_ratio, queue_ratio)
+        desired = (int(load_desired), int(queue_desired))
+        estimator = (int(load_estimator), int(queue_estimator))
+        recent = (load_recent, queue_recent)
+        estimate = (load_estimate, queue_estimate)
         contributions: dict[Signal, model.Contribution] = {}
         missing: list[Signal] = []
         recent_ratios: dict[Signal, float] = {}
@@ -291,8 +328,9 @@ class Voter:
             tie_won = desired[j] == wanted and driver is not None and ratio[j] > ratio[0]
             if wanted is None or desired[j] > wanted or tie_won:
                 wanted, driver = desired[j], signal
-        burst = self._burst[row]
-        return policy.Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios)
+        return policy.Votes(
+            contributions, wanted, driver, tuple(missing), bool(burst), recent_ratios
+        )
 
 
 def _above_zero(x: FloatArray) -> FloatArray:

@@ -81,40 +81,36 @@ class Estimates:
 class Rows:
     """`Estimates` one row at a time, for the per-service policy.
 
-    The eight arrays are stacked once into one (rows, signals, fields) table; a row's mapping
-    and its `SignalEstimate`s are made when that row is read and dropped with it. Made for every
-    row at once they were tens of thousands of objects alive through the tick at 10,000
-    services, and the garbage collector walked them all again and again.
+    The eight arrays are stacked into one (rows, signals, fields) table when the first row is
+    read (most ticks read none: the batch decides from the arrays); a row's mapping and its
+    `SignalEstimate`s are made when that row is read and dropped with it. Made for every row at
+    once they were tens of thousands of objects alive through the tick at 10,000 services, and
+    the garbage collector walked them all again and again.
     """
 
-    __slots__ = ("_signals", "_table")
+    __slots__ = ("_estimates", "_table")
 
     def __init__(self, estimates: Estimates) -> None:
-        self._signals = estimates.signals
-        # Columns in the field order of SignalEstimate (`fresh` as 0/1 until it is read).
-        self._table = np.stack(
-            [
-                estimates.mean,
-                estimates.level,
-                estimates.trend_per_s,
-                estimates.burst_mean,
-                estimates.last,
-                estimates.fresh,
-                estimates.trend_stderr_per_s,
-                estimates.mean_age_s,
-            ],
-            axis=-1,
-        )
+        self._estimates = estimates
+        self._table: FloatArray | None = None
 
     def __len__(self) -> int:
-        return len(self._table)
+        return len(self._estimates.mean)
 
     def __getitem__(self, row: int) -> dict[model.Signal, model.SignalEstimate]:
+        table = self._table
+        if table is None:
+            e = self._estimates
+            # Columns in the field order of SignalEstimate (`fresh` as 0/1 until it is read).
+            columns = (e.mean, e.level, e.trend_per_s, e.burst_mean, e.last, e.fresh)
+            table = self._table = np.stack(
+                [*columns, e.trend_stderr_per_s, e.mean_age_s], axis=-1, dtype=np.float64
+            )
         make = model.SignalEstimate
         return {
             signal: make(mean, level, trend, burst, last, fresh > 0, se, age)
             for signal, (mean, level, trend, burst, last, fresh, se, age) in zip(
-                self._signals, self._table[row].tolist(), strict=False
+                self._estimates.signals, table[row].tolist(), strict=False
             )
         }
 
@@ -209,20 +205,25 @@ class Windows:
         tick = self._tick(now_s)
         if self._last_tick is not None and tick < self._last_tick:
             raise ValueError(f"samples must move forward in time: tick {tick} < {self._last_tick}")
+        prefix = bool(len(rows)) and _is_prefix(rows)
         if self._last_tick is None or tick > self._last_tick:
             first = tick - self._slots + 1
             start = first if self._last_tick is None else max(self._last_tick + 1, first)
             for t in range(start, tick + 1):
                 slot = t % self._slots
-                self._val[:, :, slot] = 0.0
-                self._ok[:, :, slot] = False
+                # The first rows, when they are the ones written below, are written whole:
+                # only the others are cleared (a pass across the buffer's slots fewer).
+                kept = len(rows) if prefix and t == tick else 0
+                self._val[kept:, :, slot] = 0.0
+                self._ok[kept:, :, slot] = False
                 self._slot_tick[slot] = t
             self._last_tick = tick
         if len(rows):
             slot = tick % self._slots
             ok = ~np.isnan(values)
-            self._val[rows, :, slot] = np.where(ok, values, 0.0)
-            self._ok[rows, :, slot] = ok
+            at: IntArray | slice = slice(0, len(rows)) if prefix else rows
+            self._val[at, :, slot] = np.where(ok, values, 0.0)
+            self._ok[at, :, slot] = ok
 
     def estimate(
         self,

@@ -59,9 +59,11 @@ class Cluster:
             for i in range(copies * len(configs))
         ]
         self.published: list[tuple[model.ServiceId, str, model.PolicyState]] = []
+        self.anew = False
+        """Hand out new records every tick, as if every service had changed."""
 
     def workloads(self) -> Sequence[ports.Workload]:
-        return self.records
+        return [dataclasses.replace(r) for r in self.records] if self.anew else self.records
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
         for i, record in enumerate(self.records):
@@ -142,6 +144,56 @@ async def test_the_batch_decides_writes_and_publishes_as_the_per_service_policy(
     assert clusters[0].published == clusters[1].published
     assert [r.replicas for r in clusters[0].records] == [r.replicas for r in clusters[1].records]
     assert {model.Reason.ABOVE_TARGET, model.Reason.BELOW_TARGET, model.Reason.BURST} <= kinds
+
+
+async def test_a_record_whose_settings_change_is_decided_on_its_new_settings() -> None:
+    """When a few services' policy, half-life and window change between ticks, the batched
+    loop decides them as the per-service loop given every record anew does."""
+    clusters = Cluster(4), Cluster(4)
+    clusters[1].anew = True
+    clocks = clock.ManualClock(0.0), clock.ManualClock(0.0)
+    loops = [
+        loop.Loop(cluster=clusters[0], metrics=Metrics(7), clock=clocks[0]),
+        loop.Loop(cluster=clusters[1], metrics=Metrics(7), clock=clocks[1], policy=PerService()),
+    ]
+    faster = policy.default(
+        max_replicas=9, target_load_per_replica=3.0, forecast=None, scale_up_cooldown_s=2.0
+    )
+    for tick in range(24):
+        if tick in (8, 16):
+            for cluster in clusters:
+                for i in (1, 8, 15) if tick == 8 else (3, 8):
+                    cluster.records[i] = dataclasses.replace(
+                        cluster.records[i], policy=faster, half_life_s=4.0 + tick, window_s=60.0
+                    )
+        batched, single = [await the_loop.step() for the_loop in loops]
+        for service, decision in single.decisions.items():
+            assert repr(batched.decisions[service]) == repr(decision), service
+        for ticking in clocks:
+            ticking.advance(1.0)
+    assert clusters[0].published == clusters[1].published
+    assert loops[0].state_of(clusters[0].records[8].id) is not None
+
+
+async def test_telemetry_exports_a_tick_read_as_arrays_as_it_does_one_read_by_decision() -> None:
+    """Over ticks of steps, bursts and gaps, and the end of a term, the series exported from
+    the loop's decisions are those exported from the same decisions as a plain mapping."""
+    cluster = Cluster(4)
+    cluster.records = [dataclasses.replace(r, core_rate=2.0) for r in cluster.records]
+    ticking = clock.ManualClock(0.0)
+    the_loop = loop.Loop(cluster=cluster, metrics=Metrics(21), clock=ticking)
+    arrays, mapping = telemetry.Telemetry(), telemetry.Telemetry()
+    for tick in range(30):
+        report = await the_loop.step()
+        plain = dataclasses.replace(report, decisions=dict(report.decisions))
+        if tick == 20:  # a term ends and another begins
+            for seen in (arrays, mapping):
+                seen.forget_services()
+        arrays.observe_tick(report, report.workloads, duration_s=0.1, wall_time_s=0.0)
+        mapping.observe_tick(plain, plain.workloads, duration_s=0.1, wall_time_s=0.0)
+        assert _series(arrays) == _series(mapping)
+        ticking.advance(1.0)
+    assert "autoscaler_decisions_total" in "\n".join(_series(arrays))
 
 
 async def test_a_steady_batched_service_builds_no_decision_until_read() -> None:

@@ -150,3 +150,38 @@ async def test_a_short_metrics_outage_writes_nothing_and_a_long_one_writes_each_
     later = [(service, reason.value) for service, reason in cluster.published[len(steady) :]]
     held = [(service, model.Reason.MISSING_DATA.value) for service, _ in steady]
     assert sorted(later) == sorted(held + [(service, reason.value) for service, reason in steady])
+
+
+class RefusingCluster(CountingCluster):
+    """A `CountingCluster` whose API refuses the publishes of the services in `refused`."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.refused: set[model.ServiceId] = set()
+
+    async def publish(
+        self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
+    ) -> None:
+        if service in self.refused:
+            raise errors.ActuationError(f"{service}: 503 from the API server")
+        await super().publish(service, decision, state)
+
+
+async def test_a_refused_publish_is_made_again_while_its_outcome_stands() -> None:
+    """A publish the API refused is made on the next tick although the outcome has not moved,
+    and an outcome once published is not published again."""
+    ticking = clock.ManualClock()
+    cluster = RefusingCluster(3)
+    refused = cluster.workloads()[1].id
+    cluster.refused = {refused}
+    the_loop = loop.Loop(cluster=cluster, metrics=SwitchableMetrics(), clock=ticking)
+    await the_loop.step()
+    assert [service for service, _ in cluster.published] == [
+        w.id for w in cluster.workloads() if w.id != refused
+    ]
+    for attempt in range(3):
+        ticking.advance(1.0)
+        if attempt == 1:
+            cluster.refused = set()
+        await the_loop.step()
+    assert [service for service, _ in cluster.published[2:]] == [refused]
