@@ -195,3 +195,48 @@ async def test_a_history_that_does_not_answer_does_not_hold_the_ticks() -> None:
     assert source.calls == 1
     assert len(policy.votes) == 4
     assert all(v == model.ForecastVote.off("no load history") for v in policy.votes)
+
+
+async def test_a_refresh_backtests_in_slices_and_keeps_the_last_backtests_until_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refresh returns to the event loop between slices of backtests, and the votes read the
+    last refresh's backtests until every one of the new refresh is made."""
+    sim = world.World(PARAMS)
+    services = 3 * run.loop.BACKTESTS_PER_SLICE
+    for i in range(services):
+        sim.add_service(f"ns/chat-{i}", np.full(60, 6.0), PARAMS, past=PAST)
+    controller = run.loop.Loop(
+        cluster=sim.cluster, metrics=sim.metrics, clock=sim.clock, history=sim.metrics
+    )
+    workloads = sim.cluster.workloads()
+    await controller._refresh_history(workloads, sim.clock.now())
+    assert len(controller._seasonal) == services
+    before = dict(controller._seasonal)
+
+    turns = 0
+    seen: list[tuple[int, int]] = []
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    backtest = forecast.backtest
+
+    def watched(*args: object, **kwargs: object) -> forecast.Backtest:
+        seen.append((turns, len(controller._seasonal)))
+        assert controller._seasonal == before
+        return backtest(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(forecast, "backtest", watched)
+    ticking = asyncio.ensure_future(other_work())
+    try:
+        await controller._refresh_history(workloads, sim.clock.now())
+    finally:
+        ticking.cancel()
+    assert len(seen) == services
+    assert len({t for t, _ in seen}) >= 3  # other work ran between the slices
+    assert controller._seasonal.keys() == before.keys()
+    assert all(controller._seasonal[s] is not before[s] for s in before)
