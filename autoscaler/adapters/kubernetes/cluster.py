@@ -138,6 +138,16 @@ class _Built:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class _Annotated:
+    """The controller's own last write of a service's `status` and `state`: what the object
+    says from `version` on, while the cache has not seen it."""
+
+    version: str
+    status: str
+    state: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Target:
     """A managed service as a write needs it: its record, settings and placement view (None
     for a kind other than Deployment: it has no placement tiers)."""
@@ -477,6 +487,7 @@ class KubeCluster:
         self._announced: set[model.ServiceId] = set()
         self._unannounced: dict[model.ServiceId, tuple[int, str]] = {}
         """Published changes not yet scaled (a drained scale-down): (replicas, reason)."""
+        self._annotated: dict[model.ServiceId, _Annotated] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -943,6 +954,7 @@ class KubeCluster:
         self._holding = {k: v for k, v in self._holding.items() if k in present}
         self._announced &= set(present)
         self._unannounced = {k: v for k, v in self._unannounced.items() if k in present}
+        self._annotated = {k: v for k, v in self._annotated.items() if k in present}
         self.placement.forget(present)
 
     def forget_unless(self, keep: Callable[[model.ServiceId], bool]) -> None:
@@ -1230,12 +1242,7 @@ class KubeCluster:
         cached = self.caches.workload(
             entry.kind, _api.namespace(entry.deployment), _api.name(entry.deployment)
         )
-        try:
-            # resourceVersions are opaque by contract but etcd's are increasing integers;
-            # when they are not, assume the cache is current.
-            return cached is not None and int(_api.resource_version(cached)) < int(written)
-        except ValueError:
-            return False
+        return cached is not None and _older(cached, written)
 
     async def _annotate(
         self,
@@ -1251,19 +1258,33 @@ class KubeCluster:
                 and found.get(contract.STATE_KEY) == state_text
             )
 
-        # Right after its own scale write the cache usually lags by that write: patching from
-        # its version would only earn a 409 and a re-read.
-        await annotate.patch_annotations(
+        # Right after its own writes the cache usually lags by them: patching from its version
+        # would only earn a 409 and a re-read, and its annotations may be older than the last
+        # ones written, so a decision that goes back to what they say would not be written.
+        version = self._written_version[service] if self._lags(service) else None
+        found = None
+        mine = self._annotated.get(service)
+        if mine is not None and _older(deployment, mine.version):
+            found = {contract.STATUS_KEY: mine.status, contract.STATE_KEY: mine.state}
+            if version is None or _older_version(version, mine.version):
+                version = mine.version
+        status_text = codec.dumps(document)
+        answer = await annotate.patch_annotations(
             self._calls,
             self._apps,
             deployment,
-            {contract.STATUS_KEY: codec.dumps(document), contract.STATE_KEY: state_text},
+            {contract.STATUS_KEY: status_text, contract.STATE_KEY: state_text},
             target=service,
             retry=self._conflicts,
-            version=self._written_version[service] if self._lags(service) else None,
+            version=version,
+            found=found,
             written=written,
             endpoint=self._endpoints[kind],
         )
+        if answer is not None:
+            self._annotated[service] = _Annotated(
+                _api.resource_version(answer), status_text, state_text
+            )
 
     async def _read(
         self, service: model.ServiceId, workload: ports.Workload, kind: targets.TargetKind
@@ -1316,6 +1337,20 @@ class KubeCluster:
             self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)
+
+
+def _older(cached: Obj, version: str) -> bool:
+    """Whether the cached object is older than the resourceVersion of a write of ours."""
+    return _older_version(_api.resource_version(cached), version)
+
+
+def _older_version(version: str, than: str) -> bool:
+    try:
+        # resourceVersions are opaque by contract but etcd's are increasing integers; when
+        # they are not, assume the cache is current.
+        return int(version) < int(than)
+    except ValueError:
+        return False
 
 
 def _contested(others: list[str]) -> contract.Invalid:

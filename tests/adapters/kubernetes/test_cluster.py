@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -677,6 +679,65 @@ async def test_a_hold_already_on_the_deployment_is_not_announced_again(
     ]
 
 
+async def test_a_new_leader_rewrites_no_status_that_says_the_same_decision(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A takeover writes no status whose decision is unchanged, only one that changed."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    state = model.PolicyState(last_scale_change_s=WALL_S - 60)
+    before = await make_cluster(identity="autoscaler-0")
+    await managed(before, "web")
+    await before.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), state)
+
+    after = await make_cluster(identity="autoscaler-1", wall_now=lambda: WALL_S + 30)
+    await eventually(
+        lambda: (
+            contract.STATUS_KEY in _api.annotations_of(after.caches.deployment(NS, "web") or {})
+        ),
+        after.caches.deployments,
+    )
+    after.workloads()
+    steady = decision(2, 2, kind=model.Kind.STEADY, reason=model.Reason.AT_DESIRED)
+    vote = model.Contribution(ratio=1.04, desired=2, estimator="mean", estimate=10.4)
+    await after.publish(
+        WEB,
+        dataclasses.replace(
+            steady, detail="load ratio 1.04 asks for 2", contributions={model.Signal.LOAD: vote}
+        ),
+        state,
+    )
+    assert kube.requests.count("patch", "deployments") == 1
+
+    await after.publish(WEB, decision(2, 3), state)
+    assert kube.requests.count("patch", "deployments") == 2
+    notes = kube.store.get("apps/v1/deployments", NS, "web")["metadata"]["annotations"]
+    assert json.loads(notes[contract.STATUS_KEY])["desired"] == 3
+
+
+async def test_a_decision_back_to_what_a_lagging_cache_shows_is_written(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Its own last status, not a cache that has not seen it, is what a new one is compared to."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    state = model.PolicyState()
+    hold = decision(2, 2, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN)
+    first = await make_cluster(identity="autoscaler-0")
+    await managed(first, "web")
+    await first.publish(WEB, hold, state)
+    watch = kube.hold("watch", "deployments")  # the next cache lists the hold, then sees nothing
+    made = await make_cluster(identity="autoscaler-1")
+    await managed(made, "web")
+
+    await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), state)
+    await made.publish(WEB, hold, state)
+
+    assert kube.requests.count("patch", "deployments") == 3
+    assert kube.requests.count("get", "deployments") == 0
+    notes = kube.store.get("apps/v1/deployments", NS, "web")["metadata"]["annotations"]
+    assert json.loads(notes[contract.STATUS_KEY])["kind"] == "hold"
+    watch.release()
+
+
 async def test_repeated_events_bump_the_count_of_one_event(
     kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:
@@ -815,3 +876,53 @@ async def test_the_loop_scales_a_deployment_through_the_adapter(
     state = json.loads(stored["metadata"]["annotations"][contract.STATE_KEY])
     assert state == {"lastScaleChange": WALL_S, "lastScaleUp": WALL_S, "replicas": 4}
     assert [e["reason"] for e in await events_of(api, "web")] == ["SuccessfulRescale"]
+
+
+class NoisyLoad:
+    """A `MetricsSource` whose load wavers by a few percent around `rps`, tick after tick."""
+
+    def __init__(self, rps: float) -> None:
+        self.rps = rps
+        self._wobble = itertools.cycle((1.0, 1.02, 0.99, 1.01, 0.98))
+
+    async def sample(
+        self, workloads: Sequence[ports.Workload], now_s: float
+    ) -> npt.NDArray[np.float64]:
+        values = np.full((len(workloads), len(model.Signal)), np.nan)
+        values[:, model.Signal.LOAD] = self.rps * next(self._wobble)
+        values[:, model.Signal.CAPACITY] = 50.0
+        return values
+
+
+async def test_a_settled_service_writes_no_status_until_its_decision_changes(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Once settled, a service under wavering load writes nothing, across a new term too."""
+    kubelet.add_node("gpu-1", gpus=8)
+    notes = settings(policy="seed")
+    await apps.create_namespaced_deployment(NS, deployment("web", replicas=2, annotations=notes))
+    await kubelet.settle()
+    clock = ManualClock(WALL_S)
+    made = await make_cluster(clock=clock, wall_now=clock.now)
+    await eventually(lambda: made.workloads()[0].serving == 2, made.caches.pods)
+    load = NoisyLoad(rps=19.0)
+
+    async def ticks(loop: Loop, n: int) -> None:
+        for _ in range(n):
+            clock.advance(1.0)
+            await loop.step()
+            await kubelet.settle()
+
+    await ticks(Loop(cluster=made, metrics=load, clock=clock), 3)  # scales to 4, then steady
+    kube.requests.clear()
+    await ticks(Loop(cluster=made, metrics=load, clock=clock), 1)  # a new leader's first tick
+    await ticks(Loop(cluster=made, metrics=load, clock=clock), 10)
+    assert kube.requests.count("patch", "deployments") == 0
+
+    load.rps = 40.0
+    loop = Loop(cluster=made, metrics=load, clock=clock)
+    await ticks(loop, 1)
+    assert kube.requests.count("patch", "deployments") == 1
+    stored = kube.store.get("apps/v1/deployments", NS, "web")
+    status = json.loads(stored["metadata"]["annotations"][contract.STATUS_KEY])
+    assert (status["kind"], status["reason"]) == ("hold", "cooldown")  # news: it wants 8
