@@ -6,9 +6,10 @@ annotations parsed by the contract (once per distinct content), its serving pods
 found by owner, all of it on one `ports.Workload` per service (docs/architecture.md, "The
 records of a tick"): the metrics source reads the pods and metric names from it, the ramp
 adapter its ramp settings. A record is built again only when the informers report a change to
-what it was built from, or after the controller's own write to it; otherwise the same object
-is returned; a service whose bucket moves to or from this replica is built again or dropped,
-with what was remembered about it. A Deployment with invalid annotations is skipped, with one
+what it was built from (the controller's own write of the `status` annotation is none: no record
+reads it), or after the controller's own scale write to it; otherwise the same object is
+returned; a service whose bucket moves to or from this replica is built again or dropped, with
+what was remembered about it. A Deployment with invalid annotations is skipped, with one
 `config.invalid` log line and one Warning Event `InvalidConfig` per distinct set of problems;
 so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of
 replicas: the Event names the other). A `state` annotation that cannot be read
@@ -895,7 +896,10 @@ class KubeCluster:
         self.events.record(deployment, events.WARNING, INVALID, problem.message)
 
     def _deployment_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
-        """Informer handler: a Deployment is its own record's, and a tier's its owner's too."""
+        """Informer handler: a Deployment is its own record's, and a tier's its owner's too;
+        but not the controller's own write of a decision, which no record is built from."""
+        if old is not None and new is not None and _only_status_moved(old, new):
+            return
         for obj in (old, new):
             if obj is not None:
                 namespace = _api.namespace(obj)
@@ -905,7 +909,10 @@ class KubeCluster:
                     self._dirty.add((namespace, owner[1]))
 
     def _workload_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
-        """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's."""
+        """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's
+        (but for the controller's own write of a decision)."""
+        if old is not None and new is not None and _only_status_moved(old, new):
+            return
         for obj in (old, new):
             if obj is not None:
                 self._dirty.add((_api.namespace(obj), _api.name(obj)))
@@ -1337,6 +1344,26 @@ class KubeCluster:
             self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)
+
+
+_MOVING_METADATA: Final = frozenset({"resourceVersion", "managedFields", "annotations"})
+
+
+def _only_status_moved(old: Obj, new: Obj) -> bool:
+    """Whether a workload changed in its `status` annotation at most (and the metadata every
+    write moves): the controller's own write of its last decision, from which no record is
+    built. The `state` annotation is not such a change: a record carries the state it read."""
+    if old.keys() != new.keys():
+        return False
+    if any(old[key] != new[key] for key in old if key != "metadata"):
+        return False
+    was, now = _api.meta(old), _api.meta(new)
+    if any(was.get(k) != now.get(k) for k in was.keys() | now.keys() if k not in _MOVING_METADATA):
+        return False
+    notes, later = was.get("annotations") or {}, now.get("annotations") or {}
+    if notes.keys() != later.keys():
+        return False
+    return all(notes[k] == later[k] for k in notes if k != contract.STATUS_KEY)
 
 
 def _older(cached: Obj, version: str) -> bool:

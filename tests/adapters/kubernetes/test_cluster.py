@@ -211,6 +211,34 @@ async def test_an_unchanged_service_keeps_its_record_and_a_change_to_its_pod_reb
     assert {w.id: w for w in made.workloads()}[api.id] is api
 
 
+async def test_its_own_status_write_keeps_the_record_and_a_state_write_rebuilds_it(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A record outlives the status annotation's writes; a new state reaches a new record."""
+    kubelet.add_node("gpu-1", gpus=8)
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    await kubelet.settle()
+    made = await make_cluster()
+    await eventually(lambda: [w.serving for w in made.workloads()] == [2], made.caches.pods)
+
+    def shown() -> object:
+        notes = _api.annotations_of(made.caches.deployment(NS, "web") or {})
+        return (codec.read_status(notes.get(contract.STATUS_KEY)) or {}).get("desired")
+
+    await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), model.PolicyState())
+    await eventually(lambda: shown() == 2, made.caches.deployments)
+    (web,) = made.workloads()  # the first state annotation: a record with its state
+    await made.publish(WEB, decision(2, 3), model.PolicyState())
+    await made.publish(WEB, decision(2, 4), model.PolicyState())
+    await eventually(lambda: shown() == 4, made.caches.deployments)
+    assert made.workloads()[0] is web
+
+    state = model.PolicyState(last_scale_change_s=WALL_S)
+    await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), state)
+    await eventually(lambda: made.workloads()[0].state == state, made.caches.deployments)
+    assert made.workloads()[0] is not web
+
+
 async def test_invalid_annotations_skip_the_service_with_one_event(
     kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:
