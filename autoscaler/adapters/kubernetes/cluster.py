@@ -106,6 +106,12 @@ HELD: Final = "ScaleHeld"
 INVALID: Final = "InvalidConfig"
 OVERRIDDEN: Final = "ReplicasOverridden"
 
+HOLD_QUIET_S: Final = events.AGGREGATE_INTERVAL_S
+"""How long after a `ScaleHeld` Event a return to the same hold (the same reason, at the same
+count) posts no second one: a decision that wavers around a threshold goes in and out of a
+cooldown every few ticks, and each return would be an Event of its own (its words quote the
+ratios, so the recorder cannot merge them). The status annotation says it holds meanwhile."""
+
 _ParseKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
@@ -489,6 +495,8 @@ class KubeCluster:
         self._unannounced: dict[model.ServiceId, tuple[int, str]] = {}
         """Published changes not yet scaled (a drained scale-down): (replicas, reason)."""
         self._annotated: dict[model.ServiceId, _Annotated] = {}
+        self._held: dict[model.ServiceId, tuple[model.Reason, int, float]] = {}
+        """The last hold announced per service: its reason, count and wall time."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -962,6 +970,7 @@ class KubeCluster:
         self._announced &= set(present)
         self._unannounced = {k: v for k, v in self._unannounced.items() if k in present}
         self._annotated = {k: v for k, v in self._annotated.items() if k in present}
+        self._held = {k: v for k, v in self._held.items() if k in present}
         self.placement.forget(present)
 
     def forget_unless(self, keep: Callable[[model.ServiceId], bool]) -> None:
@@ -1336,11 +1345,17 @@ class KubeCluster:
         first = service not in self._announced
         self._announced.add(service)
         if decision.kind is model.Kind.HOLD:
-            if self._holding.get(service) is not decision.reason and not (
-                first and _held_already(deployment, decision)
+            now_s = self._wall_now()
+            hold = (decision.reason, decision.current)
+            last = self._held.get(service)
+            if (
+                self._holding.get(service) is not decision.reason
+                and not (first and _held_already(deployment, decision))
+                and not (last is not None and last[:2] == hold and now_s - last[2] < HOLD_QUIET_S)
             ):
                 message = f"Holding at {decision.current} replicas; reason: {why}"
                 self.events.record(deployment, events.NORMAL, HELD, message)
+                self._held[service] = (*hold, now_s)
             self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)

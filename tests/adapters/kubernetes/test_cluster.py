@@ -676,6 +676,40 @@ async def test_holds_post_one_event_per_new_reason(
     assert all(e["message"].startswith("Holding at 2 replicas") for e in held)
 
 
+async def test_a_hold_that_comes_back_soon_is_announced_once(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Going in and out of one hold posts one ScaleHeld; another count, or much later, one more."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    clock_s = [WALL_S]
+    made = await make_cluster(wall_now=lambda: clock_s[0])
+    await managed(made, "web")
+    steady = decision(2, 2, kind=model.Kind.STEADY)
+    state = model.PolicyState()
+
+    for _ in range(5):
+        held = decision(2, 2, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN)
+        await made.publish(WEB, dataclasses.replace(held, detail=f"ratio {clock_s[0] % 7}"), state)
+        await made.publish(WEB, steady, state)
+        clock_s[0] += 60
+    await made.publish(
+        WEB, decision(3, 3, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN), state
+    )
+    await made.publish(WEB, steady, state)
+    clock_s[0] += cluster.HOLD_QUIET_S
+    await made.publish(
+        WEB, decision(3, 3, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN), state
+    )
+    await made.events.wait_idle()
+
+    held_events = await events_of(api, "web", "ScaleHeld")
+    # The later hold at 3 says what the first did: the recorder counts it on that Event.
+    assert sorted((e["message"].split(";")[0], e["count"]) for e in held_events) == [
+        ("Holding at 2 replicas", 1),
+        ("Holding at 3 replicas", 2),
+    ]
+
+
 async def test_a_hold_already_on_the_deployment_is_not_announced_again(
     kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:
