@@ -109,8 +109,9 @@ OVERRIDDEN: Final = "ReplicasOverridden"
 HOLD_QUIET_S: Final = events.AGGREGATE_INTERVAL_S
 """How long after a `ScaleHeld` Event a return to the same hold (the same reason, at the same
 count) posts no second one: a decision that wavers around a threshold goes in and out of a
-cooldown every few ticks, and each return would be an Event of its own (its words quote the
-ratios, so the recorder cannot merge them). The status annotation says it holds meanwhile."""
+cooldown or a burst hold, or from one to the other, every few ticks, and each return would be
+an Event of its own (its words quote the ratios, so the recorder cannot merge them). The
+status annotation says how it holds meanwhile."""
 
 _ParseKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -495,8 +496,8 @@ class KubeCluster:
         self._unannounced: dict[model.ServiceId, tuple[int, str]] = {}
         """Published changes not yet scaled (a drained scale-down): (replicas, reason)."""
         self._annotated: dict[model.ServiceId, _Annotated] = {}
-        self._held: dict[model.ServiceId, tuple[model.Reason, int, float]] = {}
-        """The last hold announced per service: its reason, count and wall time."""
+        self._held: dict[model.ServiceId, dict[tuple[model.Reason, int], float]] = {}
+        """The holds announced per service within `HOLD_QUIET_S`: (reason, count) to wall time."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -1347,15 +1348,18 @@ class KubeCluster:
         if decision.kind is model.Kind.HOLD:
             now_s = self._wall_now()
             hold = (decision.reason, decision.current)
-            last = self._held.get(service)
+            held = {
+                k: t for k, t in self._held.get(service, {}).items() if now_s - t < HOLD_QUIET_S
+            }
             if (
                 self._holding.get(service) is not decision.reason
                 and not (first and _held_already(deployment, decision))
-                and not (last is not None and last[:2] == hold and now_s - last[2] < HOLD_QUIET_S)
+                and hold not in held
             ):
                 message = f"Holding at {decision.current} replicas; reason: {why}"
                 self.events.record(deployment, events.NORMAL, HELD, message)
-                self._held[service] = (*hold, now_s)
+                held[hold] = now_s
+            self._held[service] = held
             self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)

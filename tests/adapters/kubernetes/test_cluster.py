@@ -679,7 +679,8 @@ async def test_holds_post_one_event_per_new_reason(
 async def test_a_hold_that_comes_back_soon_is_announced_once(
     kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:
-    """Going in and out of one hold posts one ScaleHeld; another count, or much later, one more."""
+    """Going in and out of two holds posts one ScaleHeld each; another count or much later, one
+    more."""
     await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
     clock_s = [WALL_S]
     made = await make_cluster(wall_now=lambda: clock_s[0])
@@ -687,10 +688,12 @@ async def test_a_hold_that_comes_back_soon_is_announced_once(
     steady = decision(2, 2, kind=model.Kind.STEADY)
     state = model.PolicyState()
 
-    for _ in range(5):
-        held = decision(2, 2, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN)
-        await made.publish(WEB, dataclasses.replace(held, detail=f"ratio {clock_s[0] % 7}"), state)
-        await made.publish(WEB, steady, state)
+    for n in range(6):
+        reason = (model.Reason.COOLDOWN, model.Reason.BURST_HOLD)[n % 2]
+        held = decision(2, 2, kind=model.Kind.HOLD, reason=reason)
+        await made.publish(WEB, dataclasses.replace(held, detail=f"ratio {n}"), state)
+        if n % 3 == 2:
+            await made.publish(WEB, steady, state)
         clock_s[0] += 60
     await made.publish(
         WEB, decision(3, 3, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN), state
@@ -705,6 +708,7 @@ async def test_a_hold_that_comes_back_soon_is_announced_once(
     held_events = await events_of(api, "web", "ScaleHeld")
     # The later hold at 3 says what the first did: the recorder counts it on that Event.
     assert sorted((e["message"].split(";")[0], e["count"]) for e in held_events) == [
+        ("Holding at 2 replicas", 1),
         ("Holding at 2 replicas", 1),
         ("Holding at 3 replicas", 2),
     ]
