@@ -31,6 +31,9 @@ from autoscaler.core import cache, model
 TIME_KEY: Final = "time"
 """The status key that changes on every write; ignored when deciding whether status changed."""
 
+_READINGS: Final = frozenset({TIME_KEY, "contributions", "detail"})
+"""The status keys that hold the readings a decision was made on, not the decision (`outcome`)."""
+
 _STATE_FIELDS: Final = {
     "lastScaleUp": "last_scale_up_s",
     "lastScaleChange": "last_scale_change_s",
@@ -102,12 +105,30 @@ def dumps(document: Mapping[str, Any]) -> str:
 
 
 def same_status(text: str | None, document: Mapping[str, Any]) -> bool:
-    """Whether the annotation `text` says what `document` says, its time aside."""
+    """Whether the annotation `text` says what `document` says: the same decision (`outcome`),
+    whatever the readings it was made on."""
     existing = read_status(text)
-    if existing is None:
-        return False
-    existing.pop(TIME_KEY, None)
-    return existing == {k: v for k, v in document.items() if k != TIME_KEY}
+    return existing is not None and outcome(existing) == outcome(document)
+
+
+def outcome(document: Mapping[str, Any]) -> dict[str, Any]:
+    """What a status document says an operator acts on: the counts, the kind and reason (a
+    steady one without its reason), the bound, the cooldown, the standby pool's counts, whether
+    the forecast voted, the placement and the start-up split. Left out are the readings of the
+    moment the decision was made on: the time, the votes' estimates and ratios, the words
+    quoting them (`detail`, the forecast's and the pool's `why`). The loop publishes on the
+    same terms (a new count, kind or unsteady reason), so a status is rewritten only when it
+    would read differently, a takeover included."""
+    kept = {k: v for k, v in document.items() if k not in _READINGS}
+    if kept.get("kind") == model.Kind.STEADY.value:
+        kept.pop("reason", None)
+    forecast = kept.get("forecast")
+    if isinstance(forecast, dict):
+        kept["forecast"] = forecast.get("on")
+    pool = kept.get("standby")
+    if isinstance(pool, dict):
+        kept["standby"] = {k: v for k, v in pool.items() if k != "why"}
+    return kept
 
 
 def read_status(text: str | None) -> dict[str, Any] | None:

@@ -129,6 +129,41 @@ def test_status_is_compact_json_and_its_time_is_not_a_change() -> None:
     assert not codec.same_status("{", later)
 
 
+def test_a_status_is_the_same_decision_whatever_its_readings() -> None:
+    """Estimates, ratios, their words and a steady reason are readings; counts and kinds are not."""
+    vote = model.Contribution(ratio=1.02, desired=3, estimator="mean", estimate=15.3)
+    steady = model.Decision(
+        current=3,
+        desired=3,
+        kind=model.Kind.STEADY,
+        reason=model.Reason.IN_DEADBAND,
+        detail="load ratio 1.02 in the deadband",
+        contributions={model.Signal.LOAD: vote},
+        forecast=model.ForecastVote(on=False, load_per_s=15.0, why="15.0/s expected"),
+    )
+    text = codec.dumps(codec.status_document(steady, time_s=WALL_S))
+    moved = dataclasses.replace(
+        steady,
+        reason=model.Reason.AT_DESIRED,
+        detail="3 replicas",
+        contributions={model.Signal.LOAD: vote._replace(ratio=0.97, estimate=14.6)},
+        forecast=model.ForecastVote(on=False, load_per_s=14.0, why="14.0/s expected"),
+    )
+    assert codec.same_status(text, codec.status_document(moved, time_s=WALL_S + 60))
+    for changed in (
+        dataclasses.replace(moved, desired=4, kind=model.Kind.SCALE_UP),
+        dataclasses.replace(moved, current=2),
+        dataclasses.replace(moved, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN),
+        dataclasses.replace(moved, cooldown_until_s=WALL_S + 300),
+        dataclasses.replace(moved, forecast=model.ForecastVote(on=True, load_per_s=14.0, why="")),
+    ):
+        assert not codec.same_status(text, codec.status_document(changed, time_s=WALL_S))
+    hold = dataclasses.replace(steady, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN)
+    held = codec.dumps(codec.status_document(hold, time_s=WALL_S))
+    other = dataclasses.replace(hold, reason=model.Reason.CAPACITY_VETO)
+    assert not codec.same_status(held, codec.status_document(other, time_s=WALL_S))
+
+
 def test_status_carries_the_forecasts_vote() -> None:
     """The status says whether the seasonal forecast voted, what it expected and why."""
     vote = model.ForecastVote(on=True, load_per_s=12.345678, why="12.3/s expected in 120 s")

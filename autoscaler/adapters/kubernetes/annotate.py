@@ -54,24 +54,26 @@ async def patch_annotations(
     target: str,
     retry: ConflictRetry,
     version: str | None = None,
+    found: Mapping[str, str] | None = None,
     written: Written | None = None,
     endpoint: scaling.Endpoint | None = None,
 ) -> Obj | None:
     """Merge `annotations` into `deployment`'s; the API's answer, or None when already there.
 
     `version` is the resourceVersion to patch at (by default `deployment`'s own; a caller whose
-    cache lags behind its own last write passes that write's). `written` tells whether what is
-    found is as good as what is to be written (by default: every key holds its value). `target`
-    names the service in errors and logs. `endpoint` says how to reach an object other than a
-    Deployment.
+    cache lags behind its own last write passes that write's, and with `found` the annotations
+    that write left). `written` tells whether what is found is as good as what is to be written
+    (by default: every key holds its value). `target` names the service in errors and logs.
+    `endpoint` says how to reach an object other than a Deployment.
     """
     name, namespace = _api.name(deployment), _api.namespace(deployment)
     ends = endpoint or scaling.Endpoint(targets.DEPLOYMENTS, apps=apps)
     is_written = written or (lambda found: all(found.get(k) == v for k, v in annotations.items()))
     current = deployment
     version = version or _api.resource_version(current)
+    known = _api.annotations_of(current) if found is None else found
     for attempt in itertools.count(1):
-        if is_written(_api.annotations_of(current)):
+        if is_written(known):
             return None
         body = {"metadata": {"resourceVersion": version, "annotations": dict(annotations)}}
         patch, args = ends.patch(name, namespace, body)
@@ -95,4 +97,5 @@ async def patch_annotations(
         read, args = ends.read(name, namespace)
         current = await calls.call(ends.operation("get"), target, read, *args)
         version = _api.resource_version(current)
+        known = _api.annotations_of(current)
     raise AssertionError("unreachable: itertools.count never ends")

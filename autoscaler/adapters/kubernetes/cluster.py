@@ -6,9 +6,10 @@ annotations parsed by the contract (once per distinct content), its serving pods
 found by owner, all of it on one `ports.Workload` per service (docs/architecture.md, "The
 records of a tick"): the metrics source reads the pods and metric names from it, the ramp
 adapter its ramp settings. A record is built again only when the informers report a change to
-what it was built from, or after the controller's own write to it; otherwise the same object
-is returned; a service whose bucket moves to or from this replica is built again or dropped,
-with what was remembered about it. A Deployment with invalid annotations is skipped, with one
+what it was built from (the controller's own write of the `status` annotation is none: no record
+reads it), or after the controller's own scale write to it; otherwise the same object is
+returned; a service whose bucket moves to or from this replica is built again or dropped, with
+what was remembered about it. A Deployment with invalid annotations is skipped, with one
 `config.invalid` log line and one Warning Event `InvalidConfig` per distinct set of problems;
 so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of
 replicas: the Event names the other). A `state` annotation that cannot be read
@@ -105,6 +106,13 @@ HELD: Final = "ScaleHeld"
 INVALID: Final = "InvalidConfig"
 OVERRIDDEN: Final = "ReplicasOverridden"
 
+HOLD_QUIET_S: Final = events.AGGREGATE_INTERVAL_S
+"""How long after a `ScaleHeld` Event a return to the same hold (the same reason, at the same
+count) posts no second one: a decision that wavers around a threshold goes in and out of a
+cooldown or a burst hold, or from one to the other, every few ticks, and each return would be
+an Event of its own (its words quote the ratios, so the recorder cannot merge them). The
+status annotation says how it holds meanwhile."""
+
 _ParseKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
@@ -135,6 +143,16 @@ class _Built:
     kind: targets.TargetKind = targets.DEPLOYMENTS
     selector: targets.Selector | None = None
     """The label selector of its serving pods (a kind other than Deployment, managed)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Annotated:
+    """The controller's own last write of a service's `status` and `state`: what the object
+    says from `version` on, while the cache has not seen it."""
+
+    version: str
+    status: str
+    state: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -477,6 +495,9 @@ class KubeCluster:
         self._announced: set[model.ServiceId] = set()
         self._unannounced: dict[model.ServiceId, tuple[int, str]] = {}
         """Published changes not yet scaled (a drained scale-down): (replicas, reason)."""
+        self._annotated: dict[model.ServiceId, _Annotated] = {}
+        self._held: dict[model.ServiceId, dict[tuple[model.Reason, int], float]] = {}
+        """The holds announced per service within `HOLD_QUIET_S`: (reason, count) to wall time."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -884,7 +905,10 @@ class KubeCluster:
         self.events.record(deployment, events.WARNING, INVALID, problem.message)
 
     def _deployment_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
-        """Informer handler: a Deployment is its own record's, and a tier's its owner's too."""
+        """Informer handler: a Deployment is its own record's, and a tier's its owner's too;
+        but not the controller's own write of a decision, which no record is built from."""
+        if old is not None and new is not None and _only_status_moved(old, new):
+            return
         for obj in (old, new):
             if obj is not None:
                 namespace = _api.namespace(obj)
@@ -894,7 +918,10 @@ class KubeCluster:
                     self._dirty.add((namespace, owner[1]))
 
     def _workload_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
-        """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's."""
+        """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's
+        (but for the controller's own write of a decision)."""
+        if old is not None and new is not None and _only_status_moved(old, new):
+            return
         for obj in (old, new):
             if obj is not None:
                 self._dirty.add((_api.namespace(obj), _api.name(obj)))
@@ -943,6 +970,8 @@ class KubeCluster:
         self._holding = {k: v for k, v in self._holding.items() if k in present}
         self._announced &= set(present)
         self._unannounced = {k: v for k, v in self._unannounced.items() if k in present}
+        self._annotated = {k: v for k, v in self._annotated.items() if k in present}
+        self._held = {k: v for k, v in self._held.items() if k in present}
         self.placement.forget(present)
 
     def forget_unless(self, keep: Callable[[model.ServiceId], bool]) -> None:
@@ -1230,12 +1259,7 @@ class KubeCluster:
         cached = self.caches.workload(
             entry.kind, _api.namespace(entry.deployment), _api.name(entry.deployment)
         )
-        try:
-            # resourceVersions are opaque by contract but etcd's are increasing integers;
-            # when they are not, assume the cache is current.
-            return cached is not None and int(_api.resource_version(cached)) < int(written)
-        except ValueError:
-            return False
+        return cached is not None and _older(cached, written)
 
     async def _annotate(
         self,
@@ -1251,19 +1275,33 @@ class KubeCluster:
                 and found.get(contract.STATE_KEY) == state_text
             )
 
-        # Right after its own scale write the cache usually lags by that write: patching from
-        # its version would only earn a 409 and a re-read.
-        await annotate.patch_annotations(
+        # Right after its own writes the cache usually lags by them: patching from its version
+        # would only earn a 409 and a re-read, and its annotations may be older than the last
+        # ones written, so a decision that goes back to what they say would not be written.
+        version = self._written_version[service] if self._lags(service) else None
+        found = None
+        mine = self._annotated.get(service)
+        if mine is not None and _older(deployment, mine.version):
+            found = {contract.STATUS_KEY: mine.status, contract.STATE_KEY: mine.state}
+            if version is None or _older_version(version, mine.version):
+                version = mine.version
+        status_text = codec.dumps(document)
+        answer = await annotate.patch_annotations(
             self._calls,
             self._apps,
             deployment,
-            {contract.STATUS_KEY: codec.dumps(document), contract.STATE_KEY: state_text},
+            {contract.STATUS_KEY: status_text, contract.STATE_KEY: state_text},
             target=service,
             retry=self._conflicts,
-            version=self._written_version[service] if self._lags(service) else None,
+            version=version,
+            found=found,
             written=written,
             endpoint=self._endpoints[kind],
         )
+        if answer is not None:
+            self._annotated[service] = _Annotated(
+                _api.resource_version(answer), status_text, state_text
+            )
 
     async def _read(
         self, service: model.ServiceId, workload: ports.Workload, kind: targets.TargetKind
@@ -1308,14 +1346,57 @@ class KubeCluster:
         first = service not in self._announced
         self._announced.add(service)
         if decision.kind is model.Kind.HOLD:
-            if self._holding.get(service) is not decision.reason and not (
-                first and _held_already(deployment, decision)
+            now_s = self._wall_now()
+            hold = (decision.reason, decision.current)
+            held = {
+                k: t for k, t in self._held.get(service, {}).items() if now_s - t < HOLD_QUIET_S
+            }
+            if (
+                self._holding.get(service) is not decision.reason
+                and not (first and _held_already(deployment, decision))
+                and hold not in held
             ):
                 message = f"Holding at {decision.current} replicas; reason: {why}"
                 self.events.record(deployment, events.NORMAL, HELD, message)
+                held[hold] = now_s
+            self._held[service] = held
             self._holding[service] = decision.reason
         else:
             self._holding.pop(service, None)
+
+
+_MOVING_METADATA: Final = frozenset({"resourceVersion", "managedFields", "annotations"})
+
+
+def _only_status_moved(old: Obj, new: Obj) -> bool:
+    """Whether a workload changed in its `status` annotation at most (and the metadata every
+    write moves): the controller's own write of its last decision, from which no record is
+    built. The `state` annotation is not such a change: a record carries the state it read."""
+    if old.keys() != new.keys():
+        return False
+    if any(old[key] != new[key] for key in old if key != "metadata"):
+        return False
+    was, now = _api.meta(old), _api.meta(new)
+    if any(was.get(k) != now.get(k) for k in was.keys() | now.keys() if k not in _MOVING_METADATA):
+        return False
+    notes, later = was.get("annotations") or {}, now.get("annotations") or {}
+    if notes.keys() != later.keys():
+        return False
+    return all(notes[k] == later[k] for k in notes if k != contract.STATUS_KEY)
+
+
+def _older(cached: Obj, version: str) -> bool:
+    """Whether the cached object is older than the resourceVersion of a write of ours."""
+    return _older_version(_api.resource_version(cached), version)
+
+
+def _older_version(version: str, than: str) -> bool:
+    try:
+        # resourceVersions are opaque by contract but etcd's are increasing integers; when
+        # they are not, assume the cache is current.
+        return int(version) < int(than)
+    except ValueError:
+        return False
 
 
 def _contested(others: list[str]) -> contract.Invalid:

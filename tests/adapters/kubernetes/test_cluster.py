@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -207,6 +209,34 @@ async def test_an_unchanged_service_keeps_its_record_and_a_change_to_its_pod_reb
         lambda: {w.id: w.window_s for w in made.workloads()}[WEB] == 120.0, made.caches.deployments
     )
     assert {w.id: w for w in made.workloads()}[api.id] is api
+
+
+async def test_its_own_status_write_keeps_the_record_and_a_state_write_rebuilds_it(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A record outlives the status annotation's writes; a new state reaches a new record."""
+    kubelet.add_node("gpu-1", gpus=8)
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    await kubelet.settle()
+    made = await make_cluster()
+    await eventually(lambda: [w.serving for w in made.workloads()] == [2], made.caches.pods)
+
+    def shown() -> object:
+        notes = _api.annotations_of(made.caches.deployment(NS, "web") or {})
+        return (codec.read_status(notes.get(contract.STATUS_KEY)) or {}).get("desired")
+
+    await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), model.PolicyState())
+    await eventually(lambda: shown() == 2, made.caches.deployments)
+    (web,) = made.workloads()  # the first state annotation: a record with its state
+    await made.publish(WEB, decision(2, 3), model.PolicyState())
+    await made.publish(WEB, decision(2, 4), model.PolicyState())
+    await eventually(lambda: shown() == 4, made.caches.deployments)
+    assert made.workloads()[0] is web
+
+    state = model.PolicyState(last_scale_change_s=WALL_S)
+    await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), state)
+    await eventually(lambda: made.workloads()[0].state == state, made.caches.deployments)
+    assert made.workloads()[0] is not web
 
 
 async def test_invalid_annotations_skip_the_service_with_one_event(
@@ -646,6 +676,44 @@ async def test_holds_post_one_event_per_new_reason(
     assert all(e["message"].startswith("Holding at 2 replicas") for e in held)
 
 
+async def test_a_hold_that_comes_back_soon_is_announced_once(
+    kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Going in and out of two holds posts one ScaleHeld each; another count or much later, one
+    more."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    clock_s = [WALL_S]
+    made = await make_cluster(wall_now=lambda: clock_s[0])
+    await managed(made, "web")
+    steady = decision(2, 2, kind=model.Kind.STEADY)
+    state = model.PolicyState()
+
+    for n in range(6):
+        reason = (model.Reason.COOLDOWN, model.Reason.BURST_HOLD)[n % 2]
+        held = decision(2, 2, kind=model.Kind.HOLD, reason=reason)
+        await made.publish(WEB, dataclasses.replace(held, detail=f"ratio {n}"), state)
+        if n % 3 == 2:
+            await made.publish(WEB, steady, state)
+        clock_s[0] += 60
+    await made.publish(
+        WEB, decision(3, 3, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN), state
+    )
+    await made.publish(WEB, steady, state)
+    clock_s[0] += cluster.HOLD_QUIET_S
+    await made.publish(
+        WEB, decision(3, 3, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN), state
+    )
+    await made.events.wait_idle()
+
+    held_events = await events_of(api, "web", "ScaleHeld")
+    # The later hold at 3 says what the first did: the recorder counts it on that Event.
+    assert sorted((e["message"].split(";")[0], e["count"]) for e in held_events) == [
+        ("Holding at 2 replicas", 1),
+        ("Holding at 2 replicas", 1),
+        ("Holding at 3 replicas", 2),
+    ]
+
+
 async def test_a_hold_already_on_the_deployment_is_not_announced_again(
     kube: Kube, api: client.ApiClient, apps: client.AppsV1Api, make_cluster: MakeCluster
 ) -> None:
@@ -675,6 +743,65 @@ async def test_a_hold_already_on_the_deployment_is_not_announced_again(
         ("autoscaler-0", 1),
         ("autoscaler-1", 1),
     ]
+
+
+async def test_a_new_leader_rewrites_no_status_that_says_the_same_decision(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """A takeover writes no status whose decision is unchanged, only one that changed."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    state = model.PolicyState(last_scale_change_s=WALL_S - 60)
+    before = await make_cluster(identity="autoscaler-0")
+    await managed(before, "web")
+    await before.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), state)
+
+    after = await make_cluster(identity="autoscaler-1", wall_now=lambda: WALL_S + 30)
+    await eventually(
+        lambda: (
+            contract.STATUS_KEY in _api.annotations_of(after.caches.deployment(NS, "web") or {})
+        ),
+        after.caches.deployments,
+    )
+    after.workloads()
+    steady = decision(2, 2, kind=model.Kind.STEADY, reason=model.Reason.AT_DESIRED)
+    vote = model.Contribution(ratio=1.04, desired=2, estimator="mean", estimate=10.4)
+    await after.publish(
+        WEB,
+        dataclasses.replace(
+            steady, detail="load ratio 1.04 asks for 2", contributions={model.Signal.LOAD: vote}
+        ),
+        state,
+    )
+    assert kube.requests.count("patch", "deployments") == 1
+
+    await after.publish(WEB, decision(2, 3), state)
+    assert kube.requests.count("patch", "deployments") == 2
+    notes = kube.store.get("apps/v1/deployments", NS, "web")["metadata"]["annotations"]
+    assert json.loads(notes[contract.STATUS_KEY])["desired"] == 3
+
+
+async def test_a_decision_back_to_what_a_lagging_cache_shows_is_written(
+    kube: Kube, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Its own last status, not a cache that has not seen it, is what a new one is compared to."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    state = model.PolicyState()
+    hold = decision(2, 2, kind=model.Kind.HOLD, reason=model.Reason.COOLDOWN)
+    first = await make_cluster(identity="autoscaler-0")
+    await managed(first, "web")
+    await first.publish(WEB, hold, state)
+    watch = kube.hold("watch", "deployments")  # the next cache lists the hold, then sees nothing
+    made = await make_cluster(identity="autoscaler-1")
+    await managed(made, "web")
+
+    await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), state)
+    await made.publish(WEB, hold, state)
+
+    assert kube.requests.count("patch", "deployments") == 3
+    assert kube.requests.count("get", "deployments") == 0
+    notes = kube.store.get("apps/v1/deployments", NS, "web")["metadata"]["annotations"]
+    assert json.loads(notes[contract.STATUS_KEY])["kind"] == "hold"
+    watch.release()
 
 
 async def test_repeated_events_bump_the_count_of_one_event(
@@ -815,3 +942,53 @@ async def test_the_loop_scales_a_deployment_through_the_adapter(
     state = json.loads(stored["metadata"]["annotations"][contract.STATE_KEY])
     assert state == {"lastScaleChange": WALL_S, "lastScaleUp": WALL_S, "replicas": 4}
     assert [e["reason"] for e in await events_of(api, "web")] == ["SuccessfulRescale"]
+
+
+class NoisyLoad:
+    """A `MetricsSource` whose load wavers by a few percent around `rps`, tick after tick."""
+
+    def __init__(self, rps: float) -> None:
+        self.rps = rps
+        self._wobble = itertools.cycle((1.0, 1.02, 0.99, 1.01, 0.98))
+
+    async def sample(
+        self, workloads: Sequence[ports.Workload], now_s: float
+    ) -> npt.NDArray[np.float64]:
+        values = np.full((len(workloads), len(model.Signal)), np.nan)
+        values[:, model.Signal.LOAD] = self.rps * next(self._wobble)
+        values[:, model.Signal.CAPACITY] = 50.0
+        return values
+
+
+async def test_a_settled_service_writes_no_status_until_its_decision_changes(
+    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+) -> None:
+    """Once settled, a service under wavering load writes nothing, across a new term too."""
+    kubelet.add_node("gpu-1", gpus=8)
+    notes = settings(policy="seed")
+    await apps.create_namespaced_deployment(NS, deployment("web", replicas=2, annotations=notes))
+    await kubelet.settle()
+    clock = ManualClock(WALL_S)
+    made = await make_cluster(clock=clock, wall_now=clock.now)
+    await eventually(lambda: made.workloads()[0].serving == 2, made.caches.pods)
+    load = NoisyLoad(rps=19.0)
+
+    async def ticks(loop: Loop, n: int) -> None:
+        for _ in range(n):
+            clock.advance(1.0)
+            await loop.step()
+            await kubelet.settle()
+
+    await ticks(Loop(cluster=made, metrics=load, clock=clock), 3)  # scales to 4, then steady
+    kube.requests.clear()
+    await ticks(Loop(cluster=made, metrics=load, clock=clock), 1)  # a new leader's first tick
+    await ticks(Loop(cluster=made, metrics=load, clock=clock), 10)
+    assert kube.requests.count("patch", "deployments") == 0
+
+    load.rps = 40.0
+    loop = Loop(cluster=made, metrics=load, clock=clock)
+    await ticks(loop, 1)
+    assert kube.requests.count("patch", "deployments") == 1
+    stored = kube.store.get("apps/v1/deployments", NS, "web")
+    status = json.loads(stored["metadata"]["annotations"][contract.STATUS_KEY])
+    assert (status["kind"], status["reason"]) == ("hold", "cooldown")  # news: it wants 8
