@@ -43,6 +43,10 @@ log = structlog.get_logger(__name__)
 
 PUBLISH_CONCURRENCY = 16
 """Decisions published (status writes, Events) at once per tick."""
+SCALE_CONCURRENCY = 32
+"""Scale writes in flight at once. A first tick can scale most of a cluster; unbounded, its
+writes took every connection of the client's pool, which the Lease renewals share, and a
+renewal that waited past its deadline lost the Lease."""
 
 HISTORY_WAIT_RATIO = 0.5
 """Share of a tick the loop waits for a load-history refresh before going on without it."""
@@ -900,19 +904,22 @@ class Loop:
             else {}
         )
 
+        slots = asyncio.Semaphore(SCALE_CONCURRENCY)
+
         async def scale(service: model.ServiceId) -> None:
             decision = decisions[service]
             try:
-                if self.ramps is not None:
-                    pool = decision.standby
-                    await self.ramps.scale(
-                        records[service],
-                        decision.desired,
-                        decision.current,
-                        standby=None if pool is None else pool.size,
-                    )
-                else:
-                    await self.cluster.scale(service, decision.desired)
+                async with slots:
+                    if self.ramps is not None:
+                        pool = decision.standby
+                        await self.ramps.scale(
+                            records[service],
+                            decision.desired,
+                            decision.current,
+                            standby=None if pool is None else pool.size,
+                        )
+                    else:
+                        await self.cluster.scale(service, decision.desired)
             except errors.ActuationError as e:
                 # The policy state is not advanced: the next tick decides again.
                 failed.append(service)

@@ -16,7 +16,8 @@ CONFIG = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
 
 
 class SlowPublishCluster:
-    """Workloads below their minimum, so every one changes at the first tick; publish waits."""
+    """Workloads below their minimum, so every one changes at the first tick; scale and publish
+    wait."""
 
     def __init__(self, n: int) -> None:
         self._workloads = [
@@ -32,12 +33,20 @@ class SlowPublishCluster:
         self.in_flight = 0
         self.most_in_flight = 0
         self.published: list[model.ServiceId] = []
+        self.scaling = 0
+        self.most_scaling = 0
+        self.scaled: list[model.ServiceId] = []
 
     def workloads(self) -> Sequence[ports.Workload]:
         return self._workloads
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        return None
+        self.scaling += 1
+        self.most_scaling = max(self.most_scaling, self.scaling)
+        for _ in range(3):  # as a network round trip would
+            await asyncio.sleep(0)
+        self.scaling -= 1
+        self.scaled.append(service)
 
     async def publish(
         self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
@@ -71,6 +80,18 @@ async def test_decisions_are_published_a_bounded_number_at_a_time() -> None:
 
     assert sorted(cluster.published) == sorted(w.id for w in cluster.workloads())
     assert cluster.most_in_flight == loop.PUBLISH_CONCURRENCY
+
+
+async def test_scale_writes_are_made_a_bounded_number_at_a_time() -> None:
+    """A hundred services scaled on one tick are all written, never more than the limit at
+    once, so the writes leave room in the client's pool for the Lease's renewals."""
+    cluster = SlowPublishCluster(100)
+    the_loop = loop.Loop(cluster=cluster, metrics=SwitchableMetrics(), clock=clock.ManualClock())
+
+    await the_loop.step()
+
+    assert sorted(cluster.scaled) == sorted(w.id for w in cluster.workloads())
+    assert cluster.most_scaling == loop.SCALE_CONCURRENCY
 
 
 async def test_a_metrics_outage_is_logged_once_and_its_end_once() -> None:
@@ -111,7 +132,12 @@ class CountingCluster:
         return self._workloads
 
     async def scale(self, service: model.ServiceId, replicas: int) -> None:
-        return None
+        self.scaling += 1
+        self.most_scaling = max(self.most_scaling, self.scaling)
+        for _ in range(3):  # as a network round trip would
+            await asyncio.sleep(0)
+        self.scaling -= 1
+        self.scaled.append(service)
 
     async def publish(
         self, service: model.ServiceId, decision: model.Decision, state: model.PolicyState
