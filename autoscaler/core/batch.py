@@ -537,7 +537,7 @@ def _decide(c: Configs, x: Inputs) -> Outcomes:
     gpu = x.mean[:, _GPU]
     veto = ~np.isnan(c.target_gpu) & x.fresh[:, _GPU] & (gpu > c.target_gpu)
     with np.errstate(divide="ignore", invalid="ignore"):
-        carried = np.where(clamped <= 0, math.inf, gpu * current / clamped)
+        carried = np.where(clamped <= 0, math.inf, gpu * serving / clamped)
     veto &= ~c.gpu_projected | (carried > 100.0)
     settle(down & veto, Kind.HOLD, Reason.CAPACITY_VETO)
     settle(down & (now < burst_until), Kind.HOLD, Reason.BURST_HOLD, until=burst_until)

@@ -33,7 +33,7 @@ returns the decision and the next state. The steps, in order:
    every ratio is below 1 - deadband.
 5. **Capacity veto.** GPU utilisation above its target blocks a scale-down; it never scales up.
    In `default` (`gpu_veto_projected`) it blocks only a scale-down to fewer replicas than could
-   carry that GPU work (`utilisation x current / desired` over 100 %): the load signal then
+   carry that GPU work (`utilisation x serving / desired` over 100 %): the load signal then
    undercounts the work (long requests). A scale-down the GPU work fits goes ahead, so a load
    target above the GPU target (a service run at 95 % of its capacity) is not held at the GPU
    target on the way down.
@@ -303,10 +303,11 @@ def _scale_down(
     gpu_target = config.target_gpu_utilization_pct
     gpu = tick.observation.signal(Signal.CAPACITY)
     if gpu_target is not None and gpu.fresh and gpu.mean > gpu_target:
-        # The GPU work the remaining replicas would share. A load signal that counts all of it
-        # never asks for fewer replicas than can carry it, whatever its target: only an
+        # The GPU work the remaining replicas would share: the utilisation is a mean over the
+        # serving pods, and pods still starting carry none of it. A load signal that counts all
+        # of it never asks for fewer replicas than can carry it, whatever its target: only an
         # undercount (long requests) can push this past 100 %.
-        carried = math.inf if desired <= 0 else gpu.mean * tick.current / desired
+        carried = math.inf if desired <= 0 else gpu.mean * tick.observation.serving / desired
         if not config.gpu_veto_projected or carried > 100.0:
             detail = f"GPU utilisation {gpu.mean:.0f}% above {gpu_target:.0f}% blocks scale-down"
             if config.gpu_veto_projected:

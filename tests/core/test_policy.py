@@ -332,6 +332,21 @@ def test_projected_gpu_veto_lets_a_scale_down_the_gpu_work_fits() -> None:
     )
 
 
+def test_projected_gpu_veto_spreads_the_gpu_work_of_the_serving_replicas_only() -> None:
+    """With the projected veto, the GPU work is the utilisation of the serving replicas times
+    their number, so replicas still starting do not make a scale-down the work fits look short."""
+    config = builders.config(gpu_veto_projected=True)
+    # 8 serving at 80 % carry 6.4 GPUs of work: 7 replicas carry 91 % each (10 x 80 % / 7 would
+    # read 114 %). The cap removes 2 of the 10.
+    observation = builders.observation(load=70.0, gpu=80.0, replicas=10, serving=8)
+    decision, _ = decide(config, observation)
+    assert (decision.kind, decision.reason, decision.desired) == (
+        Kind.SCALE_DOWN,
+        Reason.BELOW_TARGET,
+        8,
+    )
+
+
 def test_projected_gpu_veto_holds_a_scale_down_to_zero() -> None:
     """With the projected veto, GPU utilisation over its target holds a scale-down to no
     replicas, which carry nothing."""
