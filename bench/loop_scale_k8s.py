@@ -2,7 +2,8 @@
 Deployments, real clients.
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
-        [--change-share 0.1] [--change-every-s 60] [--seed 14] [--scrape-interval-s 5]
+        [--change-share 0.1] [--change-every-s 60] [--seed 14] [--cold-start]
+        [--scrape-interval-s 5]
         [--query-timeout-s 2] [--profile PATH | --shards N [--buckets 3N]]
 
 Run it with `OPENBLAS_NUM_THREADS=1`, as the image runs the controller: the controller runs in
@@ -17,10 +18,13 @@ scrapes an exporter in that same child every `--scrape-interval-s`: per pod, vLL
 counter and waiting-queue gauge and DCGM's GPU utilisation. Every service has real data and
 decides.
 
-Each Deployment starts with two Running, Ready pods (created directly in the emulator's store,
-with their ReplicaSet, as the Deployment and ReplicaSet controllers would); when the controller
-scales a Deployment, Ready pods follow its replicas at once (`follow`). Each service starts at a
-seeded load of one to six replicas' worth, split over its pods; every `--change-every-s` seconds a
+Each service has a seeded load of one to six replicas' worth, split over its pods, and each
+Deployment starts with as many Running, Ready pods as that load needs at its targets (two at
+least), as in a cluster whose controller has been running (`Load.needed`); with `--cold-start`,
+every Deployment starts at two, so that the first tick scales most of them at once. The pods
+are created directly in the emulator's store, with their ReplicaSet, as the Deployment and
+ReplicaSet controllers would; when the controller scales a Deployment, Ready pods follow its
+replicas at once (`follow`). Every `--change-every-s` seconds a
 seeded `--change-share` of the services moves to a new load (so some scale, and their status and
 replicas are written), the rest keep theirs. The controller starts once Prometheus has a rate for
 every pod.
@@ -63,6 +67,7 @@ import datetime
 import gc
 import itertools
 import json
+import math
 import os
 import pstats
 import re
@@ -85,20 +90,25 @@ NAMESPACES = 10
 LEASE_NAME = "inference-autoscaler"
 LEASE_NAMESPACE = "inference-autoscaler"
 WRITES = ("create", "update", "patch", "delete")
-PODS_PER_DEPLOYMENT = 2
+COLD_START_REPLICAS = 2
+"""Every Deployment's pods with `--cold-start`: the floor, whatever its load."""
+MIN_REPLICAS = 2
+MAX_REPLICAS = 20
 TARGET_QPS_PER_REPLICA = 5.0
 TARGET_QUEUE_PER_REPLICA = 4.0
+QUEUE_PER_QPS = 0.4
+"""A pod's waiting requests per request per second it serves."""
 
 
 # -- the child: the API emulator with the cluster in it --------------------------------------
 
 
 async def serve_cluster(
-    deployments: int, *, change_share: float, change_every_s: float, seed: int
+    deployments: int, *, change_share: float, change_every_s: float, seed: int, cold_start: bool
 ) -> None:
-    """Run the emulator and the exporter, fill both, print the kubeconfig and the exporter's
-    address; print request counts on each stdin line, and the writers of each service on
-    `writers <buckets>`."""
+    """Run the emulator and the exporter, fill both, print the kubeconfig, the exporter's
+    address and the pods made; print request counts on each stdin line, and the writers of
+    each service on `writers <buckets>`."""
     sys.path.insert(0, str(TESTS))
     from aiohttp import web
     from kube.emulator import Emulator, serve
@@ -129,11 +139,10 @@ async def serve_cluster(
             kubeconfig = Path(tmp) / "kubeconfig"
             async with serve(Emulator(store=Store()), kubeconfig=kubeconfig) as kube:
                 store = kube.store
-                fill(store, load)
+                fill(store, load, cold_start=cold_start)
                 tasks += [asyncio.create_task(change()), asyncio.create_task(follow(store, load))]
-                print(
-                    json.dumps({"kubeconfig": str(kube.kubeconfig), "target": target}), flush=True
-                )
+                started = {"kubeconfig": str(kube.kubeconfig), "target": target}
+                print(json.dumps({**started, "pods": load.pods()}), flush=True)
                 while line := await asyncio.to_thread(sys.stdin.readline):
                     counts: dict[str, int] = {}
                     for call, n in kube.requests.counts.items():
@@ -198,6 +207,14 @@ class Load:
     def pods(self) -> int:
         return sum(map(len, self.serving))
 
+    def needed(self, service: int) -> int:
+        """The replicas the service's load needs at its targets, within its bounds: what a
+        controller that has been running has already scaled it to."""
+        rate_per_s = self.rate_per_s[service]
+        by_requests = math.ceil(rate_per_s / TARGET_QPS_PER_REPLICA)
+        by_queue = math.ceil(rate_per_s * QUEUE_PER_QPS / TARGET_QUEUE_PER_REPLICA)
+        return max(MIN_REPLICAS, min(MAX_REPLICAS, max(by_requests, by_queue)))
+
     def set_pods(self, service: int, names: list[str], now_s: float) -> None:
         """The service's pods are now `names`: new ones start counting, gone ones stop."""
         kept = {pod.name: pod for pod in self.serving[service]}
@@ -223,7 +240,7 @@ class Load:
         lines = ["# TYPE vllm:request_success_total counter"]
         lines += [f"{pod.requests}{pod.counter(now_s):.3f}" for pod in pods]
         lines.append("# TYPE vllm:num_requests_waiting gauge")
-        lines += [f"{pod.waiting}{pod.rate_per_s * 0.4:.0f}" for pod in pods]
+        lines += [f"{pod.waiting}{pod.rate_per_s * QUEUE_PER_QPS:.0f}" for pod in pods]
         lines.append("# TYPE DCGM_FI_DEV_GPU_UTIL gauge")
         lines += [f"{pod.gpu}{min(100.0, 20.0 + 10.0 * pod.rate_per_s):.0f}" for pod in pods]
         return ("\n".join(lines) + "\n").encode()
@@ -246,8 +263,9 @@ def ready_now() -> list[dict[str, str]]:
     ]
 
 
-def fill(store: Any, load: Load) -> None:
-    """Namespaces, a GPU node, and each Deployment with its ReplicaSet and two Ready pods."""
+def fill(store: Any, load: Load, *, cold_start: bool = False) -> None:
+    """Namespaces, a GPU node, and each Deployment with its ReplicaSet and its Ready pods: as
+    many as its load needs (`Load.needed`), or two each with `cold_start`."""
     for name in [LEASE_NAMESPACE, *(f"team-{i}" for i in range(NAMESPACES))]:
         store.create("v1/namespaces", {"metadata": {"name": name}})
     allocatable = {"cpu": "256", "memory": "2Ti", "pods": "100000", "nvidia.com/gpu": "100000"}
@@ -260,16 +278,18 @@ def fill(store: Any, load: Load) -> None:
     )
     now_s = time.monotonic()
     for i in range(load.deployments):
+        replicas = COLD_START_REPLICAS if cold_start else load.needed(i)
         namespace, name = f"team-{i % NAMESPACES}", deployment_name(i)
         labels = {"app": name}
         notes = {
             "autoscaler.dsec.io/enabled": "true",
-            "autoscaler.dsec.io/max-replicas": "20",
+            "autoscaler.dsec.io/min-replicas": str(MIN_REPLICAS),
+            "autoscaler.dsec.io/max-replicas": str(MAX_REPLICAS),
             "autoscaler.dsec.io/target-qps-per-replica": f"{TARGET_QPS_PER_REPLICA:g}",
             "autoscaler.dsec.io/target-queue-per-replica": f"{TARGET_QUEUE_PER_REPLICA:g}",
         }
         spec = {
-            "replicas": PODS_PER_DEPLOYMENT,
+            "replicas": replicas,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
@@ -293,7 +313,7 @@ def fill(store: Any, load: Load) -> None:
             },
             namespace=namespace,
         )
-        scale_pods(store, load, i, PODS_PER_DEPLOYMENT, now_s)
+        scale_pods(store, load, i, replicas, now_s)
 
 
 def scale_pods(store: Any, load: Load, service: int, replicas: int, now_s: float) -> None:
@@ -583,17 +603,25 @@ def summarise(records: Sequence[Tick], *, warm: int) -> dict[str, Any]:
 class ClusterChild:
     """The child process with the emulator and the exporter, asked for its request counts."""
 
-    def __init__(self, process: asyncio.subprocess.Process, started: dict[str, str]) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, started: dict[str, Any]) -> None:
         assert process.stdin is not None
         assert process.stdout is not None
         self.process = process
-        self.kubeconfig = started["kubeconfig"]
-        self.target = started["target"]
+        self.kubeconfig: str = started["kubeconfig"]
+        self.target: str = started["target"]
+        self.pods: int = started["pods"]
+        """The pods it started with."""
         self._stdin, self._stdout = process.stdin, process.stdout
 
     @classmethod
     async def start(
-        cls, deployments: int, *, change_share: float, change_every_s: float, seed: int
+        cls,
+        deployments: int,
+        *,
+        change_share: float,
+        change_every_s: float,
+        seed: int,
+        cold_start: bool,
     ) -> ClusterChild:
         """Start it, filled, and return once it serves."""
         process = await asyncio.create_subprocess_exec(
@@ -608,6 +636,7 @@ class ClusterChild:
             str(change_every_s),
             "--seed",
             str(seed),
+            *(["--cold-start"] if cold_start else []),
             cwd=ROOT,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -638,10 +667,9 @@ def api_writes(first: dict[str, int], last: dict[str, int]) -> dict[str, tuple[i
     }
 
 
-async def wait_for_rates(
-    prom: Any, pods: int, *, scrape_interval_s: float, timeout_s: float = 120.0
-) -> float:
+async def wait_for_rates(prom: Any, pods: int, *, scrape_interval_s: float) -> float:
     """Seconds until Prometheus has a request rate for every pod (two scrapes of each)."""
+    timeout_s = max(120.0, 20 * scrape_interval_s)
     started_s = time.monotonic()
     window = f"{4 * scrape_interval_s:g}s"
     while time.monotonic() - started_s < timeout_s:
@@ -685,7 +713,7 @@ def controller_settings(
 
 @contextlib.asynccontextmanager
 async def prometheus_on(
-    cluster: ClusterChild, deployments: int, *, scrape_interval_s: float
+    cluster: ClusterChild, *, scrape_interval_s: float
 ) -> AsyncIterator[tuple[Any, float]]:
     """A real Prometheus scraping the child's exporter, once it has a rate for every pod; and
     the seconds that took."""
@@ -702,9 +730,7 @@ async def prometheus_on(
         tempfile.TemporaryDirectory() as tmp,
         server.running(binary, Path(tmp), targets=[cluster.target]) as prom,
     ):
-        data_s = await wait_for_rates(
-            prom, PODS_PER_DEPLOYMENT * deployments, scrape_interval_s=scrape_interval_s
-        )
+        data_s = await wait_for_rates(prom, cluster.pods, scrape_interval_s=scrape_interval_s)
         yield prom, data_s
 
 
@@ -715,6 +741,7 @@ async def measure(
     change_share: float,
     change_every_s: float,
     seed: int,
+    cold_start: bool,
     scrape_interval_s: float,
     query_timeout_s: float,
     profile: cProfile.Profile | None = None,
@@ -725,7 +752,11 @@ async def measure(
     logs.configure(json=True, level="warning", stream=sys.stderr)
     started_s = time.monotonic()
     cluster = await ClusterChild.start(
-        deployments, change_share=change_share, change_every_s=change_every_s, seed=seed
+        deployments,
+        change_share=change_share,
+        change_every_s=change_every_s,
+        seed=seed,
+        cold_start=cold_start,
     )
     filled_s = time.monotonic() - started_s
     counted = asyncio.Event()
@@ -736,7 +767,7 @@ async def measure(
     )
     gc.callbacks.append(recorder.collections)
     try:
-        async with prometheus_on(cluster, deployments, scrape_interval_s=scrape_interval_s) as (
+        async with prometheus_on(cluster, scrape_interval_s=scrape_interval_s) as (
             prom,
             data_s,
         ):
@@ -783,7 +814,7 @@ async def measure(
     steady = summarise(records, warm=1)
     return {
         "deployments": deployments,
-        "pods": PODS_PER_DEPLOYMENT * deployments,
+        "pods_at_start": cluster.pods,
         "cluster_filled_s": round(filled_s, 1),
         "prometheus_data_s": round(data_s, 1),
         "caches_synced_s": round(sync_s, 2),
@@ -907,6 +938,7 @@ async def measure_shards(
     change_share: float,
     change_every_s: float,
     seed: int,
+    cold_start: bool,
     scrape_interval_s: float,
     query_timeout_s: float,
     timeout_s: float = 600.0,
@@ -914,13 +946,17 @@ async def measure_shards(
     """`shards_n` controllers, each in its own process, over `buckets` bucket Leases: once
     every bucket is led, two more ticks of each, then `ticks` measured."""
     cluster = await ClusterChild.start(
-        deployments, change_share=change_share, change_every_s=change_every_s, seed=seed
+        deployments,
+        change_share=change_share,
+        change_every_s=change_every_s,
+        seed=seed,
+        cold_start=cold_start,
     )
     replicas: list[Shard] = []
     readers: list[asyncio.Task[None]] = []
     ticked = asyncio.Event()
     try:
-        async with prometheus_on(cluster, deployments, scrape_interval_s=scrape_interval_s) as (
+        async with prometheus_on(cluster, scrape_interval_s=scrape_interval_s) as (
             prom,
             data_s,
         ):
@@ -1009,7 +1045,7 @@ async def measure_shards(
     writes = api_writes(first, final["counts"])
     return {
         "deployments": deployments,
-        "pods": PODS_PER_DEPLOYMENT * deployments,
+        "pods_at_start": cluster.pods,
         "shards": shards_n,
         "buckets": buckets,
         "prometheus_data_s": round(data_s, 1),
@@ -1039,6 +1075,12 @@ def main() -> None:
         "--change-every-s", type=float, default=60.0, help="seconds between load changes"
     )
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help=f"every Deployment starts at {COLD_START_REPLICAS} pods, whatever its load (by "
+        "default each starts at the count its load needs, as in a cluster already running)",
+    )
     parser.add_argument(
         "--scrape-interval-s",
         type=float,
@@ -1075,6 +1117,7 @@ def main() -> None:
         "change_share": args.change_share,
         "change_every_s": args.change_every_s,
         "seed": args.seed,
+        "cold_start": args.cold_start,
     }
     if args.serve_cluster is not None:
         asyncio.run(serve_cluster(args.serve_cluster, **changes))
