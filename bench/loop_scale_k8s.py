@@ -4,7 +4,8 @@ Deployments, real clients.
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
         [--change-share 0.1] [--change-every-s 60] [--seed 14] [--cold-start]
         [--scrape-interval-s 5]
-        [--query-timeout-s 2] [--profile PATH | --shards N [--buckets 3N]]
+        [--query-timeout-s 2] [--profile-cluster PATH]
+        [--profile PATH] [--profile-first PATH] | [--shards N [--buckets 3N]]
 
 Run it with `OPENBLAS_NUM_THREADS=1`, as the image runs the controller: the controller runs in
 this process, and idle BLAS threads spinning beside a single-threaded loop double its CPU on a
@@ -622,8 +623,10 @@ class ClusterChild:
         change_every_s: float,
         seed: int,
         cold_start: bool,
+        profile: Path | None = None,
     ) -> ClusterChild:
-        """Start it, filled, and return once it serves."""
+        """Start it, filled, and return once it serves; with `profile`, it profiles itself
+        (cProfile) and writes the stats there when it stops."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -637,6 +640,7 @@ class ClusterChild:
             "--seed",
             str(seed),
             *(["--cold-start"] if cold_start else []),
+            *(["--profile-cluster", str(profile)] if profile else []),
             cwd=ROOT,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -658,12 +662,15 @@ class ClusterChild:
         await self.process.wait()
 
 
-def api_writes(first: dict[str, int], last: dict[str, int]) -> dict[str, tuple[int, int]]:
-    """Writes by verb and resource: (until `first`, from `first` to `last`)."""
+def api_writes(
+    first: dict[str, int], last: dict[str, int], *, verbs: Sequence[str] = WRITES
+) -> dict[str, tuple[int, int]]:
+    """Writes (or other `verbs`) by verb and resource: (until `first`, from `first` to
+    `last`)."""
     return {
         key: (first.get(key, 0), n - first.get(key, 0))
         for key, n in last.items()
-        if key.split()[0] in WRITES
+        if key.split()[0] in verbs
     }
 
 
@@ -745,8 +752,12 @@ async def measure(
     scrape_interval_s: float,
     query_timeout_s: float,
     profile: cProfile.Profile | None = None,
+    first_profile: cProfile.Profile | None = None,
+    cluster_profile: Path | None = None,
 ) -> dict[str, Any]:
-    """One controller in this process, with the one Lease of the base."""
+    """One controller in this process, with the one Lease of the base. `profile` profiles its
+    steady ticks, `first_profile` its start to the end of its first tick (the caches' sync, the
+    Lease, the first tick), `cluster_profile` the emulator's child process."""
     from autoscaler import app, logs
 
     logs.configure(json=True, level="warning", stream=sys.stderr)
@@ -757,6 +768,7 @@ async def measure(
         change_every_s=change_every_s,
         seed=seed,
         cold_start=cold_start,
+        profile=cluster_profile,
     )
     filled_s = time.monotonic() - started_s
     counted = asyncio.Event()
@@ -779,9 +791,15 @@ async def measure(
             )
             before_mib = rss_mib()[0]
 
+            first_at: list[float] = []
+
             def on_tick(report: Any, duration_s: float) -> None:
                 recorder(report, duration_s)
                 done = len(recorder.records)
+                if done == 1:
+                    first_at.append(time.monotonic())
+                    if first_profile is not None:
+                        first_profile.disable()
                 if done in (2, ticks + 1):
                     counted.set()
                 if profile is not None and done == 1:
@@ -792,6 +810,8 @@ async def measure(
             async with app.wire(config, on_tick=on_tick, freeze_heap=True) as controller:
                 box["controller"] = controller
                 stop = asyncio.Event()
+                if first_profile is not None:
+                    first_profile.enable()
                 task = asyncio.create_task(controller.serve(stop))
                 synced_at = time.monotonic()
                 await controller.cluster.wait_synced()
@@ -810,6 +830,8 @@ async def measure(
         gc.callbacks.remove(recorder.collections)
         await cluster.close()
     writes = api_writes(first, last)
+    # A watch that falls too far behind is expired (410) and its cache lists everything again.
+    lists = api_writes(first, last, verbs=("list", "watch"))
     records = recorder.records
     steady = summarise(records, warm=1)
     return {
@@ -818,11 +840,14 @@ async def measure(
         "cluster_filled_s": round(filled_s, 1),
         "prometheus_data_s": round(data_s, 1),
         "caches_synced_s": round(sync_s, 2),
+        "first_tick_ended_s": round(first_at[0] - synced_at, 2),
         "first_tick_s": round(records[0].duration_s, 3),
+        "decisions_first_tick": dict(sorted(records[0].kinds.items())),
         **steady,
         "prometheus_queries_first_tick": records[0].queries,
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
+        "api_lists_and_watches": {k: list(v) for k, v in sorted(lists.items())},
         "events_by_outcome": dict(sorted(events.items())),
         "pods_at_end": last.get("pods (not a write)"),
         "gc_threshold": list(thresholds),
@@ -942,15 +967,18 @@ async def measure_shards(
     scrape_interval_s: float,
     query_timeout_s: float,
     timeout_s: float = 600.0,
+    cluster_profile: Path | None = None,
 ) -> dict[str, Any]:
     """`shards_n` controllers, each in its own process, over `buckets` bucket Leases: once
-    every bucket is led, two more ticks of each, then `ticks` measured."""
+    every bucket is led, two more ticks of each, then `ticks` measured; `cluster_profile`
+    profiles the emulator's child process."""
     cluster = await ClusterChild.start(
         deployments,
         change_share=change_share,
         change_every_s=change_every_s,
         seed=seed,
         cold_start=cold_start,
+        profile=cluster_profile,
     )
     replicas: list[Shard] = []
     readers: list[asyncio.Task[None]] = []
@@ -1110,6 +1138,20 @@ def main() -> None:
         metavar="PATH",
         help="profile the steady ticks (cProfile), write the stats to PATH and print the top",
     )
+    parser.add_argument(
+        "--profile-first",
+        type=Path,
+        metavar="PATH",
+        help="profile the controller from its start to the end of its first tick (cProfile), "
+        "write the stats to PATH and print the top",
+    )
+    parser.add_argument(
+        "--profile-cluster",
+        type=Path,
+        metavar="PATH",
+        help="profile the emulator's process (cProfile) over the whole run, write the stats to "
+        "PATH and print the top",
+    )
     parser.add_argument("--serve-cluster", type=int, metavar="N", help=argparse.SUPPRESS)
     parser.add_argument("--serve-shard", metavar="JSON", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1120,7 +1162,11 @@ def main() -> None:
         "cold_start": args.cold_start,
     }
     if args.serve_cluster is not None:
-        asyncio.run(serve_cluster(args.serve_cluster, **changes))
+        child = cProfile.Profile() if args.profile_cluster else None
+        with child or contextlib.nullcontext():
+            asyncio.run(serve_cluster(args.serve_cluster, **changes))
+        if child is not None:
+            child.dump_stats(args.profile_cluster)
         return
     os.environ.pop("KUBERNETES_SERVICE_HOST", None)  # the emulator's kubeconfig, always
     if args.serve_shard is not None:
@@ -1131,8 +1177,9 @@ def main() -> None:
         "query_timeout_s": args.query_timeout_s,
     }
     profile = cProfile.Profile() if args.profile else None
+    first_profile = cProfile.Profile() if args.profile_first else None
     if args.shards:
-        if profile is not None:
+        if profile is not None or first_profile is not None:
             parser.error("--profile profiles the one controller in this process: not with --shards")
         result = asyncio.run(
             measure_shards(
@@ -1140,18 +1187,35 @@ def main() -> None:
                 args.ticks,
                 shards_n=args.shards,
                 buckets=args.buckets or 3 * args.shards,
+                cluster_profile=args.profile_cluster,
                 **timing,
                 **changes,
             )
         )
     else:
         result = asyncio.run(
-            measure(args.deployments, args.ticks, profile=profile, **timing, **changes)
+            measure(
+                args.deployments,
+                args.ticks,
+                profile=profile,
+                first_profile=first_profile,
+                cluster_profile=args.profile_cluster,
+                **timing,
+                **changes,
+            )
         )
     print_result(result)
-    if profile is not None:
-        profile.dump_stats(args.profile)
-        stats = pstats.Stats(profile)
+    for title, found, path in (
+        ("the steady ticks", profile, args.profile),
+        ("the start to the end of the first tick", first_profile, args.profile_first),
+        ("the emulator's process", None, args.profile_cluster),
+    ):
+        if path is None:
+            continue
+        if found is not None:
+            found.dump_stats(path)
+        print(f"\nprofile of {title} ({path})")
+        stats = pstats.Stats(str(path))
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(40)
 
