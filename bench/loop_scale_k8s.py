@@ -27,8 +27,8 @@ are created directly in the emulator's store, with their ReplicaSet, as the Depl
 ReplicaSet controllers would; when the controller scales a Deployment, Ready pods follow its
 replicas at once (`follow`). Every `--change-every-s` seconds a
 seeded `--change-share` of the services moves to a new load (so some scale, and their status and
-replicas are written), the rest keep theirs. The controller starts once Prometheus has a rate for
-every pod.
+replicas are written), the rest keep theirs. The controller starts once Prometheus has a full
+rate window (four scrapes) of every pod.
 
 Printed: the duration of the whole tick (`Loop.step()`, with its publish, and the telemetry
 that follows it), the first tick apart; process CPU per tick; the garbage collector's time per
@@ -675,18 +675,24 @@ def api_writes(
 
 
 async def wait_for_rates(prom: Any, pods: int, *, scrape_interval_s: float) -> float:
-    """Seconds until Prometheus has a request rate for every pod (two scrapes of each)."""
-    timeout_s = max(120.0, 20 * scrape_interval_s)
+    """Seconds until Prometheus has a full rate window of every pod's counter.
+
+    The controller's rate window is four scrape intervals. A series younger than its window
+    reads low: Prometheus extrapolates a rate to the window's start by half an interval at
+    most and then divides by the whole window, so two samples read about half the rate. A
+    controller started then scales down services whose replicas their load needs.
+    """
+    timeout_s = max(120.0, 30 * scrape_interval_s)
     started_s = time.monotonic()
-    window = f"{4 * scrape_interval_s:g}s"
+    samples = 4
+    window = f"{samples * scrape_interval_s:g}s"
+    query = f"count(count_over_time(vllm:request_success_total[{window}]) >= {samples})"
     while time.monotonic() - started_s < timeout_s:
-        found = await asyncio.to_thread(
-            prom.query, f"count(rate(vllm:request_success_total[{window}]))"
-        )
+        found = await asyncio.to_thread(prom.query, query)
         if found and int(float(found[0]["value"][1])) >= pods:
             return time.monotonic() - started_s
         await asyncio.sleep(0.5)
-    raise SystemExit(f"Prometheus had no rate for all {pods} pods after {timeout_s:g} s")
+    raise SystemExit(f"Prometheus had no full rate window of {pods} pods after {timeout_s:g} s")
 
 
 def controller_settings(
