@@ -3,7 +3,7 @@ Deployments, real clients.
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
         [--change-share 0.1] [--change-every-s 60] [--seed 14] [--cold-start]
-        [--scrape-interval-s 5]
+        [--forecast auto|off] [--scrape-interval-s 5]
         [--query-timeout-s 2] [--profile-cluster PATH]
         [--profile PATH] [--profile-first PATH] | [--shards N [--buckets 3N]]
 
@@ -110,7 +110,13 @@ again."""
 
 
 async def serve_cluster(
-    deployments: int, *, change_share: float, change_every_s: float, seed: int, cold_start: bool
+    deployments: int,
+    *,
+    change_share: float,
+    change_every_s: float,
+    seed: int,
+    cold_start: bool,
+    forecast: str,
 ) -> None:
     """Run the emulator and the exporter, fill both, print the kubeconfig, the exporter's
     address and the pods made; print request counts on each stdin line, and the writers of
@@ -145,7 +151,7 @@ async def serve_cluster(
             kubeconfig = Path(tmp) / "kubeconfig"
             store = Store(history_limit=WATCH_HISTORY)
             async with serve(Emulator(store=store), kubeconfig=kubeconfig) as kube:
-                fill(store, load, cold_start=cold_start)
+                fill(store, load, cold_start=cold_start, forecast=forecast)
                 tasks += [asyncio.create_task(change()), asyncio.create_task(follow(store, load))]
                 started = {"kubeconfig": str(kube.kubeconfig), "target": target}
                 print(json.dumps({**started, "pods": load.pods()}), flush=True)
@@ -269,9 +275,10 @@ def ready_now() -> list[dict[str, str]]:
     ]
 
 
-def fill(store: Any, load: Load, *, cold_start: bool = False) -> None:
+def fill(store: Any, load: Load, *, cold_start: bool = False, forecast: str = "auto") -> None:
     """Namespaces, a GPU node, and each Deployment with its ReplicaSet and its Ready pods: as
-    many as its load needs (`Load.needed`), or two each with `cold_start`."""
+    many as its load needs (`Load.needed`), or two each with `cold_start`; `forecast` is every
+    Deployment's `forecast` annotation."""
     for name in [LEASE_NAMESPACE, *(f"team-{i}" for i in range(NAMESPACES))]:
         store.create("v1/namespaces", {"metadata": {"name": name}})
     allocatable = {"cpu": "256", "memory": "2Ti", "pods": "100000", "nvidia.com/gpu": "100000"}
@@ -293,6 +300,7 @@ def fill(store: Any, load: Load, *, cold_start: bool = False) -> None:
             "autoscaler.dsec.io/max-replicas": str(MAX_REPLICAS),
             "autoscaler.dsec.io/target-qps-per-replica": f"{TARGET_QPS_PER_REPLICA:g}",
             "autoscaler.dsec.io/target-queue-per-replica": f"{TARGET_QUEUE_PER_REPLICA:g}",
+            "autoscaler.dsec.io/forecast": forecast,
         }
         spec = {
             "replicas": replicas,
@@ -628,6 +636,7 @@ class ClusterChild:
         change_every_s: float,
         seed: int,
         cold_start: bool,
+        forecast: str,
         profile: Path | None = None,
     ) -> ClusterChild:
         """Start it, filled, and return once it serves; with `profile`, it profiles itself
@@ -645,6 +654,8 @@ class ClusterChild:
             "--seed",
             str(seed),
             *(["--cold-start"] if cold_start else []),
+            "--forecast",
+            forecast,
             *(["--profile-cluster", str(profile)] if profile else []),
             cwd=ROOT,
             stdin=asyncio.subprocess.PIPE,
@@ -760,6 +771,7 @@ async def measure(
     change_every_s: float,
     seed: int,
     cold_start: bool,
+    forecast: str,
     scrape_interval_s: float,
     query_timeout_s: float,
     profile: cProfile.Profile | None = None,
@@ -779,6 +791,7 @@ async def measure(
         change_every_s=change_every_s,
         seed=seed,
         cold_start=cold_start,
+        forecast=forecast,
         profile=cluster_profile,
     )
     filled_s = time.monotonic() - started_s
@@ -976,6 +989,7 @@ async def measure_shards(
     change_every_s: float,
     seed: int,
     cold_start: bool,
+    forecast: str,
     scrape_interval_s: float,
     query_timeout_s: float,
     timeout_s: float = 600.0,
@@ -990,6 +1004,7 @@ async def measure_shards(
         change_every_s=change_every_s,
         seed=seed,
         cold_start=cold_start,
+        forecast=forecast,
         profile=cluster_profile,
     )
     replicas: list[Shard] = []
@@ -1122,6 +1137,13 @@ def main() -> None:
         "default each starts at the count its load needs, as in a cluster already running)",
     )
     parser.add_argument(
+        "--forecast",
+        choices=("auto", "off"),
+        default="auto",
+        help="every Deployment's forecast annotation: `off` leaves out the seasonal forecast "
+        "and its history's range queries (one or more per service, every five minutes)",
+    )
+    parser.add_argument(
         "--scrape-interval-s",
         type=float,
         default=5.0,
@@ -1172,6 +1194,7 @@ def main() -> None:
         "change_every_s": args.change_every_s,
         "seed": args.seed,
         "cold_start": args.cold_start,
+        "forecast": args.forecast,
     }
     if args.serve_cluster is not None:
         child = cProfile.Profile() if args.profile_cluster else None

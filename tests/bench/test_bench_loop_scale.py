@@ -172,9 +172,9 @@ def test_a_summary_counts_the_ticks_after_the_warm_ones_from_running_totals() ->
     assert summary["outcomes_changed_in_later_ticks"] == 2 + 3 + 4
 
 
-def _filled(load: bench.Load, *, cold_start: bool) -> Store:
+def _filled(load: bench.Load, *, cold_start: bool, forecast: str = "auto") -> Store:
     store = Store()
-    bench.fill(store, load, cold_start=cold_start)
+    bench.fill(store, load, cold_start=cold_start, forecast=forecast)
     return store
 
 
@@ -198,7 +198,7 @@ def test_each_deployment_starts_at_the_count_its_load_needs_or_at_two_when_cold(
     needs at its targets, the cold start two each, and the exporter serves every pod made."""
     sized_load, cold_load = (bench.Load(20, change_share=0.1, seed=3) for _ in range(2))
     sized = _filled(sized_load, cold_start=False)
-    cold = _filled(cold_load, cold_start=True)
+    cold = _filled(cold_load, cold_start=True, forecast="off")
     counts = []
     for i in range(20):
         namespace, name = f"team-{i % bench.NAMESPACES}", bench.deployment_name(i)
@@ -207,6 +207,13 @@ def test_each_deployment_starts_at_the_count_its_load_needs_or_at_two_when_cold(
         assert needed == max(bench.MIN_REPLICAS, math.ceil(rate_per_replica))
         assert _shape(sized, namespace, name) == (needed, needed, list(range(needed)))
         assert _shape(cold, namespace, name) == (2, 2, [0, 1])
+        forecasts = [
+            store.get("apps/v1/deployments", namespace, name)["metadata"]["annotations"][
+                "autoscaler.dsec.io/forecast"
+            ]
+            for store in (sized, cold)
+        ]
+        assert forecasts == ["auto", "off"]
         counts.append(needed)
     assert len(set(counts)) > 2  # the seeded loads need different counts
     assert sized_load.pods() == sum(counts)
