@@ -993,11 +993,13 @@ async def measure_shards(
     scrape_interval_s: float,
     query_timeout_s: float,
     timeout_s: float = 600.0,
+    tick_timeout_s: float = 20.0,
     cluster_profile: Path | None = None,
 ) -> dict[str, Any]:
     """`shards_n` controllers, each in its own process, over `buckets` bucket Leases: once
     every bucket is led, two more ticks of each, then `ticks` measured; `cluster_profile`
-    profiles the emulator's child process."""
+    profiles the emulator's child process. The split may take `timeout_s`, the ticks after it
+    `tick_timeout_s` each (a tick that waits for Prometheus's deadline is as long as it)."""
     cluster = await ClusterChild.start(
         deployments,
         change_share=change_share,
@@ -1032,10 +1034,11 @@ async def measure_shards(
             for replica in replicas:  # at once: each takes its first choice of bucket
                 replica.go()
 
-            async def wait(done: Callable[[], bool], what: str) -> None:
+            async def wait(done: Callable[[], bool], what: str, within_s: float) -> None:
+                since_s = time.monotonic()
                 while not done():
-                    if time.monotonic() - started_s > timeout_s:
-                        raise SystemExit(f"not {what} after {timeout_s:g} s")
+                    if time.monotonic() - since_s > within_s:
+                        raise SystemExit(f"not {what} after {within_s:g} s")
                     ticked.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(ticked.wait(), 5.0)
@@ -1044,7 +1047,7 @@ async def measure_shards(
                 led = [b for r in replicas for b in r.led()]
                 return sorted(led) == list(range(buckets))
 
-            await wait(split, "every bucket led by one replica")
+            await wait(split, "every bucket led by one replica", timeout_s)
             split_s = time.monotonic() - started_s
             starts = {r.identity: len(r.records) for r in replicas}
             leading = [r for r in replicas if r.led()]
@@ -1053,6 +1056,7 @@ async def measure_shards(
             await wait(
                 lambda: all(len(r.records) >= starts[r.identity] + warm + ticks for r in leading),
                 f"{ticks} ticks of each replica",
+                tick_timeout_s * (warm + ticks),
             )
             final = await cluster.ask(f"writers {buckets}")
             for replica in replicas:
