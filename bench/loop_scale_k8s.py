@@ -35,8 +35,11 @@ that follows it), the first tick apart; process CPU per tick; the garbage collec
 tick and its collections by generation (0, 1, 2); the controller process's RSS;
 Prometheus queries per tick (the adapter's counter); API writes per tick (the emulator's
 request log), beside the outcomes that changed (a new count, kind or, unless steady, reason:
-what the loop publishes on, so status writes should not outnumber them); and the ticks'
-decisions by kind.
+what the loop publishes on, so status writes should not outnumber them); the ticks'
+decisions by kind; and for the first tick apart, its decisions, the CPU from the controller's
+start to its end, and the lists and watches until then (a watch expired shows as a list).
+`--profile-first` profiles the controller from its start to the end of its first tick,
+`--profile-cluster` the emulator's process.
 
 With `--shards N`, N controllers run, each in its own process (`autoscaler run`'s wiring, with
 `AUTOSCALER_KUBERNETES__LEASE_BUCKETS` = `--buckets`, 3 per shard unless told, and its own
