@@ -2,8 +2,10 @@
 Deployments, real clients.
 
     .venv/bin/python -m bench.loop_scale_k8s [--deployments 1000] [--ticks 60]
-        [--change-share 0.1] [--change-every-s 60] [--seed 14] [--scrape-interval-s 5]
-        [--query-timeout-s 2] [--profile PATH | --shards N [--buckets 3N]]
+        [--change-share 0.1] [--change-every-s 60] [--seed 14] [--cold-start]
+        [--forecast auto|off] [--scrape-interval-s 5]
+        [--query-timeout-s 2] [--profile-cluster PATH]
+        [--profile PATH] [--profile-first PATH] | [--shards N [--buckets 3N]]
 
 Run it with `OPENBLAS_NUM_THREADS=1`, as the image runs the controller: the controller runs in
 this process, and idle BLAS threads spinning beside a single-threaded loop double its CPU on a
@@ -17,21 +19,27 @@ scrapes an exporter in that same child every `--scrape-interval-s`: per pod, vLL
 counter and waiting-queue gauge and DCGM's GPU utilisation. Every service has real data and
 decides.
 
-Each Deployment starts with two Running, Ready pods (created directly in the emulator's store,
-with their ReplicaSet, as the Deployment and ReplicaSet controllers would); when the controller
-scales a Deployment, Ready pods follow its replicas at once (`follow`). Each service starts at a
-seeded load of one to six replicas' worth, split over its pods; every `--change-every-s` seconds a
+Each service has a seeded load of one to six replicas' worth, split over its pods, and each
+Deployment starts with as many Running, Ready pods as that load needs at its targets (two at
+least), as in a cluster whose controller has been running (`Load.needed`); with `--cold-start`,
+every Deployment starts at two, so that the first tick scales most of them at once. The pods
+are created directly in the emulator's store, with their ReplicaSet, as the Deployment and
+ReplicaSet controllers would; when the controller scales a Deployment, Ready pods follow its
+replicas at once (`follow`). Every `--change-every-s` seconds a
 seeded `--change-share` of the services moves to a new load (so some scale, and their status and
-replicas are written), the rest keep theirs. The controller starts once Prometheus has a rate for
-every pod.
+replicas are written), the rest keep theirs. The controller starts once Prometheus has a full
+rate window (four scrapes) of every pod.
 
 Printed: the duration of the whole tick (`Loop.step()`, with its publish, and the telemetry
 that follows it), the first tick apart; process CPU per tick; the garbage collector's time per
 tick and its collections by generation (0, 1, 2); the controller process's RSS;
 Prometheus queries per tick (the adapter's counter); API writes per tick (the emulator's
 request log), beside the outcomes that changed (a new count, kind or, unless steady, reason:
-what the loop publishes on, so status writes should not outnumber them); and the ticks'
-decisions by kind.
+what the loop publishes on, so status writes should not outnumber them); the ticks'
+decisions by kind; and for the first tick apart, its decisions, the CPU from the controller's
+start to its end, and the lists and watches until then (a watch expired shows as a list).
+`--profile-first` profiles the controller from its start to the end of its first tick,
+`--profile-cluster` the emulator's process.
 
 With `--shards N`, N controllers run, each in its own process (`autoscaler run`'s wiring, with
 `AUTOSCALER_KUBERNETES__LEASE_BUCKETS` = `--buckets`, 3 per shard unless told, and its own
@@ -63,6 +71,7 @@ import datetime
 import gc
 import itertools
 import json
+import math
 import os
 import pstats
 import re
@@ -85,20 +94,36 @@ NAMESPACES = 10
 LEASE_NAME = "inference-autoscaler"
 LEASE_NAMESPACE = "inference-autoscaler"
 WRITES = ("create", "update", "patch", "delete")
-PODS_PER_DEPLOYMENT = 2
+COLD_START_REPLICAS = 2
+"""Every Deployment's pods with `--cold-start`: the floor, whatever its load."""
+MIN_REPLICAS = 2
+MAX_REPLICAS = 20
 TARGET_QPS_PER_REPLICA = 5.0
 TARGET_QUEUE_PER_REPLICA = 4.0
+QUEUE_PER_QPS = 0.4
+"""A pod's waiting requests per request per second it serves."""
+WATCH_HISTORY = 100_000
+"""Changes the emulator keeps per resource for watches to resume from (the tests' 1,000 by
+default). An API server serves watches from minutes of etcd's history; with 1,000, a watch that
+fell behind a first tick's thousands of writes was expired, and its cache listed every pod
+again."""
 
 
 # -- the child: the API emulator with the cluster in it --------------------------------------
 
 
 async def serve_cluster(
-    deployments: int, *, change_share: float, change_every_s: float, seed: int
+    deployments: int,
+    *,
+    change_share: float,
+    change_every_s: float,
+    seed: int,
+    cold_start: bool,
+    forecast: str,
 ) -> None:
-    """Run the emulator and the exporter, fill both, print the kubeconfig and the exporter's
-    address; print request counts on each stdin line, and the writers of each service on
-    `writers <buckets>`."""
+    """Run the emulator and the exporter, fill both, print the kubeconfig, the exporter's
+    address and the pods made; print request counts on each stdin line, and the writers of
+    each service on `writers <buckets>`."""
     sys.path.insert(0, str(TESTS))
     from aiohttp import web
     from kube.emulator import Emulator, serve
@@ -127,13 +152,12 @@ async def serve_cluster(
     try:
         with tempfile.TemporaryDirectory() as tmp:
             kubeconfig = Path(tmp) / "kubeconfig"
-            async with serve(Emulator(store=Store()), kubeconfig=kubeconfig) as kube:
-                store = kube.store
-                fill(store, load)
+            store = Store(history_limit=WATCH_HISTORY)
+            async with serve(Emulator(store=store), kubeconfig=kubeconfig) as kube:
+                fill(store, load, cold_start=cold_start, forecast=forecast)
                 tasks += [asyncio.create_task(change()), asyncio.create_task(follow(store, load))]
-                print(
-                    json.dumps({"kubeconfig": str(kube.kubeconfig), "target": target}), flush=True
-                )
+                started = {"kubeconfig": str(kube.kubeconfig), "target": target}
+                print(json.dumps({**started, "pods": load.pods()}), flush=True)
                 while line := await asyncio.to_thread(sys.stdin.readline):
                     counts: dict[str, int] = {}
                     for call, n in kube.requests.counts.items():
@@ -198,6 +222,14 @@ class Load:
     def pods(self) -> int:
         return sum(map(len, self.serving))
 
+    def needed(self, service: int) -> int:
+        """The replicas the service's load needs at its targets, within its bounds: what a
+        controller that has been running has already scaled it to."""
+        rate_per_s = self.rate_per_s[service]
+        by_requests = math.ceil(rate_per_s / TARGET_QPS_PER_REPLICA)
+        by_queue = math.ceil(rate_per_s * QUEUE_PER_QPS / TARGET_QUEUE_PER_REPLICA)
+        return max(MIN_REPLICAS, min(MAX_REPLICAS, max(by_requests, by_queue)))
+
     def set_pods(self, service: int, names: list[str], now_s: float) -> None:
         """The service's pods are now `names`: new ones start counting, gone ones stop."""
         kept = {pod.name: pod for pod in self.serving[service]}
@@ -223,7 +255,7 @@ class Load:
         lines = ["# TYPE vllm:request_success_total counter"]
         lines += [f"{pod.requests}{pod.counter(now_s):.3f}" for pod in pods]
         lines.append("# TYPE vllm:num_requests_waiting gauge")
-        lines += [f"{pod.waiting}{pod.rate_per_s * 0.4:.0f}" for pod in pods]
+        lines += [f"{pod.waiting}{pod.rate_per_s * QUEUE_PER_QPS:.0f}" for pod in pods]
         lines.append("# TYPE DCGM_FI_DEV_GPU_UTIL gauge")
         lines += [f"{pod.gpu}{min(100.0, 20.0 + 10.0 * pod.rate_per_s):.0f}" for pod in pods]
         return ("\n".join(lines) + "\n").encode()
@@ -246,8 +278,10 @@ def ready_now() -> list[dict[str, str]]:
     ]
 
 
-def fill(store: Any, load: Load) -> None:
-    """Namespaces, a GPU node, and each Deployment with its ReplicaSet and two Ready pods."""
+def fill(store: Any, load: Load, *, cold_start: bool = False, forecast: str = "auto") -> None:
+    """Namespaces, a GPU node, and each Deployment with its ReplicaSet and its Ready pods: as
+    many as its load needs (`Load.needed`), or two each with `cold_start`; `forecast` is every
+    Deployment's `forecast` annotation."""
     for name in [LEASE_NAMESPACE, *(f"team-{i}" for i in range(NAMESPACES))]:
         store.create("v1/namespaces", {"metadata": {"name": name}})
     allocatable = {"cpu": "256", "memory": "2Ti", "pods": "100000", "nvidia.com/gpu": "100000"}
@@ -260,16 +294,19 @@ def fill(store: Any, load: Load) -> None:
     )
     now_s = time.monotonic()
     for i in range(load.deployments):
+        replicas = COLD_START_REPLICAS if cold_start else load.needed(i)
         namespace, name = f"team-{i % NAMESPACES}", deployment_name(i)
         labels = {"app": name}
         notes = {
             "autoscaler.dsec.io/enabled": "true",
-            "autoscaler.dsec.io/max-replicas": "20",
+            "autoscaler.dsec.io/min-replicas": str(MIN_REPLICAS),
+            "autoscaler.dsec.io/max-replicas": str(MAX_REPLICAS),
             "autoscaler.dsec.io/target-qps-per-replica": f"{TARGET_QPS_PER_REPLICA:g}",
             "autoscaler.dsec.io/target-queue-per-replica": f"{TARGET_QUEUE_PER_REPLICA:g}",
+            "autoscaler.dsec.io/forecast": forecast,
         }
         spec = {
-            "replicas": PODS_PER_DEPLOYMENT,
+            "replicas": replicas,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
@@ -293,7 +330,7 @@ def fill(store: Any, load: Load) -> None:
             },
             namespace=namespace,
         )
-        scale_pods(store, load, i, PODS_PER_DEPLOYMENT, now_s)
+        scale_pods(store, load, i, replicas, now_s)
 
 
 def scale_pods(store: Any, load: Load, service: int, replicas: int, now_s: float) -> None:
@@ -583,19 +620,30 @@ def summarise(records: Sequence[Tick], *, warm: int) -> dict[str, Any]:
 class ClusterChild:
     """The child process with the emulator and the exporter, asked for its request counts."""
 
-    def __init__(self, process: asyncio.subprocess.Process, started: dict[str, str]) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, started: dict[str, Any]) -> None:
         assert process.stdin is not None
         assert process.stdout is not None
         self.process = process
-        self.kubeconfig = started["kubeconfig"]
-        self.target = started["target"]
+        self.kubeconfig: str = started["kubeconfig"]
+        self.target: str = started["target"]
+        self.pods: int = started["pods"]
+        """The pods it started with."""
         self._stdin, self._stdout = process.stdin, process.stdout
 
     @classmethod
     async def start(
-        cls, deployments: int, *, change_share: float, change_every_s: float, seed: int
+        cls,
+        deployments: int,
+        *,
+        change_share: float,
+        change_every_s: float,
+        seed: int,
+        cold_start: bool,
+        forecast: str,
+        profile: Path | None = None,
     ) -> ClusterChild:
-        """Start it, filled, and return once it serves."""
+        """Start it, filled, and return once it serves; with `profile`, it profiles itself
+        (cProfile) and writes the stats there when it stops."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -608,6 +656,10 @@ class ClusterChild:
             str(change_every_s),
             "--seed",
             str(seed),
+            *(["--cold-start"] if cold_start else []),
+            "--forecast",
+            forecast,
+            *(["--profile-cluster", str(profile)] if profile else []),
             cwd=ROOT,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -629,29 +681,37 @@ class ClusterChild:
         await self.process.wait()
 
 
-def api_writes(first: dict[str, int], last: dict[str, int]) -> dict[str, tuple[int, int]]:
-    """Writes by verb and resource: (until `first`, from `first` to `last`)."""
+def api_writes(
+    first: dict[str, int], last: dict[str, int], *, verbs: Sequence[str] = WRITES
+) -> dict[str, tuple[int, int]]:
+    """Writes (or other `verbs`) by verb and resource: (until `first`, from `first` to
+    `last`)."""
     return {
         key: (first.get(key, 0), n - first.get(key, 0))
         for key, n in last.items()
-        if key.split()[0] in WRITES
+        if key.split()[0] in verbs
     }
 
 
-async def wait_for_rates(
-    prom: Any, pods: int, *, scrape_interval_s: float, timeout_s: float = 120.0
-) -> float:
-    """Seconds until Prometheus has a request rate for every pod (two scrapes of each)."""
+async def wait_for_rates(prom: Any, pods: int, *, scrape_interval_s: float) -> float:
+    """Seconds until Prometheus has a full rate window of every pod's counter.
+
+    The controller's rate window is four scrape intervals. A series younger than its window
+    reads low: Prometheus extrapolates a rate to the window's start by half an interval at
+    most and then divides by the whole window, so two samples read about half the rate. A
+    controller started then scales down services whose replicas their load needs.
+    """
+    timeout_s = max(120.0, 30 * scrape_interval_s)
     started_s = time.monotonic()
-    window = f"{4 * scrape_interval_s:g}s"
+    samples = 4
+    window = f"{samples * scrape_interval_s:g}s"
+    query = f"count(count_over_time(vllm:request_success_total[{window}]) >= {samples})"
     while time.monotonic() - started_s < timeout_s:
-        found = await asyncio.to_thread(
-            prom.query, f"count(rate(vllm:request_success_total[{window}]))"
-        )
+        found = await asyncio.to_thread(prom.query, query)
         if found and int(float(found[0]["value"][1])) >= pods:
             return time.monotonic() - started_s
         await asyncio.sleep(0.5)
-    raise SystemExit(f"Prometheus had no rate for all {pods} pods after {timeout_s:g} s")
+    raise SystemExit(f"Prometheus had no full rate window of {pods} pods after {timeout_s:g} s")
 
 
 def controller_settings(
@@ -685,7 +745,7 @@ def controller_settings(
 
 @contextlib.asynccontextmanager
 async def prometheus_on(
-    cluster: ClusterChild, deployments: int, *, scrape_interval_s: float
+    cluster: ClusterChild, *, scrape_interval_s: float
 ) -> AsyncIterator[tuple[Any, float]]:
     """A real Prometheus scraping the child's exporter, once it has a rate for every pod; and
     the seconds that took."""
@@ -702,9 +762,7 @@ async def prometheus_on(
         tempfile.TemporaryDirectory() as tmp,
         server.running(binary, Path(tmp), targets=[cluster.target]) as prom,
     ):
-        data_s = await wait_for_rates(
-            prom, PODS_PER_DEPLOYMENT * deployments, scrape_interval_s=scrape_interval_s
-        )
+        data_s = await wait_for_rates(prom, cluster.pods, scrape_interval_s=scrape_interval_s)
         yield prom, data_s
 
 
@@ -715,17 +773,29 @@ async def measure(
     change_share: float,
     change_every_s: float,
     seed: int,
+    cold_start: bool,
+    forecast: str,
     scrape_interval_s: float,
     query_timeout_s: float,
     profile: cProfile.Profile | None = None,
+    first_profile: cProfile.Profile | None = None,
+    cluster_profile: Path | None = None,
 ) -> dict[str, Any]:
-    """One controller in this process, with the one Lease of the base."""
+    """One controller in this process, with the one Lease of the base. `profile` profiles its
+    steady ticks, `first_profile` its start to the end of its first tick (the caches' sync, the
+    Lease, the first tick), `cluster_profile` the emulator's child process."""
     from autoscaler import app, logs
 
     logs.configure(json=True, level="warning", stream=sys.stderr)
     started_s = time.monotonic()
     cluster = await ClusterChild.start(
-        deployments, change_share=change_share, change_every_s=change_every_s, seed=seed
+        deployments,
+        change_share=change_share,
+        change_every_s=change_every_s,
+        seed=seed,
+        cold_start=cold_start,
+        forecast=forecast,
+        profile=cluster_profile,
     )
     filled_s = time.monotonic() - started_s
     counted = asyncio.Event()
@@ -736,7 +806,7 @@ async def measure(
     )
     gc.callbacks.append(recorder.collections)
     try:
-        async with prometheus_on(cluster, deployments, scrape_interval_s=scrape_interval_s) as (
+        async with prometheus_on(cluster, scrape_interval_s=scrape_interval_s) as (
             prom,
             data_s,
         ):
@@ -748,9 +818,15 @@ async def measure(
             )
             before_mib = rss_mib()[0]
 
+            first_at: list[float] = []
+
             def on_tick(report: Any, duration_s: float) -> None:
                 recorder(report, duration_s)
                 done = len(recorder.records)
+                if done == 1:
+                    first_at.append(time.monotonic())
+                    if first_profile is not None:
+                        first_profile.disable()
                 if done in (2, ticks + 1):
                     counted.set()
                 if profile is not None and done == 1:
@@ -761,8 +837,10 @@ async def measure(
             async with app.wire(config, on_tick=on_tick, freeze_heap=True) as controller:
                 box["controller"] = controller
                 stop = asyncio.Event()
+                if first_profile is not None:
+                    first_profile.enable()
                 task = asyncio.create_task(controller.serve(stop))
-                synced_at = time.monotonic()
+                synced_at, cpu_at_start_s = time.monotonic(), time.process_time()
                 await controller.cluster.wait_synced()
                 sync_s = time.monotonic() - synced_at
                 await counted.wait()
@@ -779,19 +857,25 @@ async def measure(
         gc.callbacks.remove(recorder.collections)
         await cluster.close()
     writes = api_writes(first, last)
+    # A watch that falls too far behind is expired (410) and its cache lists everything again.
+    lists = api_writes(first, last, verbs=("list", "watch"))
     records = recorder.records
     steady = summarise(records, warm=1)
     return {
         "deployments": deployments,
-        "pods": PODS_PER_DEPLOYMENT * deployments,
+        "pods_at_start": cluster.pods,
         "cluster_filled_s": round(filled_s, 1),
         "prometheus_data_s": round(data_s, 1),
         "caches_synced_s": round(sync_s, 2),
+        "first_tick_ended_s": round(first_at[0] - synced_at, 2),
         "first_tick_s": round(records[0].duration_s, 3),
+        "cpu_until_first_tick_ended_s": round(records[0].cpu_s - cpu_at_start_s, 2),
+        "decisions_first_tick": dict(sorted(records[0].kinds.items())),
         **steady,
         "prometheus_queries_first_tick": records[0].queries,
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
+        "api_lists_and_watches": {k: list(v) for k, v in sorted(lists.items())},
         "events_by_outcome": dict(sorted(events.items())),
         "pods_at_end": last.get("pods (not a write)"),
         "gc_threshold": list(thresholds),
@@ -907,20 +991,32 @@ async def measure_shards(
     change_share: float,
     change_every_s: float,
     seed: int,
+    cold_start: bool,
+    forecast: str,
     scrape_interval_s: float,
     query_timeout_s: float,
     timeout_s: float = 600.0,
+    tick_timeout_s: float = 20.0,
+    cluster_profile: Path | None = None,
 ) -> dict[str, Any]:
     """`shards_n` controllers, each in its own process, over `buckets` bucket Leases: once
-    every bucket is led, two more ticks of each, then `ticks` measured."""
+    every bucket is led, two more ticks of each, then `ticks` measured; `cluster_profile`
+    profiles the emulator's child process. The split may take `timeout_s`, the ticks after it
+    `tick_timeout_s` each (a tick that waits for Prometheus's deadline is as long as it)."""
     cluster = await ClusterChild.start(
-        deployments, change_share=change_share, change_every_s=change_every_s, seed=seed
+        deployments,
+        change_share=change_share,
+        change_every_s=change_every_s,
+        seed=seed,
+        cold_start=cold_start,
+        forecast=forecast,
+        profile=cluster_profile,
     )
     replicas: list[Shard] = []
     readers: list[asyncio.Task[None]] = []
     ticked = asyncio.Event()
     try:
-        async with prometheus_on(cluster, deployments, scrape_interval_s=scrape_interval_s) as (
+        async with prometheus_on(cluster, scrape_interval_s=scrape_interval_s) as (
             prom,
             data_s,
         ):
@@ -941,10 +1037,11 @@ async def measure_shards(
             for replica in replicas:  # at once: each takes its first choice of bucket
                 replica.go()
 
-            async def wait(done: Callable[[], bool], what: str) -> None:
+            async def wait(done: Callable[[], bool], what: str, within_s: float) -> None:
+                since_s = time.monotonic()
                 while not done():
-                    if time.monotonic() - started_s > timeout_s:
-                        raise SystemExit(f"not {what} after {timeout_s:g} s")
+                    if time.monotonic() - since_s > within_s:
+                        raise SystemExit(f"not {what} after {within_s:g} s")
                     ticked.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(ticked.wait(), 5.0)
@@ -953,7 +1050,7 @@ async def measure_shards(
                 led = [b for r in replicas for b in r.led()]
                 return sorted(led) == list(range(buckets))
 
-            await wait(split, "every bucket led by one replica")
+            await wait(split, "every bucket led by one replica", timeout_s)
             split_s = time.monotonic() - started_s
             starts = {r.identity: len(r.records) for r in replicas}
             leading = [r for r in replicas if r.led()]
@@ -962,6 +1059,7 @@ async def measure_shards(
             await wait(
                 lambda: all(len(r.records) >= starts[r.identity] + warm + ticks for r in leading),
                 f"{ticks} ticks of each replica",
+                tick_timeout_s * (warm + ticks),
             )
             final = await cluster.ask(f"writers {buckets}")
             for replica in replicas:
@@ -1009,7 +1107,7 @@ async def measure_shards(
     writes = api_writes(first, final["counts"])
     return {
         "deployments": deployments,
-        "pods": PODS_PER_DEPLOYMENT * deployments,
+        "pods_at_start": cluster.pods,
         "shards": shards_n,
         "buckets": buckets,
         "prometheus_data_s": round(data_s, 1),
@@ -1040,6 +1138,19 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help=f"every Deployment starts at {COLD_START_REPLICAS} pods, whatever its load (by "
+        "default each starts at the count its load needs, as in a cluster already running)",
+    )
+    parser.add_argument(
+        "--forecast",
+        choices=("auto", "off"),
+        default="auto",
+        help="every Deployment's forecast annotation: `off` leaves out the seasonal forecast "
+        "and its history's range queries (one or more per service, every five minutes)",
+    )
+    parser.add_argument(
         "--scrape-interval-s",
         type=float,
         default=5.0,
@@ -1068,6 +1179,20 @@ def main() -> None:
         metavar="PATH",
         help="profile the steady ticks (cProfile), write the stats to PATH and print the top",
     )
+    parser.add_argument(
+        "--profile-first",
+        type=Path,
+        metavar="PATH",
+        help="profile the controller from its start to the end of its first tick (cProfile), "
+        "write the stats to PATH and print the top",
+    )
+    parser.add_argument(
+        "--profile-cluster",
+        type=Path,
+        metavar="PATH",
+        help="profile the emulator's process (cProfile) over the whole run, write the stats to "
+        "PATH and print the top",
+    )
     parser.add_argument("--serve-cluster", type=int, metavar="N", help=argparse.SUPPRESS)
     parser.add_argument("--serve-shard", metavar="JSON", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1075,9 +1200,15 @@ def main() -> None:
         "change_share": args.change_share,
         "change_every_s": args.change_every_s,
         "seed": args.seed,
+        "cold_start": args.cold_start,
+        "forecast": args.forecast,
     }
     if args.serve_cluster is not None:
-        asyncio.run(serve_cluster(args.serve_cluster, **changes))
+        child = cProfile.Profile() if args.profile_cluster else None
+        with child or contextlib.nullcontext():
+            asyncio.run(serve_cluster(args.serve_cluster, **changes))
+        if child is not None:
+            child.dump_stats(args.profile_cluster)
         return
     os.environ.pop("KUBERNETES_SERVICE_HOST", None)  # the emulator's kubeconfig, always
     if args.serve_shard is not None:
@@ -1088,8 +1219,9 @@ def main() -> None:
         "query_timeout_s": args.query_timeout_s,
     }
     profile = cProfile.Profile() if args.profile else None
+    first_profile = cProfile.Profile() if args.profile_first else None
     if args.shards:
-        if profile is not None:
+        if profile is not None or first_profile is not None:
             parser.error("--profile profiles the one controller in this process: not with --shards")
         result = asyncio.run(
             measure_shards(
@@ -1097,18 +1229,35 @@ def main() -> None:
                 args.ticks,
                 shards_n=args.shards,
                 buckets=args.buckets or 3 * args.shards,
+                cluster_profile=args.profile_cluster,
                 **timing,
                 **changes,
             )
         )
     else:
         result = asyncio.run(
-            measure(args.deployments, args.ticks, profile=profile, **timing, **changes)
+            measure(
+                args.deployments,
+                args.ticks,
+                profile=profile,
+                first_profile=first_profile,
+                cluster_profile=args.profile_cluster,
+                **timing,
+                **changes,
+            )
         )
     print_result(result)
-    if profile is not None:
-        profile.dump_stats(args.profile)
-        stats = pstats.Stats(profile)
+    for title, found, path in (
+        ("the steady ticks", profile, args.profile),
+        ("the start to the end of the first tick", first_profile, args.profile_first),
+        ("the emulator's process", None, args.profile_cluster),
+    ):
+        if path is None:
+            continue
+        if found is not None:
+            found.dump_stats(path)
+        print(f"\nprofile of {title} ({path})")
+        stats = pstats.Stats(str(path))
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(40)
 

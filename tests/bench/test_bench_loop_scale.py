@@ -4,8 +4,10 @@ summary of a controller's ticks."""
 from __future__ import annotations
 
 import itertools
+import math
 
 from kube.emulator import Write
+from kube.store import Store
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.core import shards
@@ -168,3 +170,66 @@ def test_a_summary_counts_the_ticks_after_the_warm_ones_from_running_totals() ->
     assert summary["services_decided_per_tick"] == 100
     assert summary["decisions_in_later_ticks"] == {"steady/within_band": 300}
     assert summary["outcomes_changed_in_later_ticks"] == 2 + 3 + 4
+
+
+def _filled(load: bench.Load, *, cold_start: bool, forecast: str = "auto") -> Store:
+    store = Store()
+    bench.fill(store, load, cold_start=cold_start, forecast=forecast)
+    return store
+
+
+def _shape(store: Store, namespace: str, name: str) -> tuple[int, int, list[int]]:
+    """A Deployment's replicas, its ReplicaSet's, and the Ready, Running pods it owns (by
+    index) as the Deployment and ReplicaSet controllers and the kubelet would leave them."""
+    deployment = store.get("apps/v1/deployments", namespace, name)
+    replicaset = store.get("apps/v1/replicasets", namespace, f"{name}-5d8f7c")
+    assert replicaset["metadata"]["ownerReferences"][0]["uid"] == deployment["metadata"]["uid"]
+    pods = store.list_objects("v1/pods", namespace, label_selector=f"app={name}")
+    for pod in pods:
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == replicaset["metadata"]["uid"]
+        assert pod["status"]["phase"] == "Running"
+        assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+    indices = sorted(int(pod["metadata"]["name"].rsplit("-", 1)[1], 16) for pod in pods)
+    return deployment["spec"]["replicas"], replicaset["spec"]["replicas"], indices
+
+
+def test_each_deployment_starts_at_the_count_its_load_needs_or_at_two_when_cold() -> None:
+    """A sized start gives each Deployment, its ReplicaSet and its Ready pods the count its load
+    needs at its targets, the cold start two each, and the exporter serves every pod made."""
+    sized_load, cold_load = (bench.Load(20, change_share=0.1, seed=3) for _ in range(2))
+    sized = _filled(sized_load, cold_start=False)
+    cold = _filled(cold_load, cold_start=True, forecast="off")
+    counts = []
+    for i in range(20):
+        namespace, name = f"team-{i % bench.NAMESPACES}", bench.deployment_name(i)
+        needed = sized_load.needed(i)
+        rate_per_replica = sized_load.rate_per_s[i] / bench.TARGET_QPS_PER_REPLICA
+        assert needed == max(bench.MIN_REPLICAS, math.ceil(rate_per_replica))
+        assert _shape(sized, namespace, name) == (needed, needed, list(range(needed)))
+        assert _shape(cold, namespace, name) == (2, 2, [0, 1])
+        forecasts = [
+            store.get("apps/v1/deployments", namespace, name)["metadata"]["annotations"][
+                "autoscaler.dsec.io/forecast"
+            ]
+            for store in (sized, cold)
+        ]
+        assert forecasts == ["auto", "off"]
+        counts.append(needed)
+    assert len(set(counts)) > 2  # the seeded loads need different counts
+    assert sized_load.pods() == sum(counts)
+    assert len(_samples(sized_load, 1.0)) == 3 * sum(counts)
+    assert cold_load.pods() == 2 * 20
+
+
+def test_a_sized_start_holds_where_a_cold_start_scales() -> None:
+    """At its sized start every service's load is within its replicas' targets: the queue needs
+    no more replicas than the requests do, and one replica fewer would be over target."""
+    load = bench.Load(200, change_share=0.1, seed=4)
+    for i in range(200):
+        needed = load.needed(i)
+        rate_per_s = load.rate_per_s[i]
+        assert rate_per_s <= needed * bench.TARGET_QPS_PER_REPLICA
+        queue = rate_per_s * bench.QUEUE_PER_QPS
+        assert queue <= needed * bench.TARGET_QUEUE_PER_REPLICA
+        if needed > bench.MIN_REPLICAS:
+            assert rate_per_s > (needed - 1) * bench.TARGET_QPS_PER_REPLICA

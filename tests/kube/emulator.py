@@ -39,6 +39,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import json
 import pathlib
 import random
@@ -447,9 +448,7 @@ class Emulator(kmock.KubernetesScaffold):
             text=body.decode("utf-8", errors="replace"),
             data=data,
             action=_ACTIONS.get(verb),
-            resource=kmock.resource(group=route.group, version=route.version, plural=route.plural)
-            if route
-            else None,
+            resource=resource_ref(route.group, route.version, route.plural) if route else None,
             namespace=route.namespace if route else None,
             name=route.name if route else None,
             subresource=route.subresource if route else None,
@@ -524,7 +523,7 @@ class Emulator(kmock.KubernetesScaffold):
         kind = data.get("kind") if verb == "create" and isinstance(data, dict) else None
         assert route.plural is not None
         rtype = store.resource_type(
-            kmock.resource(group=route.group, version=route.version, plural=route.plural),
+            resource_ref(route.group, route.version, route.plural),
             kind_hint=kind if isinstance(kind, str) else None,
         )
         namespace, name = self._check_scope(rtype, route, verb), route.name
@@ -683,8 +682,14 @@ _GONE = Fault(410, "watch", streamed=True, message="too old resource version (ch
 
 def rtype_of(store: Store, route: Route) -> ResourceType:
     assert route.plural is not None
-    ref = kmock.resource(group=route.group, version=route.version, plural=route.plural)
-    return store.resource_type(ref)
+    return store.resource_type(resource_ref(route.group, route.version, route.plural))
+
+
+@functools.lru_cache(maxsize=1024)
+def resource_ref(group: str, version: str, plural: str | None) -> kmock.resource:
+    """kmock's name for a resource, made once: making one costs more than serving a small
+    request (it checks its argument against a runtime protocol)."""
+    return kmock.resource(group=group, version=version, plural=plural)
 
 
 async def _one(event: dict[str, Any]) -> AsyncGenerator[dict[str, Any]]:
