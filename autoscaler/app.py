@@ -284,6 +284,9 @@ class Controller:
         """The port `/metrics` is served on, once serving (useful when the setting is 0)."""
         self.serving = asyncio.Event()
         """Set once the HTTP server listens."""
+        self.ticker: asyncio.Task[None] | None = None
+        """The task that runs the terms' loops, once `serve` has begun: what a caller driving
+        the loop's clock waits for after a new term starts, as it waits for a woken tick."""
         self._term = 0
         self._leading_since_s = -math.inf
         self._last_tick_s = -math.inf
@@ -397,6 +400,7 @@ class Controller:
             if self.leases is not None:
                 elector = group.create_task(self.leases.run(), name="leases")
             ticker = group.create_task(self._tick_while_leading(), name="ticker")
+            self.ticker = ticker
             await stop.wait()
             log.info(STOPPING, identity=self.identity)
             await _cancel(ticker)

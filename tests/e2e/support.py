@@ -55,6 +55,9 @@ class SteppedClock:
         self._changed = asyncio.Event()
         self.before_step: list[Callable[[], Awaitable[None]]] = []
         """Awaited before each step: work begun beside the ticks that the next one reads."""
+        self.followed: list[Callable[[], asyncio.Task[Any] | None]] = []
+        """Tasks each step waits for as for the ones it woke, whatever woke them: a ticker
+        that an Event set (a Lease won) starts its term with requests, not with a sleep."""
 
     def now(self) -> float:
         return self._now
@@ -99,6 +102,9 @@ class SteppedClock:
                     woken.append(task)
                     task.add_done_callback(lambda _: self._changed.set())
         await asyncio.sleep(0)
+        for follow in self.followed:
+            if (task := follow()) is not None and task not in woken:
+                woken.append(task)  # `_settle` looks again within `PARKED_CHECK_S`
         await self._settle(woken)
 
     async def _settle(self, woken: list[asyncio.Task[Any]]) -> None:
@@ -250,6 +256,7 @@ class Controllers:
         self.running.append(running)
         if wait_probes:
             self.clock.before_step.append(controller.wait_probes_idle)
+        self.clock.followed.append(lambda: controller.ticker)
         self._stack.push_async_callback(running.stop)
         async with asyncio.timeout(10):
             await controller.cluster.wait_synced()
