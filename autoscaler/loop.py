@@ -152,10 +152,6 @@ def _none(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _times(values: list[float | None]) -> npt.NDArray[np.float64]:
-    return np.array(values, dtype=np.float64)  # None is NaN
-
-
 _KIND_CODE = {kind: code for code, kind in enumerate(batch.KINDS)}
 _REASON_CODE = {reason: code for code, reason in enumerate(batch.REASONS)}
 _STEADY = _KIND_CODE[model.Kind.STEADY]
@@ -443,27 +439,18 @@ class _Held:
     burst_until_s: npt.NDArray[np.float64]
 
     @classmethod
-    def of(
-        cls,
-        ids: tuple[model.ServiceId, ...],
-        records: Sequence[ports.Workload],
-        known: Mapping[model.ServiceId, model.PolicyState],
-    ) -> _Held:
-        found = [known.get(service) for service in ids]
-        states = [
-            state or record.state or model.PolicyState()
-            for state, record in zip(found, records, strict=True)
-        ]
+    def of(cls, ids: tuple[model.ServiceId, ...]) -> _Held:
+        """Entries for `ids` with nothing read yet: the next `update` reads every one."""
         n = len(ids)
         return cls(
             ids,
             {service: k for k, service in enumerate(ids)},
-            states,
-            np.fromiter((state is None for state in found), np.bool_, n),
-            np.fromiter((state.paused_s is not None for state in states), np.bool_, n),
-            _times([state.last_scale_up_s for state in states]),
-            _times([state.last_scale_change_s for state in states]),
-            _times([state.burst_until_s for state in states]),
+            [model.PolicyState()] * n,
+            np.ones(n, dtype=np.bool_),
+            np.zeros(n, dtype=np.bool_),
+            np.full(n, math.nan),
+            np.full(n, math.nan),
+            np.full(n, math.nan),
         )
 
     def update(
@@ -779,9 +766,8 @@ class Loop:
         ids = records.ids
         held = self._held
         if held is None or held.ids is not ids:
-            held = self._held = _Held.of(ids, [workloads[i] for i in rows.tolist()], self._states)
-        else:
-            held.update(self._written, self._states, workloads, rows)
+            held = self._held = _Held.of(ids)
+        held.update(self._written, self._states, workloads, rows)
         self._written.clear()
         states = held.states
         unknown, up_s, change_s, burst_s = (
