@@ -202,16 +202,19 @@ class SloConfig:
     (at least 1). The burstiness, Allen-Cunneen's `(ca^2 + cs^2) / 2`, is fitted each tick to
     the queue the service shows against the model's queue for it, within
     [`min_burstiness`, `max_burstiness`]; while the model's queue is under `fit_min_queue`
-    requests the fit has nothing to go on and `min_burstiness` applies. Both fits read the
-    service as it is now: with a queue that stays put while the load rises, the traffic reads as
-    smoother and the vote can ask for a replica fewer; with a configured capacity and a settled
-    burstiness the vote only grows with the load.
+    requests the fit has nothing to go on. Both fits read the service as it is now: with a
+    queue that stays put while the load rises, the traffic reads as smoother and the vote can
+    ask for a replica fewer; with a configured capacity and a settled burstiness the vote only
+    grows with the load.
 
-    With `fit_settle_s`, the burstiness is fitted only on the queue and served rate sampled
-    since the serving count last changed (`SloFit`, their means restarted at each change), and
-    only once those samples span `fit_settle_s`: a queue the previous count left behind is not
-    read against the model's queue for the new one. Until then, and while the fit has nothing
-    to go on, the last fit holds (`min_burstiness` before the first).
+    The burstiness is fitted only on the queue and served rate sampled since the serving count
+    last changed (`SloFit`: their means restart at each change), once those samples span
+    `fit_settle_s`: after a scale-up the queue the smaller count left behind is not read against
+    the model's queue for the larger one (which put the fit at its ceiling for minutes). Until
+    then, and while the model's queue gives nothing to go on, the last fit holds; before the
+    first (a new service, or a restarted controller), the fit on the queue's smoothed mean,
+    `min_burstiness` when that has nothing to go on. With `fit_settle_s` None every tick fits
+    the smoothed mean, whatever counts served during its window.
     """
 
     target_latency_s: float
@@ -223,13 +226,9 @@ class SloConfig:
     taken as too little evidence to provision below it."""
     max_burstiness: float = 4.0
     fit_min_queue: float = 1.0
-    fit_smooth_gate: bool = False
-    """Weigh the measured queue against `min_burstiness` by how much queue the model expects,
-    `(queue + min x fit_min_queue) / (modelled + fit_min_queue)`, rather than reading nothing
-    below `fit_min_queue` modelled requests: the fit has no cliff at one request."""
-    fit_settle_s: float | None = None
-    """Fit the burstiness on samples at the serving count only, once they span this long;
-    None: on the queue's mean over its whole window, whatever counts served during it."""
+    fit_settle_s: float | None = 120.0
+    """How long the samples at one serving count must span before they are fitted; chosen on
+    the benchmark (docs/benchmark.md, "The SLO sizing's fit on the serving count")."""
 
     def __post_init__(self) -> None:
         _require(
@@ -539,7 +538,8 @@ class SloFit:
     load: float
     """Mean served rate (rps) since `since_s`, over the same samples as `queue`."""
     burstiness: float | None
-    """The last fit made on samples at one serving count; None before the first."""
+    """The last fit made on samples at one serving count; None before the first (the
+    controller's memory only: a restart fits the smoothed mean until the next)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -609,6 +609,10 @@ def _size_for_slo(
     else:
         what = f"{percentile} queueing delay {slo.target_latency_s:g} s"
     about = f"{capacity:.3g} rps per replica, burstiness {burstiness:.2f}"
+    if fit is not None and slo.fit_settle_s is not None:
+        span = fit.sampled_s - fit.since_s
+        if span < slo.fit_settle_s:
+            about += f" held until {slo.fit_settle_s:g} s at {serving} serving ({span:.0f} s)"
     rates = {Signal.LOAD: "slo"}
     if config.queue_drain and config.target_load_per_replica:
         rates[Signal.SATURATION] = "queue-slo"
@@ -652,21 +656,20 @@ def _fit_slo_model(
             return "replica capacity not measured yet (not saturated)"
         capacity = served / serving
     slots = max(1, round(capacity * slo.service_time_s))
-    if fit is None or slo.fit_settle_s is None:
-        burstiness = slo.min_burstiness
-        if queue_known and serving > 0:
-            found = _burstiness(slo, serving, slots, capacity, queue.mean, served)
-            burstiness = slo.min_burstiness if found is None else found
-        return capacity, slots, burstiness, fit
-    # Only the samples at this serving count, once they span `fit_settle_s`; until then, and
-    # while they give nothing to go on, the last fit holds.
-    found = None
-    if fit.sampled_s - fit.since_s >= slo.fit_settle_s and math.isfinite(fit.queue):
-        found = _burstiness(slo, serving, slots, capacity, fit.queue, fit.load)
-    if found is not None:
-        fit = dataclasses.replace(fit, burstiness=found)
-    kept = slo.min_burstiness if fit.burstiness is None else fit.burstiness
-    return capacity, slots, kept, fit
+    if fit is not None and slo.fit_settle_s is not None:
+        # Only the samples at this serving count, once they span `fit_settle_s`; until then,
+        # and while they give nothing to go on, the last fit holds.
+        if fit.sampled_s - fit.since_s >= slo.fit_settle_s and math.isfinite(fit.queue):
+            found = _burstiness(slo, serving, slots, capacity, fit.queue, fit.load)
+            if found is not None:
+                fit = dataclasses.replace(fit, burstiness=found)
+        if fit.burstiness is not None:
+            return capacity, slots, fit.burstiness, fit
+    burstiness = slo.min_burstiness
+    if queue_known:
+        found = _burstiness(slo, serving, slots, capacity, queue.mean, served)
+        burstiness = slo.min_burstiness if found is None else found
+    return capacity, slots, burstiness, fit
 
 
 def _burstiness(
@@ -674,23 +677,15 @@ def _burstiness(
 ) -> float | None:
     """The burstiness the measured mean `queue` shows against the model's queue at `served`
     rps on `serving` replicas, within the configured bounds; None when the model's queue gives
-    nothing to go on (none: the served rate at capacity; under `fit_min_queue` requests, unless
-    `fit_smooth_gate`)."""
+    nothing to go on (under `fit_min_queue` requests, or none: the served rate at capacity)."""
     if serving <= 0:
         return None
     modelled = queueing.mean_queue(
         replicas=serving, slots=slots, arrival_rps=served, capacity_rps=capacity
     )
-    if not modelled < math.inf:
+    if not slo.fit_min_queue <= modelled < math.inf:
         return None
-    if slo.fit_smooth_gate:
-        prior = slo.min_burstiness * slo.fit_min_queue
-        ratio = (queue + prior) / (modelled + slo.fit_min_queue)
-    elif modelled >= slo.fit_min_queue:
-        ratio = queue / modelled
-    else:
-        return None
-    return min(slo.max_burstiness, max(slo.min_burstiness, ratio))
+    return min(slo.max_burstiness, max(slo.min_burstiness, queue / modelled))
 
 
 def _sample_for_fit(

@@ -29,11 +29,11 @@ def test_caller_overrides_win_over_the_variant() -> None:
 def test_slo_fields_apply_to_the_slo_the_caller_gives() -> None:
     """`slo.NAME` sets a field of the SLO the caller passes, keeping the caller's others."""
     slo = model.SloConfig(target_latency_s=5.0, replica_capacity_rps=1.0)
-    with policy_variant.default_with({"slo.fit_settle_s": 60, "deadband_ratio": 0.05}):
+    with policy_variant.default_with({"slo.fit_min_queue": 2.0, "deadband_ratio": 0.05}):
         config = policy.default(max_replicas=10, target_load_per_replica=1.0, slo=slo)
         plain = policy.default(max_replicas=10, target_load_per_replica=1.0)
     assert config.slo == model.SloConfig(
-        target_latency_s=5.0, replica_capacity_rps=1.0, fit_settle_s=60
+        target_latency_s=5.0, replica_capacity_rps=1.0, fit_min_queue=2.0
     )
     assert (config.deadband_ratio, plain.slo) == (0.05, None)
 
@@ -43,7 +43,7 @@ def test_slo_fields_apply_to_the_slo_the_caller_gives() -> None:
     [
         ("scale_down_cooldown_s=120", ("scale_down_cooldown_s", 120)),
         ("burst=none", ("burst", None)),
-        ("slo.fit_smooth_gate=true", ("slo.fit_smooth_gate", True)),
+        ("slo.fit_settle_s=none", ("slo.fit_settle_s", None)),
     ],
 )
 def test_parse_field_reads_json_values(text: str, parsed: tuple[str, object]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,8 +145,8 @@ def test_more_load_never_asks_for_fewer_replicas_with_an_slo(
     assert wanted(load) <= wanted(load + more)
 
 
-# The fit on samples at the serving count (`SloConfig.fit_settle_s`).
-SETTLED = dataclasses.replace(SLO, fit_settle_s=60.0)
+# The fit on samples at the serving count (`SloConfig.fit_settle_s`, 120 s by default).
+WHOLE_WINDOW = dataclasses.replace(SLO, fit_settle_s=None)
 
 
 def ticks(
@@ -179,12 +178,13 @@ def burstiness_of(decision: model.Decision) -> str:
     return decision.detail.partition("burstiness ")[2][:4]
 
 
-def test_the_settled_fit_does_not_read_the_queue_the_last_count_left_behind() -> None:
+def test_the_fit_does_not_read_the_queue_the_last_count_left_behind() -> None:
     """After the serving count changes, the last fit holds until the samples at the new count
     span the settling time, and those samples alone are fitted."""
-    config = slo_config(target_load_per_replica=1.0, slo=SETTLED)
+    config = slo_config(target_load_per_replica=1.0)
     earlier = model.SloFit(16, builders.NOW_S - 900.0, builders.NOW_S - 1.0, 2.5, 14.0, 1.5)
-    # The long mean still holds the 16 replicas' queue (8 waiting); the newest samples do not.
+    # The smoothed mean still holds the 16 replicas' queue (8 waiting); the newest samples do
+    # not: 3 waiting against the model's 3.1 at 18 replicas and 16 requests/s.
     queue = estimate(8.0, last=3.0)
     decisions, state = ticks(
         config,
@@ -192,69 +192,81 @@ def test_the_settled_fit_does_not_read_the_queue_the_last_count_left_behind() ->
         serving=18,
         load=16.0,
         queue=queue,
-        seconds=range(70),
+        seconds=range(130),
     )
-    assert {burstiness_of(d) for d in decisions[:60]} == {"1.50"}
-    assert burstiness_of(decisions[-1]) == "1.00"  # 3 waiting against the model's 3.1
+    assert {burstiness_of(d) for d in decisions[:120]} == {"1.50"}
+    assert "held until 120 s at 18 serving (0 s)" in decisions[0].detail
+    assert burstiness_of(decisions[-1]) == "1.00"
+    assert "held" not in decisions[-1].detail
     assert state.slo_fit is not None
     assert (state.slo_fit.serving, state.slo_fit.burstiness) == (18, 1.0)
-    plain, _ = ticks(
-        slo_config(target_load_per_replica=1.0),
+    whole, _ = ticks(
+        slo_config(target_load_per_replica=1.0, slo=WHOLE_WINDOW),
         builders.state(),
         serving=18,
         load=16.0,
         queue=queue,
         seconds=range(1),
     )
-    assert burstiness_of(plain[0]) == "2.57"  # the long mean's 8 against the model's 3.1
+    assert burstiness_of(whole[0]) == "2.57"  # the smoothed mean's 8 against the model's 3.1
 
 
-def test_the_settled_fit_holds_while_the_model_gives_nothing_to_go_on() -> None:
+def test_the_last_fit_holds_while_the_model_gives_nothing_to_go_on() -> None:
     """Where the model expects under one waiting request the last fit holds, not the floor."""
-    config = slo_config(target_load_per_replica=1.0, slo=SETTLED)
     earlier = model.SloFit(22, builders.NOW_S - 900.0, builders.NOW_S - 1.0, 2.0, 17.0, 2.2)
     decisions, state = ticks(
-        config,
+        slo_config(target_load_per_replica=1.0),
         builders.state(slo_fit=earlier),
         serving=22,
-        load=16.0,
+        load=16.0,  # the model's queue: 0.08 requests
         queue=estimate(4.3),
-        seconds=range(70),
+        seconds=range(130),
     )
     assert {burstiness_of(d) for d in decisions} == {"2.20"}
     assert state.slo_fit is not None
     assert state.slo_fit.burstiness == 2.2
-    plain, _ = ticks(
-        slo_config(target_load_per_replica=1.0),
+    whole, _ = ticks(
+        slo_config(target_load_per_replica=1.0, slo=WHOLE_WINDOW),
         builders.state(),
         serving=22,
         load=16.0,
         queue=estimate(4.3),
         seconds=range(1),
     )
-    assert burstiness_of(plain[0]) == "1.00"
+    assert burstiness_of(whole[0]) == "1.00"
 
 
-def test_the_settled_fit_starts_at_the_floor_and_counts_only_fresh_samples() -> None:
-    """With no fit yet the floor applies; a tick without a fresh queue sample adds nothing."""
-    config = slo_config(target_load_per_replica=1.0, slo=SETTLED)
-    _, state = ticks(
-        config,
+def test_before_the_first_fit_the_smoothed_mean_is_fitted() -> None:
+    """A new service (or a restarted controller) fits the smoothed mean until its first fit
+    on samples at one count; a tick without a fresh queue sample adds none."""
+    decisions, state = ticks(
+        slo_config(target_load_per_replica=1.0),
         builders.state(),
         serving=18,
         load=16.0,
         queue=builders.stale(8.0),
-        seconds=range(70),
+        seconds=range(130),
     )
     assert state.slo_fit is not None
     assert state.slo_fit.burstiness is None
     assert state.slo_fit.sampled_s == state.slo_fit.since_s == builders.NOW_S
-
-
-def test_without_settling_the_state_keeps_no_fit() -> None:
-    """The default fit reads the queue's mean each tick and remembers nothing."""
-    _, state = ticks(
+    assert {burstiness_of(d) for d in decisions} == {"1.00"}  # a stale queue: nothing to go on
+    fresh, _ = ticks(
         slo_config(target_load_per_replica=1.0),
+        builders.state(),
+        serving=18,
+        load=16.0,
+        queue=estimate(8.0),
+        seconds=range(1),
+    )
+    assert burstiness_of(fresh[0]) == "2.57"
+
+
+def test_fitting_the_whole_window_keeps_no_fit() -> None:
+    """With `fit_settle_s` None the fit reads the smoothed mean each tick and remembers
+    nothing."""
+    _, state = ticks(
+        slo_config(target_load_per_replica=1.0, slo=WHOLE_WINDOW),
         builders.state(),
         serving=18,
         load=16.0,
@@ -262,21 +274,3 @@ def test_without_settling_the_state_keeps_no_fit() -> None:
         seconds=range(3),
     )
     assert state == builders.state()
-
-
-@pytest.mark.parametrize(
-    ("waiting", "smooth", "cliff"), [(4.3, "4.00", "1.00"), (0.1, "1.02", "1.00")]
-)
-def test_the_smooth_gate_weighs_a_queue_the_model_barely_expects(
-    waiting: float, smooth: str, cliff: str
-) -> None:
-    """Where the model expects under one waiting request, the smooth gate still weighs the
-    measured queue against the floor, in proportion, where the cliff reads nothing."""
-    # 22 replicas at 16 requests/s: the model's queue is 0.08 requests.
-    observation = builders.observation(load=16.0, queue=waiting, replicas=22, serving=22)
-    gated = slo_config(
-        target_load_per_replica=1.0, slo=dataclasses.replace(SLO, fit_smooth_gate=True)
-    )
-    graded, _ = policy.decide(gated, observation, builders.state())
-    plain, _ = policy.decide(slo_config(target_load_per_replica=1.0), observation, builders.state())
-    assert (burstiness_of(graded), burstiness_of(plain)) == (smooth, cliff)
