@@ -24,8 +24,10 @@ returns the decision and the next state. The steps, in order:
    the share of a generated one it costs), and the P95 time to first token and per output
    token for more replicas while above their targets (at most doubling per decision).
    With a latency SLO (`model.SloConfig`, set per service), every vote in requests per second
-   is then raised to the fewest replicas that keep the SLO at that rate (`core.queueing`); the
-   decision's detail says what the SLO asked for, and a scale-up it drives has the reason `slo`.
+   is then raised to the fewest replicas that keep the SLO at that rate (`core.queueing`), with
+   the burstiness fitted on the queue sampled at the serving count and held between fits
+   (`PolicyState.slo_fit`); the decision's detail says what the SLO asked for, and a scale-up it
+   drives has the reason `slo`.
 2. **Data.** A missing or stale signal does not vote. Nothing fresh: hold. Something missing:
    never scale down; scale up only on what is fresh.
 3. **Bounds.** Clamp to [min, max]; a count outside the bounds is brought back at once.
@@ -115,7 +117,7 @@ class _SloVote:
     """Replicas the SLO needs; None when the vote abstains (see `detail`)."""
     detail: str
     fit: model.SloFit | None = None
-    """The burstiness fit to remember (only with `SloConfig.fit_settle_s`)."""
+    """The burstiness fit to remember (None with `SloConfig.fit_settle_s` None)."""
 
 
 @dataclass(frozen=True, slots=True)
