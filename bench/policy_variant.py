@@ -4,9 +4,11 @@ default policy measured on the bench without changing its code.
     python -m bench.policy_variant --set deadband_ratio=0.05 --set scale_down_cooldown_s=120 \\
         -- --jobs 1 --policies default --scenarios diurnal,on-off --out bench-out/variant
 
-Each `--set NAME=VALUE` is a field of `model.PolicyConfig`; the value is read as JSON (`true`,
-`60`, `1.5`), `none` as None. Everything after `--` goes to `bench.run` unchanged. Runs in one
-process only (`--jobs 1`): worker processes would build the unchanged policy.
+Each `--set NAME=VALUE` is a field of `model.PolicyConfig`, or `slo.NAME` one of the
+`model.SloConfig` the service's SLO is built with (`--set slo.fit_settle_s=60`); the value is
+read as JSON (`true`, `60`, `1.5`), `none` as None. Everything after `--` goes to `bench.run`
+unchanged. Runs in one process only (`--jobs 1`): worker processes would build the unchanged
+policy.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ def parse_field(text: str) -> tuple[str, object]:
     """`NAME=VALUE` as a `PolicyConfig` field name and its value."""
     name, sep, value = text.partition("=")
     known = {f.name for f in dataclasses.fields(model.PolicyConfig)}
+    known |= {f"{_SLO}{f.name}" for f in dataclasses.fields(model.SloConfig)}
     if not sep or name not in known:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with a PolicyConfig field: {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with a PolicyConfig or slo.SloConfig field: {text!r}"
+        )
     if value.lower() == "none":
         return name, None
     try:
@@ -37,13 +42,22 @@ def parse_field(text: str) -> tuple[str, object]:
         raise argparse.ArgumentTypeError(f"{name}: {value!r} is not a JSON value") from e
 
 
+_SLO = "slo."
+
+
 @contextlib.contextmanager
 def default_with(fields: Mapping[str, object]) -> Iterator[None]:
-    """`policy.default` with `fields` set (a caller's own overrides still win), until the end."""
+    """`policy.default` with `fields` set (a caller's own overrides still win, but `slo.NAME`
+    applies to the SLO the caller gives), until the end."""
     shipped = policy.default
+    slo = {name.removeprefix(_SLO): v for name, v in fields.items() if name.startswith(_SLO)}
+    plain = {name: v for name, v in fields.items() if not name.startswith(_SLO)}
 
     def variant(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
-        return shipped(max_replicas=max_replicas, **{**fields, **overrides})
+        config = shipped(max_replicas=max_replicas, **{**plain, **overrides})
+        if slo and config.slo is not None:
+            config = dataclasses.replace(config, slo=dataclasses.replace(config.slo, **slo))  # type: ignore[arg-type]
+        return config
 
     policy.default = variant
     try:

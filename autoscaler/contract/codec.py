@@ -181,7 +181,13 @@ def parse_state(text: str) -> tuple[model.PolicyState, int | None]:
         ):
             raise ValueError(f"{key} must be a whole number >= 0")
         counts[key] = count
-    state = model.PolicyState(**fields, paused_replicas=counts[_PAUSED_REPLICAS])
+    state = model.PolicyState(
+        last_scale_up_s=fields["last_scale_up_s"],
+        last_scale_change_s=fields["last_scale_change_s"],
+        burst_until_s=fields["burst_until_s"],
+        paused_s=fields["paused_s"],
+        paused_replicas=counts[_PAUSED_REPLICAS],
+    )
     return state, counts["replicas"]
 
 

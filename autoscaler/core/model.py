@@ -202,10 +202,19 @@ class SloConfig:
     (at least 1). The burstiness, Allen-Cunneen's `(ca^2 + cs^2) / 2`, is fitted each tick to
     the queue the service shows against the model's queue for it, within
     [`min_burstiness`, `max_burstiness`]; while the model's queue is under `fit_min_queue`
-    requests the fit has nothing to go on and `min_burstiness` applies. Both fits read the
-    service as it is now: with a queue that stays put while the load rises, the traffic reads as
-    smoother and the vote can ask for a replica fewer; with a configured capacity and a settled
-    burstiness the vote only grows with the load.
+    requests the fit has nothing to go on. Both fits read the service as it is now: with a
+    queue that stays put while the load rises, the traffic reads as smoother and the vote can
+    ask for a replica fewer; with a configured capacity and a settled burstiness the vote only
+    grows with the load.
+
+    The burstiness is fitted only on the queue and served rate sampled since the serving count
+    last changed (`SloFit`: their means restart at each change), once those samples span
+    `fit_settle_s`: after a scale-up the queue the smaller count left behind is not read against
+    the model's queue for the larger one (which put the fit at its ceiling for minutes). Until
+    then, and while the model's queue gives nothing to go on, the last fit holds; before the
+    first (a new service, or a restarted controller), the fit on the queue's smoothed mean,
+    `min_burstiness` when that has nothing to go on. With `fit_settle_s` None every tick fits
+    the smoothed mean, whatever counts served during its window.
     """
 
     target_latency_s: float
@@ -217,6 +226,9 @@ class SloConfig:
     taken as too little evidence to provision below it."""
     max_burstiness: float = 4.0
     fit_min_queue: float = 1.0
+    fit_settle_s: float | None = 120.0
+    """How long the samples at one serving count must span before they are fitted; chosen on
+    the benchmark (docs/benchmark.md, "The SLO sizing's fit on the serving count")."""
 
     def __post_init__(self) -> None:
         _require(
@@ -238,6 +250,11 @@ class SloConfig:
             "slo burstiness bounds must satisfy 0 < min <= max",
         )
         _require(self.fit_min_queue > 0, "slo fit_min_queue must be > 0")
+        settle = self.fit_settle_s
+        _require(
+            settle is None or (math.isfinite(settle) and settle >= 0),
+            "slo fit_settle_s must be >= 0",
+        )
 
     @property
     def wait_budget_s(self) -> float:
@@ -506,8 +523,29 @@ class Observation:
 
 
 @dataclass(frozen=True, slots=True)
+class SloFit:
+    """The SLO sizing's burstiness fit between ticks (`SloConfig.fit_settle_s`): the queue and
+    served rate sampled since the serving count became `serving`, and the last fit made."""
+
+    serving: int
+    """The serving count the samples were taken at."""
+    since_s: float
+    """When the service was first seen serving that count."""
+    sampled_s: float
+    """When the last sample counted (`since_s` before the first)."""
+    queue: float
+    """Mean waiting requests since `since_s`; NaN before the first fresh sample."""
+    load: float
+    """Mean served rate (rps) since `since_s`, over the same samples as `queue`."""
+    burstiness: float | None
+    """The last fit made on samples at one serving count; None before the first (the
+    controller's memory only: a restart fits the smoothed mean until the next)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyState:
-    """What the policy remembers between ticks; persisted so a restart does not churn."""
+    """What the policy remembers between ticks; persisted so a restart does not churn (all but
+    `slo_fit`, which is rebuilt from the samples after a restart)."""
 
     last_scale_up_s: float | None = None
     last_scale_change_s: float | None = None
@@ -516,6 +554,8 @@ class PolicyState:
     """When the current pause began; None when not paused (a resume is seen by its end)."""
     paused_replicas: int | None = None
     """The `Pause.replicas` already carried out in this pause: it is not carried out again."""
+    slo_fit: SloFit | None = None
+    """The SLO sizing's fit on the current serving count (only with `SloConfig.fit_settle_s`)."""
 
 
 class Contribution(NamedTuple):

@@ -24,8 +24,10 @@ returns the decision and the next state. The steps, in order:
    the share of a generated one it costs), and the P95 time to first token and per output
    token for more replicas while above their targets (at most doubling per decision).
    With a latency SLO (`model.SloConfig`, set per service), every vote in requests per second
-   is then raised to the fewest replicas that keep the SLO at that rate (`core.queueing`); the
-   decision's detail says what the SLO asked for, and a scale-up it drives has the reason `slo`.
+   is then raised to the fewest replicas that keep the SLO at that rate (`core.queueing`), with
+   the burstiness fitted on the queue sampled at the serving count and held between fits
+   (`PolicyState.slo_fit`); the decision's detail says what the SLO asked for, and a scale-up it
+   drives has the reason `slo`.
 2. **Data.** A missing or stale signal does not vote. Nothing fresh: hold. Something missing:
    never scale down; scale up only on what is fresh.
 3. **Bounds.** Clamp to [min, max]; a count outside the bounds is brought back at once.
@@ -114,6 +116,8 @@ class _SloVote:
     desired: int | None
     """Replicas the SLO needs; None when the vote abstains (see `detail`)."""
     detail: str
+    fit: model.SloFit | None = None
+    """The burstiness fit to remember (None with `SloConfig.fit_settle_s` None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +187,7 @@ def decide(
     The returned state assumes the decision is carried out; a caller whose scale request failed
     keeps the previous state.
     """
-    return decide_voted(config, observation, state, _vote(config, observation))
+    return decide_voted(config, observation, state, _vote(config, observation, state.slo_fit))
 
 
 def decide_voted(
@@ -194,6 +198,8 @@ def decide_voted(
 ) -> tuple[Decision, model.PolicyState]:
     """`decide` with the votes cast already: `core.batch` casts them for many services at once,
     and the steps and their words stay here."""
+    if votes.slo is not None and votes.slo.fit is not None:
+        state = dataclasses.replace(state, slo_fit=votes.slo.fit)
     if config.pause is not None:
         return _paused(_Tick(config, observation, state, votes), config.pause)
     if state.paused_s is not None:  # resumed: as after a manual change of the count
@@ -358,7 +364,9 @@ def max_scale_down_step(current: int, ratio: float) -> int:
     return max(1, math.floor(ratio * current + _CEIL_SLACK))
 
 
-def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
+def _vote(
+    config: model.PolicyConfig, observation: model.Observation, fit: model.SloFit | None = None
+) -> _Votes:
     # `core.batch` computes the load and queue votes, and the steps of `decide`, for many
     # services at once: a rule changed here must change there (tests/core/test_batch.py).
     serving = observation.serving
@@ -406,7 +414,7 @@ def _vote(config: model.PolicyConfig, observation: model.Observation) -> _Votes:
     slo: _SloVote | None = None
     sized: dict[Signal, Callable[[float], int]] = {}
     if config.slo is not None and Signal.LOAD in contributions and Signal.LOAD not in missing:
-        slo, sized = _size_for_slo(config, config.slo, observation, contributions)
+        slo, sized = _size_for_slo(config, config.slo, observation, contributions, fit)
     recent_ratios = {
         signal: _ratio(value, target, serving) for signal, (value, target) in recent.items()
     }
@@ -560,6 +568,7 @@ def _size_for_slo(
     slo: model.SloConfig,
     observation: model.Observation,
     contributions: dict[Signal, Contribution],
+    fit: model.SloFit | None,
 ) -> tuple[_SloVote, dict[Signal, Callable[[float], int]]]:
     """Raise every vote in requests per second to the replicas that keep the latency SLO at
     that rate (`SloConfig`), in place in `contributions`; the vote it returns is the load's.
@@ -572,10 +581,11 @@ def _size_for_slo(
     queue counted per replica is left as it is. Also returns, per signal it sized, how it sizes
     a rate (for the last seconds' check before a scale-down).
     """
-    fitted = _fit_slo_model(slo, observation)
+    fit = _sample_for_fit(slo, observation, fit)
+    fitted = _fit_slo_model(slo, observation, fit)
     if isinstance(fitted, str):
-        return _SloVote(None, f"slo: {fitted}"), {}
-    capacity, slots, burstiness = fitted
+        return _SloVote(None, f"slo: {fitted}", fit), {}
+    capacity, slots, burstiness, fit = fitted
 
     def size(arrival_rps: float) -> int | None:
         return queueing.replicas_for_wait(
@@ -601,6 +611,10 @@ def _size_for_slo(
     else:
         what = f"{percentile} queueing delay {slo.target_latency_s:g} s"
     about = f"{capacity:.3g} rps per replica, burstiness {burstiness:.2f}"
+    if fit is not None and slo.fit_settle_s is not None:
+        span = fit.sampled_s - fit.since_s
+        if span < slo.fit_settle_s:
+            about += f" held until {slo.fit_settle_s:g} s at {serving} serving ({span:.0f} s)"
     rates = {Signal.LOAD: "slo"}
     if config.queue_drain and config.target_load_per_replica:
         rates[Signal.SATURATION] = "queue-slo"
@@ -618,21 +632,21 @@ def _size_for_slo(
             detail = f"slo: {what} at {arrival:.3g} rps needs {needed} ({about})"
         sizers[signal] = size_or_past_max
         if vote is None:
-            vote = _SloVote(needed, detail)
+            vote = _SloVote(needed, detail, fit)
         if needed <= contribution.desired:
             continue
         ratio = needed / serving if serving > 0 else math.inf
         if contribution.estimator == "burst":
             estimator = "burst"  # the burst's reason and hold still apply
         contributions[signal] = Contribution(ratio, needed, estimator, arrival)
-    return vote or _SloVote(None, "slo: no rate to size for"), sizers
+    return vote or _SloVote(None, "slo: no rate to size for", fit), sizers
 
 
 def _fit_slo_model(
-    slo: model.SloConfig, observation: model.Observation
-) -> tuple[float, int, float] | str:
+    slo: model.SloConfig, observation: model.Observation, fit: model.SloFit | None
+) -> tuple[float, int, float, model.SloFit | None] | str:
     """A replica's capacity (rps), its concurrent requests and the burstiness, fitted to the
-    service's own measurements; or why the vote abstains."""
+    service's own measurements, with the fit to remember; or why the vote abstains."""
     serving = observation.serving
     queue = observation.signal(Signal.SATURATION)
     queue_known = queue.fresh and math.isfinite(queue.mean)
@@ -644,14 +658,71 @@ def _fit_slo_model(
             return "replica capacity not measured yet (not saturated)"
         capacity = served / serving
     slots = max(1, round(capacity * slo.service_time_s))
+    if fit is not None and slo.fit_settle_s is not None:
+        # Only the samples at this serving count, once they span `fit_settle_s`; until then,
+        # and while they give nothing to go on, the last fit holds.
+        if fit.sampled_s - fit.since_s >= slo.fit_settle_s and math.isfinite(fit.queue):
+            found = _burstiness(slo, serving, slots, capacity, fit.queue, fit.load)
+            if found is not None:
+                fit = dataclasses.replace(fit, burstiness=found)
+        if fit.burstiness is not None:
+            return capacity, slots, fit.burstiness, fit
     burstiness = slo.min_burstiness
-    if queue_known and serving > 0:
-        modelled = queueing.mean_queue(
-            replicas=serving, slots=slots, arrival_rps=served, capacity_rps=capacity
-        )
-        if slo.fit_min_queue <= modelled < math.inf:
-            burstiness = min(slo.max_burstiness, max(slo.min_burstiness, queue.mean / modelled))
-    return capacity, slots, burstiness
+    if queue_known:
+        found = _burstiness(slo, serving, slots, capacity, queue.mean, served)
+        burstiness = slo.min_burstiness if found is None else found
+    return capacity, slots, burstiness, fit
+
+
+def _burstiness(
+    slo: model.SloConfig, serving: int, slots: int, capacity: float, queue: float, served: float
+) -> float | None:
+    """The burstiness the measured mean `queue` shows against the model's queue at `served`
+    rps on `serving` replicas, within the configured bounds; None when the model's queue gives
+    nothing to go on (under `fit_min_queue` requests, or none: the served rate at capacity)."""
+    if serving <= 0:
+        return None
+    modelled = queueing.mean_queue(
+        replicas=serving, slots=slots, arrival_rps=served, capacity_rps=capacity
+    )
+    if not slo.fit_min_queue <= modelled < math.inf:
+        return None
+    return min(slo.max_burstiness, max(slo.min_burstiness, queue / modelled))
+
+
+def _sample_for_fit(
+    slo: model.SloConfig, observation: model.Observation, fit: model.SloFit | None
+) -> model.SloFit | None:
+    """`fit` with this tick's queue and served rate counted (`SloConfig.fit_settle_s`): their
+    means restart when the serving count changes, keeping the last fit made.
+
+    A time-weighted mean since the change, whose weight on the past decays no slower than the
+    queue's own smoothed mean does (its samples' mean age): a count held for hours is fitted on
+    about as recent a queue as without the rule.
+    """
+    if slo.fit_settle_s is None:
+        return None
+    now, serving = observation.now_s, observation.serving
+    if fit is None or fit.serving != serving or now < fit.sampled_s:
+        kept = None if fit is None else fit.burstiness
+        fit = model.SloFit(serving, now, now, math.nan, math.nan, kept)
+    queue, load = observation.signal(Signal.SATURATION), observation.signal(Signal.LOAD)
+    if not (queue.fresh and load.fresh and math.isfinite(queue.last) and math.isfinite(load.last)):
+        return fit
+    if not math.isfinite(fit.queue):
+        return dataclasses.replace(fit, sampled_s=now, queue=queue.last, load=load.last)
+    step = now - fit.sampled_s
+    if step <= 0:
+        return fit
+    weight = step / (now - fit.since_s + step)  # each sample alike, the first included
+    if queue.mean_age_s > 0:
+        weight = max(weight, -math.expm1(-step / queue.mean_age_s))
+    return dataclasses.replace(
+        fit,
+        sampled_s=now,
+        queue=fit.queue + weight * (queue.last - fit.queue),
+        load=fit.load + weight * (load.last - fit.load),
+    )
 
 
 def _estimate(

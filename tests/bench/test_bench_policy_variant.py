@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from autoscaler.core import policy
+from autoscaler.core import model, policy
 from bench import policy_variant
 
 
@@ -26,11 +26,24 @@ def test_caller_overrides_win_over_the_variant() -> None:
     assert config.deadband_ratio == 0.2
 
 
+def test_slo_fields_apply_to_the_slo_the_caller_gives() -> None:
+    """`slo.NAME` sets a field of the SLO the caller passes, keeping the caller's others."""
+    slo = model.SloConfig(target_latency_s=5.0, replica_capacity_rps=1.0)
+    with policy_variant.default_with({"slo.fit_min_queue": 2.0, "deadband_ratio": 0.05}):
+        config = policy.default(max_replicas=10, target_load_per_replica=1.0, slo=slo)
+        plain = policy.default(max_replicas=10, target_load_per_replica=1.0)
+    assert config.slo == model.SloConfig(
+        target_latency_s=5.0, replica_capacity_rps=1.0, fit_min_queue=2.0
+    )
+    assert (config.deadband_ratio, plain.slo) == (0.05, None)
+
+
 @pytest.mark.parametrize(
     ("text", "parsed"),
     [
         ("scale_down_cooldown_s=120", ("scale_down_cooldown_s", 120)),
         ("burst=none", ("burst", None)),
+        ("slo.fit_settle_s=none", ("slo.fit_settle_s", None)),
     ],
 )
 def test_parse_field_reads_json_values(text: str, parsed: tuple[str, object]) -> None:
@@ -38,7 +51,9 @@ def test_parse_field_reads_json_values(text: str, parsed: tuple[str, object]) ->
     assert policy_variant.parse_field(text) == parsed
 
 
-@pytest.mark.parametrize("text", ["no_such_field=1", "deadband_ratio", "deadband_ratio=0.x"])
+@pytest.mark.parametrize(
+    "text", ["no_such_field=1", "deadband_ratio", "deadband_ratio=0.x", "slo.no_such_field=1"]
+)
 def test_parse_field_rejects_unknown_names_and_bad_values(text: str) -> None:
     """A name that is not a PolicyConfig field, or a value that is not JSON, is an error."""
     with pytest.raises(argparse.ArgumentTypeError):

@@ -143,3 +143,134 @@ def test_more_load_never_asks_for_fewer_replicas_with_an_slo(
         return max(c.desired or 0 for c in decision.contributions.values())
 
     assert wanted(load) <= wanted(load + more)
+
+
+# The fit on samples at the serving count (`SloConfig.fit_settle_s`, 120 s by default).
+WHOLE_WINDOW = dataclasses.replace(SLO, fit_settle_s=None)
+
+
+def ticks(
+    config: model.PolicyConfig,
+    state: model.PolicyState,
+    *,
+    serving: int,
+    load: float,
+    queue: model.SignalEstimate,
+    seconds: range,
+) -> tuple[list[model.Decision], model.PolicyState]:
+    """The decisions of one tick per second in `seconds` after `NOW_S` at a fixed observation,
+    each tick handed the state the last one left."""
+    decisions = []
+    for second in seconds:
+        observation = builders.observation(
+            load=load,
+            queue=queue,
+            replicas=serving,
+            serving=serving,
+            now_s=builders.NOW_S + second,
+        )
+        decision, state = policy.decide(config, observation, state)
+        decisions.append(decision)
+    return decisions, state
+
+
+def burstiness_of(decision: model.Decision) -> str:
+    return decision.detail.partition("burstiness ")[2][:4]
+
+
+def test_the_fit_does_not_read_the_queue_the_last_count_left_behind() -> None:
+    """After the serving count changes, the last fit holds until the samples at the new count
+    span the settling time, and those samples alone are fitted."""
+    config = slo_config(target_load_per_replica=1.0)
+    earlier = model.SloFit(16, builders.NOW_S - 900.0, builders.NOW_S - 1.0, 2.5, 14.0, 1.5)
+    # The smoothed mean still holds the 16 replicas' queue (8 waiting); the newest samples do
+    # not: 3 waiting against the model's 3.1 at 18 replicas and 16 requests/s.
+    queue = estimate(8.0, last=3.0)
+    decisions, state = ticks(
+        config,
+        builders.state(slo_fit=earlier),
+        serving=18,
+        load=16.0,
+        queue=queue,
+        seconds=range(130),
+    )
+    assert {burstiness_of(d) for d in decisions[:120]} == {"1.50"}
+    assert "held until 120 s at 18 serving (0 s)" in decisions[0].detail
+    assert burstiness_of(decisions[-1]) == "1.00"
+    assert "held" not in decisions[-1].detail
+    assert state.slo_fit is not None
+    assert (state.slo_fit.serving, state.slo_fit.burstiness) == (18, 1.0)
+    whole, _ = ticks(
+        slo_config(target_load_per_replica=1.0, slo=WHOLE_WINDOW),
+        builders.state(),
+        serving=18,
+        load=16.0,
+        queue=queue,
+        seconds=range(1),
+    )
+    assert burstiness_of(whole[0]) == "2.57"  # the smoothed mean's 8 against the model's 3.1
+
+
+def test_the_last_fit_holds_while_the_model_gives_nothing_to_go_on() -> None:
+    """Where the model expects under one waiting request the last fit holds, not the floor."""
+    earlier = model.SloFit(22, builders.NOW_S - 900.0, builders.NOW_S - 1.0, 2.0, 17.0, 2.2)
+    decisions, state = ticks(
+        slo_config(target_load_per_replica=1.0),
+        builders.state(slo_fit=earlier),
+        serving=22,
+        load=16.0,  # the model's queue: 0.08 requests
+        queue=estimate(4.3),
+        seconds=range(130),
+    )
+    assert {burstiness_of(d) for d in decisions} == {"2.20"}
+    assert state.slo_fit is not None
+    assert state.slo_fit.burstiness == 2.2
+    whole, _ = ticks(
+        slo_config(target_load_per_replica=1.0, slo=WHOLE_WINDOW),
+        builders.state(),
+        serving=22,
+        load=16.0,
+        queue=estimate(4.3),
+        seconds=range(1),
+    )
+    assert burstiness_of(whole[0]) == "1.00"
+
+
+def test_before_the_first_fit_the_smoothed_mean_is_fitted() -> None:
+    """A new service (or a restarted controller) fits the smoothed mean until its first fit
+    on samples at one count; a tick without a fresh queue sample adds none."""
+    decisions, state = ticks(
+        slo_config(target_load_per_replica=1.0),
+        builders.state(),
+        serving=18,
+        load=16.0,
+        queue=builders.stale(8.0),
+        seconds=range(130),
+    )
+    assert state.slo_fit is not None
+    assert state.slo_fit.burstiness is None
+    assert state.slo_fit.sampled_s == state.slo_fit.since_s == builders.NOW_S
+    assert {burstiness_of(d) for d in decisions} == {"1.00"}  # a stale queue: nothing to go on
+    fresh, _ = ticks(
+        slo_config(target_load_per_replica=1.0),
+        builders.state(),
+        serving=18,
+        load=16.0,
+        queue=estimate(8.0),
+        seconds=range(1),
+    )
+    assert burstiness_of(fresh[0]) == "2.57"
+
+
+def test_fitting_the_whole_window_keeps_no_fit() -> None:
+    """With `fit_settle_s` None the fit reads the smoothed mean each tick and remembers
+    nothing."""
+    _, state = ticks(
+        slo_config(target_load_per_replica=1.0, slo=WHOLE_WINDOW),
+        builders.state(),
+        serving=18,
+        load=16.0,
+        queue=estimate(8.0),
+        seconds=range(3),
+    )
+    assert state == builders.state()
