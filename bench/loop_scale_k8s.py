@@ -40,8 +40,9 @@ decisions by kind; and for the first tick apart, its decisions, the CPU from the
 start to its end, and the lists and watches until then (a watch expired shows as a list); the
 second tick's duration and CPU apart too (it reads back the first tick's writes, one per
 service on a new term). The CPU per tick is the process's, this recorder included: it reads the
-loop's arrays of outcomes, not a record per service. `--profile-first` profiles the controller from its start to the end of its first tick,
-`--profile-cluster` the emulator's process.
+loop's arrays of outcomes, not a record per service. `--profile-first` profiles the
+controller from its start to the end of its first tick, `--profile-cluster` the emulator's
+process, `--profile` the ticks measured.
 
 With `--shards N`, N controllers run, each in its own process (`autoscaler run`'s wiring, with
 `AUTOSCALER_KUBERNETES__LEASE_BUCKETS` = `--buckets`, 3 per shard unless told, and its own

@@ -10,10 +10,10 @@ what it was built from (the controller's own write of the `status` annotation is
 reads it; a write of the `state` annotation gives a record with the new state around the
 placement view of the last build), or after the controller's own scale write to it; otherwise
 the same object is returned; a service whose bucket moves to or from this replica is built
-again or dropped, with what was remembered about it. A Deployment with invalid annotations is skipped, with one
-`config.invalid` log line and one Warning Event `InvalidConfig` per distinct set of problems;
-so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of
-replicas: the Event names the other). A `state` annotation that cannot be read
+again or dropped, with what was remembered about it. A Deployment with invalid annotations is
+skipped, with one `config.invalid` log line and one Warning Event `InvalidConfig` per distinct
+set of problems; so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales
+(one owner of replicas: the Event names the other). A `state` annotation that cannot be read
 (`codec.parse_state`) is treated as absent, with one `state.invalid` log line and one Warning
 Event `CorruptState` when first seen.
 
