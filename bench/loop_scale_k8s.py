@@ -42,7 +42,8 @@ second tick's duration and CPU apart too (it reads back the first tick's writes,
 service on a new term). The CPU per tick is the process's, this recorder included: it reads the
 loop's arrays of outcomes, not a record per service. `--profile-first` profiles the
 controller from its start to the end of its first tick, `--profile-cluster` the emulator's
-process, `--profile` the ticks measured.
+process, `--profile` the ticks measured. Last, the CPU and size of one rendering of the
+controller's `/metrics` after its last tick (the bench's Prometheus does not scrape it).
 
 With `--shards N`, N controllers run, each in its own process (`autoscaler run`'s wiring, with
 `AUTOSCALER_KUBERNETES__LEASE_BUCKETS` = `--buckets`, 3 per shard unless told, and its own
@@ -629,6 +630,18 @@ def event_outcomes(controller: Any) -> dict[str, int]:
     }
 
 
+def scrape_cost(controller: Any) -> dict[str, float]:
+    """What one scrape of the controller's `/metrics` costs it after the last tick: the CPU of
+    rendering the text (a scrape renders it on a worker thread, under the same interpreter
+    lock as the loop) and its size. The bench's Prometheus does not scrape the controller."""
+    started_s = time.process_time()
+    text = controller.telemetry.exposition()
+    return {
+        "cpu_s": round(time.process_time() - started_s, 3),
+        "mib": round(len(text) / 2**20, 1),
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -898,6 +911,7 @@ async def measure(
                 last = (await cluster.ask("at the end"))["counts"]
                 thresholds = gc.get_threshold()
                 events = event_outcomes(controller)
+                scrape = scrape_cost(controller)
                 stop.set()
                 await task
             rss, hwm = rss_mib()
@@ -928,6 +942,7 @@ async def measure(
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
         "api_lists_and_watches": {k: list(v) for k, v in sorted(lists.items())},
         "events_by_outcome": dict(sorted(events.items())),
+        "metrics_scrape": scrape,
         "pods_at_end": last.get("pods (not a write)"),
         "gc_threshold": list(thresholds),
         "rss_mib_before_controller": round(before_mib, 1),
