@@ -37,9 +37,13 @@ Prometheus queries per tick (the adapter's counter); API writes per tick (the em
 request log), beside the outcomes that changed (a new count, kind or, unless steady, reason:
 what the loop publishes on, so status writes should not outnumber them); the ticks'
 decisions by kind; and for the first tick apart, its decisions, the CPU from the controller's
-start to its end, and the lists and watches until then (a watch expired shows as a list).
-`--profile-first` profiles the controller from its start to the end of its first tick,
-`--profile-cluster` the emulator's process.
+start to its end, and the lists and watches until then (a watch expired shows as a list); the
+second tick's duration and CPU apart too (it reads back the first tick's writes, one per
+service on a new term). The CPU per tick is the process's, this recorder included: it reads the
+loop's arrays of outcomes, not a record per service. `--profile-first` profiles the
+controller from its start to the end of its first tick, `--profile-cluster` the emulator's
+process, `--profile` the ticks measured. Last, the CPU and size of one rendering of the
+controller's `/metrics` after its last tick (the bench's Prometheus does not scrape it).
 
 With `--shards N`, N controllers run, each in its own process (`autoscaler run`'s wiring, with
 `AUTOSCALER_KUBERNETES__LEASE_BUCKETS` = `--buckets`, 3 per shard unless told, and its own
@@ -525,34 +529,26 @@ class Tick:
 
 
 class Ticks:
-    """The `on_tick` of one controller: a `Tick` for each of its ticks, in order."""
+    """The `on_tick` of one controller: a `Tick` for each of its ticks, in order.
+
+    It runs inside the CPU a tick is charged with, so it reads the tick's outcomes as the
+    loop's arrays (`loop.Codes`) rather than a `Brief` per service: at 10,000 services the
+    briefs and a dictionary of outcomes cost about as much as the Kubernetes side's own work.
+    """
 
     def __init__(self, queries_sent: Callable[[], int], led: Callable[[], list[int]]) -> None:
         self.records: list[Tick] = []
         self.collections = Collections()
         self._queries_sent = queries_sent
         self._led = led
-        self._last: dict[Any, tuple[Any, ...]] | None = None
+        self._last: tuple[tuple[Any, ...], np.ndarray[Any, Any]] | None = None
 
     def __call__(self, report: Any, duration_s: float) -> Tick:
-        from autoscaler import loop
-
-        # In brief: reading a batched service's full decision would build it, which the loop
-        # itself does only for a service it writes or publishes.
-        decisions = report.decisions
-        briefs = (
-            decisions.briefs()
-            if isinstance(decisions, loop.Decisions)
-            else {service: loop.Brief.of(d) for service, d in decisions.items()}
-        )
-        outcomes = {
-            service: (d.desired, d.kind, None if d.kind.value == "steady" else d.reason)
-            for service, d in briefs.items()
-        }
+        ids, outcomes = outcome_rows(report.decisions)
         last = self._last
         # What the loop publishes on: a new count, kind or (unless steady) reason.
-        changed = None if last is None else sum(o != last.get(s) for s, o in outcomes.items())
-        self._last = outcomes
+        changed = None if last is None else changed_rows(last, (ids, outcomes))
+        self._last = (ids, outcomes)
         gc_s, gc_counts = self.collections.snapshot()
         tick = Tick(
             duration_s=duration_s,
@@ -560,14 +556,67 @@ class Ticks:
             gc_s=gc_s,
             gc_counts=gc_counts,
             queries=self._queries_sent(),
-            decided=len(report.decisions),
+            decided=len(ids),
             changed=changed,
-            kinds=dict(Counter(f"{d.kind.value}/{d.reason.value}" for d in briefs.values())),
+            kinds=kinds_of(report.decisions),
             led=self._led(),
             rss_mib=round(rss_mib()[0], 1),
         )
         self.records.append(tick)
         return tick
+
+
+def outcome_rows(decisions: Any) -> tuple[tuple[Any, ...], np.ndarray[Any, Any]]:
+    """The services of a tick, in order, and per service what the loop publishes on: the
+    desired count, the kind and the reason (-1 when steady), as codes into `core.batch`'s
+    `KINDS` and `REASONS`."""
+    from autoscaler import loop
+    from autoscaler.core import batch
+
+    if isinstance(decisions, loop.Decisions):
+        codes = decisions.codes()
+        ids = tuple(workload.id for workload in decisions.workloads)
+        return ids, codes.published()[:, :3]
+    ids = tuple(decisions)
+    rows = [
+        (
+            d.desired,
+            batch.KINDS.index(d.kind),
+            -1 if d.kind.value == "steady" else batch.REASONS.index(d.reason),
+        )
+        for d in decisions.values()
+    ]
+    return ids, np.array(rows, dtype=np.int64).reshape(len(ids), 3)
+
+
+def changed_rows(
+    last: tuple[tuple[Any, ...], np.ndarray[Any, Any]],
+    now: tuple[tuple[Any, ...], np.ndarray[Any, Any]],
+) -> int:
+    """How many services of `now` have an outcome other than in `last` (or none there)."""
+    (was_ids, was), (ids, rows) = last, now
+    if was_ids == ids:
+        return int((was != rows).any(axis=1).sum())
+    before = {service: tuple(row) for service, row in zip(was_ids, was.tolist(), strict=True)}
+    return sum(before.get(s) != tuple(row) for s, row in zip(ids, rows.tolist(), strict=True))
+
+
+def kinds_of(decisions: Any) -> dict[str, int]:
+    """A tick's decisions counted by `kind/reason`."""
+    from autoscaler import loop
+    from autoscaler.core import batch
+
+    if not isinstance(decisions, loop.Decisions):
+        return dict(Counter(f"{d.kind.value}/{d.reason.value}" for d in decisions.values()))
+    codes = decisions.codes()
+    reasons = len(batch.REASONS)
+    pairs = codes.kind.astype(np.int64) * reasons + codes.reason
+    counts = np.bincount(pairs, minlength=len(batch.KINDS) * reasons).tolist()
+    return {
+        f"{batch.KINDS[pair // reasons].value}/{batch.REASONS[pair % reasons].value}": n
+        for pair, n in enumerate(counts)
+        if n
+    }
 
 
 def event_outcomes(controller: Any) -> dict[str, int]:
@@ -578,6 +627,18 @@ def event_outcomes(controller: Any) -> dict[str, int]:
         if metric.name == "autoscaler_kubernetes_events"
         for sample in metric.samples
         if sample.name.endswith("_total")
+    }
+
+
+def scrape_cost(controller: Any) -> dict[str, float]:
+    """What one scrape of the controller's `/metrics` costs it after the last tick: the CPU of
+    rendering the text (a scrape renders it on a worker thread, under the same interpreter
+    lock as the loop) and its size. The bench's Prometheus does not scrape the controller."""
+    started_s = time.process_time()
+    text = controller.telemetry.exposition()
+    return {
+        "cpu_s": round(time.process_time() - started_s, 3),
+        "mib": round(len(text) / 2**20, 1),
     }
 
 
@@ -850,6 +911,7 @@ async def measure(
                 last = (await cluster.ask("at the end"))["counts"]
                 thresholds = gc.get_threshold()
                 events = event_outcomes(controller)
+                scrape = scrape_cost(controller)
                 stop.set()
                 await task
             rss, hwm = rss_mib()
@@ -871,12 +933,16 @@ async def measure(
         "first_tick_s": round(records[0].duration_s, 3),
         "cpu_until_first_tick_ended_s": round(records[0].cpu_s - cpu_at_start_s, 2),
         "decisions_first_tick": dict(sorted(records[0].kinds.items())),
+        # A new term's first tick writes every status and state: the second reads them back.
+        "second_tick_s": round(records[1].duration_s, 3),
+        "cpu_second_tick_s": round(records[1].cpu_s - records[0].cpu_s, 3),
         **steady,
         "prometheus_queries_first_tick": records[0].queries,
         "api_writes_until_first_tick_done": {k: v[0] for k, v in sorted(writes.items())},
         "api_writes_in_later_ticks": {k: v[1] for k, v in sorted(writes.items())},
         "api_lists_and_watches": {k: list(v) for k, v in sorted(lists.items())},
         "events_by_outcome": dict(sorted(events.items())),
+        "metrics_scrape": scrape,
         "pods_at_end": last.get("pods (not a write)"),
         "gc_threshold": list(thresholds),
         "rss_mib_before_controller": round(before_mib, 1),

@@ -10,7 +10,8 @@ from kube.emulator import Write
 from kube.store import Store
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.core import shards
+from autoscaler import loop, ports
+from autoscaler.core import model, shards
 from bench import loop_scale_k8s as bench
 
 
@@ -170,6 +171,63 @@ def test_a_summary_counts_the_ticks_after_the_warm_ones_from_running_totals() ->
     assert summary["services_decided_per_tick"] == 100
     assert summary["decisions_in_later_ticks"] == {"steady/within_band": 300}
     assert summary["outcomes_changed_in_later_ticks"] == 2 + 3 + 4
+
+
+def _decided(desired: int, kind: model.Kind, reason: model.Reason) -> model.Decision:
+    return model.Decision(current=2, desired=desired, kind=kind, reason=reason, detail="")
+
+
+def _unobserved(row: int) -> model.Observation:
+    raise AssertionError(f"every decision is built: row {row} is never observed")
+
+
+def _report(decided: dict[str, model.Decision]) -> loop.TickReport:
+    """A tick's report whose decisions are the loop's (`loop.Decisions`), in `decided`'s order."""
+    workloads = [
+        ports.Workload(
+            id=model.ServiceId(s),
+            policy=model.PolicyConfig(max_replicas=10, target_load_per_replica=5.0),
+            half_life_s=60.0,
+            replicas=2,
+            serving=2,
+        )
+        for s in decided
+    ]
+    index = {w.id: i for i, w in enumerate(workloads)}
+    decisions = loop.Decisions(workloads, index, _unobserved, {})
+    for service, decision in decided.items():
+        decisions.add(model.ServiceId(service), decision)
+    return loop.TickReport(0.0, decisions, (), (), workloads=workloads)
+
+
+def test_the_recorder_counts_outcomes_changed_and_kinds_from_the_loops_arrays() -> None:
+    """A tick's outcomes changed and its kinds are what comparing its decisions one by one
+    gives: a new count or kind, a new reason unless steady, and a new service, each counts."""
+    steady, up = model.Kind.STEADY, model.Kind.SCALE_UP
+    first = {
+        "a": _decided(2, steady, model.Reason.AT_DESIRED),
+        "b": _decided(2, steady, model.Reason.AT_DESIRED),
+        "c": _decided(3, up, model.Reason.ABOVE_TARGET),
+    }
+    second = {
+        "a": _decided(2, steady, model.Reason.IN_DEADBAND),  # steady: its reason is wording
+        "b": _decided(3, up, model.Reason.ABOVE_TARGET),
+        "c": _decided(3, up, model.Reason.BURST),
+    }
+    reordered = {"d": _decided(2, steady, model.Reason.AT_DESIRED), **second}
+    for reports in (
+        [_report(first), _report(second), _report(reordered)],
+        [loop.TickReport(0.0, dict(d), (), ()) for d in (first, second, reordered)],
+    ):
+        ticks = bench.Ticks(lambda: 0, list)
+        recorded = [ticks(report, 0.1) for report in reports]
+        assert [t.changed for t in recorded] == [None, 2, 1]
+        assert [t.decided for t in recorded] == [3, 3, 4]
+        assert recorded[1].kinds == {
+            "steady/in-deadband": 1,
+            "scale-up/above-target": 1,
+            "scale-up/burst": 1,
+        }
 
 
 def _filled(load: bench.Load, *, cold_start: bool, forecast: str = "auto") -> Store:

@@ -7,12 +7,13 @@ found by owner, all of it on one `ports.Workload` per service (docs/architecture
 records of a tick"): the metrics source reads the pods and metric names from it, the ramp
 adapter its ramp settings. A record is built again only when the informers report a change to
 what it was built from (the controller's own write of the `status` annotation is none: no record
-reads it), or after the controller's own scale write to it; otherwise the same object is
-returned; a service whose bucket moves to or from this replica is built again or dropped, with
-what was remembered about it. A Deployment with invalid annotations is skipped, with one
-`config.invalid` log line and one Warning Event `InvalidConfig` per distinct set of problems;
-so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales (one owner of
-replicas: the Event names the other). A `state` annotation that cannot be read
+reads it; a write of the `state` annotation gives a record with the new state around the
+placement view of the last build), or after the controller's own scale write to it; otherwise
+the same object is returned; a service whose bucket moves to or from this replica is built
+again or dropped, with what was remembered about it. A Deployment with invalid annotations is
+skipped, with one `config.invalid` log line and one Warning Event `InvalidConfig` per distinct
+set of problems; so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales
+(one owner of replicas: the Event names the other). A `state` annotation that cannot be read
 (`codec.parse_state`) is treated as absent, with one `state.invalid` log line and one Warning
 Event `CorruptState` when first seen.
 
@@ -474,6 +475,10 @@ class KubeCluster:
         self._present: set[model.ServiceId] = set()
         self._dirty: set[tuple[str, str]] = set()
         """(namespace, Deployment) whose records the informers have reported a change to."""
+        self._restated: set[tuple[str, str]] = set()
+        """(namespace, Deployment) whose `state` annotation moved, and nothing else but their
+        `status`: the publish's own write, on every change of a service's decision. Their
+        records are built again around the placement view and pods of the last build."""
         self.caches.deployments.add_handler(self._deployment_changed)
         self.caches.replicasets.add_handler(self._replicaset_changed)
         self.caches.pods.add_handler(self._pod_changed)
@@ -534,6 +539,7 @@ class KubeCluster:
         wrote to it. Every other service's record is the object the last call returned.
         """
         dirty, self._dirty = self._dirty, set()
+        restated, self._restated = self._restated, set()
         owns = _everything if self._owned is None else self._owned()
         if self._owned is not None:  # a bucket that moved: its services are built or dropped
             dirty.update(k for k, sid in self._elsewhere.items() if owns(sid))
@@ -541,18 +547,26 @@ class KubeCluster:
         layout = self.placement.capacity.layout()
         moved = self._layout is not None and not _same_layout(self._layout, layout)
         self._layout = layout
-        touched: dict[tuple[str, str], None] = {}
+        touched: dict[tuple[str, str], bool] = {}
+        """Each workload to build again, and whether its last placement view still holds."""
         for key in dirty:
             owner = self._owner_of.get(key)
             if owner is not None:
-                touched[owner] = None
-            touched[key] = None
+                touched[owner] = False
+            touched[key] = False
         if moved:  # the GPU services were placed against capacity that has changed
             for key, entry in self._built.items():
                 if entry.layout is not None:
-                    touched[key] = None
-        for key in touched:
-            self._update(key, layout, owns)
+                    touched[key] = False
+        for key in restated:
+            # Only the owner's own state moved: what its view was built from has not. A tier's
+            # state is read by no record: it is any other change to its owner's.
+            owner = self._owner_of.get(key)
+            if owner != key and owner is not None:
+                touched.setdefault(owner, False)
+            touched.setdefault(key, owner == key)
+        for key, same_view in touched.items():
+            self._update(key, layout, owns, same_view=same_view)
         if touched:
             self._managed = [e.workload for e in self._built.values() if e.workload is not None]
             present = {w.id for w in self._managed}
@@ -572,10 +586,17 @@ class KubeCluster:
         return self._managed
 
     def _update(
-        self, key: tuple[str, str], layout: tuple[object, ...], owns: Callable[[str], bool]
+        self,
+        key: tuple[str, str],
+        layout: tuple[object, ...],
+        owns: Callable[[str], bool],
+        *,
+        same_view: bool = False,
     ) -> None:
         """Build again the entry of the workload `key` (namespace, name), or drop it when it is
-        gone, no longer opts in, is a placement tier, or another replica leads its bucket."""
+        gone, no longer opts in, is a placement tier, or another replica leads its bucket; with
+        `same_view`, around the placement view and pods of its last build (only its `state`
+        and `status` annotations moved since)."""
         namespace, name = key
         found = self._find(namespace, name)
         old = self._built.get(key)
@@ -601,7 +622,7 @@ class KubeCluster:
             self._drop(key, old)  # deleted and created again: a new workload
             old = None
         if kind.is_deployment:
-            entry = self._build(service, deployment, notes, old, layout)
+            entry = self._build(service, deployment, notes, old, layout, same_view=same_view)
         else:
             entry = self._build_scaled(service, kind, deployment, notes, old, layout)
             if entry.selector is not None:
@@ -691,8 +712,12 @@ class KubeCluster:
         notes: Mapping[str, str],
         old: _Built | None,
         layout: tuple[object, ...],
+        *,
+        same_view: bool = False,
     ) -> _Built:
-        """One service's record from the caches; `old` is its entry before this change."""
+        """One service's record from the caches; `old` is its entry before this change. With
+        `same_view` (nothing its view is made from has changed) `old`'s view, serving pods and
+        start-up time are used again: they would come out the same."""
         namespace, name = _api.namespace(deployment), _api.name(deployment)
         key = _parse_key(namespace, notes)
         config = self._parse(key, notes)
@@ -705,8 +730,13 @@ class KubeCluster:
         if others:
             problems = self._report_invalid(service, deployment, _contested(others), said)
             return _unmanaged(deployment, key, problems)
-        view = self.placement.view(service, deployment, config)
-        serving = view.serving
+        last = old.workload if same_view and old is not None and old.parse_key == key else None
+        if last is not None and old is not None and old.view is not None:
+            view, startup, pods = old.view, last.startup_s, last.pods
+        else:
+            view = self.placement.view(service, deployment, config)
+            startup = startup_s(view.serving, recent=self._recent_pods)
+            pods = frozenset(_api.name(pod) for pod in view.serving)
         if old is not None and old.state_text == state_text:
             state_read = old.state_read
         else:
@@ -726,8 +756,8 @@ class KubeCluster:
             policy=config.policy,
             half_life_s=config.half_life_s,
             replicas=self.placement.reported_replicas(service, view, self._last_set.get(service)),
-            serving=len(serving),
-            startup_s=startup_s(serving, recent=self._recent_pods),
+            serving=len(view.serving),
+            startup_s=startup,
             startup_split=split,
             state=state,
             admissible=view.admissible,
@@ -740,7 +770,7 @@ class KubeCluster:
             window_s=config.window_s if _WINDOW_KEY in notes else None,
             namespace=namespace,
             deployment=name,
-            pods=frozenset(_api.name(pod) for pod in serving),
+            pods=pods,
             metrics=config.metrics,
             ramp=self._ramp_target(service, deployment, config),
             placement=view.need,
@@ -906,9 +936,15 @@ class KubeCluster:
 
     def _deployment_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         """Informer handler: a Deployment is its own record's, and a tier's its owner's too;
-        but not the controller's own write of a decision, which no record is built from."""
-        if old is not None and new is not None and _only_status_moved(old, new):
-            return
+        but not the controller's own write of a decision, which no record is built from, and
+        a write of its state, which only the state is read again from (`_restated`)."""
+        if old is not None and new is not None:
+            moved = _moved_annotations(old, new)
+            if moved is not None and moved <= _STATUS_ONLY:
+                return
+            if moved is not None and moved <= _DECISION_KEYS:
+                self._restated.add((_api.namespace(new), _api.name(new)))
+                return
         for obj in (old, new):
             if obj is not None:
                 namespace = _api.namespace(obj)
@@ -1366,23 +1402,32 @@ class KubeCluster:
 
 
 _MOVING_METADATA: Final = frozenset({"resourceVersion", "managedFields", "annotations"})
+_STATUS_ONLY: Final = frozenset({contract.STATUS_KEY})
+_DECISION_KEYS: Final = frozenset({contract.STATUS_KEY, contract.STATE_KEY})
+"""The annotations a publish writes: the controller's own write of its last decision."""
+
+
+def _moved_annotations(old: Obj, new: Obj) -> frozenset[str] | None:
+    """The annotations whose values differ between two versions of a workload (added and
+    removed ones too) when nothing else moved but the metadata every write moves; None when
+    something else did."""
+    if old.keys() != new.keys():
+        return None
+    if any(old[key] != new[key] for key in old if key != "metadata"):
+        return None
+    was, now = _api.meta(old), _api.meta(new)
+    if any(was.get(k) != now.get(k) for k in was.keys() | now.keys() if k not in _MOVING_METADATA):
+        return None
+    notes, later = was.get("annotations") or {}, now.get("annotations") or {}
+    return frozenset(k for k in notes.keys() | later.keys() if notes.get(k) != later.get(k))
 
 
 def _only_status_moved(old: Obj, new: Obj) -> bool:
     """Whether a workload changed in its `status` annotation at most (and the metadata every
     write moves): the controller's own write of its last decision, from which no record is
     built. The `state` annotation is not such a change: a record carries the state it read."""
-    if old.keys() != new.keys():
-        return False
-    if any(old[key] != new[key] for key in old if key != "metadata"):
-        return False
-    was, now = _api.meta(old), _api.meta(new)
-    if any(was.get(k) != now.get(k) for k in was.keys() | now.keys() if k not in _MOVING_METADATA):
-        return False
-    notes, later = was.get("annotations") or {}, now.get("annotations") or {}
-    if notes.keys() != later.keys():
-        return False
-    return all(notes[k] == later[k] for k in notes if k != contract.STATUS_KEY)
+    moved = _moved_annotations(old, new)
+    return moved is not None and moved <= _STATUS_ONLY
 
 
 def _older(cached: Obj, version: str) -> bool:

@@ -212,9 +212,14 @@ async def test_an_unchanged_service_keeps_its_record_and_a_change_to_its_pod_reb
 
 
 async def test_its_own_status_write_keeps_the_record_and_a_state_write_rebuilds_it(
-    kube: Kube, kubelet: FakeCluster, apps: client.AppsV1Api, make_cluster: MakeCluster
+    kube: Kube,
+    kubelet: FakeCluster,
+    apps: client.AppsV1Api,
+    make_cluster: MakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A record outlives the status annotation's writes; a new state reaches a new record."""
+    """A record outlives the status annotation's writes; a new state reaches a new record built
+    around the placement view of the last build, which a change to a pod makes again."""
     kubelet.add_node("gpu-1", gpus=8)
     await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
     await kubelet.settle()
@@ -233,10 +238,29 @@ async def test_its_own_status_write_keeps_the_record_and_a_state_write_rebuilds_
     await eventually(lambda: shown() == 4, made.caches.deployments)
     assert made.workloads()[0] is web
 
+    viewed: list[model.ServiceId] = []
+    view = made.placement.view
+
+    def counted(service: model.ServiceId, *args: object) -> object:
+        viewed.append(service)
+        return view(service, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(made.placement, "view", counted)
     state = model.PolicyState(last_scale_change_s=WALL_S)
     await made.publish(WEB, decision(2, 2, kind=model.Kind.STEADY), state)
     await eventually(lambda: made.workloads()[0].state == state, made.caches.deployments)
-    assert made.workloads()[0] is not web
+    restated = made.workloads()[0]
+    assert restated is not web
+    assert viewed == []
+    assert restated.pods is web.pods
+    assert dataclasses.replace(restated, state=web.state) == web
+
+    victim = sorted(web.pods)[0]
+    labels = {"metadata": {"labels": {cluster.WARMING_LABEL: "true"}}}
+    await client.CoreV1Api(apps.api_client).patch_namespaced_pod(victim, NS, labels)
+    await eventually(lambda: made.workloads()[0].serving == 1, made.caches.pods)
+    assert viewed == [WEB]
+    assert made.workloads()[0].state == state
 
 
 async def test_invalid_annotations_skip_the_service_with_one_event(
