@@ -684,13 +684,12 @@ class MetricsSource:
         # A namespace-wide query also answers for pods of services outside the group. Those
         # of no service at all `sample` leaves out by itself: a group of every service needs
         # no more.
-        pods = plan.pods
         try:
             if signal in model.LATENCY_SIGNALS:
                 series = await self.client.query(signal.name.lower(), promql)
-                return _buckets(series, pods)
+                return _buckets(series, plan.pods)
             samples = await self.client.query_per_pod(signal.name.lower(), promql)
-            return [samples if whole else samples.among(pods)]
+            return [samples if whole else samples.among(plan.pods)]
         except QueryRejected as e:
             refused = e
         if len(group) == 1:
@@ -711,13 +710,23 @@ class MetricsSource:
         return [item for part in parts if isinstance(part, list) for item in part]
 
 
-@dataclass(frozen=True, slots=True)
 class _Plan:
     """What one tick asks Prometheus for one group of services: a query per signal, and the
     pods the answers may name."""
 
-    queries: dict[model.Signal, str]
-    pods: frozenset[_PodKey]
+    __slots__ = ("_group", "_pods", "queries")
+
+    def __init__(self, queries: dict[model.Signal, str], group: Sequence[_Target]) -> None:
+        self.queries = queries
+        self._group = group
+        self._pods: frozenset[_PodKey] | None = None
+
+    @property
+    def pods(self) -> frozenset[_PodKey]:
+        """Made when first asked: an answer for every service of the tick is not filtered."""
+        if self._pods is None:
+            self._pods = frozenset(itertools.chain.from_iterable(t.pods for t in self._group))
+        return self._pods
 
 
 class _Plans:
@@ -764,7 +773,7 @@ class _Plans:
                 gpu_ratio_metric=s.gpu_ratio_metric,
                 max_pod_matcher_chars=s.max_pod_matcher_chars,
             ),
-            frozenset(itertools.chain.from_iterable(t.pods for t in group)),
+            group,
         )
         self.made[key] = (group, plan)
         return plan
@@ -898,7 +907,7 @@ def build_queries(
         if (name := serving.metrics.queue) is not None:
             _grouped(by_queue, name, serving)
     everyone = _PodSet(targets_list)
-    if not everyone.pods:
+    if everyone.empty:
         return {}
     window = _duration(rate_window_s)
     age = f"{max_age_s:g}"
@@ -1035,9 +1044,14 @@ class _PodSet:
     """Namespaces and pod names read through one metric name."""
 
     def __init__(self, servings: Collection[ServingPods]) -> None:
+        self._servings = servings
         self.namespaces: set[str] = {serving.namespace for serving in servings}
-        self.pods: set[str] = set().union(*(serving.pods for serving in servings))
         self._pod_literals: dict[int, str | None] = {}
+
+    @property
+    def empty(self) -> bool:
+        """Whether no service here has a pod."""
+        return not any(serving.pods for serving in self._servings)
 
     def matchers(
         self, max_pod_matcher_chars: int, namespace_label: str = "namespace", pod_label: str = "pod"
@@ -1056,13 +1070,26 @@ class _PodSet:
     def _pod_literal(self, max_chars: int) -> str | None:
         """The pods' regex literal, None when it is longer than `max_chars`; made once."""
         if max_chars not in self._pod_literals:
-            literal = None
-            # Quoting only lengthens the names: skip it when they are too long already.
-            if sum(map(len, self.pods)) + len(self.pods) <= max_chars:
-                literal = regex_literal(self.pods)
+            pods = self._pods_within(max_chars)
+            literal = None if pods is None else regex_literal(pods)
             fits = literal is not None and len(literal) <= max_chars
             self._pod_literals[max_chars] = literal if fits else None
         return self._pod_literals[max_chars]
+
+    def _pods_within(self, max_chars: int) -> set[str] | None:
+        """The pods' names, or None as soon as the names and a separator each come to more
+        than `max_chars` (quoting only lengthens them): a fleet's thousands of pods are not
+        gathered for a matcher that would be dropped."""
+        pods: set[str] = set()
+        chars = 0
+        for serving in self._servings:
+            for pod in serving.pods:
+                if pod not in pods:
+                    pods.add(pod)
+                    chars += len(pod) + 1
+                    if chars > max_chars:
+                        return None
+        return pods
 
 
 def _selector(metric: str, matchers: Sequence[str]) -> str:

@@ -181,6 +181,22 @@ def test_long_pod_lists_fall_back_to_namespace_selection() -> None:
     assert "<= 2.5" in queries[SATURATION]
 
 
+def test_a_pod_matcher_stays_while_it_fits_counting_a_shared_name_once() -> None:
+    """The pod matcher stays while its literal fits the limit, a pod name two namespaces share
+    counted once, and goes one character past it."""
+    pods = [f"chat-{i}" for i in range(10)]  # the literal: 10 names of 6, 9 bars, 2 quotes
+    services = [serving("ns-a", *pods), serving("ns-b", *pods)]
+
+    def matched(limit: int) -> set[bool]:
+        queries = prometheus.build_queries(
+            services, rate_window_s=0.5, max_age_s=2.5, max_pod_matcher_chars=limit
+        )
+        return {"pod=~" in query for query in queries.values()}
+
+    assert matched(71) == {True}
+    assert matched(70) == {False}
+
+
 def test_limits_default_to_multiples_of_the_scrape_interval() -> None:
     """Values older than 3 scrape intervals are stale; rates span 4 intervals."""
     source = prometheus.MetricsSource(NOWHERE, scrape_interval_s=15)
