@@ -8,6 +8,7 @@ from collections import Counter
 
 from aiohttp import test_utils
 from prometheus_client import generate_latest
+from prometheus_client.utils import floatToGoString
 
 from autoscaler import loop, ports, telemetry
 from autoscaler.core import cache, model
@@ -351,6 +352,16 @@ def test_the_exposition_writes_every_series_as_prometheus_client_does() -> None:
     written = t.exposition().decode().splitlines()
     assert sorted(written) == sorted(generate_latest(t.registry).decode().splitlines())
     assert any('project="a\\"b\\\\c\\nd"' in line for line in written)
+
+
+def test_sample_values_are_written_as_prometheus_client_writes_them_however_often() -> None:
+    """Each value's text is prometheus_client's, on its first writing and after: the two zeros
+    stay apart, and a whole number kept for reuse reads as it did."""
+    values = [0.0, -0.0, 1.0, 1, 3.0, 2.5, -4.0, 1e7, 12345678.0, 1e-9, math.inf, -math.inf]
+    for _ in range(2):
+        for value in values:
+            assert telemetry._number(value) == floatToGoString(value)
+    assert telemetry._number(math.nan) == "NaN"
 
 
 def test_the_standby_pool_is_counted_apart_in_replicas_and_core_hours() -> None:
