@@ -1,7 +1,8 @@
 """The loop's own CPU per tick at scale, in seconds rather than the minutes of `loop_scale_k8s`.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python -m bench.loop_hot_path [--services 10000]
-        [--ticks 10] [--seed 14] [--churn RATIO] [--gc-threshold N[,N,N]] [--profile PATH]
+        [--ticks 10] [--seed 14] [--churn RATIO] [--telemetry] [--gc-threshold N[,N,N]]
+        [--profile PATH]
 
 `Loop.step()` with the real Prometheus adapter (`MetricsSource` over `Client`, its HTTP and its
 reading of the answers) and the default policy, for N services in ten namespaces. The answers
@@ -20,7 +21,8 @@ Two workloads:
   the Kubernetes adapter makes), so the services settle and the writes are those the changes
   call for. The warm-up is longer (`CHURN_WARM_TICKS`), for the first outcomes to settle.
 What it leaves out, `loop_scale_k8s` measures: the Kubernetes adapter and its caches, Events,
-Prometheus itself, and a machine shared with all of them; telemetry only with `--telemetry`.
+Prometheus itself, and a machine shared with all of them; telemetry only with `--telemetry`
+(which also times a rendering of `/metrics` after the last tick).
 
 Printed: CPU per tick (process time: the server's share is the same few copies of bytes for any
 code under test), the loop's own share of it (all but the metrics sample: the read path and the
@@ -60,6 +62,8 @@ from autoscaler.core import model, policy, smoothing
 NAMESPACES = 10
 PODS_PER_SERVICE = 2
 WARM_TICKS = 5
+SCRAPES = 5
+"""Renderings of /metrics timed after the ticks, with `--telemetry`."""
 CHURN_WARM_TICKS = 30
 TARGET_LOAD_PER_REPLICA = 5.0
 CHURN_REPLICAS = (2, 4)
@@ -381,6 +385,16 @@ async def measure(
     }
     if churning is not None:
         result["load_moves_per_tick"] = round((churning.moved - int(moved or 0)) / ticks, 1)
+    if exported is not None:
+        # What a scrape of /metrics costs after the last tick (the controller renders it on a
+        # worker thread, but under the same interpreter lock).
+        rendered = []
+        for _ in range(SCRAPES):
+            cpu_s = time.process_time()
+            body = exported.exposition()
+            rendered.append(time.process_time() - cpu_s)
+        result["metrics_scrape_cpu_p50_s"] = round(statistics.median(rendered), 4)
+        result["metrics_scrape_mib"] = round(len(body) / 2**20, 1)
     return result
 
 
@@ -398,7 +412,8 @@ def main() -> None:
     parser.add_argument(
         "--telemetry",
         action="store_true",
-        help="end each tick with the controller's telemetry (Telemetry.observe_tick)",
+        help="end each tick with the controller's telemetry (Telemetry.observe_tick), and "
+        "time a rendering of /metrics after the last",
     )
     parser.add_argument(
         "--gc-threshold",
