@@ -274,3 +274,56 @@ def test_fitting_the_whole_window_keeps_no_fit() -> None:
         seconds=range(3),
     )
     assert state == builders.state()
+
+
+# The queue read as demand beyond the model's own queue (`PolicyConfig.queue_beyond_model`).
+def queue_vote(
+    load: model.SignalEstimate, queue: model.SignalEstimate, serving: int, *, rule: bool
+) -> tuple[float, str]:
+    """The saturation vote's rate and the decision's detail at a full utilisation target."""
+    config = slo_config(target_load_per_replica=1.0, queue_beyond_model=rule)
+    observation = builders.observation(load=load, queue=queue, replicas=serving, serving=serving)
+    decision, _ = policy.decide(config, observation, builders.state())
+    estimate_ = decision.contributions[Signal.SATURATION].estimate
+    assert estimate_ is not None
+    return estimate_, decision.detail
+
+
+def test_a_growing_queue_the_model_expects_at_the_load_asks_for_nothing() -> None:
+    """At 15 rps on 17 replicas the model expects 2.8 waiting: a queue of 2.5, even growing,
+    asks for the load alone with the rule and for more without it."""
+    growing = estimate(2.5, trend_per_s=0.1, trend_stderr_per_s=0.01)
+    with_rule, detail = queue_vote(estimate(15.0), growing, 17, rule=True)
+    without, _ = queue_vote(estimate(15.0), growing, 17, rule=False)
+    assert with_rule == 15.0
+    assert without > 15.0
+    assert "queue 2.5, the model's 2.82" in detail
+
+
+def test_a_queue_past_the_model_s_asks_as_before() -> None:
+    """A queue of 40 growing on a flat load is beyond what the model explains: the rule leaves
+    its demand as it was."""
+    growing = estimate(40.0, trend_per_s=0.5, trend_stderr_per_s=0.01)
+    with_rule, _ = queue_vote(estimate(15.0), growing, 17, rule=True)
+    without, _ = queue_vote(estimate(15.0), growing, 17, rule=False)
+    assert with_rule == without > 15.5
+
+
+def test_the_queue_s_growth_that_the_load_s_rise_explains_asks_for_nothing() -> None:
+    """Past the model's queue, the part of its growth that the served rate's own rise explains
+    is not counted as unserved demand."""
+    growing = estimate(40.0, trend_per_s=0.5, trend_stderr_per_s=0.01)
+    rising = estimate(15.0, trend_per_s=0.2)
+    with_rule, _ = queue_vote(rising, growing, 17, rule=True)
+    without, _ = queue_vote(rising, growing, 17, rule=False)
+    assert without - 0.5 < with_rule < without
+
+
+def test_a_saturated_service_s_queue_still_reads_as_demand() -> None:
+    """At capacity the model's queue is without bound; the SLO's tolerance bounds what it
+    explains, so a saturated service's queue asks as before."""
+    growing = estimate(40.0, trend_per_s=0.5, trend_stderr_per_s=0.01)
+    with_rule, detail = queue_vote(estimate(16.0), growing, 16, rule=True)
+    without, _ = queue_vote(estimate(16.0), growing, 16, rule=False)
+    assert with_rule == without > 16.0
+    assert "the model's 10.4" in detail
