@@ -827,7 +827,8 @@ class _Explained:
     queue: float
     """Waiting requests at the measured served rate on the serving count."""
     growth_per_s: float
-    """How fast that queue grows with the served rate's own rise (0 while it falls)."""
+    """How fast that queue grows with the served rate's own rise: the part of the rise that
+    stands `QueueDrainConfig.confidence_z` standard errors out of the noise (0 without one)."""
 
 
 _NOTHING_EXPLAINED = _Explained(math.nan, 0.0)
@@ -865,7 +866,8 @@ def _explained_queue(
         return min(burstiness * modelled, rate * tolerance_s)
 
     queue = expected(load.mean)
-    rise = load.trend_per_s if math.isfinite(load.trend_per_s) else 0.0
+    doubt = config.queue_drain.confidence_z * load.trend_stderr_per_s
+    rise = load.trend_per_s - doubt if math.isfinite(load.trend_per_s) else 0.0
     if not rise > 0:
         return _Explained(queue, 0.0)
     step = _SLOPE_STEP * load.mean
