@@ -381,14 +381,6 @@ class PolicyConfig:
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
-    queue_beyond_model: bool = False
-    """The queue read as demand counts only the requests waiting beyond what the service's own
-    queueing model expects at the measured served rate on the serving count (the SLO sizing's
-    M/G/c model with its fitted burstiness; needs `queue_drain` and `slo`), and never more than
-    the queue whose mean wait the SLO's quantile tolerates; while the queue is within that, its
-    growth asks for nothing either. A queue a steady load near its target shows anyway is not
-    unserved demand; a queue growing past it asks as before. Off: only the queue target's
-    allowance is left alone."""
     slo: SloConfig | None = None
     """Size for a latency SLO too (`policy.default` only); see `SloConfig`."""
     forecast: ForecastConfig | None = None

@@ -375,7 +375,6 @@ def _vote(
     burst = False
     recent: dict[Signal, tuple[float, float]] = {}
     load_value: float | None = None
-    explained = _explained_queue(config, observation, fit)
     for signal in model.PRIMARY_SIGNALS:
         target = config.target(signal)
         if target is None:
@@ -391,16 +390,14 @@ def _vote(
                 contributions[signal] = Contribution(math.nan, None, "missing")
                 continue
             target = config.target_load_per_replica
-            value, estimator = _queue_demand(
-                config, config.queue_drain, est, load_value, explained=explained
-            )
+            value, estimator = _queue_demand(config, config.queue_drain, est, load_value)
         else:
             value, estimator = _estimate(config, est, observation.startup_s)
             if signal is Signal.LOAD:
                 value, estimator = _seasonal(config, observation.forecast, value, estimator)
         if config.burst is not None:
-            burst_value = _burst_value(config, config.burst, signal, est, load_value, explained)
-            recent[signal] = (_recent_value(config, signal, est, load_value, explained), target)
+            burst_value = _burst_value(config, config.burst, signal, est, load_value)
+            recent[signal] = (_recent_value(config, signal, est, load_value), target)
             asked = target * max(serving, observation.replicas)
             if burst_value > 0 and burst_value >= config.burst.threshold_ratio * asked:
                 burst = True
@@ -418,11 +415,6 @@ def _vote(
     sized: dict[Signal, Callable[[float], int]] = {}
     if config.slo is not None and Signal.LOAD in contributions and Signal.LOAD not in missing:
         slo, sized = _size_for_slo(config, config.slo, observation, contributions, fit)
-        if explained is not None:
-            queue = observation.signal(Signal.SATURATION)
-            waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
-            detail = f"{slo.detail}; queue {waiting:.3g}, the model's {explained.queue:.3g}"
-            slo = dataclasses.replace(slo, detail=detail)
     recent_ratios = {
         signal: _ratio(value, target, serving) for signal, (value, target) in recent.items()
     }
@@ -448,10 +440,7 @@ def _vote(
             missing.append(signal)
             contributions[signal] = Contribution(math.nan, None, "missing")
             continue
-        if signal is Signal.TOKENS:
-            contributions[signal] = _token_rate_vote(config, est, target, observation, explained)
-        else:
-            contributions[signal] = cast(config, est, target, observation)
+        contributions[signal] = cast(config, est, target, observation)
     wanted, driver = _leading(contributions)
     return _Votes(contributions, wanted, driver, tuple(missing), burst, recent_ratios, slo)
 
@@ -484,7 +473,6 @@ def _token_rate_vote(
     est: model.SignalEstimate,
     target: float,
     observation: model.Observation,
-    explained: _Explained | None = None,
 ) -> Contribution:
     """The replicas that carry the tokens per second at the per-replica target: the load vote
     counted in tokens, so that a shift towards longer prompts or answers at a flat request rate
@@ -503,16 +491,14 @@ def _token_rate_vote(
     if prompt_estimator == "forecast":
         estimator = "forecast"
     value = max(0.0, generated) + config.prompt_token_weight * max(0.0, prompt)
-    backlog = _backlog_ratio(config, observation, explained)
+    backlog = _backlog_ratio(config, observation)
     if backlog > 1.0:
         value, estimator = value * backlog, "queue-demand"
     desired = math.ceil(value / target - _CEIL_SLACK)
     return Contribution(_ratio(value, target, observation.serving), desired, estimator, value)
 
 
-def _backlog_ratio(
-    config: model.PolicyConfig, observation: model.Observation, explained: _Explained | None = None
-) -> float:
+def _backlog_ratio(config: model.PolicyConfig, observation: model.Observation) -> float:
     """The queue's demand over the served request rate (`QueueDrainConfig`), or 1 without it.
 
     Token counters count what the servers processed: while they are saturated the rate stays at
@@ -527,7 +513,7 @@ def _backlog_ratio(
     load, queue = observation.signal(Signal.LOAD), observation.signal(Signal.SATURATION)
     if not (_usable(load) and _usable(queue)) or not load.mean > 0:
         return 1.0
-    demand, _ = _queue_demand(config, drain, queue, load.mean, explained=explained)
+    demand, _ = _queue_demand(config, drain, queue, load.mean)
     return demand / load.mean
 
 
@@ -787,21 +773,13 @@ def _queue_demand(
     load_rps: float,
     *,
     waiting: float | None = None,
-    explained: _Explained | None = None,
 ) -> tuple[float, str]:
     """Requests per second the queue says the service must carry (see `QueueDrainConfig`), with
-    `waiting` requests in the queue (default: its short mean); `explained` is the queue the
-    service's model expects (`_explained_queue`, NaN without it)."""
+    `waiting` requests in the queue (default: its short mean)."""
     growth = queue.trend_per_s - drain.confidence_z * queue.trend_stderr_per_s
-    explained = explained or _NOTHING_EXPLAINED
     if waiting is None:
         waiting = queue.burst_mean if math.isfinite(queue.burst_mean) else queue.mean
     backlog = _backlog(config, waiting, load_rps, drain.drain_s)
-    if math.isfinite(explained.queue):
-        # A queue the model explains asks for nothing, nor does its growth until it passes it;
-        # past it, only the growth the load's own rise does not explain.
-        backlog = min(backlog, max(0.0, waiting - explained.queue))
-        growth = growth - explained.growth_per_s if waiting > explained.queue else 0.0
     demand = load_rps + max(0.0, growth) + backlog / drain.drain_s
     return demand, "queue-demand"
 
@@ -820,71 +798,12 @@ def _backlog(config: model.PolicyConfig, waiting: float, load_rps: float, drain_
     return max(0.0, waiting - per_replica * load_rps / load_target)
 
 
-@dataclass(frozen=True, slots=True)
-class _Explained:
-    """The queue the service's own model expects (`PolicyConfig.queue_beyond_model`)."""
-
-    queue: float
-    """Waiting requests at the measured served rate on the serving count."""
-    growth_per_s: float
-    """How fast that queue grows with the served rate's own rise: the part of the rise that
-    stands `QueueDrainConfig.confidence_z` standard errors out of the noise (0 without one)."""
-
-
-_NOTHING_EXPLAINED = _Explained(math.nan, 0.0)
-
-
-def _explained_queue(
-    config: model.PolicyConfig, observation: model.Observation, fit: model.SloFit | None
-) -> _Explained | None:
-    """The waiting requests the service's queueing model expects at the measured served rate
-    on the serving count (`PolicyConfig.queue_beyond_model`), and their growth with the served
-    rate's rise: the SLO sizing's M/G/c queue with its fitted burstiness, at most the queue
-    whose mean wait the SLO's quantile tolerates (the wait of those that wait taken as
-    exponential, as the sizing takes it). None without the rule, or while the model is not
-    fitted (the capacity not measured yet).
-
-    The bound keeps a saturated service's queue read as demand: at capacity the served rate
-    cannot show the arrivals, and the model's queue there is without limit.
-    """
-    slo = config.slo
-    if not (config.queue_beyond_model and config.queue_drain) or slo is None:
-        return None
-    serving, load = observation.serving, observation.signal(Signal.LOAD)
-    if serving <= 0 or not (_usable(load) and load.mean > 0):
-        return None
-    fitted = _fit_slo_model(slo, observation, _sample_for_fit(slo, observation, fit))
-    if isinstance(fitted, str):
-        return None
-    capacity, slots, burstiness, _ = fitted
-    tolerance_s = slo.wait_budget_s / math.log(1.0 / (1.0 - slo.quantile))
-
-    def expected(rate: float) -> float:
-        modelled = queueing.mean_queue(
-            replicas=serving, slots=slots, arrival_rps=rate, capacity_rps=capacity
-        )
-        return min(burstiness * modelled, rate * tolerance_s)
-
-    queue = expected(load.mean)
-    doubt = config.queue_drain.confidence_z * load.trend_stderr_per_s
-    rise = load.trend_per_s - doubt if math.isfinite(load.trend_per_s) else 0.0
-    if not rise > 0:
-        return _Explained(queue, 0.0)
-    step = _SLOPE_STEP * load.mean
-    return _Explained(queue, (expected(load.mean + step) - queue) / step * rise)
-
-
-_SLOPE_STEP = 1e-3
-"""The relative step of the served rate the expected queue's slope is taken over."""
-
-
 def _burst_value(
     config: model.PolicyConfig,
     burst: model.BurstConfig,
     signal: Signal,
     est: model.SignalEstimate,
     load_rps: float | None,
-    explained: _Explained | None = None,
 ) -> float:
     """What the newest fresh sample asks for, in the vote's units.
 
@@ -901,19 +820,13 @@ def _burst_value(
     if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:
         rise = newest - est.burst_mean if math.isfinite(est.burst_mean) else 0.0
         surge_rps = max(0.0, rise) / (burst.window_s / 2.0)
-        demand, _ = _queue_demand(
-            config, config.queue_drain, est, load_rps, waiting=newest, explained=explained
-        )
+        demand, _ = _queue_demand(config, config.queue_drain, est, load_rps, waiting=newest)
         return demand + surge_rps
     return newest
 
 
 def _recent_value(
-    config: model.PolicyConfig,
-    signal: Signal,
-    est: model.SignalEstimate,
-    load_rps: float | None,
-    explained: _Explained | None = None,
+    config: model.PolicyConfig, signal: Signal, est: model.SignalEstimate, load_rps: float | None
 ) -> float:
     """What the last few seconds (the burst window's mean) ask for, in the vote's units: a
     scale-down waits until these too are below target."""
@@ -921,7 +834,7 @@ def _recent_value(
         return 0.0
     if signal is Signal.SATURATION and config.queue_drain and load_rps is not None:
         # The queue demand already reads the queue's short mean and its growth.
-        return _queue_demand(config, config.queue_drain, est, load_rps, explained=explained)[0]
+        return _queue_demand(config, config.queue_drain, est, load_rps)[0]
     return est.burst_mean
 
 
