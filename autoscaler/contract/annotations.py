@@ -306,7 +306,8 @@ class Annotations(BaseModel):
         alias="target-p95-latency",
         description="`default` policy: latency SLO, end to end (needs `service-time`); the "
         "replicas never fall below what keeps the P95 under it at the observed rate (an M/G/c "
-        "queueing model fitted to the service's queue).",
+        "queueing model fitted to the service's queue, as measured over 2 minutes at the "
+        "current serving count).",
     )
     target_p95_queue_delay_s: Annotated[float | None, _v(_P95)] = Field(
         None,
