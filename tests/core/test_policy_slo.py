@@ -274,3 +274,76 @@ def test_fitting_the_whole_window_keeps_no_fit() -> None:
         seconds=range(3),
     )
     assert state == builders.state()
+
+
+# `PolicyConfig.slo_sizes_measured`: a load of 15.7 requests/s rising by 1 a minute, forecast
+# at 16.7 one default start-up (60 s) ahead, on 17 replicas with none waiting.
+RISING = estimate(15.7, trend_per_s=1.0 / 60.0)
+
+
+def rising_votes(**overrides: object) -> model.Decision:
+    observation = builders.observation(load=RISING, queue=0.0, replicas=17, serving=17)
+    decision, _ = policy.decide(slo_config(**overrides), observation, builders.state())
+    return decision
+
+
+def test_the_slo_sizes_the_projected_load_unless_told_otherwise() -> None:
+    """Without the rule the SLO sizes the look-ahead's 16.7 requests/s: 19 replicas."""
+    decision = rising_votes(target_load_per_replica=1.0)
+    assert decision.contributions[Signal.LOAD].desired == 19
+    assert "slo: p99 latency 5 s at 16.7 rps needs 19" in decision.detail
+
+
+def test_the_slo_sizes_the_measured_load_and_the_target_the_projected_one() -> None:
+    """With the rule the SLO sizes the measured 15.7 requests/s (18 replicas) and the projected
+    16.7 is sized at the full load target (17): the load asks for 18."""
+    decision = rising_votes(target_load_per_replica=1.0, slo_sizes_measured=True)
+    assert decision.contributions[Signal.LOAD].desired == 18
+    assert decision.contributions[Signal.LOAD].estimator == "slo"
+    assert "slo: p99 latency 5 s at 15.7 rps needs 18" in decision.detail
+
+
+def test_the_projected_load_keeps_its_vote_at_the_target_under_the_rule() -> None:
+    """At a 0.9 target the projected 16.7 requests/s asks for 19, more than the SLO's 18 for the
+    measured load, and keeps that vote."""
+    decision = rising_votes(target_load_per_replica=0.9, slo_sizes_measured=True)
+    vote = decision.contributions[Signal.LOAD]
+    assert (vote.desired, vote.estimator) == (19, "forecast")
+
+
+def test_the_queue_demand_is_sized_on_the_measured_load_under_the_rule() -> None:
+    """The queue read as demand is built on the load: under the rule the SLO sizes it on the
+    measured 15.7 requests/s too, so it does not ask for the 19 the projection would."""
+    off = rising_votes(target_load_per_replica=1.0)
+    on = rising_votes(target_load_per_replica=1.0, slo_sizes_measured=True)
+    assert off.contributions[Signal.SATURATION].desired == 19
+    assert on.contributions[Signal.SATURATION].desired == 18
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    load=st.floats(0.0, 60.0),
+    trend_per_s=st.floats(0.0, 0.5),
+    queue=st.floats(0.0, 40.0),
+    serving=st.integers(1, 60),
+    target=st.floats(0.3, 1.0),
+)
+def test_the_rule_asks_no_more_than_without_it_nor_less_than_the_measured_load_needs(
+    load: float, trend_per_s: float, queue: float, serving: int, target: float
+) -> None:
+    """Under the rule the count asked for lies between the one for the measured load with no
+    trend and the one without the rule."""
+
+    def wanted(trend: float, **overrides: object) -> int:
+        observation = builders.observation(
+            load=estimate(load, trend_per_s=trend),
+            queue=queue,
+            replicas=serving,
+            serving=serving,
+        )
+        config = slo_config(target_load_per_replica=target, **overrides)
+        decision, _ = policy.decide(config, observation, builders.state())
+        return max(c.desired or 0 for c in decision.contributions.values())
+
+    ruled = wanted(trend_per_s, slo_sizes_measured=True)
+    assert wanted(0.0, slo_sizes_measured=True) <= ruled <= wanted(trend_per_s)
