@@ -383,10 +383,6 @@ class PolicyConfig:
     queue_drain: QueueDrainConfig | None = None
     slo: SloConfig | None = None
     """Size for a latency SLO too (`policy.default` only); see `SloConfig`."""
-    slo_sizes_measured: bool = False
-    """The SLO sizes the measured load (its smoothed mean) and the look-ahead's projected rate
-    is sized at the load target only, so the SLO's queueing headroom is not added on top of
-    the trend's; False: the SLO sizes the projected rate."""
     forecast: ForecastConfig | None = None
     """The seasonal forecast; None (the annotation `forecast: "off"`, or `seed`) never asks."""
     pause: Pause | None = None

@@ -618,13 +618,6 @@ def _size_for_slo(
     rates = {Signal.LOAD: "slo"}
     if config.queue_drain and config.target_load_per_replica:
         rates[Signal.SATURATION] = "queue-slo"
-    # `slo_sizes_measured`: a load raised by the look-ahead keeps its vote at the load target
-    # (`Contribution.desired`), and the SLO sizes the rates as the load measured now gives them.
-    measured: float | None = None
-    load = contributions[Signal.LOAD]
-    if config.slo_sizes_measured and load.estimator == "forecast":
-        measured = min(load.estimate, max(0.0, observation.signal(Signal.LOAD).mean))
-    drain = config.queue_drain
     vote: _SloVote | None = None
     sizers: dict[Signal, Callable[[float], int]] = {}
     for signal, estimator in rates.items():
@@ -632,10 +625,6 @@ def _size_for_slo(
         if contribution is None or contribution.desired is None:
             continue
         arrival = contribution.estimate
-        if measured is not None and contribution.estimator == "forecast":
-            arrival = measured
-        elif measured is not None and contribution.estimator == "queue-demand" and drain:
-            arrival, _ = _queue_demand(config, drain, observation.signal(signal), measured)
         needed = size_or_past_max(arrival)
         if needed > config.max_replicas:
             detail = f"slo: {what} at {arrival:.3g} rps is out of reach ({about})"
