@@ -58,6 +58,7 @@ from autoscaler import clock, logs, loop, ports
 from autoscaler import telemetry as telemetry_
 from autoscaler.adapters import prometheus
 from autoscaler.core import model, policy, smoothing
+from bench import loop_scale_k8s
 
 NAMESPACES = 10
 PODS_PER_SERVICE = 2
@@ -388,13 +389,9 @@ async def measure(
     if exported is not None:
         # What a scrape of /metrics costs after the last tick (the controller renders it on a
         # worker thread, but under the same interpreter lock).
-        rendered = []
-        for _ in range(SCRAPES):
-            cpu_s = time.process_time()
-            body = exported.exposition()
-            rendered.append(time.process_time() - cpu_s)
-        result["metrics_scrape_cpu_p50_s"] = round(statistics.median(rendered), 4)
-        result["metrics_scrape_mib"] = round(len(body) / 2**20, 1)
+        scrapes = [loop_scale_k8s.scrape_cost(exported) for _ in range(SCRAPES)]
+        result["metrics_scrape_cpu_p50_s"] = statistics.median(s["cpu_s"] for s in scrapes)
+        result["metrics_scrape_mib"] = scrapes[-1]["mib"]
     return result
 
 

@@ -630,12 +630,12 @@ def event_outcomes(controller: Any) -> dict[str, int]:
     }
 
 
-def scrape_cost(controller: Any) -> dict[str, float]:
-    """What one scrape of the controller's `/metrics` costs it after the last tick: the CPU of
+def scrape_cost(telemetry: Any) -> dict[str, float]:
+    """What one scrape of a controller's `/metrics` (its `Telemetry`) costs it: the CPU of
     rendering the text (a scrape renders it on a worker thread, under the same interpreter
     lock as the loop) and its size. The bench's Prometheus does not scrape the controller."""
     started_s = time.process_time()
-    text = controller.telemetry.exposition()
+    text = telemetry.exposition()
     return {
         "cpu_s": round(time.process_time() - started_s, 3),
         "mib": round(len(text) / 2**20, 1),
@@ -911,7 +911,7 @@ async def measure(
                 last = (await cluster.ask("at the end"))["counts"]
                 thresholds = gc.get_threshold()
                 events = event_outcomes(controller)
-                scrape = scrape_cost(controller)
+                scrape = scrape_cost(controller.telemetry)
                 stop.set()
                 await task
             rss, hwm = rss_mib()
