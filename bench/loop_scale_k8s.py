@@ -83,6 +83,7 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
@@ -841,10 +842,13 @@ async def measure(
     profile: cProfile.Profile | None = None,
     first_profile: cProfile.Profile | None = None,
     cluster_profile: Path | None = None,
+    trace_memory: int = 0,
 ) -> dict[str, Any]:
     """One controller in this process, with the one Lease of the base. `profile` profiles its
     steady ticks, `first_profile` its start to the end of its first tick (the caches' sync, the
-    Lease, the first tick), `cluster_profile` the emulator's child process."""
+    Lease, the first tick), `cluster_profile` the emulator's child process; with `trace_memory`,
+    the `trace_memory` largest holders of memory at the end, by line and by file, as
+    `tracemalloc` sees them (traced from the controller's start)."""
     from autoscaler import app, logs
 
     logs.configure(json=True, level="warning", stream=sys.stderr)
@@ -878,6 +882,8 @@ async def measure(
                 query_timeout_s=query_timeout_s,
             )
             before_mib = rss_mib()[0]
+            if trace_memory:
+                tracemalloc.start()
 
             first_at: list[float] = []
 
@@ -909,6 +915,7 @@ async def measure(
                 first = (await cluster.ask("after the first tick"))["counts"]
                 await counted.wait()
                 last = (await cluster.ask("at the end"))["counts"]
+                held = memory_holders(trace_memory) if trace_memory else {}
                 thresholds = gc.get_threshold()
                 events = event_outcomes(controller)
                 scrape = scrape_cost(controller.telemetry)
@@ -951,6 +958,33 @@ async def measure(
         },
         "rss_mib_at_end": round(rss, 1),
         "rss_mib_peak": round(hwm, 1),
+        **held,
+    }
+
+
+def memory_holders(top: int) -> dict[str, Any]:
+    """The `top` largest holders of traced memory, by line and by file (MiB and blocks), and
+    the total traced; tracing stops."""
+    gc.collect()
+    snapshot = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    root = str(Path(__file__).resolve().parents[1]) + os.sep
+
+    def rows(key: str) -> dict[str, str]:
+        found = snapshot.statistics(key)[:top]
+        return {
+            f"{s.traceback[0].filename.removeprefix(root)}"
+            + (f":{s.traceback[0].lineno}" if key == "lineno" else ""): (
+                f"{s.size / (1 << 20):.1f} MiB, {s.count} blocks"
+            )
+            for s in found
+        }
+
+    total = sum(s.size for s in snapshot.statistics("filename"))
+    return {
+        "traced_mib_at_end": round(total / (1 << 20), 1),
+        "held_by_line": rows("lineno"),
+        "held_by_file": rows("filename"),
     }
 
 
@@ -1259,6 +1293,14 @@ def main() -> None:
         help="profile the emulator's process (cProfile) over the whole run, write the stats to "
         "PATH and print the top",
     )
+    parser.add_argument(
+        "--trace-memory",
+        type=int,
+        default=0,
+        metavar="N",
+        help="trace the controller's allocations (tracemalloc, from its start: slower) and "
+        "print the N largest holders at the end, by line and by file",
+    )
     parser.add_argument("--serve-cluster", type=int, metavar="N", help=argparse.SUPPRESS)
     parser.add_argument("--serve-shard", metavar="JSON", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1308,6 +1350,7 @@ def main() -> None:
                 profile=profile,
                 first_profile=first_profile,
                 cluster_profile=args.profile_cluster,
+                trace_memory=args.trace_memory,
                 **timing,
                 **changes,
             )
@@ -1336,6 +1379,10 @@ def print_result(result: dict[str, Any], indent: str = "") -> None:
             for name, inner in value.items():
                 print(f"{indent}  {name}")
                 print_result(inner, indent + "    ")
+        elif key.startswith("held_by_"):
+            print(f"{indent}{key}")
+            for name, inner in value.items():
+                print(f"{indent}  {inner:>26}  {name}")
         else:
             print(f"{indent}{key:<{width}}  {value}")
 
