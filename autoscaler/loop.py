@@ -26,7 +26,7 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
@@ -47,6 +47,15 @@ SCALE_CONCURRENCY = 32
 """Scale writes in flight at once. A first tick can scale most of a cluster; unbounded, its
 writes took every connection of the client's pool, which the Lease renewals share, and a
 renewal that waited past its deadline lost the Lease."""
+
+UNCHANGED_PUBLISHES_PER_TICK = 500
+"""Publishes per tick of decisions that set no new count (steady, held): their status and state
+writes and Events. A new term's first tick over services that carry no status yet (a first
+install) has one to write for every service, thousands at once, and the tick waited for all of
+them (about 60 s at 10,000 services): the first tick publishes this many and each later tick
+this many more, in the records' order, until every one is out. A decision that sets a new count
+is always published in its tick, and a service left for later is published with its decision
+of the tick that gets to it (the last one's is never written after it)."""
 
 HISTORY_WAIT_RATIO = 0.5
 """Share of a tick the loop waits for a load-history refresh before going on without it."""
@@ -613,10 +622,12 @@ class Loop:
         on_tick: Sequence[OnTick] = (),
         timer: Callable[[], float] = time.perf_counter,
         outage_quiet_s: float = OUTAGE_QUIET_S,
+        unchanged_publishes_per_tick: int = UNCHANGED_PUBLISHES_PER_TICK,
     ) -> None:
         """`chores` end every tick, in order; `on_tick` are told of every tick `run` runs, with
         its duration by `timer` (a high-resolution clock: the tick's cost, not policy time).
-        `outage_quiet_s`: see `OUTAGE_QUIET_S`."""
+        `outage_quiet_s`: see `OUTAGE_QUIET_S`; `unchanged_publishes_per_tick`: see
+        `UNCHANGED_PUBLISHES_PER_TICK`."""
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
@@ -640,12 +651,16 @@ class Loop:
         self._metrics_down_s: float | None = None
         """When the metrics outage under way began; None while they answer."""
         self.outage_quiet_s = outage_quiet_s
+        self.unchanged_publishes_per_tick = max(1, unchanged_publishes_per_tick)
         self.chores = tuple(chores)
         self.on_tick = tuple(on_tick)
         self._timer = timer
         self._seasonal: dict[model.ServiceId, _Seasonal] = {}
         self._history_due_s: float | None = None
         self._refresh: asyncio.Future[None] | None = None
+        self._first_refresh: tuple[Sequence[ports.Workload], float] | None = None
+        """The history's first fetch, asked for by the first tick and started once that tick
+        has published (`_await_history`)."""
         self._history_error: str | None = None
         self._shortfalls: dict[model.ServiceId, standby.ShortfallTracker] = {}
         """How far the load outran the estimate within one start-up, per service whose pool
@@ -735,12 +750,16 @@ class Loop:
             pending = {s: pending[s] for s in sorted(pending, key=order.__getitem__)}
 
         scaled, failed = await self._act(workloads, decisions, pending)
-        await self._publish(decisions, failed, outage_quiet=quiet)
+        await self._publish(decisions, failed, scaled=scaled, outage_quiet=quiet)
         if self.ramps is not None:
             sizes = {service: pool.size for service, pool in pools.items()}
             await self.ramps.reconcile(now, workloads, standby=sizes)
         for chore in self.chores:
             await chore()
+        if self._first_refresh is not None:
+            self._refresh = asyncio.ensure_future(self._refresh_history(*self._first_refresh))
+            self._first_refresh = None
+            await asyncio.sleep(0)  # under way before the tick ends, as a tick's start was
         kinds = decisions.codes().kinds()
         return TickReport(now, decisions, scaled, failed, metrics_error, kinds, workloads)
 
@@ -935,10 +954,13 @@ class Loop:
         decisions: Decisions,
         failed: Sequence[model.ServiceId],
         *,
+        scaled: Collection[model.ServiceId] = (),
         outage_quiet: bool = False,
     ) -> None:
-        """Publish the decisions whose outcome changed; with `outage_quiet`, not the holds for
-        missing data (see `OUTAGE_QUIET_S`)."""
+        """Publish the decisions whose outcome changed: every one that set a new count
+        (`scaled`), and at most `unchanged_publishes_per_tick` of the others (see
+        `UNCHANGED_PUBLISHES_PER_TICK`); with `outage_quiet`, not the holds for missing data
+        (see `OUTAGE_QUIET_S`)."""
         # Steady outcomes differ only in wording (in the deadband, at the desired count):
         # flipping between them under noise is not news worth a write. Only the services whose
         # outcome moved since the last tick, or whose last one is not published yet, are looked
@@ -955,9 +977,12 @@ class Loop:
             candidates = range(len(records))
             settled = np.zeros(len(records), dtype=np.bool_)
         failing = set(failed)
+        new_counts = set(scaled)
         published = self._published
         reasons = codes.reason
         changed: list[tuple[int, model.ServiceId, model.Decision, _PublishKey]] = []
+        # Left unsettled, a service over the budget is a candidate again next tick.
+        unchanged_left = self.unchanged_publishes_per_tick
         for i, (want, kind, reason, size, replicas, waiting) in zip(
             candidates, keys[candidates].tolist(), strict=True
         ):
@@ -974,6 +999,10 @@ class Loop:
             settled[i] = False
             if service in failing or (outage_quiet and reasons[i] == _MISSING_DATA):
                 continue
+            if service not in new_counts:
+                if not unchanged_left:
+                    continue
+                unchanged_left -= 1
             changed.append((i, service, decisions[service], key))
         self._publish_last = _Published(decisions.index, keys, settled)
         if not changed:
@@ -1104,11 +1133,21 @@ class Loop:
     async def _await_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
         """Start a refresh when one is due and wait for it at most `HISTORY_WAIT_RATIO` of a
         tick: days of history for many services can take seconds to fetch, and the tick must
-        not wait for them (the votes use the last history meanwhile)."""
-        due = self._history_due_s is None or now >= self._history_due_s
+        not wait for them (the votes use the last history meanwhile).
+
+        The first fetch is not started by the first tick but once it has published: at
+        thousands of services it is thousands of range queries, which took the event loop
+        and Prometheus from the first tick's own queries and writes for tens of seconds, and
+        it cannot be done within the wait anyway. The first tick votes without a history (as
+        it would have while the fetch ran); the next one looks whether it has finished."""
+        first = self._history_due_s is None
+        due = first or (self._history_due_s is not None and now >= self._history_due_s)
         if due and self._refresh is None:
             configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
             self._history_due_s = now + min(c.refresh_s for c in configs)
+            if first:
+                self._first_refresh = (workloads, now)
+                return
             self._refresh = asyncio.ensure_future(self._refresh_history(workloads, now))
             # Only the tick that starts it waits; later ones look whether it has finished.
             await asyncio.wait({self._refresh}, timeout=HISTORY_WAIT_RATIO * self.tick_s)

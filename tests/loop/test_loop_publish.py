@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 from structlog.testing import capture_logs
 
 from autoscaler import clock, errors, loop, ports
-from autoscaler.core import model
+from autoscaler.core import forecast, model
 
 CONFIG = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
 
@@ -211,3 +212,83 @@ async def test_a_refused_publish_is_made_again_while_its_outcome_stands() -> Non
             cluster.refused = set()
         await the_loop.step()
     assert [service for service, _ in cluster.published[2:]] == [refused]
+
+
+class MixedCluster(CountingCluster):
+    """A `CountingCluster` whose services in `low` are below their minimum: they scale."""
+
+    def __init__(self, n: int, low: Sequence[int]) -> None:
+        super().__init__(n)
+        self.low = [self._workloads[i].id for i in low]
+        self._workloads = [
+            dataclasses.replace(w, replicas=1, serving=1) if w.id in self.low else w
+            for w in self._workloads
+        ]
+        self.scaled: list[model.ServiceId] = []
+
+    async def scale(self, service: model.ServiceId, replicas: int) -> None:
+        self.scaled.append(service)
+
+
+async def test_a_first_tick_publishes_its_unchanged_decisions_a_budget_at_a_time() -> None:
+    """Seven services at their count and three scaled, a budget of two: the first tick publishes
+    the three new counts and two of the others, each later tick two more in the records' order,
+    and none is published twice."""
+    ticking = clock.ManualClock()
+    cluster = MixedCluster(10, low=(2, 5, 8))
+    the_loop = loop.Loop(
+        cluster=cluster,
+        metrics=SwitchableMetrics(),
+        clock=ticking,
+        unchanged_publishes_per_tick=2,
+    )
+    ids = [w.id for w in cluster.workloads()]
+    unchanged = [s for s in ids if s not in cluster.low]
+
+    await the_loop.step()
+    first = [service for service, _ in cluster.published]
+    assert sorted(cluster.scaled) == sorted(cluster.low)
+    assert sorted(first) == sorted([*cluster.low, *unchanged[:2]])
+
+    for tick in range(1, 4):
+        ticking.advance(1.0)
+        await the_loop.step()
+        assert [s for s, _ in cluster.published[len(first) :]] == unchanged[2 : 2 + 2 * tick]
+    ticking.advance(1.0)
+    await the_loop.step()
+    assert sorted(s for s, _ in cluster.published) == sorted(ids)
+
+
+class HistoryAfterPublish:
+    """A load history that remembers, at each fetch, how many decisions had been published."""
+
+    def __init__(self, cluster: CountingCluster) -> None:
+        self.cluster = cluster
+        self.calls: list[tuple[float, int]] = []
+
+    async def load_history(
+        self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
+    ) -> Mapping[model.ServiceId, forecast.History]:
+        self.calls.append((now_s, len(self.cluster.published)))
+        return {}
+
+
+async def test_the_histories_first_fetch_starts_once_the_first_tick_has_published() -> None:
+    """The first tick votes without a history and publishes; the fetch it asks for starts after
+    that, at the tick's time, and is not started again by the next tick."""
+    ticking = clock.ManualClock()
+    cluster = CountingCluster(3)
+    forecasting = dataclasses.replace(CONFIG, forecast=model.ForecastConfig())
+    cluster._workloads = [dataclasses.replace(w, policy=forecasting) for w in cluster._workloads]
+    history = HistoryAfterPublish(cluster)
+    the_loop = loop.Loop(
+        cluster=cluster, metrics=SwitchableMetrics(), clock=ticking, history=history
+    )
+
+    report = await the_loop.step()
+    assert history.calls == [(0.0, 3)]
+    off = model.ForecastVote.off("no load history")
+    assert [d.forecast for d in report.decisions.values()] == [off] * 3
+    ticking.advance(1.0)
+    await the_loop.step()
+    assert history.calls == [(0.0, 3)]
