@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -311,3 +312,39 @@ async def test_other_scalers_are_found_by_the_deployment_they_target(kube: Kube)
         ]
         assert cached.other_scalers(NS, "embed") == [f"ScaledObject {NS}/other"]
         assert cached.other_scalers(NS, "none") == []
+
+
+async def test_objects_that_come_by_the_watch_share_their_keys_and_short_values(
+    kube: Kube, apps: client.AppsV1Api
+) -> None:
+    """Two Deployments created while the cache watches, each decoded from its own event, hold
+    one copy of each key and of each short value they have in common; what they say is what
+    the API says, long values and resourceVersions included."""
+    cache = deployments_informer(apps)
+    async with running(cache.run()):
+        async with asyncio.timeout(5):
+            await cache.wait_synced()
+        for name in ("a", "b"):
+            await apps.create_namespaced_deployment(NS, deployment(name))
+        await eventually(lambda: names(cache) == {"a", "b"}, cache)
+        read = await _api.call_json(apps.read_namespaced_deployment, "a", NS)
+    a, b = cache.get(NS, "a"), cache.get(NS, "b")
+    assert a is not None
+    assert b is not None
+
+    def key(obj: _api.Obj, wanted: str) -> str:
+        return next(k for k in obj if k == wanted)
+
+    assert key(a, "metadata") is key(b, "metadata")
+    assert key(a["metadata"], "namespace") is key(b["metadata"], "namespace")
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["apiVersion"] is b["apiVersion"]
+    assert a == read  # the API's own JSON of "a", decoded once
+
+
+def test_shared_keeps_every_value_and_shares_only_short_strings() -> None:
+    long = "x" * (informer.SHARED_MAX_CHARS + 1)
+    obj = {"metadata": {"resourceVersion": "123", "labels": {"app": "web"}}, "items": [{"k": long}]}
+    copy = informer.shared(obj)
+    assert copy == obj
+    assert copy["metadata"]["labels"]["app"] is sys.intern("web")
