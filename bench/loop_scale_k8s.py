@@ -5,7 +5,7 @@ Deployments, real clients.
         [--change-share 0.1] [--change-every-s 60] [--seed 14] [--cold-start]
         [--forecast auto|off] [--scrape-interval-s 5]
         [--query-timeout-s 2] [--profile-cluster PATH]
-        [--profile PATH] [--profile-first PATH] | [--shards N [--buckets 3N]]
+        [--profile PATH] [--profile-first PATH] [--trace-memory N] | [--shards N [--buckets 3N]]
 
 Run it with `OPENBLAS_NUM_THREADS=1`, as the image runs the controller: the controller runs in
 this process, and idle BLAS threads spinning beside a single-threaded loop double its CPU on a
@@ -42,7 +42,9 @@ second tick's duration and CPU apart too (it reads back the first tick's writes,
 service on a new term). The CPU per tick is the process's, this recorder included: it reads the
 loop's arrays of outcomes, not a record per service. `--profile-first` profiles the
 controller from its start to the end of its first tick, `--profile-cluster` the emulator's
-process, `--profile` the ticks measured. Last, the CPU and size of one rendering of the
+process, `--profile` the ticks measured; `--trace-memory N` traces the controller's
+allocations from its start (`tracemalloc`: slower) and prints the N largest holders of
+memory at the end, by line and by file. Last, the CPU and size of one rendering of the
 controller's `/metrics` after its last tick (the bench's Prometheus does not scrape it).
 
 With `--shards N`, N controllers run, each in its own process (`autoscaler run`'s wiring, with
