@@ -22,6 +22,7 @@ propagates and ends the process.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import math
 import time
@@ -53,9 +54,11 @@ UNCHANGED_PUBLISHES_PER_TICK = 500
 writes and Events. A new term's first tick over services that carry no status yet (a first
 install) has one to write for every service, thousands at once, and the tick waited for all of
 them (about 60 s at 10,000 services): the first tick publishes this many and each later tick
-this many more, in the records' order, until every one is out. A decision that sets a new count
-is always published in its tick, and a service left for later is published with its decision
-of the tick that gets to it (the last one's is never written after it)."""
+this many more, in the records' order from where the last tick's budget stopped (so that
+services whose outcomes move every tick cannot keep the rest waiting), until every one is out.
+A decision that sets a new count is always published in its tick, and a service left for later
+is published with its decision of the tick that gets to it (the last one's is never written
+after it)."""
 
 HISTORY_WAIT_RATIO = 0.5
 """Share of a tick the loop waits for a load-history refresh before going on without it."""
@@ -645,6 +648,9 @@ class Loop:
         self._states: dict[model.ServiceId, model.PolicyState] = {}
         self._published: dict[model.ServiceId, _PublishKey] = {}
         self._publish_last: _Published | None = None
+        self._publish_resume: model.ServiceId | None = None
+        """The first service whose unchanged outcome the last tick's publish budget left out:
+        the next tick's budget begins there (`UNCHANGED_PUBLISHES_PER_TICK`)."""
         self._held: _Held | None = None
         self._written: set[model.ServiceId] = set()
         """The services whose state was written (or dropped) since the batch last read them."""
@@ -976,6 +982,15 @@ class Loop:
         else:
             candidates = range(len(records))
             settled = np.zeros(len(records), dtype=np.bool_)
+        # The budget's turn goes round: the candidates are looked at from the first service
+        # the budget left out last time, so services early in the order whose outcomes move
+        # every tick cannot keep the later ones waiting.
+        resume = self._publish_resume
+        start = decisions.index.get(resume) if resume is not None else None
+        if start:
+            cut = bisect.bisect_left(candidates, start)
+            candidates = [*candidates[cut:], *candidates[:cut]]
+        self._publish_resume = None
         failing = set(failed)
         new_counts = set(scaled)
         published = self._published
@@ -1001,6 +1016,8 @@ class Loop:
                 continue
             if service not in new_counts:
                 if not unchanged_left:
+                    if self._publish_resume is None:
+                        self._publish_resume = service
                     continue
                 unchanged_left -= 1
             changed.append((i, service, decisions[service], key))

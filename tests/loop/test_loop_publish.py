@@ -292,3 +292,43 @@ async def test_the_histories_first_fetch_starts_once_the_first_tick_has_publishe
     ticking.advance(1.0)
     await the_loop.step()
     assert history.calls == [(0.0, 3)]
+
+
+class FlickeringMetrics:
+    """Every signal at 1.0, but missing for the services in `flicker` every other tick: their
+    outcome moves between a hold for missing data and a steady one on every tick."""
+
+    def __init__(self, flicker: Sequence[int]) -> None:
+        self.flicker = list(flicker)
+        self.calls = 0
+
+    async def sample(
+        self, workloads: Sequence[ports.Workload], now_s: float
+    ) -> npt.NDArray[np.float64]:
+        self.calls += 1
+        values = np.full((len(workloads), len(model.Signal)), 1.0)
+        if self.calls % 2 == 0:
+            values[self.flicker] = np.nan
+        return values
+
+
+async def test_services_whose_outcome_moves_every_tick_do_not_keep_the_budget_from_the_rest() -> (
+    None
+):
+    """The first two services' outcomes move on every tick and the budget is two: the budget
+    goes round from the first service it left out, so the last service is published too."""
+    ticking = clock.ManualClock()
+    cluster = CountingCluster(5)
+    the_loop = loop.Loop(
+        cluster=cluster,
+        metrics=FlickeringMetrics(flicker=(0, 1)),
+        clock=ticking,
+        unchanged_publishes_per_tick=2,
+    )
+    ids = [w.id for w in cluster.workloads()]
+    for _ in range(6):
+        await the_loop.step()
+        ticking.advance(1.0)
+    assert {service for service, _ in cluster.published} == set(ids)
+    # and the flickering ones still get their turns
+    assert sum(1 for service, _ in cluster.published if service == ids[0]) >= 2
