@@ -65,6 +65,8 @@ _READ = frozenset(
         "target_queue_per_replica",
         "target_gpu_utilization_pct",
         "gpu_veto_projected",
+        "burst_backlog_ahead",
+        "burst_release",
         "deadband_ratio",
         "scale_up_cooldown_s",
         "scale_down_cooldown_s",
@@ -119,6 +121,8 @@ class Configs:
     burst_window_s: FloatArray
     burst_threshold: FloatArray
     burst_hold_s: FloatArray
+    backlog_ahead: BoolArray
+    release: BoolArray
     ahead_on: BoolArray
     ahead_startup_s: FloatArray
     ahead_max_horizon_s: FloatArray
@@ -149,6 +153,8 @@ class Configs:
             burst_window_s=_field(bursts, lambda b: None if b is None else b.window_s),
             burst_threshold=_field(bursts, lambda b: None if b is None else b.threshold_ratio),
             burst_hold_s=_field(bursts, lambda b: None if b is None else b.hold_s),
+            backlog_ahead=np.fromiter((c.burst_backlog_ahead for c in configs), np.bool_, n),
+            release=np.fromiter((c.burst_release for c in configs), np.bool_, n),
             ahead_on=np.fromiter((a is not None for a in aheads), np.bool_, n),
             ahead_startup_s=_field(aheads, lambda a: None if a is None else a.default_startup_s),
             ahead_max_horizon_s=_field(aheads, lambda a: None if a is None else a.max_horizon_s),
@@ -433,6 +439,15 @@ def _decide(c: Configs, x: Inputs) -> Outcomes:
         & (queue_burst > 0)
         & (queue_burst >= threshold * (queue_target * asked_replicas))
     )
+    # `policy._backlog_ahead`: a fired burst also asks for the backlog grown until new pods serve.
+    startup = np.where(
+        np.isnan(x.startup_s), np.where(c.ahead_on, c.ahead_startup_s, 0.0), x.startup_s
+    )
+    horizon = np.where(startup < c.drain_s, startup, c.drain_s)
+    grown = c.backlog_ahead & drains & newest_ok[:, _QUEUE] & np.isfinite(burst_mean)
+    queue_burst = np.where(
+        queue_fired & grown, queue_burst + surge * horizon / c.drain_s, queue_burst
+    )
     queue_by_burst = queue_fired & (queue_burst > queue_value)
     queue_value = _above_zero(np.where(queue_by_burst, queue_burst, queue_value))
     queue_desired = np.ceil(queue_value / queue_target - policy.CEIL_SLACK)
@@ -542,6 +557,15 @@ def _decide(c: Configs, x: Inputs) -> Outcomes:
     settle(down & veto, Kind.HOLD, Reason.CAPACITY_VETO)
     settle(down & (now < burst_until), Kind.HOLD, Reason.BURST_HOLD, until=burst_until)
     down_until = x.last_scale_change_s + c.down_cooldown_s
+    # `policy._burst_released`: after a burst's scale-up, serving in full, the burst hold only.
+    released = (
+        c.release
+        & c.burst_on
+        & (x.last_scale_up_s == x.last_scale_change_s)
+        & (burst_until - c.burst_hold_s >= x.last_scale_change_s)
+        & (serving >= current)
+    )
+    down_until = np.where(released, np.minimum(down_until, burst_until), down_until)
     settle(down & (now < down_until), Kind.HOLD, Reason.COOLDOWN, until=down_until)
     step = np.maximum(1, np.floor(c.down_max_ratio * current + policy.CEIL_SLACK)).astype(np.int64)
     settle(

@@ -365,6 +365,14 @@ class PolicyConfig:
     gpu_veto_projected: bool = False
     """GPU utilisation above its target vetoes only a scale-down to fewer replicas than could
     carry that GPU work (`policy.default`); False: it vetoes every scale-down (`seed`)."""
+    burst_backlog_ahead: bool = False
+    """A burst fired by the queue sizes the backlog it will have grown to when the new pods
+    can serve (the pod start-up time, at most the queue drain's horizon), not the one now
+    (`policy.default`; docs/benchmark.md)."""
+    burst_release: bool = False
+    """After a scale-up a burst drove, once all its pods serve, a scale-down may follow when the
+    burst hold ends rather than after the scale-down cooldown: the capacity asked for to drain a
+    backlog is needed while it drains (`policy.default`; docs/benchmark.md)."""
     target_kv_cache_ratio: float | None = None
     """KV-cache usage per serving replica, a ratio in (0, 1]."""
     target_tokens_per_replica: float | None = None

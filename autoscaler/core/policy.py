@@ -17,7 +17,8 @@ returns the decision and the next state. The steps, in order:
      the load target (`model.QueueDrainConfig`);
    - the burst path raises a vote to what the newest fresh sample asks for (the queue's rise
      over its short mean counted as arrivals) when that is `threshold` times the capacity asked
-     for, skipping the scale-up cooldown (`model.BurstConfig`).
+     for, skipping the scale-up cooldown (`model.BurstConfig`); a burst the queue fires also
+     asks for the backlog's growth until its new pods serve (`burst_backlog_ahead`).
    An LLM server's token signals vote beside them, each only with its target: the KV-cache
    usage and the token rate as utilisations (`ceil(serving x usage / target)`,
    `ceil((generated + weight x prompt tokens per second) / target)`, a prompt token weighed as
@@ -40,7 +41,9 @@ returns the decision and the next state. The steps, in order:
    target above the GPU target (a service run at 95 % of its capacity) is not held at the GPU
    target on the way down.
 6. **Cooldowns.** No scale-up within `scale_up_cooldown_s` of the last one (a burst skips this);
-   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds.
+   no scale-down within `scale_down_cooldown_s` of any change, nor while a burst holds. With
+   `burst_release`, after a scale-up a burst drove, once all its pods serve, the burst hold
+   alone applies.
 7. **Cap.** Remove at most `max(1, floor(scale_down_max_ratio x current))` per step.
 8. **Quota.** A scale-up never asks for more than the namespace's GPU quota admits
    (`observation.admissible`; docs/architecture.md, "The placement ladder"): it is clamped to
@@ -79,15 +82,18 @@ def seed(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
 
 
 def default(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
-    """Ours: the seed policy plus the burst fast path, the trend look-ahead, the queue read
-    as demand, the seasonal forecast (which votes only where its backtest says so) and the
-    capacity veto on the GPU work the remaining replicas would carry."""
+    """Ours: the seed policy plus the burst fast path (sized for the backlog its new pods will
+    find, and released once they serve), the trend look-ahead, the queue read as demand, the
+    seasonal forecast (which votes only where its backtest says so) and the capacity veto on the
+    GPU work the remaining replicas would carry."""
     fields: dict[str, object] = {
         "burst": model.BurstConfig(threshold_ratio=1.5),
         "lookahead": model.LookaheadConfig(),
         "queue_drain": model.QueueDrainConfig(),
         "forecast": model.ForecastConfig(),
         "gpu_veto_projected": True,
+        "burst_backlog_ahead": True,
+        "burst_release": True,
     }
     fields.update(overrides)
     return model.PolicyConfig(max_replicas=max_replicas, **fields)  # type: ignore[arg-type]
@@ -277,6 +283,17 @@ def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision,
     if capped is not None:
         return capped
     detail = f"{name} ratio {driver.ratio:.2f} asks for {driver.desired}"
+    if (
+        votes.burst
+        and config.burst_backlog_ahead
+        and config.burst is not None
+        and votes.driver is Signal.SATURATION
+        and driver.estimator == "burst"
+    ):
+        queue = tick.observation.signal(Signal.SATURATION)
+        grown, horizon = _backlog_ahead(config, config.burst, queue, tick.observation)
+        if grown > 0:
+            detail += f" ({grown:.3g} rps of it the backlog's growth over {horizon:.0f} s)"
     if votes.burst:
         reason = Reason.BURST
     elif driver.estimator == "forecast":
@@ -325,8 +342,12 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
+    released = False
     if state.last_scale_change_s is not None:
         until = state.last_scale_change_s + config.scale_down_cooldown_s
+        if _burst_released(tick) and tick.now < until:
+            assert state.burst_until_s is not None  # the burst hold is over by now
+            until, released = min(until, state.burst_until_s), True
         if tick.now < until:
             return tick.hold(
                 Reason.COOLDOWN,
@@ -338,7 +359,30 @@ def _scale_down(
     detail = "every signal below target"
     if capped > desired:
         detail += f"; {desired} wanted, at most {step} removed per step"
+    if released:
+        detail += "; a burst's scale-up, released once its pods serve and its hold ends"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
+
+
+def _burst_released(tick: _Tick) -> bool:
+    """Whether the last change was a scale-up a burst drove, now serving in full
+    (`PolicyConfig.burst_release`): a scale-down then waits for the burst hold only.
+
+    The replicas a burst adds to drain a backlog are needed while it drains, a drain horizon or
+    so; the scale-down cooldown (minutes) would keep them all that time. While the burst's pods
+    are still starting, the backlog they were added for has not been drained, so the cooldown
+    holds as after any scale-up.
+    """
+    config, state = tick.config, tick.state
+    return (
+        config.burst_release
+        and config.burst is not None
+        and state.burst_until_s is not None
+        and state.last_scale_change_s is not None
+        and state.last_scale_up_s == state.last_scale_change_s
+        and state.burst_until_s - config.burst.hold_s >= state.last_scale_change_s
+        and tick.observation.serving >= tick.current
+    )
 
 
 def _quota_capped(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyState] | None:
@@ -401,6 +445,9 @@ def _vote(
             asked = target * max(serving, observation.replicas)
             if burst_value > 0 and burst_value >= config.burst.threshold_ratio * asked:
                 burst = True
+                drained = signal is Signal.SATURATION and load_value is not None
+                if config.burst_backlog_ahead and drained:
+                    burst_value += _backlog_ahead(config, config.burst, est, observation)[0]
                 if burst_value > value:
                     value, estimator = burst_value, "burst"
         value = max(0.0, value)
@@ -823,6 +870,34 @@ def _burst_value(
         demand, _ = _queue_demand(config, config.queue_drain, est, load_rps, waiting=newest)
         return demand + surge_rps
     return newest
+
+
+def _backlog_ahead(
+    config: model.PolicyConfig,
+    burst: model.BurstConfig,
+    est: model.SignalEstimate,
+    observation: model.Observation,
+) -> tuple[float, float]:
+    """The queue demand a burst adds for the backlog's growth until new pods serve
+    (`PolicyConfig.burst_backlog_ahead`), in requests per second, and the horizon it counts.
+
+    A burst sized on the backlog now leaves the replicas it asks for to find a larger one: the
+    queue goes on growing at its newest rate (the rise `_burst_value` reads) until the new pods
+    serve, and the scale-up cooldown keeps the next scale-up back until after that. The growth
+    over the pod start-up time, at most the drain horizon (past it the drain itself is the
+    slower term), drained over that horizon like the rest of the backlog.
+    """
+    drain = config.queue_drain
+    if drain is None or not (
+        est.fresh and math.isfinite(est.burst_mean) and math.isfinite(est.last)
+    ):
+        return 0.0, 0.0
+    startup = observation.startup_s
+    if startup is None:
+        startup = config.lookahead.default_startup_s if config.lookahead is not None else 0.0
+    horizon = min(startup, drain.drain_s)
+    surge_rps = max(0.0, est.last - est.burst_mean) / (burst.window_s / 2.0)
+    return surge_rps * horizon / drain.drain_s, horizon
 
 
 def _recent_value(

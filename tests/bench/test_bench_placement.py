@@ -23,7 +23,8 @@ def test_a_short_run_prints_both_placements_and_writes_results(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Ten minutes of the Azure trace: whole cards alone leave replicas pending, the ladder
-    none, and it pays for that in core-hours on MIG slices and time-sliced shares."""
+    only what the whole cluster cannot hold (48 copies; the first burst asks for 50), and it
+    pays for that in core-hours on MIG slices and time-sliced shares."""
     code = placement.main(["--duration-s", "600", "--out", str(tmp_path), "--quiet"])
 
     assert code == 0
@@ -37,7 +38,8 @@ def test_a_short_run_prints_both_placements_and_writes_results(
     ladder, whole = document["runs"]
     assert (ladder["placement"], whole["placement"]) == ("ladder", "whole")
     assert whole["pending_replica_s"] > 0
-    assert ladder["pending_replica_s"] == 0
+    assert ladder["pending_replica_s"] <= 2 * 300  # two replicas past 48 until the way down
+    assert whole["pending_replica_s"] > 5 * ladder["pending_replica_s"]
     assert ladder["slo_misses"] <= whole["slo_misses"]
     assert set(whole["tier_pod_hours"]) == {"whole"}
     assert set(ladder["tier_pod_hours"]) == {"whole", "mig-3g.40gb", "shared"}

@@ -70,6 +70,8 @@ def test_defaults_follow_the_design() -> None:
         queue_drain=model.QueueDrainConfig(),
         forecast=model.ForecastConfig(),
         gpu_veto_projected=True,
+        burst_backlog_ahead=True,
+        burst_release=True,
     )
     assert (config.window_s, config.half_life_s) == (300.0, 30.0)
     assert config.server is Server.VLLM

@@ -33,6 +33,8 @@ def _config(rng: random.Random) -> model.PolicyConfig:
         target_queue_per_replica=rng.choice((4.0, 1.0, 3.3)) if queue else None,
         target_gpu_utilization_pct=rng.choice((None, 75.0, 50.0)),
         gpu_veto_projected=rng.random() < 0.5,
+        burst_backlog_ahead=rng.random() < 0.5,
+        burst_release=rng.random() < 0.5,
         deadband_ratio=rng.choice((0.0, 0.1, 0.25)),
         scale_up_cooldown_s=rng.choice((0.0, 60.0, 30.0)),
         scale_down_cooldown_s=rng.choice((0.0, 300.0, 45.0)),
@@ -124,10 +126,16 @@ def _case(
     def when(cooldown: float) -> float | None:
         return rng.choice((None, NOW_S - cooldown, NOW_S - cooldown - 1.0, NOW_S - 5.0, NOW_S))
 
+    last_up = when(config.scale_up_cooldown_s)
+    # Often the last change was that scale-up, and a burst drove it (the burst release).
+    last_change = last_up if rng.random() < 0.4 else when(config.scale_down_cooldown_s)
+    bursts = [None, NOW_S + 10.0, NOW_S, NOW_S - 1.0]
+    if last_up is not None and config.burst is not None:
+        bursts += [last_up + config.burst.hold_s, last_up + config.burst.hold_s - 1.0]
     state = model.PolicyState(
-        last_scale_up_s=when(config.scale_up_cooldown_s),
-        last_scale_change_s=when(config.scale_down_cooldown_s),
-        burst_until_s=rng.choice((None, NOW_S + 10.0, NOW_S, NOW_S - 1.0)),
+        last_scale_up_s=last_up,
+        last_scale_change_s=last_change,
+        burst_until_s=rng.choice(bursts),
     )
     return config, observation, state
 

@@ -557,6 +557,96 @@ def test_burst_holds_scale_down_until_it_expires() -> None:
     assert decision.kind is Kind.SCALE_DOWN
 
 
+def _queue_burst_config(**overrides: object) -> model.PolicyConfig:
+    return builders.config(
+        burst=model.BurstConfig(threshold_ratio=1.5),
+        queue_drain=QueueDrainConfig(),
+        target_queue_per_replica=2.0,
+        max_replicas=20,
+        **overrides,
+    )
+
+
+@pytest.mark.parametrize(
+    ("startup_s", "desired"),
+    # 30 rps, 100 waiting (94 beyond the allowance) rising at 30 a second: 63.1 rps now,
+    # plus 30 rps x min(start-up, 30 s) / 30 s for the backlog's growth until new pods serve.
+    [(None, 7), (15.0, 8), (60.0, 10)],
+    ids=["no-startup-seen", "within-the-drain", "capped-at-the-drain"],
+)
+def test_a_queue_burst_asks_for_the_backlog_its_new_pods_will_find(
+    startup_s: float | None, desired: int
+) -> None:
+    """With `burst_backlog_ahead`, a burst the queue fires also drains the backlog's growth
+    over the pod start-up (at most the drain horizon), and its detail says how much."""
+    state = builders.state(last_scale_up_s=NOW_S - 10, last_scale_change_s=NOW_S - 10)
+    rising = estimate(0.0, burst_mean=10.0, last=100.0)
+    observation = builders.observation(load=30.0, queue=rising, startup_s=startup_s)
+    plain, _ = decide(_queue_burst_config(), observation, state)
+    assert (plain.kind, plain.reason, plain.desired) == (Kind.SCALE_UP, Reason.BURST, 7)
+
+    decision, _ = decide(_queue_burst_config(burst_backlog_ahead=True), observation, state)
+    assert (decision.kind, decision.reason, decision.desired) == (
+        Kind.SCALE_UP,
+        Reason.BURST,
+        desired,
+    )
+    if startup_s is None:
+        assert "backlog" not in decision.detail
+    else:
+        assert f"of it the backlog's growth over {min(startup_s, 30.0):.0f} s" in decision.detail
+
+
+def test_the_backlog_ahead_neither_fires_a_burst_nor_counts_a_steady_queue() -> None:
+    """The burst fires as before; a queue not rising has no growth to carry ahead."""
+    state = builders.state(last_scale_up_s=NOW_S - 10, last_scale_change_s=NOW_S - 10)
+    config = _queue_burst_config(burst_backlog_ahead=True)
+    steady = estimate(0.0, burst_mean=100.0, last=100.0)
+    decision, _ = decide(
+        config, builders.observation(load=30.0, queue=steady, startup_s=15.0), state
+    )
+    assert decision.reason is not Reason.BURST
+
+
+@pytest.mark.parametrize(
+    ("serving", "kind"), [(8, Kind.SCALE_DOWN), (7, Kind.HOLD)], ids=["serving", "starting"]
+)
+def test_a_burst_s_scale_up_is_released_once_its_pods_serve_and_its_hold_ends(
+    serving: int, kind: Kind
+) -> None:
+    """With `burst_release`, after a scale-up a burst drove a scale-down waits for the burst
+    hold only, not the scale-down cooldown, once every pod serves."""
+    config = builders.config(burst=BURST, burst_release=True)
+    up = NOW_S - 90
+    state = builders.state(last_scale_up_s=up, last_scale_change_s=up, burst_until_s=up + 60)
+    observation = builders.observation(load=10.0, replicas=8, serving=serving)
+    decision, _ = decide(config, observation, state)
+    assert decision.kind is kind
+    if kind is Kind.SCALE_DOWN:
+        assert "a burst's scale-up, released once its pods serve" in decision.detail
+    else:
+        assert decision.reason is Reason.COOLDOWN
+    held, _ = decide(dataclasses.replace(config, burst_release=False), observation, state)
+    assert (held.kind, held.reason) == (Kind.HOLD, Reason.COOLDOWN)
+
+
+@pytest.mark.parametrize(
+    ("last_up", "burst_until"),
+    [(NOW_S - 120, NOW_S - 100), (NOW_S - 90, NOW_S - 60)],
+    ids=["scale-down-since", "burst-before-the-scale-up"],
+)
+def test_the_release_is_only_for_a_burst_s_own_scale_up(last_up: float, burst_until: float) -> None:
+    """After a later scale-down, or a scale-up no burst drove, the cooldown holds."""
+    config = builders.config(burst=BURST, burst_release=True)
+    change = NOW_S - 90
+    state = builders.state(
+        last_scale_up_s=last_up, last_scale_change_s=change, burst_until_s=burst_until
+    )
+    observation = builders.observation(load=10.0, replicas=8, serving=8)
+    decision, _ = decide(config, observation, state)
+    assert (decision.kind, decision.reason) == (Kind.HOLD, Reason.COOLDOWN)
+
+
 # Look-ahead ----------------------------------------------------------------------------------
 
 AHEAD = LookaheadConfig(default_startup_s=60.0, max_horizon_s=600.0, confidence_z=2.0)
@@ -653,8 +743,8 @@ def test_lookahead_never_lowers_the_estimate(trend_per_s: float, trend_stderr_pe
 
 
 def test_seed_is_the_default_with_every_extension_off() -> None:
-    """The seed policy is the default one with the burst path, look-ahead, queue drain,
-    seasonal forecast and projected capacity veto off."""
+    """The seed policy is the default one with the burst path (and its backlog ahead and
+    release), look-ahead, queue drain, seasonal forecast and projected capacity veto off."""
     seed = policy.seed(max_replicas=8, target_load_per_replica=5.0)
     ours = policy.default(max_replicas=8, target_load_per_replica=5.0)
     assert ours.lookahead == LookaheadConfig()
@@ -662,7 +752,15 @@ def test_seed_is_the_default_with_every_extension_off() -> None:
     differing = [
         f.name for f in dataclasses.fields(seed) if getattr(seed, f.name) != getattr(ours, f.name)
     ]
-    assert set(differing) == {"burst", "lookahead", "queue_drain", "forecast", "gpu_veto_projected"}
+    assert set(differing) == {
+        "burst",
+        "burst_backlog_ahead",
+        "burst_release",
+        "lookahead",
+        "queue_drain",
+        "forecast",
+        "gpu_veto_projected",
+    }
     assert all(getattr(seed, name) in (None, False) for name in differing)
 
 
