@@ -626,37 +626,53 @@ class MetricsSource:
     def _locate(self, workloads: Sequence[ports.Workload]) -> _Located:
         """Each serving pod's row, and the services' pods with invalid names left out.
 
-        Made again only when a record differs (by identity) from the last call's: a tick whose
-        records all come back unchanged reuses the last answer whole.
+        Records change only on informer events. A tick whose records all come back unchanged
+        (by identity) reuses the last answer whole; one whose records are the same services in
+        the same order patches the rows of the records that changed, and only where what they
+        read changed (their pods, names or metrics); any other builds it anew.
         """
         last = self._located
-        if last is not None and ports.same_records(last.workloads, workloads):
-            return last
+        if last is not None and len(last.workloads) == len(workloads):
+            changed = list(
+                itertools.compress(
+                    itertools.count(), map(operator.is_not, last.workloads, workloads)
+                )
+            )
+            if not changed:
+                return last
+            before = last.workloads
+            if all(before[row].id == workloads[row].id for row in changed):
+                self._located = last.patched(workloads, changed, self._target_for)
+                return self._located
         known = self._targets
         rows = _Rows()
-        targets: list[_Target] = []
+        by_row: list[_Target | None] = []
         for row, workload in enumerate(workloads):
-            entry = known.get(workload.id)
-            if entry is None:
-                entry = known[workload.id] = (workload, _target_of(workload))
-            elif entry[0] is not workload:
-                # A record made again for a change of its counts reads the same pods: its
-                # target is kept, and so is every plan that holds it.
-                if not _reads_the_same(entry[0], workload):
-                    entry = (workload, _target_of(workload))
-                known[workload.id] = (workload, entry[1])
-            target = entry[1]
-            if target is None:
-                continue
-            targets.append(target)
-            for pod in target.pods:
-                rows.add(pod, row)
+            target = self._target_for(workload)
+            by_row.append(target)
+            if target is not None:
+                for pod in target.pods:
+                    rows.add(pod, row)
         if len(known) > len(workloads):  # every present service is known: others are gone
             present = {w.id for w in workloads}
             for gone in [service for service in known if service not in present]:
                 del known[gone]
-        self._located = _Located(tuple(workloads), rows, targets)
+        self._located = _Located(tuple(workloads), rows, by_row)
         return self._located
+
+    def _target_for(self, workload: ports.Workload) -> _Target | None:
+        """What the queries read of `workload`, kept from its last record while that one
+        reads the same pods, names and metrics (a record made again for a change of its
+        counts): the target is then the same object, and so is every plan that holds it."""
+        known = self._targets
+        entry = known.get(workload.id)
+        if entry is None:
+            entry = known[workload.id] = (workload, _target_of(workload))
+        elif entry[0] is not workload:
+            if not _reads_the_same(entry[0], workload):
+                entry = (workload, _target_of(workload))
+            known[workload.id] = (workload, entry[1])
+        return entry[1]
 
     async def _read(
         self,
@@ -827,6 +843,22 @@ class _Rows:
         if first != row:
             self.more.setdefault(pod, []).append(row)
 
+    def remove(self, pod: _PodKey, row: int) -> None:
+        """Undo `add(pod, row)`."""
+        if self.one[pod] == row:
+            if pod not in self.more:
+                del self.one[pod]
+                return
+            self.one[pod] = self.more[pod].pop(0)
+        else:
+            self.more[pod].remove(row)
+        if not self.more[pod]:
+            del self.more[pod]
+
+    def forget_answers(self) -> None:
+        """Drop the rows remembered of the last answers (`locate`): some pod's rows moved."""
+        self._located.clear()
+
     def of(self, pod: _PodKey) -> list[int]:
         """The pod's rows; none for a pod of no service."""
         first = self.one.get(pod)
@@ -867,13 +899,53 @@ class _Rows:
         return at, rows
 
 
-@dataclass(frozen=True, slots=True)
 class _Located:
-    """The services of one call to `sample` as the queries read them."""
+    """The services of one call to `sample` as the queries read them: the records, each
+    serving pod's rows, and each row's target (None for a record read for nothing)."""
 
-    workloads: tuple[ports.Workload, ...]
-    rows: _Rows
-    targets: list[_Target]
+    __slots__ = ("by_row", "rows", "targets", "workloads")
+
+    def __init__(
+        self,
+        workloads: tuple[ports.Workload, ...],
+        rows: _Rows,
+        by_row: list[_Target | None],
+        targets: list[_Target] | None = None,
+    ) -> None:
+        self.workloads = workloads
+        self.rows = rows
+        self.by_row = by_row
+        self.targets = [t for t in by_row if t is not None] if targets is None else targets
+        """The targets in row order."""
+
+    def patched(
+        self,
+        workloads: Sequence[ports.Workload],
+        changed: Iterable[int],
+        target_of: Callable[[ports.Workload], _Target | None],
+    ) -> _Located:
+        """These services with the records of rows `changed` (the same services) replaced:
+        the rows of the pods of a record whose target changed are moved, the rest kept. The
+        rows are shared with the result, which this one must not be used after."""
+        rows, by_row = self.rows, self.by_row
+        moved = False
+        for row in changed:
+            target = target_of(workloads[row])
+            was = by_row[row]
+            if target is was:
+                continue
+            moved = True
+            if was is not None:
+                for pod in was.pods:
+                    rows.remove(pod, row)
+            if target is not None:
+                for pod in target.pods:
+                    rows.add(pod, row)
+            by_row[row] = target
+        if not moved:  # the very targets: the plans that hold them stay
+            return _Located(tuple(workloads), rows, by_row, self.targets)
+        rows.forget_answers()
+        return _Located(tuple(workloads), rows, by_row)
 
 
 def build_queries(

@@ -443,6 +443,109 @@ def test_rows_are_looked_up_again_only_when_an_answer_names_other_pods() -> None
     np.testing.assert_array_equal(column(keys[1:], [1.0, 2.0]), [math.nan, 1.0, 2.0])
 
 
+RECORD_PODS: Final = ["chat-0", "chat-1", "lm.x-2", "Bad_Pod"]
+"""The pods records below name: one is no Kubernetes name (left out, with a warning)."""
+
+
+def rows_as_built(rows: prometheus._Rows) -> dict[str, list[int]]:
+    """Each pod's rows, in no particular order."""
+    return {pod: sorted(rows.of(pod)) for pod in rows.one}
+
+
+record_strategy = st.tuples(
+    st.sampled_from(["ns-a", "ns-b"]),
+    st.frozensets(st.sampled_from(RECORD_PODS), max_size=3),
+    st.booleans(),  # names metrics
+    st.integers(1, 3),  # replicas: a record made again for its counts alone
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.lists(record_strategy, min_size=1, max_size=5),
+    changes=st.lists(
+        st.lists(st.tuples(st.integers(0, 4), record_strategy), max_size=3)
+        | st.just([(-1, ("", frozenset(), False, 1))]),  # a service gone: built anew
+        max_size=6,
+    ),
+)
+def test_records_patched_in_place_locate_as_records_built_anew(
+    first: list[tuple[str, frozenset[str], bool, int]],
+    changes: list[list[tuple[int, tuple[str, frozenset[str], bool, int]]]],
+) -> None:
+    """Rows patched for the records that changed, tick after tick, are those of the same
+    records located from scratch, and fill the same columns bit for bit, also through the
+    rows remembered of an answer naming the same pods every tick."""
+    config = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
+
+    def record(i: int, drawn: tuple[str, frozenset[str], bool, int]) -> ports.Workload:
+        namespace, pods, named, replicas = drawn
+        return ports.Workload(
+            model.ServiceId(f"svc/{i}"),
+            config,
+            half_life_s=math.inf,
+            replicas=replicas,
+            serving=replicas,
+            namespace=namespace,
+            pods=pods,
+            metrics=VLLM if named else None,
+        )
+
+    answer = tuple(
+        prometheus.pod_key(ns, pod) for pod in RECORD_PODS[:3] for ns in ("ns-b", "ns-a")
+    )
+    values = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 0.1])
+    records = [record(i, drawn) for i, drawn in enumerate(first)]
+    source = prometheus.MetricsSource(NOWHERE)
+    for tick in [[], *changes]:
+        for row, drawn in tick:
+            if row < 0:
+                records = records[1:] or [record(9, drawn)]
+            elif row < len(records):
+                records[row] = record(int(records[row].id.split("/")[1]), drawn)
+        with capture_logs():
+            located = source._locate(list(records))
+            anew = prometheus.MetricsSource(NOWHERE)._locate(list(records))
+        assert rows_as_built(located.rows) == rows_as_built(anew.rows)
+        assert located.targets == anew.targets
+        for mean in (False, True):
+            columns = []
+            for rows in (located.rows, anew.rows):
+                column = np.full(len(records), math.nan)
+                samples = prometheus.PodSamples(answer, values)
+                prometheus._fill(column, [samples], rows, mean=mean, slot=LOAD)
+                columns.append(column.tobytes())
+            assert columns[0] == columns[1]
+
+
+def test_a_changed_record_moves_only_its_own_pods_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of a hundred records, one with new pods costs the rows of its pods alone, and one made
+    again for its counts alone none; the other services' targets stay the same objects."""
+    services = {f"ns/s{i}": serving("ns", f"s{i}-0", f"s{i}-1") for i in range(100)}
+    records = workloads(services, *services)
+    source = prometheus.MetricsSource(NOWHERE)
+    targets = source._locate(list(records)).targets
+    added: list[str] = []
+    real = prometheus._Rows.add
+
+    def counting(rows: prometheus._Rows, pod: str, row: int) -> None:
+        added.append(pod)
+        real(rows, pod, row)
+
+    monkeypatch.setattr(prometheus._Rows, "add", counting)
+    records[7] = dataclasses.replace(records[7], replicas=3)
+    again = source._locate(list(records))
+    assert added == []
+    assert again.targets is targets
+
+    records[3] = dataclasses.replace(records[3], pods=frozenset({"s3-0", "s3-new"}))
+    moved = source._locate(list(records))
+    assert sorted(added) == ['ns","pod":"s3-0', 'ns","pod":"s3-new']
+    assert moved.rows.of(prometheus.pod_key("ns", "s3-new")) == [3]
+    assert moved.rows.of(prometheus.pod_key("ns", "s3-1")) == []
+    assert all(map(operator.is_, moved.targets[4:], targets[4:]))
+
+
 def test_bucket_series_are_read_through_the_same_sample_reader() -> None:
     """Buckets of other pods are skipped, even with a broken bound, while a broken value of any
     pod raises as the per-pod reader does."""
