@@ -334,6 +334,8 @@ class Client:
         self.scanned = 0
         """Answers of `query_per_pod` and `query_range_points` read by a scan, without
         decoding their JSON."""
+        self._last_values: dict[str, _LastValues] = {}
+        """The values of the last scanned answer of each kind of `query_per_pod`."""
 
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
@@ -379,7 +381,10 @@ class Client:
         that shape (an escaped or an extra label, an error, a malformed value).
         """
         status, body = await self._fetch(what, self.endpoint, {"query": promql})
-        if status == 200 and (scanned := _scan_per_pod(body)) is not None:
+        last = self._last_values.get(what)
+        if last is None:
+            last = self._last_values[what] = _LastValues()
+        if status == 200 and (scanned := _scan_per_pod(body, last.read)) is not None:
             self.scanned += 1
             return scanned
         return _per_pod(self._decode(what, status, body, "an instant vector"))
@@ -1292,7 +1297,47 @@ class PodSamples:
         return PodSamples(pods, np.concatenate([np.empty(0), *(part.values for part in parts)]))
 
 
-def _scan_per_pod(body: bytes) -> PodSamples | None:
+def _floats(texts: list[str]) -> npt.NDArray[np.float64]:
+    """Each text read by `float`, as the JSON path reads a value; raises `ValueError`."""
+    return np.fromiter(map(float, texts), np.float64, len(texts))
+
+
+class _LastValues:
+    """The value texts of the last answer to one kind of query, and what they read.
+
+    Between two scrapes of a target its series keep their values: a gauge's, and a rate's
+    while the samples in its window stay the same. Prometheus lists an answer's series in the
+    same order tick after tick, so most values have the text of the same series in the last
+    answer; those are not read again (a text reads one float wherever it is), the rest are.
+    """
+
+    __slots__ = ("texts", "values")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.values: npt.NDArray[np.float64] = np.empty(0)
+
+    def read(self, texts: list[str]) -> npt.NDArray[np.float64]:
+        """What `_floats(texts)` reads, bit for bit (read-only); raises as it does."""
+        count = len(texts)
+        if count and count == len(self.texts):
+            same = np.fromiter(map(operator.eq, texts, self.texts), bool, count)
+            if bool(same.all()):
+                values = self.values
+            else:
+                values = self.values.copy()
+                new = np.flatnonzero(~same).tolist()
+                values[new] = _floats([texts[i] for i in new])
+        else:
+            values = _floats(texts)
+        values.flags.writeable = False  # shared with the next answers
+        self.texts, self.values = texts, values
+        return values
+
+
+def _scan_per_pod(
+    body: bytes, read: Callable[[list[str]], npt.NDArray[np.float64]] = _floats
+) -> PodSamples | None:
     """The samples of a successful answer made only of series of the shape `_PER_POD_SERIES`
     matches, one after the other; None when any part of it is anything else, for the JSON
     decoder to read (and judge).
@@ -1300,7 +1345,8 @@ def _scan_per_pod(body: bytes) -> PodSamples | None:
     The series split the answer into what comes before the first (the start of a successful
     vector), what lies between two (a comma), and what follows the last (`_VECTOR_END`): the
     scan reads exactly the answers that are these pieces, which the decoder reads the same.
-    Each value is read by `float`, as the decoder's reader does.
+    Each value is read by `float`, as the decoder's reader does, through `read` (a
+    `_LastValues.read` that reads only the values whose text changed).
     """
     try:
         text = body.decode()
@@ -1320,10 +1366,10 @@ def _scan_per_pod(body: bytes) -> PodSamples | None:
     if after != _VECTOR_PLAIN_END and not _is_vector_end(after):
         return None
     try:
-        read = np.fromiter(map(float, values), np.float64, len(values))
+        floats = read(values)
     except ValueError:  # a value that is not a number: for the decoder to report
         return None
-    return PodSamples(tuple(pods), read)
+    return PodSamples(tuple(pods), floats)
 
 
 def _is_vector_end(after: str) -> bool:

@@ -443,6 +443,71 @@ def test_rows_are_looked_up_again_only_when_an_answer_names_other_pods() -> None
     np.testing.assert_array_equal(column(keys[1:], [1.0, 2.0]), [math.nan, 1.0, 2.0])
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    answers=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(POOL),
+                st.sampled_from(["1", "2.5", "-0", "0", "NaN", "+Inf", "-Inf", "1e+06", "0.1"]),
+            ),
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_values_read_again_only_where_their_text_changed_read_the_same(
+    answers: list[list[tuple[tuple[str, str], str]]],
+) -> None:
+    """Answers scanned one after another through the last one's values read what each
+    reads alone, bit for bit, whatever moved, repeated or changed in between."""
+    last = prometheus._LastValues()
+    for series in answers:
+        body = per_pod_answer(*(per_pod(ns, pod, value) for (ns, pod), value in series))
+        alone = prometheus._scan_per_pod(body)
+        scanned = prometheus._scan_per_pod(body, last.read)
+        assert alone is not None
+        assert_same_samples(scanned, alone)
+
+
+def test_a_value_whose_text_is_the_last_answers_is_not_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Of an answer whose series hold their last texts but one, that one is read; of one
+    naming other pods, or not scanned, every value; an unchanged answer reads none."""
+    read: list[str] = []
+    real = prometheus._floats
+
+    def counting(texts: list[str]) -> npt.NDArray[np.float64]:
+        read.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(prometheus, "_floats", counting)
+    last = prometheus._LastValues()
+
+    def scanned(*values: str) -> list[float]:
+        body = per_pod_answer(*(per_pod("ns-a", f"chat-{i}", v) for i, v in enumerate(values)))
+        samples = prometheus._scan_per_pod(body, last.read)
+        assert samples is not None
+        assert not samples.values.flags.writeable
+        return samples.values.tolist()
+
+    assert scanned("1", "2", "3") == [1.0, 2.0, 3.0]
+    assert read == ["1", "2", "3"]
+    read.clear()
+    assert scanned("1", "2", "3") == [1.0, 2.0, 3.0]
+    assert scanned("1", "2.5", "3") == [1.0, 2.5, 3.0]
+    assert read == ["2.5"]
+    read.clear()
+    assert scanned("1", "2.5") == [1.0, 2.5]
+    assert read == ["1", "2.5"]
+    read.clear()
+    assert prometheus._scan_per_pod(per_pod_answer(per_pod("ns-a", "x", "x")), last.read) is None
+    assert scanned("1", "2.5") == [1.0, 2.5]
+    assert read == ["x"]  # a failed read leaves the last values as they were
+
+
 RECORD_PODS: Final = ["chat-0", "chat-1", "lm.x-2", "Bad_Pod"]
 """The pods records below name: one is no Kubernetes name (left out, with a warning)."""
 
