@@ -1258,14 +1258,33 @@ def histogram_quantile(quantile: float, cumulative: Mapping[float, float]) -> fl
 
 
 _VECTOR_START: Final = '{"status":"success","data":{"resultType":"vector","result":['
-_PER_POD_SERIES: Final = re.compile(
-    r'\{"metric":\{"namespace":"([a-z0-9.-]*","pod":"[a-z0-9.-]*)"\},'
-    r'"value":\[-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?,"([0-9A-Za-z.+-]*)"\]\}'
+_SERIES_LABELS: Final = (
+    r'\{"metric":\{"namespace":"([a-z0-9.-]*+","pod":"[a-z0-9.-]*+)"\},"value":\['
 )
+_SERIES_VALUE: Final = r',"([0-9A-Za-z.+-]*+)"\]\}'
+_JSON_NUMBER: Final = r"-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+"
+_PER_POD_SERIES: Final = re.compile(_SERIES_LABELS + _JSON_NUMBER + _SERIES_VALUE)
 """One series of an instant vector grouped `by (namespace, pod)` as Prometheus writes it:
 compact, labels in name order, Kubernetes names (never escaped in JSON), the time a JSON number
 and the value a float's text (Go's `strconv` writes digits, `.`, `e`, signs, `NaN` and `Inf`).
-Its group 1 is the pod's key (`pod_key`), its group 2 the value."""
+Its group 1 is the pod's key (`pod_key`), its group 2 the value. Possessive: no part of it
+gives back what it matched, which no match needs (each part stops at a character it cannot
+take), so a failed match is not tried again shorter."""
+_FIRST_TIME: Final = re.compile(
+    r'\{"metric":\{"namespace":"[a-z0-9.-]*+","pod":"[a-z0-9.-]*+"\},"value":\['
+    f"({_JSON_NUMBER}),"
+)
+"""The time of the first series of an answer, its group 1."""
+
+
+@functools.lru_cache(maxsize=4)
+def _series_at(time: str) -> re.Pattern[str]:
+    """`_PER_POD_SERIES` with the time `time` (a JSON number's text) alone: Prometheus stamps
+    every series of an instant vector with the time it evaluated the query at, and a literal
+    is matched in about three quarters of the time the number's grammar takes."""
+    return re.compile(_SERIES_LABELS + re.escape(time) + _SERIES_VALUE)
+
+
 _VECTOR_END: Final = re.compile(r'\]\}(?:,"warnings":\[[^\]]*\])?(?:,"infos":\[[^\]]*\])?\}')
 """What follows the series of an answer: the end of its data, and the warnings and the info
 notes Prometheus may add (an info for a `rate` over a name it takes for no counter)."""
@@ -1354,22 +1373,32 @@ def _scan_per_pod(
         return None
     if not text.startswith(_VECTOR_START):
         return None
-    pieces = _PER_POD_SERIES.split(text)
-    # [before, pod, value, between, pod, value, between, ..., pod, value, after]
-    pods, values, between = pieces[1::3], pieces[2::3], pieces[3:-1:3]
-    if pods:
-        if pieces[0] != _VECTOR_START or between.count(",") != len(between):
+    first = _FIRST_TIME.match(text, len(_VECTOR_START))
+    pieces = _series_at(first[1]).split(text) if first else None
+    if pieces is None or not _series_only(pieces, text):  # not every series at one time
+        pieces = _PER_POD_SERIES.split(text)
+        if not _series_only(pieces, text):
             return None
-        after = pieces[-1]
-    else:
-        after = text[len(_VECTOR_START) :]
-    if after != _VECTOR_PLAIN_END and not _is_vector_end(after):
-        return None
+    pods, values = pieces[1::3], pieces[2::3]
     try:
         floats = read(values)
     except ValueError:  # a value that is not a number: for the decoder to report
         return None
     return PodSamples(tuple(pods), floats)
+
+
+def _series_only(pieces: list[str], text: str) -> bool:
+    """Whether an answer's `text`, split on its series into `pieces` (before, pod, value,
+    between, pod, value, between, ..., pod, value, after), is made of those series alone: the
+    start of a successful vector before them, one comma between two, and its end after."""
+    if len(pieces) > 1:
+        between = pieces[3:-1:3]
+        if pieces[0] != _VECTOR_START or between.count(",") != len(between):
+            return False
+        after = pieces[-1]
+    else:
+        after = text[len(_VECTOR_START) :]
+    return after == _VECTOR_PLAIN_END or _is_vector_end(after)
 
 
 def _is_vector_end(after: str) -> bool:

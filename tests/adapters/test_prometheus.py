@@ -300,6 +300,11 @@ ANSWERED: Final = per_pod_answer(per_pod("ns-a", "chat-0", "1"), per_pod("ns-a",
         per_pod_answer(per_pod("ns-a", "chat-0", "2"), infos=["PromQL info: not a counter"]),
         per_pod_answer(warnings=["w"], infos=["i"]),
         ANSWERED.replace(b"1764.5", b"1764"),
+        # Series stamped at other times than the first's (read by the number's grammar):
+        ANSWERED.replace(b"1764.5", b"1764.55", 1),
+        ANSWERED.replace(b"1764.5", b"1764", 1),
+        ANSWERED.replace(b"1764.5", b"1.7645e3", 1),
+        ANSWERED.replace(b"1764.5", b"17645", 1).replace(b"1764.5", b"1764.5e0"),
     ],
 )
 def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
@@ -323,6 +328,9 @@ def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
         ANSWERED.replace(b"},{", b"} ,{"),
         ANSWERED.replace(b"},{", b"}{"),
         ANSWERED.replace(b"1764.5", b"1764.5.5", 1),
+        ANSWERED.replace(b"1764.5", b"1764.5.5", 2).replace(b"1764.5.5", b"1764.5", 1),
+        ANSWERED.replace(b"1764.5", b"01764.5", 2).replace(b"01764.5", b"1764.5", 1),
+        ANSWERED.replace(b"1764.5", b"1764.", 2).replace(b"1764.", b"1764.5", 1),
         ANSWERED.replace(b'"1"', b'"\t1"'),  # a control character, which JSON refuses
         ANSWERED.replace(b'"1"', b'"\\t1"'),  # its escape, which the decoder reads
         ANSWERED.replace(b'"1"', b'" 1"'),
