@@ -79,13 +79,6 @@ class Workload:
     annotations, the whole GPUs its pods request); None when they request none."""
 
 
-def same_records(last: Sequence[Workload], now: Sequence[Workload]) -> bool:
-    """Whether `now` holds the very records of `last`, in order: a tick whose records all came
-    back unchanged (by identity, which an adapter keeps while nothing changed) can reuse what
-    it derived from them."""
-    return len(last) == len(now) and all(a is b for a, b in zip(last, now, strict=True))
-
-
 class Cluster(Protocol):
     def workloads(self) -> Sequence[Workload]:
         """The managed services, from caches: never a list call per tick."""

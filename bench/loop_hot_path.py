@@ -1,8 +1,8 @@
 """The loop's own CPU per tick at scale, in seconds rather than the minutes of `loop_scale_k8s`.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python -m bench.loop_hot_path [--services 10000]
-        [--ticks 10] [--seed 14] [--churn RATIO] [--telemetry] [--gc-threshold N[,N,N]]
-        [--profile PATH]
+        [--ticks 10] [--seed 14] [--churn RATIO [--scrape-ticks N]] [--telemetry]
+        [--gc-threshold N[,N,N]] [--profile PATH]
 
 `Loop.step()` with the real Prometheus adapter (`MetricsSource` over `Client`, its HTTP and its
 reading of the answers) and the default policy, for N services in ten namespaces. The answers
@@ -20,6 +20,10 @@ Two workloads:
   each scale write into its record (new replicas, serving pods and pod names, a new record as
   the Kubernetes adapter makes), so the services settle and the writes are those the changes
   call for. The warm-up is longer (`CHURN_WARM_TICKS`), for the first outcomes to settle.
+  Each pod's samples are new every tick, unless `--scrape-ticks N`: then each pod's series keep
+  their values for N ticks, as Prometheus answers between two scrapes of a target, the pods'
+  scrapes spread over the N ticks (a pod's turn is fixed by its name), so a load that moved
+  shows at its pods' next scrape.
 What it leaves out, `loop_scale_k8s` measures: the Kubernetes adapter and its caches, Events,
 Prometheus itself, and a machine shared with all of them; telemetry only with `--telemetry`
 (which also times a rendering of `/metrics` after the last tick).
@@ -47,6 +51,7 @@ import random
 import statistics
 import sys
 import time
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -146,8 +151,20 @@ class Churning:
     moving to a new level each minute; each pod reports its share of its service's level, with
     noise, new every tick. Seeded."""
 
-    def __init__(self, services: int, *, churn_per_minute: float, tick_s: float, seed: int) -> None:
+    def __init__(
+        self,
+        services: int,
+        *,
+        churn_per_minute: float,
+        tick_s: float,
+        seed: int,
+        scrape_ticks: int = 1,
+    ) -> None:
         self._random = random.Random(seed)
+        self._scrape_ticks = scrape_ticks
+        self._tick = 0
+        self._held: dict[tuple[str, str], tuple[tuple[str, float], ...]] = {}
+        """Each pod's last samples (kind, value), kept until its next scrape."""
         self._moves_per_tick = churn_per_minute * services * tick_s / 60.0
         self._owed = 0.0
         self.replicas = [self._random.randint(*CHURN_REPLICAS) for _ in range(services)]
@@ -172,9 +189,12 @@ class Churning:
         self.moved += count
 
     def renew(self, workloads: Sequence[ports.Workload]) -> None:
-        """This tick's samples for the pods the records name now."""
+        """This tick's samples for the pods the records name now: new ones for the pods
+        scraped this tick (every pod unless `scrape_ticks`), the last ones for the others."""
         gauss = self._random.gauss
         series: dict[str, list[dict[str, object]]] = {"load": [], "queue": [], "gpu": []}
+        every, tick, held = self._scrape_ticks, self._tick, self._held
+        now_held: dict[tuple[str, str], tuple[tuple[str, float], ...]] = {}
         for i, w in enumerate(workloads):
             share = 1.0 / max(1, len(w.pods))
             levels = (
@@ -184,9 +204,17 @@ class Churning:
             )
             for pod in sorted(w.pods):
                 labels = {"namespace": w.namespace, "pod": pod}
-                for kind, level in levels:
-                    value = max(0.0, level * (1.0 + gauss(0.0, NOISE_RATIO)))
+                samples = held.get((w.namespace, pod))
+                if samples is None or every == 1 or (tick + zlib.crc32(pod.encode())) % every == 0:
+                    samples = tuple(
+                        (kind, max(0.0, level * (1.0 + gauss(0.0, NOISE_RATIO))))
+                        for kind, level in levels
+                    )
+                now_held[(w.namespace, pod)] = samples
+                for kind, value in samples:
                     series[kind].append({"metric": labels, "value": [1796163512.358, repr(value)]})
+        self._held = now_held
+        self._tick += 1
         self.bodies = {kind: _body(result) for kind, result in series.items()}
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -273,10 +301,12 @@ async def measure(
     profile: cProfile.Profile | None,
     gc_threshold: Sequence[int] = (),
     churn: float | None = None,
+    scrape_ticks: int = 1,
     telemetry: bool = False,
 ) -> dict[str, object]:
     """`churn`: the share of services moving to a new load each minute (see the module
-    docstring); None draws every sample anew each tick. `telemetry`: each tick ends with
+    docstring); None draws every sample anew each tick. `scrape_ticks`: with `churn`, the
+    ticks a pod's samples hold between two scrapes. `telemetry`: each tick ends with
     `Telemetry.observe_tick`, as the controller's does, inside the time measured."""
     ticking = clock.ManualClock(0.0)
     tick_s = smoothing.SmoothingConfig().tick_s
@@ -289,7 +319,9 @@ async def measure(
         drawn = answers = Answers(workloads, seed)
         cluster = Unchanging(workloads)
     else:
-        churning = answers = Churning(services, churn_per_minute=churn, tick_s=tick_s, seed=seed)
+        churning = answers = Churning(
+            services, churn_per_minute=churn, tick_s=tick_s, seed=seed, scrape_ticks=scrape_ticks
+        )
         cluster = Following(records(services, churning.replicas))
     server = web.Application()
     server.router.add_get("/api/v1/query", answers.handle)
@@ -369,7 +401,9 @@ async def measure(
         await runner.cleanup()
     result: dict[str, object] = {
         "services": services,
-        "workload": "random" if churn is None else f"churn {churn:g} per minute",
+        "workload": "random"
+        if churn is None
+        else f"churn {churn:g} per minute, scraped every {scrape_ticks} ticks",
         "telemetry": telemetry,
         "ticks_measured": ticks,
         "cpu_per_tick_p50_s": round(statistics.median(cpu), 4),
@@ -407,6 +441,14 @@ def main() -> None:
         help="share of services moving to a new load each minute (default: every sample random)",
     )
     parser.add_argument(
+        "--scrape-ticks",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --churn: each pod's samples hold for N ticks between its scrapes, the pods' "
+        "scrapes spread over them (default: 1, new every tick)",
+    )
+    parser.add_argument(
         "--telemetry",
         action="store_true",
         help="end each tick with the controller's telemetry (Telemetry.observe_tick), and "
@@ -431,6 +473,7 @@ def main() -> None:
             profile=profile,
             gc_threshold=args.gc_threshold,
             churn=args.churn,
+            scrape_ticks=args.scrape_ticks,
             telemetry=args.telemetry,
         )
     )

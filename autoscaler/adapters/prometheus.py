@@ -334,6 +334,8 @@ class Client:
         self.scanned = 0
         """Answers of `query_per_pod` and `query_range_points` read by a scan, without
         decoding their JSON."""
+        self._last_values: dict[str, _LastValues] = {}
+        """The values of the last scanned answer of each kind of `query_per_pod`."""
 
     async def query(self, what: str, promql: str) -> list[Any]:
         """The result of an instant query; raises `ObservationError` (`QueryRejected` when
@@ -379,7 +381,10 @@ class Client:
         that shape (an escaped or an extra label, an error, a malformed value).
         """
         status, body = await self._fetch(what, self.endpoint, {"query": promql})
-        if status == 200 and (scanned := _scan_per_pod(body)) is not None:
+        last = self._last_values.get(what)
+        if last is None:
+            last = self._last_values[what] = _LastValues()
+        if status == 200 and (scanned := _scan_per_pod(body, last.read)) is not None:
             self.scanned += 1
             return scanned
         return _per_pod(self._decode(what, status, body, "an instant vector"))
@@ -626,37 +631,53 @@ class MetricsSource:
     def _locate(self, workloads: Sequence[ports.Workload]) -> _Located:
         """Each serving pod's row, and the services' pods with invalid names left out.
 
-        Made again only when a record differs (by identity) from the last call's: a tick whose
-        records all come back unchanged reuses the last answer whole.
+        Records change only on informer events. A tick whose records all come back unchanged
+        (by identity) reuses the last answer whole; one whose records are the same services in
+        the same order patches the rows of the records that changed, and only where what they
+        read changed (their pods, names or metrics); any other builds it anew.
         """
         last = self._located
-        if last is not None and ports.same_records(last.workloads, workloads):
-            return last
+        if last is not None and len(last.workloads) == len(workloads):
+            changed = list(
+                itertools.compress(
+                    itertools.count(), map(operator.is_not, last.workloads, workloads)
+                )
+            )
+            if not changed:
+                return last
+            before = last.workloads
+            if all(before[row].id == workloads[row].id for row in changed):
+                self._located = last.patched(workloads, changed, self._target_for)
+                return self._located
         known = self._targets
         rows = _Rows()
-        targets: list[_Target] = []
+        by_row: list[_Target | None] = []
         for row, workload in enumerate(workloads):
-            entry = known.get(workload.id)
-            if entry is None:
-                entry = known[workload.id] = (workload, _target_of(workload))
-            elif entry[0] is not workload:
-                # A record made again for a change of its counts reads the same pods: its
-                # target is kept, and so is every plan that holds it.
-                if not _reads_the_same(entry[0], workload):
-                    entry = (workload, _target_of(workload))
-                known[workload.id] = (workload, entry[1])
-            target = entry[1]
-            if target is None:
-                continue
-            targets.append(target)
-            for pod in target.pods:
-                rows.add(pod, row)
+            target = self._target_for(workload)
+            by_row.append(target)
+            if target is not None:
+                for pod in target.pods:
+                    rows.add(pod, row)
         if len(known) > len(workloads):  # every present service is known: others are gone
             present = {w.id for w in workloads}
             for gone in [service for service in known if service not in present]:
                 del known[gone]
-        self._located = _Located(tuple(workloads), rows, targets)
+        self._located = _Located(tuple(workloads), rows, by_row)
         return self._located
+
+    def _target_for(self, workload: ports.Workload) -> _Target | None:
+        """What the queries read of `workload`, kept from its last record while that one
+        reads the same pods, names and metrics (a record made again for a change of its
+        counts): the target is then the same object, and so is every plan that holds it."""
+        known = self._targets
+        entry = known.get(workload.id)
+        if entry is None:
+            entry = known[workload.id] = (workload, _target_of(workload))
+        elif entry[0] is not workload:
+            if not _reads_the_same(entry[0], workload):
+                entry = (workload, _target_of(workload))
+            known[workload.id] = (workload, entry[1])
+        return entry[1]
 
     async def _read(
         self,
@@ -827,6 +848,22 @@ class _Rows:
         if first != row:
             self.more.setdefault(pod, []).append(row)
 
+    def remove(self, pod: _PodKey, row: int) -> None:
+        """Undo `add(pod, row)`."""
+        if self.one[pod] == row:
+            if pod not in self.more:
+                del self.one[pod]
+                return
+            self.one[pod] = self.more[pod].pop(0)
+        else:
+            self.more[pod].remove(row)
+        if not self.more[pod]:
+            del self.more[pod]
+
+    def forget_answers(self) -> None:
+        """Drop the rows remembered of the last answers (`locate`): some pod's rows moved."""
+        self._located.clear()
+
     def of(self, pod: _PodKey) -> list[int]:
         """The pod's rows; none for a pod of no service."""
         first = self.one.get(pod)
@@ -867,13 +904,53 @@ class _Rows:
         return at, rows
 
 
-@dataclass(frozen=True, slots=True)
 class _Located:
-    """The services of one call to `sample` as the queries read them."""
+    """The services of one call to `sample` as the queries read them: the records, each
+    serving pod's rows, and each row's target (None for a record read for nothing)."""
 
-    workloads: tuple[ports.Workload, ...]
-    rows: _Rows
-    targets: list[_Target]
+    __slots__ = ("by_row", "rows", "targets", "workloads")
+
+    def __init__(
+        self,
+        workloads: tuple[ports.Workload, ...],
+        rows: _Rows,
+        by_row: list[_Target | None],
+        targets: list[_Target] | None = None,
+    ) -> None:
+        self.workloads = workloads
+        self.rows = rows
+        self.by_row = by_row
+        self.targets = [t for t in by_row if t is not None] if targets is None else targets
+        """The targets in row order."""
+
+    def patched(
+        self,
+        workloads: Sequence[ports.Workload],
+        changed: Iterable[int],
+        target_of: Callable[[ports.Workload], _Target | None],
+    ) -> _Located:
+        """These services with the records of rows `changed` (the same services) replaced:
+        the rows of the pods of a record whose target changed are moved, the rest kept. The
+        rows are shared with the result, which this one must not be used after."""
+        rows, by_row = self.rows, self.by_row
+        moved = False
+        for row in changed:
+            target = target_of(workloads[row])
+            was = by_row[row]
+            if target is was:
+                continue
+            moved = True
+            if was is not None:
+                for pod in was.pods:
+                    rows.remove(pod, row)
+            if target is not None:
+                for pod in target.pods:
+                    rows.add(pod, row)
+            by_row[row] = target
+        if not moved:  # the very targets: the plans that hold them stay
+            return _Located(tuple(workloads), rows, by_row, self.targets)
+        rows.forget_answers()
+        return _Located(tuple(workloads), rows, by_row)
 
 
 def build_queries(
@@ -1181,14 +1258,33 @@ def histogram_quantile(quantile: float, cumulative: Mapping[float, float]) -> fl
 
 
 _VECTOR_START: Final = '{"status":"success","data":{"resultType":"vector","result":['
-_PER_POD_SERIES: Final = re.compile(
-    r'\{"metric":\{"namespace":"([a-z0-9.-]*","pod":"[a-z0-9.-]*)"\},'
-    r'"value":\[-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?,"([0-9A-Za-z.+-]*)"\]\}'
+_SERIES_LABELS: Final = (
+    r'\{"metric":\{"namespace":"([a-z0-9.-]*+","pod":"[a-z0-9.-]*+)"\},"value":\['
 )
+_SERIES_VALUE: Final = r',"([0-9A-Za-z.+-]*+)"\]\}'
+_JSON_NUMBER: Final = r"-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+"
+_PER_POD_SERIES: Final = re.compile(_SERIES_LABELS + _JSON_NUMBER + _SERIES_VALUE)
 """One series of an instant vector grouped `by (namespace, pod)` as Prometheus writes it:
 compact, labels in name order, Kubernetes names (never escaped in JSON), the time a JSON number
 and the value a float's text (Go's `strconv` writes digits, `.`, `e`, signs, `NaN` and `Inf`).
-Its group 1 is the pod's key (`pod_key`), its group 2 the value."""
+Its group 1 is the pod's key (`pod_key`), its group 2 the value. Possessive: no part of it
+gives back what it matched, which no match needs (each part stops at a character it cannot
+take), so a failed match is not tried again shorter."""
+_FIRST_TIME: Final = re.compile(
+    r'\{"metric":\{"namespace":"[a-z0-9.-]*+","pod":"[a-z0-9.-]*+"\},"value":\['
+    f"({_JSON_NUMBER}),"
+)
+"""The time of the first series of an answer, its group 1."""
+
+
+@functools.lru_cache(maxsize=4)
+def _series_at(time: str) -> re.Pattern[str]:
+    """`_PER_POD_SERIES` with the time `time` (a JSON number's text) alone: Prometheus stamps
+    every series of an instant vector with the time it evaluated the query at, and a literal
+    is matched in about three quarters of the time the number's grammar takes."""
+    return re.compile(_SERIES_LABELS + re.escape(time) + _SERIES_VALUE)
+
+
 _VECTOR_END: Final = re.compile(r'\]\}(?:,"warnings":\[[^\]]*\])?(?:,"infos":\[[^\]]*\])?\}')
 """What follows the series of an answer: the end of its data, and the warnings and the info
 notes Prometheus may add (an info for a `rate` over a name it takes for no counter)."""
@@ -1220,7 +1316,47 @@ class PodSamples:
         return PodSamples(pods, np.concatenate([np.empty(0), *(part.values for part in parts)]))
 
 
-def _scan_per_pod(body: bytes) -> PodSamples | None:
+def _floats(texts: list[str]) -> npt.NDArray[np.float64]:
+    """Each text read by `float`, as the JSON path reads a value; raises `ValueError`."""
+    return np.fromiter(map(float, texts), np.float64, len(texts))
+
+
+class _LastValues:
+    """The value texts of the last answer to one kind of query, and what they read.
+
+    Between two scrapes of a target its series keep their values: a gauge's, and a rate's
+    while the samples in its window stay the same. Prometheus lists an answer's series in the
+    same order tick after tick, so most values have the text of the same series in the last
+    answer; those are not read again (a text reads one float wherever it is), the rest are.
+    """
+
+    __slots__ = ("texts", "values")
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.values: npt.NDArray[np.float64] = np.empty(0)
+
+    def read(self, texts: list[str]) -> npt.NDArray[np.float64]:
+        """What `_floats(texts)` reads, bit for bit (read-only); raises as it does."""
+        count = len(texts)
+        if count and count == len(self.texts):
+            same = np.fromiter(map(operator.eq, texts, self.texts), bool, count)
+            if bool(same.all()):
+                values = self.values
+            else:
+                values = self.values.copy()
+                new = np.flatnonzero(~same).tolist()
+                values[new] = _floats([texts[i] for i in new])
+        else:
+            values = _floats(texts)
+        values.flags.writeable = False  # shared with the next answers
+        self.texts, self.values = texts, values
+        return values
+
+
+def _scan_per_pod(
+    body: bytes, read: Callable[[list[str]], npt.NDArray[np.float64]] = _floats
+) -> PodSamples | None:
     """The samples of a successful answer made only of series of the shape `_PER_POD_SERIES`
     matches, one after the other; None when any part of it is anything else, for the JSON
     decoder to read (and judge).
@@ -1228,7 +1364,8 @@ def _scan_per_pod(body: bytes) -> PodSamples | None:
     The series split the answer into what comes before the first (the start of a successful
     vector), what lies between two (a comma), and what follows the last (`_VECTOR_END`): the
     scan reads exactly the answers that are these pieces, which the decoder reads the same.
-    Each value is read by `float`, as the decoder's reader does.
+    Each value is read by `float`, as the decoder's reader does, through `read` (a
+    `_LastValues.read` that reads only the values whose text changed).
     """
     try:
         text = body.decode()
@@ -1236,22 +1373,32 @@ def _scan_per_pod(body: bytes) -> PodSamples | None:
         return None
     if not text.startswith(_VECTOR_START):
         return None
-    pieces = _PER_POD_SERIES.split(text)
-    # [before, pod, value, between, pod, value, between, ..., pod, value, after]
-    pods, values, between = pieces[1::3], pieces[2::3], pieces[3:-1:3]
-    if pods:
-        if pieces[0] != _VECTOR_START or between.count(",") != len(between):
+    first = _FIRST_TIME.match(text, len(_VECTOR_START))
+    pieces = _series_at(first[1]).split(text) if first else None
+    if pieces is None or not _series_only(pieces, text):  # not every series at one time
+        pieces = _PER_POD_SERIES.split(text)
+        if not _series_only(pieces, text):
             return None
+    pods, values = pieces[1::3], pieces[2::3]
+    try:
+        floats = read(values)
+    except ValueError:  # a value that is not a number: for the decoder to report
+        return None
+    return PodSamples(tuple(pods), floats)
+
+
+def _series_only(pieces: list[str], text: str) -> bool:
+    """Whether an answer's `text`, split on its series into `pieces` (before, pod, value,
+    between, pod, value, between, ..., pod, value, after), is made of those series alone: the
+    start of a successful vector before them, one comma between two, and its end after."""
+    if len(pieces) > 1:
+        between = pieces[3:-1:3]
+        if pieces[0] != _VECTOR_START or between.count(",") != len(between):
+            return False
         after = pieces[-1]
     else:
         after = text[len(_VECTOR_START) :]
-    if after != _VECTOR_PLAIN_END and not _is_vector_end(after):
-        return None
-    try:
-        read = np.fromiter(map(float, values), np.float64, len(values))
-    except ValueError:  # a value that is not a number: for the decoder to report
-        return None
-    return PodSamples(tuple(pods), read)
+    return after == _VECTOR_PLAIN_END or _is_vector_end(after)
 
 
 def _is_vector_end(after: str) -> bool:

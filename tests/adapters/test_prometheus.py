@@ -300,6 +300,11 @@ ANSWERED: Final = per_pod_answer(per_pod("ns-a", "chat-0", "1"), per_pod("ns-a",
         per_pod_answer(per_pod("ns-a", "chat-0", "2"), infos=["PromQL info: not a counter"]),
         per_pod_answer(warnings=["w"], infos=["i"]),
         ANSWERED.replace(b"1764.5", b"1764"),
+        # Series stamped at other times than the first's (read by the number's grammar):
+        ANSWERED.replace(b"1764.5", b"1764.55", 1),
+        ANSWERED.replace(b"1764.5", b"1764", 1),
+        ANSWERED.replace(b"1764.5", b"1.7645e3", 1),
+        ANSWERED.replace(b"1764.5", b"17645", 1).replace(b"1764.5", b"1764.5e0"),
     ],
 )
 def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
@@ -323,6 +328,9 @@ def test_the_scan_reads_what_the_json_decoder_reads(body: bytes) -> None:
         ANSWERED.replace(b"},{", b"} ,{"),
         ANSWERED.replace(b"},{", b"}{"),
         ANSWERED.replace(b"1764.5", b"1764.5.5", 1),
+        ANSWERED.replace(b"1764.5", b"1764.5.5", 2).replace(b"1764.5.5", b"1764.5", 1),
+        ANSWERED.replace(b"1764.5", b"01764.5", 2).replace(b"01764.5", b"1764.5", 1),
+        ANSWERED.replace(b"1764.5", b"1764.", 2).replace(b"1764.", b"1764.5", 1),
         ANSWERED.replace(b'"1"', b'"\t1"'),  # a control character, which JSON refuses
         ANSWERED.replace(b'"1"', b'"\\t1"'),  # its escape, which the decoder reads
         ANSWERED.replace(b'"1"', b'" 1"'),
@@ -441,6 +449,174 @@ def test_rows_are_looked_up_again_only_when_an_answer_names_other_pods() -> None
     np.testing.assert_array_equal(column(anew, [8.0, 16.0, 32.0]), [8.0, 16.0, 32.0])
     np.testing.assert_array_equal(column(keys[::-1], [1.0, 2.0, 4.0]), [4.0, 2.0, 1.0])
     np.testing.assert_array_equal(column(keys[1:], [1.0, 2.0]), [math.nan, 1.0, 2.0])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    answers=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(POOL),
+                st.sampled_from(["1", "2.5", "-0", "0", "NaN", "+Inf", "-Inf", "1e+06", "0.1"]),
+            ),
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_values_read_again_only_where_their_text_changed_read_the_same(
+    answers: list[list[tuple[tuple[str, str], str]]],
+) -> None:
+    """Answers scanned one after another through the last one's values read what each
+    reads alone, bit for bit, whatever moved, repeated or changed in between."""
+    last = prometheus._LastValues()
+    for series in answers:
+        body = per_pod_answer(*(per_pod(ns, pod, value) for (ns, pod), value in series))
+        alone = prometheus._scan_per_pod(body)
+        scanned = prometheus._scan_per_pod(body, last.read)
+        assert alone is not None
+        assert_same_samples(scanned, alone)
+
+
+def test_a_value_whose_text_is_the_last_answers_is_not_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Of an answer whose series hold their last texts but one, that one is read; of one
+    naming other pods, or not scanned, every value; an unchanged answer reads none."""
+    read: list[str] = []
+    real = prometheus._floats
+
+    def counting(texts: list[str]) -> npt.NDArray[np.float64]:
+        read.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(prometheus, "_floats", counting)
+    last = prometheus._LastValues()
+
+    def scanned(*values: str) -> list[float]:
+        body = per_pod_answer(*(per_pod("ns-a", f"chat-{i}", v) for i, v in enumerate(values)))
+        samples = prometheus._scan_per_pod(body, last.read)
+        assert samples is not None
+        assert not samples.values.flags.writeable
+        return samples.values.tolist()
+
+    assert scanned("1", "2", "3") == [1.0, 2.0, 3.0]
+    assert read == ["1", "2", "3"]
+    read.clear()
+    assert scanned("1", "2", "3") == [1.0, 2.0, 3.0]
+    assert scanned("1", "2.5", "3") == [1.0, 2.5, 3.0]
+    assert read == ["2.5"]
+    read.clear()
+    assert scanned("1", "2.5") == [1.0, 2.5]
+    assert read == ["1", "2.5"]
+    read.clear()
+    assert prometheus._scan_per_pod(per_pod_answer(per_pod("ns-a", "x", "x")), last.read) is None
+    assert scanned("1", "2.5") == [1.0, 2.5]
+    assert read == ["x"]  # a failed read leaves the last values as they were
+
+
+RECORD_PODS: Final = ["chat-0", "chat-1", "lm.x-2", "Bad_Pod"]
+"""The pods records below name: one is no Kubernetes name (left out, with a warning)."""
+
+
+def rows_as_built(rows: prometheus._Rows) -> dict[str, list[int]]:
+    """Each pod's rows, in no particular order."""
+    return {pod: sorted(rows.of(pod)) for pod in rows.one}
+
+
+record_strategy = st.tuples(
+    st.sampled_from(["ns-a", "ns-b"]),
+    st.frozensets(st.sampled_from(RECORD_PODS), max_size=3),
+    st.booleans(),  # names metrics
+    st.integers(1, 3),  # replicas: a record made again for its counts alone
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=st.lists(record_strategy, min_size=1, max_size=5),
+    changes=st.lists(
+        st.lists(st.tuples(st.integers(0, 4), record_strategy), max_size=3)
+        | st.just([(-1, ("", frozenset(), False, 1))]),  # a service gone: built anew
+        max_size=6,
+    ),
+)
+def test_records_patched_in_place_locate_as_records_built_anew(
+    first: list[tuple[str, frozenset[str], bool, int]],
+    changes: list[list[tuple[int, tuple[str, frozenset[str], bool, int]]]],
+) -> None:
+    """Rows patched for the records that changed, tick after tick, are those of the same
+    records located from scratch, and fill the same columns bit for bit, also through the
+    rows remembered of an answer naming the same pods every tick."""
+    config = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
+
+    def record(i: int, drawn: tuple[str, frozenset[str], bool, int]) -> ports.Workload:
+        namespace, pods, named, replicas = drawn
+        return ports.Workload(
+            model.ServiceId(f"svc/{i}"),
+            config,
+            half_life_s=math.inf,
+            replicas=replicas,
+            serving=replicas,
+            namespace=namespace,
+            pods=pods,
+            metrics=VLLM if named else None,
+        )
+
+    answer = tuple(
+        prometheus.pod_key(ns, pod) for pod in RECORD_PODS[:3] for ns in ("ns-b", "ns-a")
+    )
+    values = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 0.1])
+    records = [record(i, drawn) for i, drawn in enumerate(first)]
+    source = prometheus.MetricsSource(NOWHERE)
+    for tick in [[], *changes]:
+        for row, drawn in tick:
+            if row < 0:
+                records = records[1:] or [record(9, drawn)]
+            elif row < len(records):
+                records[row] = record(int(records[row].id.split("/")[1]), drawn)
+        with capture_logs():
+            located = source._locate(list(records))
+            anew = prometheus.MetricsSource(NOWHERE)._locate(list(records))
+        assert rows_as_built(located.rows) == rows_as_built(anew.rows)
+        assert located.targets == anew.targets
+        for mean in (False, True):
+            columns = []
+            for rows in (located.rows, anew.rows):
+                column = np.full(len(records), math.nan)
+                samples = prometheus.PodSamples(answer, values)
+                prometheus._fill(column, [samples], rows, mean=mean, slot=LOAD)
+                columns.append(column.tobytes())
+            assert columns[0] == columns[1]
+
+
+def test_a_changed_record_moves_only_its_own_pods_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of a hundred records, one with new pods costs the rows of its pods alone, and one made
+    again for its counts alone none; the other services' targets stay the same objects."""
+    services = {f"ns/s{i}": serving("ns", f"s{i}-0", f"s{i}-1") for i in range(100)}
+    records = workloads(services, *services)
+    source = prometheus.MetricsSource(NOWHERE)
+    targets = source._locate(list(records)).targets
+    added: list[str] = []
+    real = prometheus._Rows.add
+
+    def counting(rows: prometheus._Rows, pod: str, row: int) -> None:
+        added.append(pod)
+        real(rows, pod, row)
+
+    monkeypatch.setattr(prometheus._Rows, "add", counting)
+    records[7] = dataclasses.replace(records[7], replicas=3)
+    again = source._locate(list(records))
+    assert added == []
+    assert again.targets is targets
+
+    records[3] = dataclasses.replace(records[3], pods=frozenset({"s3-0", "s3-new"}))
+    moved = source._locate(list(records))
+    assert sorted(added) == ['ns","pod":"s3-0', 'ns","pod":"s3-new']
+    assert moved.rows.of(prometheus.pod_key("ns", "s3-new")) == [3]
+    assert moved.rows.of(prometheus.pod_key("ns", "s3-1")) == []
+    assert all(map(operator.is_, moved.targets[4:], targets[4:]))
 
 
 def test_bucket_series_are_read_through_the_same_sample_reader() -> None:
