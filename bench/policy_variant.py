@@ -6,9 +6,11 @@ default policy measured on the bench without changing its code.
 
 Each `--set NAME=VALUE` is a field of `model.PolicyConfig`, or `slo.NAME` one of the
 `model.SloConfig` the service's SLO is built with (`--set slo.fit_settle_s=60`); the value is
-read as JSON (`true`, `60`, `1.5`), `none` as None. Everything after `--` goes to `bench.run`
-unchanged. Runs in one process only (`--jobs 1`): worker processes would build the unchanged
-policy.
+read as JSON (`true`, `60`, `1.5`), `none` as None. The fields the simulation sets for every run
+(`sim.policies.SET_BY_THE_SIMULATION`: the targets the sweep moves, the bounds, the SLO) are
+refused: a variant's value for them would silently never apply. Everything after `--` goes to
+`bench.run` unchanged. Runs in one process only (`--jobs 1`): worker processes would build the
+unchanged policy.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 
 from autoscaler.core import model, policy
+from autoscaler.sim import policies
 
 from . import run
 
@@ -33,6 +36,11 @@ def parse_field(text: str) -> tuple[str, object]:
     if not sep or name not in known:
         raise argparse.ArgumentTypeError(
             f"expected NAME=VALUE with a PolicyConfig or slo.SloConfig field: {text!r}"
+        )
+    if name in policies.SET_BY_THE_SIMULATION:
+        raise argparse.ArgumentTypeError(
+            f"{name}: the simulation sets it for every run (the sweep's targets, the bounds, the "
+            "SLO), so a variant's value would never be used; set slo.NAME for an SLO field"
         )
     if value.lower() == "none":
         return name, None

@@ -74,12 +74,16 @@ class PolicyEntry:
     """What the service's LOAD signal reads for this policy."""
 
 
+TARGET_FIELDS = ("min_replicas", "target_load_per_replica", "target_queue_per_replica")
+"""The `PolicyConfig` fields every simulated policy is built with from the run's `SimParams`
+(the sweep's targets and the floor), as a service owner's annotations would set them."""
+SET_BY_THE_SIMULATION = frozenset({"max_replicas", "slo", *TARGET_FIELDS})
+"""Every `PolicyConfig` field the simulation passes to `policy.default` itself: a caller's
+default for one of them never reaches a simulated service."""
+
+
 def _targets(params: SimParams) -> dict[str, object]:
-    return {
-        "min_replicas": params.min_replicas,
-        "target_load_per_replica": params.target_load_per_replica,
-        "target_queue_per_replica": params.target_queue_per_replica,
-    }
+    return {name: getattr(params, name) for name in TARGET_FIELDS}
 
 
 def seed_config(params: SimParams) -> model.PolicyConfig:

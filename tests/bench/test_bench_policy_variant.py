@@ -7,6 +7,8 @@ import argparse
 import pytest
 
 from autoscaler.core import model, policy
+from autoscaler.experiment import sweep
+from autoscaler.sim import policies
 from bench import policy_variant
 
 
@@ -58,6 +60,32 @@ def test_parse_field_rejects_unknown_names_and_bad_values(text: str) -> None:
     """A name that is not a PolicyConfig field, or a value that is not JSON, is an error."""
     with pytest.raises(argparse.ArgumentTypeError):
         policy_variant.parse_field(text)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["target_queue_per_replica", "target_load_per_replica", "min_replicas", "max_replicas", "slo"],
+)
+def test_parse_field_refuses_what_the_simulation_sets_itself(name: str) -> None:
+    """A field the simulation passes for every run would never take the variant's value: it is
+    refused, naming the field, rather than run as a variant that is the shipped policy."""
+    with pytest.raises(argparse.ArgumentTypeError, match=name):
+        policy_variant.parse_field(f"{name}=none")
+
+
+def test_what_the_simulation_sets_is_what_it_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refused names are exactly what a simulated default service is built with (so a
+    new one cannot slip past the check)."""
+    seen: set[str] = set()
+    shipped = policy.default
+
+    def recording(*, max_replicas: int, **overrides: object) -> model.PolicyConfig:
+        seen.update({"max_replicas", *overrides})
+        return shipped(max_replicas=max_replicas, **overrides)
+
+    monkeypatch.setattr(policy, "default", recording)
+    policies.default_config(sweep.BASE)
+    assert seen == policies.SET_BY_THE_SIMULATION
 
 
 def test_more_than_one_job_is_refused() -> None:
