@@ -834,11 +834,7 @@ class KubeCluster:
         if last is not None:
             served, startup, core_rate = last.pods, last.startup_s, last.core_rate
         else:
-            pods = [
-                pod
-                for pod in self.caches.pods_in(namespace)
-                if selector.matches(_api.meta(pod).get("labels") or {})
-            ]
+            pods = self.caches.selected_pods(namespace, selector)
             serving = [pod for pod in pods if is_serving(pod)]
             served = frozenset(_api.name(pod) for pod in serving)
             startup = startup_s(serving, recent=self._recent_pods)
@@ -890,12 +886,7 @@ class KubeCluster:
         LeaderWorkerSet's workers too (its selector selects the leaders only)."""
         if kind is not targets.LEADER_WORKER_SETS:
             return selected
-        name = _api.name(obj)
-        return [
-            pod
-            for pod in self.caches.pods_in(_api.namespace(obj))
-            if (_api.meta(pod).get("labels") or {}).get(LWS_NAME_LABEL) == name
-        ]
+        return self.caches.labelled(_api.namespace(obj), LWS_NAME_LABEL, _api.name(obj))
 
     def _observe(
         self,
