@@ -42,6 +42,9 @@ OWNER: Final = "owner"
 """Index of objects by the uid of their controlling owner."""
 NAMESPACE: Final = "namespace"
 """Index of objects by their namespace."""
+LABEL: Final = "label"
+"""Index of pods by `namespace/key=value` of each of their labels: the candidates of a selector
+(`selected_pods`), not a scan of the namespace."""
 CLOSED_GATE: Final = "closed-gate"
 """Index of the pods waiting on a closed `warm` readiness gate with their containers ready."""
 _CLOSED: Final = "closed"
@@ -88,6 +91,12 @@ def owner_values(obj: Obj) -> Iterable[str]:
 
 def namespace_values(obj: Obj) -> Iterable[str]:
     return (_api.namespace(obj),)
+
+
+def label_values(obj: Obj) -> Iterable[str]:
+    namespace = _api.namespace(obj)
+    labels = _api.meta(obj).get("labels") or {}
+    return [f"{namespace}/{key}={value}" for key, value in labels.items()]
 
 
 def closed_gate_values(pod: Obj) -> Iterable[str]:
@@ -226,6 +235,7 @@ class Caches:
                 OWNER: owner_values,
                 CLOSED_GATE: closed_gate_values,
                 NAMESPACE: namespace_values,
+                LABEL: label_values,
             },
             **common,
         )
@@ -336,6 +346,26 @@ class Caches:
 
     def pods_in(self, namespace: str) -> list[Obj]:
         return self.pods.by_index(NAMESPACE, namespace)
+
+    def labelled(self, namespace: str, key: str, value: str) -> list[Obj]:
+        """The pods of `namespace` labelled `key=value`."""
+        return self.pods.by_index(LABEL, f"{namespace}/{key}={value}")
+
+    def selected_pods(self, namespace: str, selector: targets.Selector) -> list[Obj]:
+        """The pods of `namespace` that `selector` selects: those labelled as one of its `in`
+        requirements asks (the one of fewest values), filtered by the whole selector; the
+        namespace's pods when it has none."""
+        wanted = [r for r in selector.requirements if r.operator == "in"]
+        if wanted:
+            narrow = min(wanted, key=lambda r: len(r.values))
+            candidates = [
+                pod
+                for value in sorted(narrow.values)
+                for pod in self.labelled(namespace, narrow.key, value)
+            ]
+        else:
+            candidates = self.pods_in(namespace)
+        return [pod for pod in candidates if selector.matches(_api.meta(pod).get("labels") or {})]
 
     def other_scalers(
         self, namespace: str, name: str, kind: targets.TargetKind = targets.DEPLOYMENTS

@@ -476,9 +476,9 @@ class KubeCluster:
         self._dirty: set[tuple[str, str]] = set()
         """(namespace, Deployment) whose records the informers have reported a change to."""
         self._restated: set[tuple[str, str]] = set()
-        """(namespace, Deployment) whose `state` annotation moved, and nothing else but their
-        `status`: the publish's own write, on every change of a service's decision. Their
-        records are built again around the placement view and pods of the last build."""
+        """(namespace, name) of the workloads whose `state` annotation moved, and nothing else
+        but their `status`: the publish's own write, on every change of a service's decision.
+        Their records are built again around the placement view and pods of the last build."""
         self.caches.deployments.add_handler(self._deployment_changed)
         self.caches.replicasets.add_handler(self._replicaset_changed)
         self.caches.pods.add_handler(self._pod_changed)
@@ -564,7 +564,9 @@ class KubeCluster:
             owner = self._owner_of.get(key)
             if owner != key and owner is not None:
                 touched.setdefault(owner, False)
-            touched.setdefault(key, owner == key)
+            built = self._built.get(key)
+            scaled = owner is None and built is not None and not built.kind.is_deployment
+            touched.setdefault(key, owner == key or scaled)
         for key, same_view in touched.items():
             self._update(key, layout, owns, same_view=same_view)
         if touched:
@@ -624,7 +626,9 @@ class KubeCluster:
         if kind.is_deployment:
             entry = self._build(service, deployment, notes, old, layout, same_view=same_view)
         else:
-            entry = self._build_scaled(service, kind, deployment, notes, old, layout)
+            entry = self._build_scaled(
+                service, kind, deployment, notes, old, layout, same_view=same_view
+            )
             if entry.selector is not None:
                 self._selected.setdefault(namespace, {})[key] = _members(kind, name, entry.selector)
             else:
@@ -797,9 +801,14 @@ class KubeCluster:
         notes: Mapping[str, str],
         old: _Built | None,
         layout: tuple[object, ...],
+        *,
+        same_view: bool = False,
     ) -> _Built:
         """The record of a workload other than a Deployment: its replicas as its Scale says,
-        its serving pods those its Scale's selector selects; no placement tiers, no ramp."""
+        its serving pods those its Scale's selector selects; no placement tiers, no ramp. With
+        `same_view` (only its `state` and `status` annotations moved since `old`) `old`'s
+        serving pods, start-up time and core-hour rate are used again, not the namespace's
+        pods scanned by selector: they would come out the same."""
         namespace, name = _api.namespace(obj), _api.name(obj)
         key = _parse_key(namespace, notes)
         config = self._parse(key, notes)
@@ -821,12 +830,15 @@ class KubeCluster:
         if isinstance(config, contract.Invalid):
             problems = self._report_invalid(service, obj, config, said)
             return _unmanaged(obj, key, problems, kind)
-        pods = [
-            pod
-            for pod in self.caches.pods_in(namespace)
-            if selector.matches(_api.meta(pod).get("labels") or {})
-        ]
-        serving = [pod for pod in pods if is_serving(pod)]
+        last = old.workload if same_view and old is not None and old.parse_key == key else None
+        if last is not None:
+            served, startup, core_rate = last.pods, last.startup_s, last.core_rate
+        else:
+            pods = self.caches.selected_pods(namespace, selector)
+            serving = [pod for pod in pods if is_serving(pod)]
+            served = frozenset(_api.name(pod) for pod in serving)
+            startup = startup_s(serving, recent=self._recent_pods)
+            core_rate = self.placement.capacity.core_rate(self._group_pods(kind, obj, pods))
         state_text = notes.get(contract.STATE_KEY)
         if old is not None and old.state_text == state_text:
             state_read = old.state_read
@@ -838,14 +850,13 @@ class KubeCluster:
         lags = self._lags(service)
         if config.policy.pause is not None and not lags:
             self._last_set[service] = scale.spec_replicas
-        core_rate = self.placement.capacity.core_rate(self._group_pods(kind, obj, pods))
         workload = ports.Workload(
             id=service,
             policy=config.policy,
             half_life_s=config.half_life_s,
             replicas=self._written_replicas[service] if lags else scale.spec_replicas,
-            serving=len(serving),
-            startup_s=startup_s(serving, recent=self._recent_pods),
+            serving=len(served),
+            startup_s=startup,
             state=state,
             core_rate=core_rate,
             project=config.project,
@@ -853,7 +864,7 @@ class KubeCluster:
             window_s=config.window_s if _WINDOW_KEY in notes else None,
             namespace=namespace,
             deployment=name,
-            pods=frozenset(_api.name(pod) for pod in serving),
+            pods=served,
             metrics=config.metrics,
         )
         return _Built(
@@ -875,12 +886,7 @@ class KubeCluster:
         LeaderWorkerSet's workers too (its selector selects the leaders only)."""
         if kind is not targets.LEADER_WORKER_SETS:
             return selected
-        name = _api.name(obj)
-        return [
-            pod
-            for pod in self.caches.pods_in(_api.namespace(obj))
-            if (_api.meta(pod).get("labels") or {}).get(LWS_NAME_LABEL) == name
-        ]
+        return self.caches.labelled(_api.namespace(obj), LWS_NAME_LABEL, _api.name(obj))
 
     def _observe(
         self,
@@ -954,10 +960,16 @@ class KubeCluster:
                     self._dirty.add((namespace, owner[1]))
 
     def _workload_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
-        """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's
-        (but for the controller's own write of a decision)."""
-        if old is not None and new is not None and _only_status_moved(old, new):
-            return
+        """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's;
+        but not the controller's own write of a decision, and a write of its state, which only
+        the state is read again from (`_restated`), as for a Deployment."""
+        if old is not None and new is not None:
+            moved = _moved_annotations(old, new)
+            if moved is not None and moved <= _STATUS_ONLY:
+                return
+            if moved is not None and moved <= _DECISION_KEYS:
+                self._restated.add((_api.namespace(new), _api.name(new)))
+                return
         for obj in (old, new):
             if obj is not None:
                 self._dirty.add((_api.namespace(obj), _api.name(obj)))
@@ -1420,14 +1432,6 @@ def _moved_annotations(old: Obj, new: Obj) -> frozenset[str] | None:
         return None
     notes, later = was.get("annotations") or {}, now.get("annotations") or {}
     return frozenset(k for k in notes.keys() | later.keys() if notes.get(k) != later.get(k))
-
-
-def _only_status_moved(old: Obj, new: Obj) -> bool:
-    """Whether a workload changed in its `status` annotation at most (and the metadata every
-    write moves): the controller's own write of its last decision, from which no record is
-    built. The `state` annotation is not such a change: a record carries the state it read."""
-    moved = _moved_annotations(old, new)
-    return moved is not None and moved <= _STATUS_ONLY
 
 
 def _older(cached: Obj, version: str) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -12,11 +13,13 @@ from kube.kubelet import FakeCluster
 from kubernetes_asyncio import client
 
 from autoscaler.adapters.kubernetes import _api, caches, cluster
-from autoscaler.contract import targets
+from autoscaler.contract import annotations as contract
+from autoscaler.contract import codec, targets
 from autoscaler.core import model
 
 from .support import (
     NS,
+    WALL_S,
     MakeCluster,
     StepClock,
     deployment,
@@ -63,6 +66,94 @@ async def test_a_statefulsets_serving_pods_are_those_its_selector_selects(
     await core.patch_namespaced_pod("model-2", NS, {"metadata": {"labels": {"app": "gone"}}})
     await eventually(lambda: records(made)[MODEL].serving == 2, made.caches.pods)
     assert records(made)[MODEL].pods == frozenset({"model-0", "model-1"})
+
+
+async def test_a_statefulsets_state_write_keeps_its_pods_and_a_pod_change_scans_them(
+    kube: Kube,
+    kubelet: FakeCluster,
+    apps: client.AppsV1Api,
+    make_cluster: MakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A write of the `state` (and `status`) annotations, a publish's own, reaches a new record
+    built around the serving pods of the last build, without scanning the namespace's pods; a
+    change to a pod scans them again."""
+    kubelet.add_node("gpu-1", gpus=8)
+    await apps.create_namespaced_stateful_set(
+        NS, statefulset("model", replicas=2, annotations=settings())
+    )
+    await kubelet.settle()
+    made = await make_cluster()
+    await eventually(
+        lambda: MODEL in records(made) and records(made)[MODEL].serving == 2, made.caches.pods
+    )
+    first = records(made)[MODEL]
+
+    scanned: list[str] = []
+    selected_pods = made.caches.selected_pods
+
+    def counted(namespace: str, selector: targets.Selector) -> Any:
+        scanned.append(namespace)
+        return selected_pods(namespace, selector)
+
+    monkeypatch.setattr(made.caches, "selected_pods", counted)
+    state = model.PolicyState(last_scale_change_s=WALL_S)
+    notes = {
+        contract.STATE_KEY: codec.state_text(state, replicas=2),
+        contract.STATUS_KEY: '{"desired":2}',
+    }
+    patch = {"metadata": {"annotations": notes}}
+    kube.store.patch(STATEFULSETS, NS, "model", patch, content_type=MERGE)
+    sts = made.caches.workloads[targets.STATEFULSETS]
+    await eventually(lambda: records(made)[MODEL].state == state, sts)
+    restated = records(made)[MODEL]
+    assert restated is not first
+    assert scanned == []
+    assert restated.pods is first.pods
+    assert dataclasses.replace(restated, state=first.state) == first
+
+    core = client.CoreV1Api(apps.api_client)
+    await core.patch_namespaced_pod("model-1", NS, {"metadata": {"labels": {"app": "gone"}}})
+    await eventually(lambda: records(made)[MODEL].serving == 1, made.caches.pods)
+    assert scanned
+    assert records(made)[MODEL].state == state
+
+
+async def test_a_selectors_pods_are_looked_up_by_label_not_scanned(
+    kubelet: FakeCluster,
+    apps: client.AppsV1Api,
+    make_cluster: MakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A selector with an `in` (or `=`) requirement finds its pods through the label index,
+    not by a scan of the namespace's pods; one without such a requirement scans them."""
+    kubelet.add_node("gpu-1", gpus=8)
+    await apps.create_namespaced_stateful_set(
+        NS, statefulset("model", replicas=3, annotations=settings())
+    )
+    await apps.create_namespaced_deployment(NS, deployment("other", replicas=2))
+    await kubelet.settle()
+    made = await make_cluster()
+    await eventually(lambda: len(made.caches.pods_in(NS)) == 5, made.caches.pods)
+    everything = made.caches.pods_in(NS)
+
+    def names(selector: str) -> set[str]:
+        found = made.caches.selected_pods(NS, targets.parse_selector(selector))
+        return {_api.name(pod) for pod in found}
+
+    def scanned(selector: str) -> set[str]:
+        wanted = targets.parse_selector(selector)
+        return {_api.name(p) for p in everything if wanted.matches(_api.meta(p)["labels"])}
+
+    selectors = ["app=model", "app in (model,other)", "app=model,app notin (other)", "app=none"]
+    monkeypatch.setattr(made.caches, "pods_in", lambda _: pytest.fail("scanned"))
+    for selector in selectors:
+        assert names(selector) == scanned(selector)
+    assert names("app=model") == {"model-0", "model-1", "model-2"}
+    assert len(names("app in (model,other)")) == 5
+    monkeypatch.setattr(made.caches, "pods_in", lambda _: everything)
+    assert names("app notin (model)") == scanned("app notin (model)") == names("app=other")
+    assert names("app") == scanned("app")
 
 
 async def test_scale_patches_statefulsets_scale_at_the_version_read(
