@@ -944,13 +944,8 @@ class KubeCluster:
         """Informer handler: a Deployment is its own record's, and a tier's its owner's too;
         but not the controller's own write of a decision, which no record is built from, and
         a write of its state, which only the state is read again from (`_restated`)."""
-        if old is not None and new is not None:
-            moved = _moved_annotations(old, new)
-            if moved is not None and moved <= _STATUS_ONLY:
-                return
-            if moved is not None and moved <= _DECISION_KEYS:
-                self._restated.add((_api.namespace(new), _api.name(new)))
-                return
+        if self._decision_written(old, new):
+            return
         for obj in (old, new):
             if obj is not None:
                 namespace = _api.namespace(obj)
@@ -963,16 +958,23 @@ class KubeCluster:
         """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's;
         but not the controller's own write of a decision, and a write of its state, which only
         the state is read again from (`_restated`), as for a Deployment."""
-        if old is not None and new is not None:
-            moved = _moved_annotations(old, new)
-            if moved is not None and moved <= _STATUS_ONLY:
-                return
-            if moved is not None and moved <= _DECISION_KEYS:
-                self._restated.add((_api.namespace(new), _api.name(new)))
-                return
+        if self._decision_written(old, new):
+            return
         for obj in (old, new):
             if obj is not None:
                 self._dirty.add((_api.namespace(obj), _api.name(obj)))
+
+    def _decision_written(self, old: Obj | None, new: Obj | None) -> bool:
+        """Whether the change is only the controller's write of a decision: its status alone
+        (nothing to rebuild) or its state too (the record is `_restated`)."""
+        if old is None or new is None:
+            return False
+        moved = _moved_annotations(old, new)
+        if moved is None or not moved <= _DECISION_KEYS:
+            return False
+        if not moved <= _STATUS_ONLY:
+            self._restated.add((_api.namespace(new), _api.name(new)))
+        return True
 
     def _replicaset_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         obj = new if new is not None else old
