@@ -283,12 +283,13 @@ def _scale_up(tick: _Tick, desired: int, bound: Bound | None) -> tuple[Decision,
     if capped is not None:
         return capped
     detail = f"{name} ratio {driver.ratio:.2f} asks for {driver.desired}"
+    load = votes.contributions.get(Signal.LOAD)
     if (
         votes.burst
-        and config.burst_backlog_ahead
         and config.burst is not None
         and votes.driver is Signal.SATURATION
         and driver.estimator == "burst"
+        and _backlog_counted(config, load_voted=load is not None and load.desired is not None)
     ):
         queue = tick.observation.signal(Signal.SATURATION)
         grown, horizon = _backlog_ahead(config, config.burst, queue, tick.observation)
@@ -445,8 +446,9 @@ def _vote(
             asked = target * max(serving, observation.replicas)
             if burst_value > 0 and burst_value >= config.burst.threshold_ratio * asked:
                 burst = True
-                drained = signal is Signal.SATURATION and load_value is not None
-                if config.burst_backlog_ahead and drained:
+                if signal is Signal.SATURATION and _backlog_counted(
+                    config, load_voted=load_value is not None
+                ):
                     burst_value += _backlog_ahead(config, config.burst, est, observation)[0]
                 if burst_value > value:
                     value, estimator = burst_value, "burst"
@@ -870,6 +872,13 @@ def _burst_value(
         demand, _ = _queue_demand(config, config.queue_drain, est, load_rps, waiting=newest)
         return demand + surge_rps
     return newest
+
+
+def _backlog_counted(config: model.PolicyConfig, *, load_voted: bool) -> bool:
+    """Whether a burst the queue fires counts the backlog ahead (`burst_backlog_ahead`): only
+    where the queue is read as demand, with a drain and a load vote beside it. The vote and the
+    scale-up's detail both ask this, so the detail names only what the vote counted."""
+    return config.burst_backlog_ahead and config.queue_drain is not None and load_voted
 
 
 def _backlog_ahead(

@@ -597,6 +597,27 @@ def test_a_queue_burst_asks_for_the_backlog_its_new_pods_will_find(
         assert f"of it the backlog's growth over {min(startup_s, 30.0):.0f} s" in decision.detail
 
 
+def test_a_queue_burst_without_a_load_target_names_no_backlog_it_did_not_count() -> None:
+    """Without a load target the queue is not read as demand (no drain), so the backlog ahead
+    adds nothing, and the detail does not claim it did."""
+    state = builders.state(last_scale_up_s=NOW_S - 10, last_scale_change_s=NOW_S - 10)
+    rising = estimate(0.0, burst_mean=10.0, last=100.0)
+    observation = builders.observation(load=30.0, queue=rising, startup_s=15.0)
+    queue_only = {"target_load_per_replica": None}
+    plain, _ = decide(_queue_burst_config(**queue_only), observation, state)
+    assert (plain.kind, plain.reason) == (Kind.SCALE_UP, Reason.BURST)
+
+    decision, _ = decide(
+        _queue_burst_config(burst_backlog_ahead=True, **queue_only), observation, state
+    )
+    assert (decision.kind, decision.reason, decision.desired) == (
+        Kind.SCALE_UP,
+        Reason.BURST,
+        plain.desired,
+    )
+    assert "backlog" not in decision.detail
+
+
 def test_the_backlog_ahead_neither_fires_a_burst_nor_counts_a_steady_queue() -> None:
     """The burst fires as before; a queue not rising has no growth to carry ahead."""
     state = builders.state(last_scale_up_s=NOW_S - 10, last_scale_change_s=NOW_S - 10)
