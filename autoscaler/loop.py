@@ -1158,7 +1158,7 @@ class Loop:
         it cannot be done within the wait anyway. The first tick votes without a history (as
         it would have while the fetch ran); the next one looks whether it has finished."""
         first = self._history_due_s is None
-        due = first or (self._history_due_s is not None and now >= self._history_due_s)
+        due = self._history_due_s is None or now >= self._history_due_s
         if due and self._refresh is None:
             configs = [w.policy.forecast for w in workloads if w.policy.forecast is not None]
             self._history_due_s = now + min(c.refresh_s for c in configs)
