@@ -1270,11 +1270,8 @@ and the value a float's text (Go's `strconv` writes digits, `.`, `e`, signs, `Na
 Its group 1 is the pod's key (`pod_key`), its group 2 the value. Possessive: no part of it
 gives back what it matched, which no match needs (each part stops at a character it cannot
 take), so a failed match is not tried again shorter."""
-_FIRST_TIME: Final = re.compile(
-    r'\{"metric":\{"namespace":"[a-z0-9.-]*+","pod":"[a-z0-9.-]*+"\},"value":\['
-    f"({_JSON_NUMBER}),"
-)
-"""The time of the first series of an answer, its group 1."""
+_FIRST_TIME: Final = re.compile(_SERIES_LABELS + f"({_JSON_NUMBER}),")
+"""The time of the first series of an answer, its group 2 (group 1 is its pod's key)."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -1374,7 +1371,7 @@ def _scan_per_pod(
     if not text.startswith(_VECTOR_START):
         return None
     first = _FIRST_TIME.match(text, len(_VECTOR_START))
-    pieces = _series_at(first[1]).split(text) if first else None
+    pieces = _series_at(first[2]).split(text) if first else None
     if pieces is None or not _series_only(pieces, text):  # not every series at one time
         pieces = _PER_POD_SERIES.split(text)
         if not _series_only(pieces, text):
