@@ -42,8 +42,9 @@ second tick's duration and CPU apart too (it reads back the first tick's writes,
 service on a new term). The CPU per tick is the process's, this recorder included: it reads the
 loop's arrays of outcomes, not a record per service. `--profile-first` profiles the
 controller from its start to the end of its first tick, `--profile-cluster` the emulator's
-process, `--profile` the ticks measured; `--trace-memory N` traces the controller's
-allocations from its start (`tracemalloc`: slower) and prints the N largest holders of
+process, `--profile` the ticks measured (with `--shards`, each shard's process from its measured
+ticks to its stop, in process time, into `PATH.shard-<i>`); `--trace-memory N` traces the
+controller's allocations from its start (`tracemalloc`: slower) and prints the N largest holders of
 memory at the end, by line and by file. Last, the CPU and size of one rendering of the
 controller's `/metrics` after its last tick (the bench's Prometheus does not scrape it).
 
@@ -51,8 +52,10 @@ With `--shards N`, N controllers run, each in its own process (`autoscaler run`'
 `AUTOSCALER_KUBERNETES__LEASE_BUCKETS` = `--buckets`, 3 per shard unless told, and its own
 identity), started together as a Deployment's replicas are. Once every bucket is led by one of
 them, each ticks twice more and then `--ticks` times; printed per shard: the buckets it led, the
-services it decided per tick, tick p50 and p99, process CPU and collections per tick, queries per
-tick, its first tick, its RSS and its Events; overall: the services decided per tick, the ticks
+services it decided per tick, tick p50 and p99, process CPU and collections per tick, the wall
+time from one tick's end to the next and the CPU per second of it (a core's share: when ticks
+overrun their period, the work paced by wall time lands in fewer ticks), queries per tick, its
+first tick, its RSS and its Events; overall: the services decided per tick, the ticks
 of all shards together, CPU and RSS summed, API writes per tick, and each service's writers
 replayed from the emulator's log of writes (`audit_writers`: a write for a service by a replica
 that did not hold its bucket at that moment is counted; the promise is none). The shards share
@@ -529,6 +532,8 @@ class Tick:
     led: list[int] = dataclasses.field(default_factory=list)
     """The buckets the controller led at the tick's end."""
     rss_mib: float = 0.0
+    ended_s: float = 0.0
+    """The process's monotonic clock at the tick's end."""
 
 
 class Ticks:
@@ -564,6 +569,7 @@ class Ticks:
             kinds=kinds_of(report.decisions),
             led=self._led(),
             rss_mib=round(rss_mib()[0], 1),
+            ended_s=time.monotonic(),
         )
         self.records.append(tick)
         return tick
@@ -653,10 +659,15 @@ def percentile(values: list[float], q: float) -> float:
 def summarise(records: Sequence[Tick], *, warm: int) -> dict[str, Any]:
     """The ticks after the first `warm` of `records`: their durations; CPU, collections and
     queries per tick (differences of the running totals, CPU and collections from the first of
-    them on, queries from the one before); decisions, outcomes changed and services decided."""
+    them on, queries from the one before); the wall time from one tick's end to the next
+    (`tick_interval_s`: the period, or longer when ticks overrun it) and the CPU per second of
+    it (`cpu_per_s`, the share of a core: work paced by wall time, such as the forecast's
+    history, watches and Lease polls, lands in fewer ticks when they overrun, and CPU per
+    tick grows with the interval); decisions, outcomes changed and services decided."""
     steady = records[warm:]
     durations = [t.duration_s for t in steady]
     cpu = [b.cpu_s - a.cpu_s for a, b in itertools.pairwise(steady)]
+    wall_s = steady[-1].ended_s - steady[0].ended_s
     queries = [b.queries - a.queries for a, b in itertools.pairwise(records[warm - 1 :])]
     kinds: Counter[str] = Counter()
     for t in steady:
@@ -667,6 +678,8 @@ def summarise(records: Sequence[Tick], *, warm: int) -> dict[str, Any]:
         "tick_max_s": round(max(durations), 4),
         "ticks_measured": len(steady),
         "cpu_per_tick_s": round(statistics.mean(cpu), 4) if cpu else None,
+        "tick_interval_s": round(wall_s / len(cpu), 4) if cpu else None,
+        "cpu_per_s": round(sum(cpu) / wall_s, 4) if wall_s > 0 else None,
         "gc_s_per_tick": round((steady[-1].gc_s - steady[0].gc_s) / max(1, len(cpu)), 4),
         "gc_collections_in_later_ticks": [
             b - a for a, b in zip(steady[0].gc_counts, steady[-1].gc_counts, strict=True)
@@ -995,7 +1008,10 @@ def memory_holders(top: int) -> dict[str, Any]:
 
 async def serve_shard(spec: dict[str, Any]) -> None:
     """One controller replica: print `wired`, start serving at the first stdin line, print a
-    `Tick` per tick, stop at the end of stdin and print its memory."""
+    `Tick` per tick, stop at the end of stdin and print its memory. With `spec["profile"]`, a
+    `profile` line on stdin starts profiling the process (cProfile, in process time), and its
+    stats are written
+    to that path when it stops."""
     from autoscaler import app, logs
 
     logs.configure(json=True, level="warning", stream=sys.stderr)
@@ -1024,7 +1040,15 @@ async def serve_shard(spec: dict[str, Any]) -> None:
         await asyncio.to_thread(sys.stdin.readline)
         stop = asyncio.Event()
         task = asyncio.create_task(controller.serve(stop))
-        await asyncio.to_thread(sys.stdin.read)
+        # Process time: the shards wait for a core on a shared machine, and a wall-clock
+        # profile would charge that wait to whatever ran next.
+        profile = cProfile.Profile(time.process_time) if spec.get("profile") else None
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            if line.strip() == "profile" and profile is not None:
+                profile.enable()
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(spec["profile"])
         events = event_outcomes(controller)
         stop.set()
         await task
@@ -1066,6 +1090,10 @@ class Shard:
     def go(self) -> None:
         self._stdin.write(b"go\n")
 
+    def profile(self) -> None:
+        """Start profiling itself (with a profile path in its spec)."""
+        self._stdin.write(b"profile\n")
+
     async def read(self, ticked: asyncio.Event) -> None:
         """Collect its ticks until it stops, setting `ticked` at each."""
         while line := await self._stdout.readline():
@@ -1100,11 +1128,14 @@ async def measure_shards(
     timeout_s: float = 600.0,
     tick_timeout_s: float = 20.0,
     cluster_profile: Path | None = None,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     """`shards_n` controllers, each in its own process, over `buckets` bucket Leases: once
     every bucket is led, two more ticks of each, then `ticks` measured; `cluster_profile`
-    profiles the emulator's child process. The split may take `timeout_s`, the ticks after it
-    `tick_timeout_s` each (a tick that waits for Prometheus's deadline is as long as it)."""
+    profiles the emulator's child process, `profile` each shard's process from the end of its
+    two warm ticks to its stop (`<profile>.shard-<i>`). The split may take `timeout_s`, the
+    ticks after it `tick_timeout_s` each (a tick that waits for Prometheus's deadline is as long
+    as it)."""
     cluster = await ClusterChild.start(
         deployments,
         change_share=change_share,
@@ -1131,7 +1162,16 @@ async def measure_shards(
             }
             replicas = list(
                 await asyncio.gather(
-                    *(Shard.start({**spec, "identity": f"shard-{i}"}) for i in range(shards_n))
+                    *(
+                        Shard.start(
+                            {
+                                **spec,
+                                "identity": f"shard-{i}",
+                                "profile": f"{profile}.shard-{i}" if profile else None,
+                            }
+                        )
+                        for i in range(shards_n)
+                    )
                 )
             )
             readers = [asyncio.create_task(r.read(ticked)) for r in replicas]
@@ -1158,6 +1198,14 @@ async def measure_shards(
             leading = [r for r in replicas if r.led()]
             first = (await cluster.ask("every bucket led"))["counts"]
             warm = 2
+            if profile is not None:
+                await wait(
+                    lambda: all(len(r.records) >= starts[r.identity] + warm for r in leading),
+                    "the warm ticks of each replica",
+                    tick_timeout_s * warm,
+                )
+                for replica in replicas:
+                    replica.profile()
             await wait(
                 lambda: all(len(r.records) >= starts[r.identity] + warm + ticks for r in leading),
                 f"{ticks} ticks of each replica",
@@ -1195,6 +1243,8 @@ async def measure_shards(
             "tick_p50_s": summary["tick_p50_s"],
             "tick_p99_s": summary["tick_p99_s"],
             "cpu_per_tick_s": summary["cpu_per_tick_s"],
+            "tick_interval_s": summary["tick_interval_s"],
+            "cpu_per_s": summary["cpu_per_s"],
             "gc_s_per_tick": summary["gc_s_per_tick"],
             "prometheus_queries_per_tick": summary["prometheus_queries_per_tick"],
             "decisions_in_later_ticks": summary["decisions_in_later_ticks"],
@@ -1220,6 +1270,7 @@ async def measure_shards(
         "tick_p50_s": round(statistics.median(durations), 4),
         "tick_p99_s": round(percentile(durations, 0.99), 4),
         "cpu_per_tick_s_summed": round(sum(cpu), 4),
+        "cpu_per_s_summed": round(sum(s.get("cpu_per_s") or 0.0 for s in per_shard.values()), 4),
         "rss_mib_summed": round(sum(s.get("rss_mib") or 0.0 for s in per_shard.values()), 1),
         "api_writes_per_tick": round(sum(v[1] for v in writes.values()) / (warm + ticks), 1),
         "api_writes_while_measured": {k: v[1] for k, v in sorted(writes.items())},
@@ -1279,7 +1330,9 @@ def main() -> None:
         "--profile",
         type=Path,
         metavar="PATH",
-        help="profile the steady ticks (cProfile), write the stats to PATH and print the top",
+        help="profile the steady ticks (cProfile), write the stats to PATH and print the top; "
+        "with --shards, each shard's process from its measured ticks to its stop (in process "
+        "time), to PATH.shard-<i>",
     )
     parser.add_argument(
         "--profile-first",
@@ -1330,9 +1383,13 @@ def main() -> None:
     }
     profile = cProfile.Profile() if args.profile else None
     first_profile = cProfile.Profile() if args.profile_first else None
+    shard_profiles: list[Path] = []
     if args.shards:
-        if profile is not None or first_profile is not None:
-            parser.error("--profile profiles the one controller in this process: not with --shards")
+        if first_profile is not None:
+            parser.error("--profile-first profiles the one controller in this process")
+        profile = None  # each shard profiles itself
+        if args.profile is not None:
+            shard_profiles = [Path(f"{args.profile}.shard-{i}") for i in range(args.shards)]
         result = asyncio.run(
             measure_shards(
                 args.deployments,
@@ -1340,6 +1397,7 @@ def main() -> None:
                 shards_n=args.shards,
                 buckets=args.buckets or 3 * args.shards,
                 cluster_profile=args.profile_cluster,
+                profile=args.profile,
                 **timing,
                 **changes,
             )
@@ -1359,9 +1417,10 @@ def main() -> None:
         )
     print_result(result)
     for title, found, path in (
-        ("the steady ticks", profile, args.profile),
+        ("the steady ticks", profile, None if args.shards else args.profile),
         ("the start to the end of the first tick", first_profile, args.profile_first),
         ("the emulator's process", None, args.profile_cluster),
+        *((f"shard-{i}'s measured ticks", None, p) for i, p in enumerate(shard_profiles)),
     ):
         if path is None:
             continue

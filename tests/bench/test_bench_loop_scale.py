@@ -154,6 +154,7 @@ def _tick(n: int, *, decided: int = 100, led: tuple[int, ...] = (0,)) -> bench.T
         changed=None if n == 0 else n,
         kinds={"steady/within_band": decided},
         led=list(led),
+        ended_s=2.0 * n,
     )
 
 
@@ -171,6 +172,15 @@ def test_a_summary_counts_the_ticks_after_the_warm_ones_from_running_totals() ->
     assert summary["services_decided_per_tick"] == 100
     assert summary["decisions_in_later_ticks"] == {"steady/within_band": 300}
     assert summary["outcomes_changed_in_later_ticks"] == 2 + 3 + 4
+
+
+def test_a_summary_charges_cpu_to_the_wall_time_between_tick_ends() -> None:
+    """Ticks that end 2 s apart: the interval is 2 s, and the CPU per second is the CPU of the
+    ticks measured over the wall time they span (a tick that overruns its period carries more
+    of the work paced by wall time, which CPU per tick alone would read as the tick's own)."""
+    summary = bench.summarise([_tick(n) for n in range(5)], warm=2)
+    assert summary["tick_interval_s"] == 2.0
+    assert summary["cpu_per_s"] == 0.5 * (16 - 4) / (8.0 - 4.0)
 
 
 def _decided(desired: int, kind: model.Kind, reason: model.Reason) -> model.Decision:

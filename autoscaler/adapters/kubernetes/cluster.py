@@ -10,7 +10,8 @@ what it was built from (the controller's own write of the `status` annotation is
 reads it; a write of the `state` annotation gives a record with the new state around the
 placement view of the last build), or after the controller's own scale write to it; otherwise
 the same object is returned; a service whose bucket moves to or from this replica is built
-again or dropped, with what was remembered about it. A Deployment with invalid annotations is
+again or dropped, with what was remembered about it, and while its bucket is led elsewhere
+changes to it build nothing. A Deployment with invalid annotations is
 skipped, with one `config.invalid` log line and one Warning Event `InvalidConfig` per distinct
 set of problems; so is one that a HorizontalPodAutoscaler or a KEDA ScaledObject also scales
 (one owner of replicas: the Event names the other). A `state` annotation that cannot be read
@@ -387,7 +388,10 @@ class KubeCluster:
         (`idle_tier_grace_s` before it is deleted). `may_write(service)` is asked before every
         write for a service (the bucket Leases' `leads`); `owned()`, asked once per
         `workloads()`, says which services this replica acts on (it leads their bucket): the
-        others are skipped, and nothing is remembered about them. `core_weights` are
+        others are skipped, nothing is remembered about them, and the informers' news of their
+        Deployments, ReplicaSets and pods builds nothing until their bucket comes here (they
+        are then built from the caches); it returns the same function while the same buckets
+        are led, and a different one when any moved. `core_weights` are
         core-hours per card-hour by GPU product, `core_weight_per_gib` per GiB of a card the
         table does not name; `on_tiers` and `on_fallback` are told of placements, `on_event` of
         what became of each Event (telemetry). With `cache_retention`, placement is cache-aware
@@ -471,7 +475,10 @@ class KubeCluster:
         self._layout: tuple[object, ...] | None = None
         self._managed: list[ports.Workload] = []
         self._elsewhere: dict[tuple[str, str], model.ServiceId] = {}
-        """Deployments that opt in but whose bucket another replica leads: not built."""
+        """Deployments that opt in but whose bucket another replica leads: not built, and
+        their changes not followed (`_follows`) until their bucket comes here."""
+        self._owns: Callable[[str], bool] | None = None
+        """The last `owned()`: the same function while the buckets led are the same."""
         self._present: set[model.ServiceId] = set()
         self._dirty: set[tuple[str, str]] = set()
         """(namespace, Deployment) whose records the informers have reported a change to."""
@@ -541,7 +548,8 @@ class KubeCluster:
         dirty, self._dirty = self._dirty, set()
         restated, self._restated = self._restated, set()
         owns = _everything if self._owned is None else self._owned()
-        if self._owned is not None:  # a bucket that moved: its services are built or dropped
+        if owns is not self._owns:  # a bucket that moved: its services are built or dropped
+            self._owns = owns
             dirty.update(k for k, sid in self._elsewhere.items() if owns(sid))
             dirty.update((w.namespace, w.deployment) for w in self._managed if not owns(w.id))
         layout = self.placement.capacity.layout()
@@ -944,7 +952,7 @@ class KubeCluster:
         """Informer handler: a Deployment is its own record's, and a tier's its owner's too;
         but not the controller's own write of a decision, which no record is built from, and
         a write of its state, which only the state is read again from (`_restated`)."""
-        if self._decision_written(old, new):
+        if not self._follows(old, new) or self._decision_written(old, new):
             return
         for obj in (old, new):
             if obj is not None:
@@ -958,11 +966,19 @@ class KubeCluster:
         """Informer handler: a StatefulSet, a LeaderWorkerSet or a Rollout is its own record's;
         but not the controller's own write of a decision, and a write of its state, which only
         the state is read again from (`_restated`), as for a Deployment."""
-        if self._decision_written(old, new):
+        if not self._follows(old, new) or self._decision_written(old, new):
             return
         for obj in (old, new):
             if obj is not None:
                 self._dirty.add((_api.namespace(obj), _api.name(obj)))
+
+    def _follows(self, old: Obj | None, new: Obj | None) -> bool:
+        """Whether a change to this workload can matter to a record: not while it is known to
+        opt in under a bucket another replica leads (its record is built from the caches
+        when its bucket comes here), unless it is gone (so that it is forgotten)."""
+        if old is None or new is None or not self._elsewhere:
+            return True
+        return (_api.namespace(new), _api.name(new)) not in self._elsewhere
 
     def _decision_written(self, old: Obj | None, new: Obj | None) -> bool:
         """Whether the change is only the controller's write of a decision: its status alone
@@ -980,7 +996,13 @@ class KubeCluster:
         obj = new if new is not None else old
         owner = None if obj is None else _controller(obj)
         if obj is not None and owner is not None and owner[0] == "Deployment":
-            self._dirty.add((_api.namespace(obj), owner[1]))
+            self._dirty_unless_elsewhere((_api.namespace(obj), owner[1]))
+
+    def _dirty_unless_elsewhere(self, key: tuple[str, str]) -> None:
+        """`key`'s record is to be built again, unless its bucket is led elsewhere: then it is
+        built from the caches, pods and all, when the bucket comes here."""
+        if key not in self._elsewhere:
+            self._dirty.add(key)
 
     def _pod_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         if self._selected:
@@ -998,11 +1020,11 @@ class KubeCluster:
         replicaset = self.caches.replicasets.get(namespace, owner[1])
         found = None if replicaset is None else _controller(replicaset)
         if found is not None and found[0] == "Deployment":
-            self._dirty.add((namespace, found[1]))
+            self._dirty_unless_elsewhere((namespace, found[1]))
         else:
             # The ReplicaSet is not cached (yet, or any more): a Deployment's ReplicaSet is
             # named after it, with a hash of the template appended.
-            self._dirty.add((namespace, owner[1].rpartition("-")[0]))
+            self._dirty_unless_elsewhere((namespace, owner[1].rpartition("-")[0]))
 
     def _scaler_changed(self, kind: str, old: Obj | None, new: Obj | None) -> None:
         """Informer handler: an HPA or a ScaledObject may take or release a Deployment."""

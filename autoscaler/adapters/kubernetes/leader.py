@@ -516,6 +516,8 @@ class BucketLeases:
         self._lease_duration_s = lease_duration_s
         self._asked_s: dict[str, float] = {}
         """Replicas that lead none and asked to be counted, and when that was last read."""
+        self._owned_now: tuple[frozenset[int], Callable[[str], bool]] | None = None
+        """The buckets of the last `owned_now` and the function it gave."""
         count = len(buckets)
         # Far enough apart that a replica's first choice is held before its second is tried.
         stagger_s = retry_interval_s / count
@@ -567,9 +569,14 @@ class BucketLeases:
 
     def owned_now(self) -> Callable[[str], bool]:
         """`leads` for the buckets led at this moment, judged once (a tick's filter over
-        thousands of services); the write fence asks `leads` again before each write."""
+        thousands of services); the write fence asks `leads` again before each write. The
+        same function object while the same buckets are led, so that a caller can tell that
+        none moved (`KubeCluster.workloads` then looks at no service of another bucket)."""
         led = self.led()
-        return lambda service: self.buckets.of(service) in led
+        if self._owned_now is None or self._owned_now[0] != led:
+            of = self.buckets.of
+            self._owned_now = (led, lambda service: of(service) in led)
+        return self._owned_now[1]
 
     def holders(self) -> Sequence[str | None]:
         """The holder of each bucket Lease at its last read."""

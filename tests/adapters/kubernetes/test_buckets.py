@@ -77,6 +77,30 @@ async def test_replicas_started_together_split_the_buckets(
     assert writers == [1] * len(services)
 
 
+async def test_the_filter_of_a_tick_is_the_same_function_until_a_bucket_moves(
+    api: client.ApiClient, clock: StepClock
+) -> None:
+    """`owned_now` gives the same function while the buckets led stay the same (so the cluster
+    adapter can skip the services of other buckets), and a new one once any moved."""
+    buckets = shards.Buckets.named(LEASE, 6)
+    replicas = [replica(api, clock, f"r-{i}", buckets) for i in range(3)]
+    services = [f"ns-{i % 3}/model-{i}" for i in range(60)]
+    async with contextlib.AsyncExitStack() as stack:
+        for r in replicas:
+            await stack.enter_async_context(running(r.run()))
+        await clock.wait_sleeping(18)
+        await steps(clock, 18, seconds=10.0)
+        filters = [r.owned_now() for r in replicas]
+        again = [r.owned_now() for r in replicas]
+        owners = [sum(f(s) for f in filters) for s in services]
+    released = [r.owned_now() for r in replicas]
+
+    assert all(a is b for a, b in zip(filters, again, strict=True))
+    assert owners == [1] * len(services)
+    assert all(a is not b for a, b in zip(filters, released, strict=True))
+    assert not any(f(s) for f in released for s in services)
+
+
 async def test_a_free_lease_goes_first_to_the_candidate_that_does_not_defer(
     kube: Kube, api: client.ApiClient, clock: StepClock
 ) -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -166,6 +166,74 @@ async def test_a_bucket_that_moves_brings_its_services_in_and_takes_them_out(
 
     owned.discard(WEB)
     assert [w.id for w in made.workloads()] == [f"{NS}/api"]
+
+
+async def test_a_service_led_elsewhere_builds_nothing_until_its_bucket_comes_here(
+    kubelet: FakeCluster,
+    apps: client.AppsV1Api,
+    make_cluster: MakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Changes to a service of another replica's bucket (a pod leaves its serving set, its
+    annotations are edited) build nothing here; when its bucket is won, the next call returns
+    its record at once, with those changes; when it is lost, the next call leaves it out."""
+    kubelet.add_node("gpu-1", gpus=8)
+    await apps.create_namespaced_deployment(
+        NS, deployment("web", replicas=2, annotations=settings())
+    )
+    await apps.create_namespaced_deployment(
+        NS, deployment("api", replicas=2, annotations=settings())
+    )
+    await kubelet.settle()
+    api_id = model.ServiceId(f"{NS}/api")
+    owned = {WEB}
+    filters: dict[frozenset[str], Callable[[str], bool]] = {}
+
+    def owned_now() -> Callable[[str], bool]:  # as the bucket Leases give it: one per set
+        led = frozenset(owned)
+        return filters.setdefault(led, led.__contains__)
+
+    made = await make_cluster(owned=owned_now)
+    await eventually(lambda: [w.serving for w in made.workloads()] == [2], made.caches.pods)
+    built: list[tuple[str, str]] = []
+    update = made._update
+
+    def counted(key: tuple[str, str], *args: object, **kwargs: bool) -> None:
+        built.append(key)
+        update(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(made, "_update", counted)
+
+    core = client.CoreV1Api(apps.api_client)
+    pods = sorted(p["metadata"]["name"] for p in made.caches.pods_in(NS))
+    victim = next(p for p in pods if p.startswith("api-"))
+    labels = {"metadata": {"labels": {cluster.WARMING_LABEL: "true"}}}
+    await core.patch_namespaced_pod(victim, NS, labels)
+    window = settings(window="1m")
+    edited = {"metadata": {"annotations": window}}
+    await apps.patch_namespaced_deployment("api", NS, edited)
+
+    def edited_seen() -> bool:
+        notes = _api.annotations_of(made.caches.deployment(NS, "api") or {})
+        return all(notes.get(k) == v for k, v in window.items())
+
+    def warming_seen() -> bool:
+        pod = made.caches.pods.get(NS, victim) or {"metadata": {}}
+        return (pod["metadata"].get("labels") or {}).get(cluster.WARMING_LABEL) == "true"
+
+    await eventually(edited_seen, made.caches.deployments)
+    await eventually(warming_seen, made.caches.pods)
+    for _ in range(3):
+        assert [w.id for w in made.workloads()] == [WEB]
+    assert (NS, "api") not in built
+
+    owned.add(api_id)
+    found = {w.id: w for w in made.workloads()}
+    assert sorted(found) == [api_id, WEB]
+    assert (found[api_id].serving, found[api_id].window_s) == (1, 60.0)
+
+    owned.discard(api_id)
+    assert [w.id for w in made.workloads()] == [WEB]
 
 
 async def test_an_unchanged_service_keeps_its_record_and_a_change_to_its_pod_rebuilds_it(
