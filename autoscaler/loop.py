@@ -516,6 +516,73 @@ class _Seasonal:
     vote: model.ForecastVote | None = None
 
 
+@dataclass(slots=True)
+class _Votes:
+    """The last tick's forecast votes, one entry per record with a forecast (`configured`, in
+    order), and what each vote's step is read from, so that a tick finds at once the few
+    votes whose step or target step moved (`due`): a vote changes only then, or when its
+    record, the histories or their error do."""
+
+    configured: list[ports.Workload]
+    seasonal: Mapping[model.ServiceId, _Seasonal]
+    """The histories the votes were read from (the object, replaced by each refresh)."""
+    error: str | None
+    start_s: npt.NDArray[np.float64]
+    """Each history's start; NaN for a record without one (its vote waits for a history)."""
+    step_s: npt.NDArray[np.float64]
+    size: npt.NDArray[np.float64]
+    ahead_s: npt.NDArray[np.float64]
+    key: npt.NDArray[np.float64]
+    """Each vote's `_Seasonal.key`: its history's completed steps and its target step."""
+    votes: dict[model.ServiceId, model.ForecastVote]
+
+    @classmethod
+    def of(
+        cls,
+        configured: list[ports.Workload],
+        seasonal: Mapping[model.ServiceId, _Seasonal],
+        error: str | None,
+    ) -> _Votes:
+        n = len(configured)
+        return cls(
+            configured,
+            seasonal,
+            error,
+            np.full(n, math.nan),
+            np.ones(n),
+            np.zeros(n),
+            np.zeros(n),
+            np.full((n, 2), math.nan),
+            {},
+        )
+
+    def due(self, now: float) -> list[int]:
+        """The entries whose key (`Loop._vote_of`'s, the same arithmetic) is not the last."""
+        start, step = self.start_s, self.step_s
+        completed = np.clip(np.floor((now - start) / step + forecast._EPS), 0, self.size)
+        target = np.floor((now + self.ahead_s - start) / step)
+        moved = (completed != self.key[:, 0]) | (target != self.key[:, 1])
+        moved &= ~np.isnan(start)
+        return np.flatnonzero(moved).tolist()
+
+    def put(
+        self,
+        k: int,
+        workload: ports.Workload,
+        voted: tuple[model.ForecastVote, forecast.History | None, float],
+    ) -> None:
+        vote, history, ahead = voted
+        self.configured[k] = workload
+        self.votes[workload.id] = vote
+        if history is None:
+            self.start_s[k] = math.nan
+            return
+        self.start_s[k], self.step_s[k] = history.start_s, history.step_s
+        self.size[k], self.ahead_s[k] = history.size, ahead
+        seasonal = self.seasonal[workload.id]
+        self.key[k] = (math.nan, math.nan) if seasonal.key is None else seasonal.key
+
+
 _Column = TypeVar("_Column", bound=np.ndarray[Any, Any])
 
 
@@ -668,6 +735,8 @@ class Loop:
         """The history's first fetch, asked for by the first tick and started once that tick
         has published (`_await_history`)."""
         self._history_error: str | None = None
+        self._votes: _Votes | None = None
+        """The last tick's forecast votes, kept while the same services come back."""
         self._shortfalls: dict[model.ServiceId, standby.ShortfallTracker] = {}
         """How far the load outran the estimate within one start-up, per service whose pool
         is sized automatically."""
@@ -1118,34 +1187,61 @@ class Loop:
         is fetched and backtested every `refresh_s`, not every tick."""
         configured = [w for w in workloads if w.policy.forecast is not None]
         if not configured:
+            self._votes = None
             return {}
         if self.history is None:
             off = model.ForecastVote.off("no load history source")
             return {w.id: off for w in configured}
         await self._await_history(configured, now)
-        votes: dict[model.ServiceId, model.ForecastVote] = {}
-        for workload in configured:
-            config = workload.policy.forecast
-            assert config is not None
-            seasonal = self._seasonal.get(workload.id)
-            if seasonal is None:
-                why = self._history_error or "no load history"
-                votes[workload.id] = model.ForecastVote.off(why)
-                continue
-            ahead = forecast.horizon_s(config, workload.startup_s)
-            history = seasonal.history
-            # The vote changes only when the forecast's step or its target step does.
-            key = (
-                history.completed(now),
-                math.floor((now + ahead - history.start_s) / history.step_s),
+        last = self._votes
+        if (
+            last is not None
+            and last.seasonal is self._seasonal
+            and last.error == self._history_error
+            and len(last.configured) == len(configured)
+        ):
+            changed = [
+                k
+                for k, (was, record) in enumerate(zip(last.configured, configured, strict=True))
+                if was is not record
+            ]
+            if all(last.configured[k].id == configured[k].id for k in changed):
+                # The same services in the same order: only the records made again and the
+                # votes whose step, or target step, moved are looked at one by one.
+                last.configured = configured
+                for k in sorted({*changed, *last.due(now)}):
+                    last.put(k, configured[k], self._vote_of(configured[k], now))
+                return last.votes
+        votes = _Votes.of(configured, self._seasonal, self._history_error)
+        for k, workload in enumerate(configured):
+            votes.put(k, workload, self._vote_of(workload, now))
+        self._votes = votes
+        return votes.votes
+
+    def _vote_of(
+        self, workload: ports.Workload, now: float
+    ) -> tuple[model.ForecastVote, forecast.History | None, float]:
+        """The seasonal forecast's vote for `workload`, the history it read (None without
+        one) and how far ahead it looked."""
+        config = workload.policy.forecast
+        assert config is not None
+        seasonal = self._seasonal.get(workload.id)
+        if seasonal is None:
+            why = self._history_error or "no load history"
+            return model.ForecastVote.off(why), None, math.nan
+        ahead = forecast.horizon_s(config, workload.startup_s)
+        history = seasonal.history
+        # The vote changes only when the forecast's step or its target step does.
+        key = (
+            history.completed(now),
+            math.floor((now + ahead - history.start_s) / history.step_s),
+        )
+        if seasonal.key != key or seasonal.vote is None:
+            seasonal.vote = forecast.vote(
+                config, history, seasonal.scored, now_s=now, horizon_s=ahead
             )
-            if seasonal.key != key or seasonal.vote is None:
-                seasonal.vote = forecast.vote(
-                    config, history, seasonal.scored, now_s=now, horizon_s=ahead
-                )
-                seasonal.key = key
-            votes[workload.id] = seasonal.vote
-        return votes
+            seasonal.key = key
+        return seasonal.vote, history, ahead
 
     async def _await_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
         """Start a refresh when one is due and wait for it at most `HISTORY_WAIT_RATIO` of a

@@ -588,7 +588,7 @@ class MetricsSource:
             groups += [[t] for t in targets if t.service in apart]
         budget = _Budget(self.max_isolation_queries - len(apart) * len(model.Signal))
         blamed: dict[model.ServiceId, Rejected] = {}
-        plans = _Plans(self, self._plans)
+        plans = _Plans(self, self._plans, located)
         reads = [(signal, group) for group in groups for signal in model.Signal]
         answers = await asyncio.gather(
             *(
@@ -759,9 +759,11 @@ class _Plans:
         self,
         source: MetricsSource,
         last: Mapping[tuple[int, ...], tuple[Sequence[_Target], _Plan]],
+        located: _Located | None = None,
     ) -> None:
         self._source = source
         self._last = last
+        self._located = located
         self.made: dict[tuple[int, ...], tuple[Sequence[_Target], _Plan]] = {}
         """This tick's plans by the identities of their targets (the targets kept, so that
         no identity is reused while they are)."""
@@ -784,8 +786,19 @@ class _Plans:
             self.made[key] = found
             return found[1]
         s = self._source
-        plan = _Plan(
-            build_queries(
+        located = self._located
+        if located is not None and group is located.targets:
+            # Every service of the tick: made from the groups kept up record by record.
+            queries = _render(
+                located.groups(),
+                rate_window_s=s.rate_window_s,
+                max_age_s=s.max_age_s,
+                gpu_metric=s.gpu_metric,
+                gpu_ratio_metric=s.gpu_ratio_metric,
+                max_pod_matcher_chars=s.max_pod_matcher_chars,
+            )
+        else:
+            queries = build_queries(
                 [t.serving for t in group],
                 names_checked=True,
                 rate_window_s=s.rate_window_s,
@@ -793,9 +806,8 @@ class _Plans:
                 gpu_metric=s.gpu_metric,
                 gpu_ratio_metric=s.gpu_ratio_metric,
                 max_pod_matcher_chars=s.max_pod_matcher_chars,
-            ),
-            group,
-        )
+            )
+        plan = _Plan(queries, group)
         self.made[key] = (group, plan)
         return plan
 
@@ -908,7 +920,7 @@ class _Located:
     """The services of one call to `sample` as the queries read them: the records, each
     serving pod's rows, and each row's target (None for a record read for nothing)."""
 
-    __slots__ = ("by_row", "rows", "targets", "workloads")
+    __slots__ = ("_index", "by_row", "rows", "targets", "workloads")
 
     def __init__(
         self,
@@ -916,12 +928,21 @@ class _Located:
         rows: _Rows,
         by_row: list[_Target | None],
         targets: list[_Target] | None = None,
+        index: _QueryIndex | None = None,
     ) -> None:
         self.workloads = workloads
         self.rows = rows
         self.by_row = by_row
         self.targets = [t for t in by_row if t is not None] if targets is None else targets
         """The targets in row order."""
+        self._index = index
+
+    def groups(self) -> _Groups:
+        """The targets grouped as `build_queries` groups them; counted when first asked, then
+        kept up by `patched`."""
+        if self._index is None:
+            self._index = _QueryIndex(t.serving for t in self.targets)
+        return self._index.groups()
 
     def patched(
         self,
@@ -930,9 +951,10 @@ class _Located:
         target_of: Callable[[ports.Workload], _Target | None],
     ) -> _Located:
         """These services with the records of rows `changed` (the same services) replaced:
-        the rows of the pods of a record whose target changed are moved, the rest kept. The
-        rows are shared with the result, which this one must not be used after."""
-        rows, by_row = self.rows, self.by_row
+        the rows of the pods of a record whose target changed are moved, the rest kept, and so
+        are the groups of its queries. The rows and groups are shared with the result, which
+        this one must not be used after."""
+        rows, by_row, index = self.rows, self.by_row, self._index
         moved = False
         for row in changed:
             target = target_of(workloads[row])
@@ -943,14 +965,18 @@ class _Located:
             if was is not None:
                 for pod in was.pods:
                     rows.remove(pod, row)
+                if index is not None:
+                    index.add(was.serving, -1)
             if target is not None:
                 for pod in target.pods:
                     rows.add(pod, row)
+                if index is not None:
+                    index.add(target.serving, 1)
             by_row[row] = target
         if not moved:  # the very targets: the plans that hold them stay
-            return _Located(tuple(workloads), rows, by_row, self.targets)
+            return _Located(tuple(workloads), rows, by_row, self.targets, index)
         rows.forget_answers()
-        return _Located(tuple(workloads), rows, by_row)
+        return _Located(tuple(workloads), rows, by_row, index=index)
 
 
 def build_queries(
@@ -977,38 +1003,105 @@ def build_queries(
             _check_names(serving)
     by_requests: dict[str, list[ServingPods]] = {}
     by_queue: dict[str, list[ServingPods]] = {}
+    by_token: dict[model.Signal, dict[str, list[ServingPods]]] = {}
     for serving in targets_list:
         # A `custom` server may export only one of the two.
         if (name := serving.metrics.requests) is not None:
             _grouped(by_requests, name, serving)
         if (name := serving.metrics.queue) is not None:
             _grouped(by_queue, name, serving)
-    everyone = _PodSet(targets_list)
-    if everyone.empty:
+        for signal in serving.llm_signals:
+            names_of = _TOKEN_NAMES.get(signal)
+            for name in () if names_of is None else names_of(serving.metrics):
+                _grouped(by_token.setdefault(signal, {}), name, serving)
+    return _render(
+        _Groups(
+            {name: _PodSet(servings) for name, servings in by_requests.items()},
+            {name: _PodSet(servings) for name, servings in by_queue.items()},
+            {
+                signal: {name: _PodSet(servings) for name, servings in names.items()}
+                for signal, names in by_token.items()
+            },
+            _PodSet(targets_list),
+        ),
+        rate_window_s=rate_window_s,
+        max_age_s=max_age_s,
+        gpu_metric=gpu_metric,
+        gpu_ratio_metric=gpu_ratio_metric,
+        max_pod_matcher_chars=max_pod_matcher_chars,
+    )
+
+
+class _Pods(Protocol):
+    """The namespaces and pods read through one metric name, as a query selects them."""
+
+    @property
+    def empty(self) -> bool: ...
+
+    def matchers(
+        self, max_pod_matcher_chars: int, namespace_label: str = ..., pod_label: str = ...
+    ) -> list[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Groups:
+    """The services of one query plan grouped as its queries read them: by the name of each
+    signal's metric (a token signal's only for the services that set its target), and all of
+    them for the GPU's."""
+
+    requests: Mapping[str, _Pods]
+    queue: Mapping[str, _Pods]
+    tokens: Mapping[model.Signal, Mapping[str, _Pods]]
+    everyone: _Pods
+
+
+_TOKEN_NAMES: Final[Mapping[model.Signal, Callable[[MetricNames], tuple[str, ...]]]] = {
+    model.Signal.KV_CACHE: lambda m: m.kv_cache,
+    model.Signal.TOKENS: lambda m: m.generation_tokens,
+    model.Signal.PROMPT_TOKENS: lambda m: m.prompt_tokens,
+    model.Signal.TTFT: lambda m: m.ttft,
+    model.Signal.TPOT: lambda m: m.tpot,
+}
+"""The names each token signal reads of a server's metrics (one per version of the server)."""
+
+
+def _render(
+    groups: _Groups,
+    *,
+    rate_window_s: float,
+    max_age_s: float,
+    gpu_metric: str,
+    gpu_ratio_metric: str | None,
+    max_pod_matcher_chars: int,
+) -> dict[model.Signal, str]:
+    """The queries of `build_queries` for its targets grouped as `groups`."""
+    if groups.everyone.empty:
         return {}
     window = _duration(rate_window_s)
     age = f"{max_age_s:g}"
     loads = []
-    for name, servings in sorted(by_requests.items()):
-        sel = _selector(name, _PodSet(servings).matchers(max_pod_matcher_chars))
+    for name, pods in sorted(groups.requests.items()):
+        sel = _selector(name, pods.matchers(max_pod_matcher_chars))
         loads.append(f"sum by (namespace, pod) ({_fresh(f'rate({sel}[{window}])', sel, age)})")
     queues = []
-    for name, servings in sorted(by_queue.items()):
-        sel = _selector(name, _PodSet(servings).matchers(max_pod_matcher_chars))
+    for name, pods in sorted(groups.queue.items()):
+        sel = _selector(name, pods.matchers(max_pod_matcher_chars))
         queues.append(f"sum by (namespace, pod) ({_fresh(sel, sel, age)})")
     queries: dict[model.Signal, str] = {}
     if loads:
         queries[model.Signal.LOAD] = " or ".join(loads)
     if queues:
         queries[model.Signal.SATURATION] = " or ".join(queues)
-    queries.update(_token_queries(targets_list, window, age, max_pod_matcher_chars))
-    percent = _gpu_query(gpu_metric, everyone, age, max_pod_matcher_chars)
+    queries.update(_token_queries(groups.tokens, window, age, max_pod_matcher_chars))
+    percent = _gpu_query(gpu_metric, groups.everyone, age, max_pod_matcher_chars)
     if gpu_ratio_metric is None:
         queries[model.Signal.CAPACITY] = percent
     else:
         # Both are averaged per pod first, so `or` compares {namespace, pod} alone: a pod with
         # the ratio (MIG instances have nothing else) reads it, any other pod the percent.
-        ratio = _gpu_query(gpu_ratio_metric, everyone, age, max_pod_matcher_chars, scale=100.0)
+        ratio = _gpu_query(
+            gpu_ratio_metric, groups.everyone, age, max_pod_matcher_chars, scale=100.0
+        )
         queries[model.Signal.CAPACITY] = f"{ratio} or {percent}"
     return queries
 
@@ -1026,44 +1119,39 @@ QUANTILE: Final = 0.95
 
 
 def _token_queries(
-    targets: Sequence[ServingPods], window: str, age: str, max_pod_matcher_chars: int
+    tokens: Mapping[model.Signal, Mapping[str, _Pods]],
+    window: str,
+    age: str,
+    max_pod_matcher_chars: int,
 ) -> dict[model.Signal, str]:
     """One query per token signal over every service that sets its target and whose server
-    exports it: a fleet where no service sets one sends none of these queries.
+    exports it (`tokens`: by signal, then by name): a fleet where no service sets one sends
+    none of these queries.
 
     KV-cache usage is the gauge per pod; TOKENS the rate of the generation counter per pod,
     PROMPT_TOKENS the prompt counter's; TTFT and TPOT the rate of each bucket per pod (`le`
     kept), so that `sample` adds up a service's buckets and takes the percentile of the sum:
     a service's P95, not a mean of its pods' P95s, from a query shared by every service.
     """
-
-    opted = [serving for serving in targets if serving.llm_signals]
-    if not opted:
+    if not tokens:
         return {}
 
-    def grouped(
-        signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]
-    ) -> list[tuple[str, _PodSet]]:
-        groups: dict[str, list[ServingPods]] = {}
-        for serving in opted:
-            if signal in serving.llm_signals:
-                for name in names_of(serving.metrics):
-                    _grouped(groups, name, serving)
-        return sorted((name, _PodSet(servings)) for name, servings in groups.items())
+    def grouped(signal: model.Signal) -> list[tuple[str, _Pods]]:
+        return sorted(tokens.get(signal, {}).items(), key=operator.itemgetter(0))
 
-    def selector(name: str, pods: _PodSet) -> str:
+    def selector(name: str, pods: _Pods) -> str:
         return _selector(name, pods.matchers(max_pod_matcher_chars))
 
-    def rates(signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
+    def rates(signal: model.Signal) -> str:
         parts = []
-        for name, pods in grouped(signal, names_of):
+        for name, pods in grouped(signal):
             sel = selector(name, pods)
             parts.append(f"sum by (namespace, pod) ({_fresh(f'rate({sel}[{window}])', sel, age)})")
         return " or ".join(parts)
 
-    def buckets(signal: model.Signal, names_of: Callable[[MetricNames], tuple[str, ...]]) -> str:
+    def buckets(signal: model.Signal) -> str:
         parts = []
-        for name, pods in grouped(signal, names_of):
+        for name, pods in grouped(signal):
             sel = selector(f"{name}_bucket", pods)
             fresh = _fresh(f"rate({sel}[{window}])", sel, age)
             parts.append(f"sum by (namespace, pod, le) ({fresh})")
@@ -1072,26 +1160,26 @@ def _token_queries(
     queries: dict[model.Signal, str] = {}
     kv = [
         f"avg by (namespace, pod) ({_fresh(sel, sel, age)})"
-        for name, pods in grouped(model.Signal.KV_CACHE, lambda m: m.kv_cache)
+        for name, pods in grouped(model.Signal.KV_CACHE)
         for sel in (selector(name, pods),)
     ]
     if kv:
         queries[model.Signal.KV_CACHE] = " or ".join(kv)
     # A server reads its token rate only when it exports both counters (the contract refuses
     # a tokens target otherwise), so a service has both columns or neither.
-    if generation := rates(model.Signal.TOKENS, lambda m: m.generation_tokens):
+    if generation := rates(model.Signal.TOKENS):
         queries[model.Signal.TOKENS] = generation
-    if prompt := rates(model.Signal.PROMPT_TOKENS, lambda m: m.prompt_tokens):
+    if prompt := rates(model.Signal.PROMPT_TOKENS):
         queries[model.Signal.PROMPT_TOKENS] = prompt
-    if ttft := buckets(model.Signal.TTFT, lambda m: m.ttft):
+    if ttft := buckets(model.Signal.TTFT):
         queries[model.Signal.TTFT] = ttft
-    if tpot := buckets(model.Signal.TPOT, lambda m: m.tpot):
+    if tpot := buckets(model.Signal.TPOT):
         queries[model.Signal.TPOT] = tpot
     return queries
 
 
 def _gpu_query(
-    metric: str, pods: _PodSet, age: str, max_pod_matcher_chars: int, *, scale: float = 1.0
+    metric: str, pods: _Pods, age: str, max_pod_matcher_chars: int, *, scale: float = 1.0
 ) -> str:
     """Mean GPU utilisation per pod (times `scale`), wherever the exporter put the pod's name.
 
@@ -1167,6 +1255,110 @@ class _PodSet:
                     if chars > max_chars:
                         return None
         return pods
+
+
+class _Tally:
+    """What a `_PodSet` says of the namespaces and pods of some services, kept up as services
+    join and leave one at a time (`add`), their namespaces and pod names counted."""
+
+    __slots__ = ("_chars", "_literals", "_namespaces", "_pods", "servings")
+
+    def __init__(self) -> None:
+        self.servings = 0
+        """The services counted in."""
+        self._namespaces: dict[str, int] = {}
+        self._pods: dict[str, int] = {}
+        self._chars = 0
+        """Each pod name counted once, with a separator: what `_PodSet._pods_within` counts."""
+        self._literals: dict[int, str | None] = {}
+
+    def add(self, serving: ServingPods, sign: int) -> None:
+        """Count `serving` in (`sign` 1) or out (-1, one that was counted in)."""
+        self.servings += sign
+        self._literals.clear()
+        _count(self._namespaces, serving.namespace, sign)
+        pods = self._pods
+        for pod in serving.pods:
+            if _count(pods, pod, sign):
+                self._chars += sign * (len(pod) + 1)
+
+    @property
+    def namespaces(self) -> Collection[str]:
+        return self._namespaces.keys()
+
+    @property
+    def empty(self) -> bool:
+        return not self._pods
+
+    def matchers(
+        self, max_pod_matcher_chars: int, namespace_label: str = "namespace", pod_label: str = "pod"
+    ) -> list[str]:
+        """As `_PodSet.matchers`."""
+        matchers = [f"{namespace_label}=~{regex_literal(self._namespaces)}"]
+        if (pods := self._pod_literal(max_pod_matcher_chars)) is not None:
+            matchers.append(f"{pod_label}=~{pods}")
+        return matchers
+
+    def _pod_literal(self, max_chars: int) -> str | None:
+        if max_chars not in self._literals:
+            literal = None if self._chars > max_chars else regex_literal(self._pods)
+            fits = literal is not None and len(literal) <= max_chars
+            self._literals[max_chars] = literal if fits else None
+        return self._literals[max_chars]
+
+
+def _count(counts: dict[str, int], key: str, sign: int) -> bool:
+    """Add `sign` to the count of `key`, dropped at zero; whether it came or went."""
+    now = counts.get(key, 0) + sign
+    if now:
+        counts[key] = now
+    else:
+        del counts[key]
+    return now == (1 if sign > 0 else 0)
+
+
+class _QueryIndex:
+    """The services of a tick grouped as `build_queries` groups them, kept up as records change
+    one at a time: the queries are then made from the groups' counts, in time that does not
+    grow with the services (at 10,000 of them, some record's pods change most ticks)."""
+
+    __slots__ = ("everyone", "queue", "requests", "tokens")
+
+    def __init__(self, servings: Iterable[ServingPods] = ()) -> None:
+        self.requests: dict[str, _Tally] = {}
+        self.queue: dict[str, _Tally] = {}
+        self.tokens: dict[model.Signal, dict[str, _Tally]] = {}
+        self.everyone = _Tally()
+        for serving in servings:
+            self.add(serving, 1)
+
+    def add(self, serving: ServingPods, sign: int) -> None:
+        """Count `serving` in (`sign` 1) or out (-1, one that was counted in)."""
+        metrics = serving.metrics
+        if (name := metrics.requests) is not None:
+            _tally(self.requests, name, serving, sign)
+        if (name := metrics.queue) is not None:
+            _tally(self.queue, name, serving, sign)
+        for signal in serving.llm_signals:
+            names_of = _TOKEN_NAMES.get(signal)
+            for name in () if names_of is None else names_of(metrics):
+                by_name = self.tokens.setdefault(signal, {})
+                _tally(by_name, name, serving, sign)
+                if not by_name:
+                    del self.tokens[signal]
+        self.everyone.add(serving, sign)
+
+    def groups(self) -> _Groups:
+        return _Groups(self.requests, self.queue, self.tokens, self.everyone)
+
+
+def _tally(tallies: dict[str, _Tally], name: str, serving: ServingPods, sign: int) -> None:
+    tally = tallies.get(name)
+    if tally is None:
+        tally = tallies[name] = _Tally()
+    tally.add(serving, sign)
+    if not tally.servings:
+        del tallies[name]
 
 
 def _selector(metric: str, matchers: Sequence[str]) -> str:

@@ -591,6 +591,91 @@ def test_records_patched_in_place_locate_as_records_built_anew(
             assert columns[0] == columns[1]
 
 
+PLAN_CONFIGS: Final = (
+    model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0),
+    model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0, target_kv_cache_ratio=0.8),
+    model.PolicyConfig(
+        max_replicas=10,
+        target_load_per_replica=1.0,
+        target_tokens_per_replica=100.0,
+        target_ttft_p95_s=0.5,
+        target_tpot_p95_s=0.05,
+    ),
+)
+"""Policies that read none, one or every token signal."""
+PLAN_METRICS: Final = (
+    VLLM,
+    prometheus.PRESETS["tgi"],
+    prometheus.MetricNames(requests=None, queue="custom_waiting"),
+)
+"""Servers of other names, one of them with a queue gauge alone."""
+PLAN_PODS: Final = ["a-0", "a-1", "b-0", "bb-1", "lm.x-2", "Bad_Pod", "a-much-longer-pod-name-0"]
+
+plan_record = st.tuples(
+    st.sampled_from(["ns-a", "ns-b", "ns-c"]),
+    st.frozensets(st.sampled_from(PLAN_PODS), max_size=4),
+    st.integers(-1, len(PLAN_METRICS) - 1),  # -1: names no metrics
+    st.integers(0, len(PLAN_CONFIGS) - 1),
+    st.integers(1, 3),  # replicas: a record made again for its counts alone
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    first=st.lists(plan_record, min_size=1, max_size=6),
+    changes=st.lists(
+        st.lists(st.tuples(st.integers(0, 5), plan_record), max_size=3)
+        | st.just([(-1, ("ns-a", frozenset(), 0, 0, 1))]),  # a service gone: built anew
+        max_size=8,
+    ),
+    max_chars=st.sampled_from([8, 20, 40, 1500]),
+)
+def test_queries_kept_up_record_by_record_are_those_built_from_scratch(
+    first: list[tuple[str, frozenset[str], int, int, int]],
+    changes: list[list[tuple[int, tuple[str, frozenset[str], int, int, int]]]],
+    max_chars: int,
+) -> None:
+    """The queries of every service of a tick, made from groups patched as records change
+    (new pods, names, signals, namespaces; a service gone), are those `build_queries` makes
+    from the same services anew, whether the pods fit the matcher or not."""
+
+    def record(i: int, drawn: tuple[str, frozenset[str], int, int, int]) -> ports.Workload:
+        namespace, pods, metrics, config, replicas = drawn
+        return ports.Workload(
+            model.ServiceId(f"svc/{i}"),
+            PLAN_CONFIGS[config],
+            half_life_s=math.inf,
+            replicas=replicas,
+            serving=replicas,
+            namespace=namespace,
+            pods=pods,
+            metrics=None if metrics < 0 else PLAN_METRICS[metrics],
+        )
+
+    options: dict[str, Any] = {"rate_window_s": 60.0, "max_age_s": 45.0}
+    records = [record(i, drawn) for i, drawn in enumerate(first)]
+    source = prometheus.MetricsSource(NOWHERE, max_pod_matcher_chars=max_chars)
+    for tick in [[], *changes]:
+        for row, drawn in tick:
+            if row < 0:
+                records = records[1:] or [record(9, drawn)]
+            elif row < len(records):
+                records[row] = record(int(records[row].id.split("/")[1]), drawn)
+        with capture_logs():
+            located = source._locate(list(records))
+        kept = prometheus._render(
+            located.groups(),
+            gpu_metric=prometheus.GPU_UTILIZATION,
+            gpu_ratio_metric=prometheus.GPU_ACTIVITY,
+            max_pod_matcher_chars=max_chars,
+            **options,
+        )
+        anew = prometheus.build_queries(
+            [t.serving for t in located.targets], max_pod_matcher_chars=max_chars, **options
+        )
+        assert kept == anew
+
+
 def test_a_changed_record_moves_only_its_own_pods_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Of a hundred records, one with new pods costs the rows of its pods alone, and one made
     again for its counts alone none; the other services' targets stay the same objects."""
@@ -842,13 +927,13 @@ async def test_a_tick_builds_each_groups_queries_once(
 ) -> None:
     """The three signals of one shared query are built from one plan, not one each."""
     built: list[int] = []
-    real = prometheus.build_queries
+    real = prometheus._render
 
-    def counting(targets: Any, **kwargs: Any) -> dict[model.Signal, str]:
+    def counting(groups: Any, **kwargs: Any) -> dict[model.Signal, str]:
         built.append(1)
-        return real(targets, **kwargs)
+        return real(groups, **kwargs)
 
-    monkeypatch.setattr(prometheus, "build_queries", counting)
+    monkeypatch.setattr(prometheus, "_render", counting)
     services = {f"ns/s{i}": serving(unique, f"s{i}-0") for i in range(20)}
     source = source_for(stack.prometheus.url)
 
@@ -863,13 +948,13 @@ async def test_queries_are_built_again_only_when_a_record_changes(
 ) -> None:
     """Ticks over records that read the same pods reuse their queries; new pods are queried."""
     built: list[int] = []
-    real = prometheus.build_queries
+    real = prometheus._render
 
-    def counting(targets: Any, **kwargs: Any) -> dict[model.Signal, str]:
+    def counting(groups: Any, **kwargs: Any) -> dict[model.Signal, str]:
         built.append(1)
-        return real(targets, **kwargs)
+        return real(groups, **kwargs)
 
-    monkeypatch.setattr(prometheus, "build_queries", counting)
+    monkeypatch.setattr(prometheus, "_render", counting)
     services = {f"ns/s{i}": serving(unique, f"s{i}-0") for i in range(5)}
     records = workloads(services, *services)
     source = source_for(stack.prometheus.url)

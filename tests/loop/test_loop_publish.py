@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from autoscaler import clock, errors, loop, ports
@@ -332,3 +335,80 @@ async def test_services_whose_outcome_moves_every_tick_do_not_keep_the_budget_fr
     assert {service for service, _ in cluster.published} == set(ids)
     # and the flickering ones still get their turns
     assert sum(1 for service, _ in cluster.published if service == ids[0]) >= 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.floats(0.25, 200.0),  # the time to the next tick
+            st.lists(st.tuples(st.integers(0, 5), st.sampled_from([None, 5.0, 90.0, 1e4]))),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    refresh_at=st.integers(0, 30),
+)
+def test_forecast_votes_kept_from_tick_to_tick_are_those_read_anew(
+    steps: list[tuple[float, list[tuple[int, float | None]]]], refresh_at: int
+) -> None:
+    """The votes a tick takes from the last one, looking again only at the records made again
+    and the votes whose step or target step moved, are the votes read one by one from the same
+    histories, tick after tick: at steps of a minute and of seven seconds, past a history's
+    end, with start-up times that change, and across a refresh of the histories."""
+    config = model.ForecastConfig()
+    now = 7 * 86_400.0
+
+    def histories() -> dict[model.ServiceId, loop._Seasonal]:
+        """A daily load the forecast beats the reactive estimate on, so that votes move with
+        their steps; one history with steps of seven seconds, one ending before the ticks."""
+        made = {}
+        for i, (start, step, size) in enumerate(
+            [
+                (0.0, 60.0, 8 * 1440),
+                (13.0, 7.0, 100_000),
+                (-500.5, 60.0, 10_085),
+                (0.0, 60.0, 8_000),
+            ]
+        ):
+            load = 50.0 + 40.0 * np.sin(np.arange(size) * step * 2 * np.pi / 86_400.0) + i
+            history = forecast.History(start, step, load)
+            scored = forecast.backtest(config, history, now_s=now, horizon_s=120.0)
+            made[model.ServiceId(f"ns/s{i}")] = loop._Seasonal(history, scored)
+        return made
+
+    policy = dataclasses.replace(CONFIG, forecast=config)
+    records = [
+        ports.Workload(
+            id=model.ServiceId(f"ns/s{i}"), policy=policy, half_life_s=30.0, replicas=1, serving=1
+        )
+        for i in range(6)  # s4 and s5 have no history
+    ]
+    kept, anew = (
+        loop.Loop(
+            cluster=CountingCluster(0),
+            metrics=SwitchableMetrics(),
+            clock=clock.ManualClock(),
+            history=HistoryAfterPublish(CountingCluster(0)),
+        )
+        for _ in range(2)
+    )
+    for each in (kept, anew):
+        each._seasonal = histories()
+        each._history_due_s = math.inf  # no fetch: the histories are set here
+
+    async def run() -> None:
+        nonlocal now, records
+        for tick, (wait, changes) in enumerate(steps):
+            now += wait
+            for i, startup_s in changes:
+                records[i] = dataclasses.replace(records[i], startup_s=startup_s)
+            if tick == refresh_at:
+                for each in (kept, anew):
+                    each._seasonal = histories()
+            anew._votes = None
+            assert await kept._forecasts(list(records), now) == await anew._forecasts(
+                list(records), now
+            )
+
+    asyncio.run(run())

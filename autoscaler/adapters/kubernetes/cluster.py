@@ -62,7 +62,7 @@ import dataclasses
 import random
 import statistics
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
@@ -221,6 +221,80 @@ def _members(kind: targets.TargetKind, name: str, selector: targets.Selector) ->
     if kind is not targets.LEADER_WORKER_SETS:
         return selector
     return targets.Selector((targets.Requirement(LWS_NAME_LABEL, "in", frozenset({name})),))
+
+
+class _Selectors:
+    """Pod selectors by workload (namespace, name), indexed by label: a selector is filed
+    under each value of its narrowest `in` requirement (`=` is one), which every pod it
+    selects carries, so that a pod's labels find the few selectors that may select it rather
+    than every one of its namespace (a thousand StatefulSets to a namespace: a thousand
+    matches a pod event). A selector with no `in` requirement is tried against every pod of
+    its namespace."""
+
+    __slots__ = ("_by_label", "_everywhere", "_selectors")
+
+    def __init__(self) -> None:
+        self._selectors: dict[tuple[str, str], targets.Selector] = {}
+        self._by_label: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+        """(namespace, label key, value) to the workloads whose selector is filed there."""
+        self._everywhere: dict[str, set[tuple[str, str]]] = {}
+        """By namespace: the workloads whose selector has no `in` requirement."""
+
+    def __bool__(self) -> bool:
+        return bool(self._selectors)
+
+    def put(self, key: tuple[str, str], selector: targets.Selector) -> None:
+        """File `selector` as the workload `key`'s (in place of any it had)."""
+        if self._selectors.get(key) == selector:
+            return
+        self.remove(key)
+        self._selectors[key] = selector
+        for where in self._places(key, selector):
+            where.add(key)
+
+    def remove(self, key: tuple[str, str]) -> None:
+        selector = self._selectors.pop(key, None)
+        if selector is None:
+            return
+        for where in self._places(key, selector):
+            where.discard(key)
+        namespace = key[0]
+        if not self._everywhere.get(namespace, True):
+            del self._everywhere[namespace]
+        narrowest = _narrowest(selector)
+        if narrowest is not None:
+            for value in narrowest.values:
+                label = (namespace, narrowest.key, value)
+                if not self._by_label.get(label, True):
+                    del self._by_label[label]
+
+    def _places(
+        self, key: tuple[str, str], selector: targets.Selector
+    ) -> Iterator[set[tuple[str, str]]]:
+        namespace = key[0]
+        narrowest = _narrowest(selector)
+        if narrowest is None:
+            yield self._everywhere.setdefault(namespace, set())
+            return
+        for value in narrowest.values:
+            yield self._by_label.setdefault((namespace, narrowest.key, value), set())
+
+    def matching(self, namespace: str, labels: Mapping[str, str]) -> list[tuple[str, str]]:
+        """The workloads of `namespace` whose selector selects a pod of these labels."""
+        found: set[tuple[str, str]] = set(self._everywhere.get(namespace, ()))
+        by_label = self._by_label
+        for label, value in labels.items():
+            filed = by_label.get((namespace, label, value))
+            if filed:
+                found.update(filed)
+        selectors = self._selectors
+        return [key for key in found if selectors[key].matches(labels)]
+
+
+def _narrowest(selector: targets.Selector) -> targets.Requirement | None:
+    """The `in` requirement of fewest values; None when it has none."""
+    ins = [r for r in selector.requirements if r.operator == "in"]
+    return min(ins, key=lambda r: len(r.values)) if ins else None
 
 
 def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
@@ -491,9 +565,9 @@ class KubeCluster:
         self.caches.pods.add_handler(self._pod_changed)
         for informer_ in self.caches.workloads.values():
             informer_.add_handler(self._workload_changed)
-        self._selected: dict[str, dict[tuple[str, str], targets.Selector]] = {}
-        """The pod selectors of the managed workloads other than Deployments, by namespace and
-        (namespace, name): a pod they select is their record's."""
+        self._selected = _Selectors()
+        """The pod selectors of the managed workloads other than Deployments: a pod they select
+        is their record's."""
         self._shadowed: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
         """By (namespace, name): the (kind, uid) of the workloads told that another of the
         same name is managed in their stead."""
@@ -638,7 +712,7 @@ class KubeCluster:
                 service, kind, deployment, notes, old, layout, same_view=same_view
             )
             if entry.selector is not None:
-                self._selected.setdefault(namespace, {})[key] = _members(kind, name, entry.selector)
+                self._selected.put(key, _members(kind, name, entry.selector))
             else:
                 self._unselect(key)
         if old is not None:
@@ -696,11 +770,7 @@ class KubeCluster:
             self.events.record(obj, events.WARNING, INVALID, str(invalid))
 
     def _unselect(self, key: tuple[str, str]) -> None:
-        selected = self._selected.get(key[0])
-        if selected is not None:
-            selected.pop(key, None)
-            if not selected:
-                del self._selected[key[0]]
+        self._selected.remove(key)
 
     def _drop(self, key: tuple[str, str], old: _Built) -> None:
         del self._built[key]
@@ -1007,11 +1077,9 @@ class KubeCluster:
     def _pod_changed(self, _: str, old: Obj | None, new: Obj | None) -> None:
         if self._selected:
             for changed in (old, new):
-                selected = None if changed is None else self._selected.get(_api.namespace(changed))
-                if changed is None or not selected:
-                    continue
-                labels = _api.meta(changed).get("labels") or {}
-                self._dirty.update(k for k, sel in selected.items() if sel.matches(labels))
+                if changed is not None:
+                    labels = _api.meta(changed).get("labels") or {}
+                    self._dirty.update(self._selected.matching(_api.namespace(changed), labels))
         obj = new if new is not None else old
         owner = None if obj is None else _controller(obj)
         if obj is None or owner is None or owner[0] != "ReplicaSet":
