@@ -24,7 +24,8 @@ It must not decide anything, nor touch the cluster.
 from __future__ import annotations
 
 import asyncio
-import functools
+import enum
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,34 +80,6 @@ class Family:
 
 class _Sink(Protocol):
     def add_metric(self, labels: Sequence[str], value: float) -> None: ...
-
-
-class _Lines(list[str]):
-    """A family's sample lines in the text format, as `generate_latest` writes them.
-
-    `escaped` is shared by the families of one rendering: a service's namespace and name are
-    quoted once for its twenty-odd series."""
-
-    def __init__(self, family: Family, escaped: dict[str, str]) -> None:
-        super().__init__()
-        sample = family.name + ("_total" if family.kind is CounterMetricFamily else "")
-        names = family.label_names
-        # Labels sorted by name, as prometheus_client writes them.
-        self._order = sorted(range(len(names)), key=names.__getitem__)
-        matchers = ",".join(f'{names[i]}="%s"' for i in self._order)
-        self._line = sample + "{" + matchers + "} %s\n"
-        self._escaped = escaped
-
-    def add_metric(self, labels: Sequence[str], value: float) -> None:
-        escaped = self._escaped
-        values = []
-        for i in self._order:
-            label = labels[i]
-            found = escaped.get(label)
-            if found is None:
-                found = escaped[label] = _escape(label)
-            values.append(found)
-        self.append(self._line % (*values, _number(value)))
 
 
 _Gauge, _Counter = GaugeMetricFamily, CounterMetricFamily
@@ -352,11 +325,27 @@ class _PerService(Collector):
 
     def text(self) -> Iterator[str]:
         """The same series as `collect`, straight to the text exposition format: at 10,000
-        services prometheus_client's own writer spends seconds on them."""
-        escaped: dict[str, str] = {}
-        for family, lines in self._fill(functools.partial(_Lines, escaped=escaped)).items():
-            yield family.header()
-            yield from lines
+        services prometheus_client's own writer spends seconds on them, and a sink called
+        per sample most of a second. Each line is one `%` of its family's template for its
+        label values other than the service's (`_Templates`) with the service's quoted
+        namespace and name and the value's text; the families' lines are gathered in lists,
+        a service's series in the order `_render_tick` and `_render_kept` add them."""
+        tick, services = self.tick, dict(self.services)
+        lines: dict[Family, list[str]] = {family: [] for family in (*PER_SERVICE, HOLDING)}
+        holding: dict[str, int] = dict.fromkeys((reason.value for reason in model.Reason), 0)
+        decided: set[model.ServiceId] = set()
+        names: dict[model.ServiceId, tuple[str, str]] = {}
+        if tick is not None:
+            report, workloads = tick
+            decided = _text_tick(lines, report, workloads, names, holding)
+        _text_kept(lines, services, decided, names)
+        templates = _TEMPLATES[HOLDING]
+        lines[HOLDING].extend(
+            templates[(reason,)] % _count(count) for reason, count in holding.items()
+        )
+        for family in list(lines):
+            # Each family's lines go once joined: the whole text is not held twice.
+            yield family.header() + "".join(lines.pop(family))
 
     def _fill(self, sink: Callable[[Family], _S]) -> dict[Family, _S]:
         """A `sink` per family, given every series now: the last tick's, and what was kept."""
@@ -473,6 +462,226 @@ def _render_kept(
         out[TIER_REPLICAS].add_metric([namespace, name, tier], count)
     for tier, count in list(kept.fallbacks.items()):
         out[FALLBACKS].add_metric([namespace, name, tier], count)
+
+
+_Part = str | enum.Enum
+"""A label value other than the service's, as a template is asked for it: a `Signal` is named
+as `_render_tick` names it, another enumeration by its value."""
+
+
+class _Templates(dict[tuple[_Part, ...], str]):
+    """One family's line templates, by its label values other than the service's: a `%`
+    format of the service's quoted namespace and name (for a family by service) and the
+    value's text, as prometheus_client writes the line (labels sorted by name, quoted)."""
+
+    __slots__ = ("_family",)
+    _KEPT: Final = 1024
+    """Templates kept at most (label values such as projects and tiers are the cluster's)."""
+
+    def __init__(self, family: Family) -> None:
+        super().__init__()
+        self._family = family
+
+    def __missing__(self, parts: tuple[_Part, ...]) -> str:
+        family = self._family
+        names = family.label_names
+        values = [_escape(_part(part)).replace("%", "%%") for part in parts]
+        if family.by_service:
+            values = ["%s", "%s", *values]
+        # Labels sorted by name, as prometheus_client writes them.
+        matchers = ",".join(
+            f'{name}="{value}"' for name, value in sorted(zip(names, values, strict=True))
+        )
+        sample = family.name.replace("%", "%%")
+        sample += "_total" if family.kind is CounterMetricFamily else ""
+        if len(self) >= self._KEPT:
+            self.clear()
+        found = self[parts] = sample + "{" + matchers + "} %s\n"
+        return found
+
+
+_TEMPLATES: Final = {family: _Templates(family) for family in (*PER_SERVICE, HOLDING)}
+
+
+def _part(part: _Part) -> str:
+    if isinstance(part, model.Signal):
+        return part.name.lower()
+    return str(part.value) if isinstance(part, enum.Enum) else part
+
+
+def _text_tick(
+    lines: Mapping[Family, list[str]],
+    report: loop_.TickReport,
+    workloads: Sequence[ports.Workload],
+    names: dict[model.ServiceId, tuple[str, str]],
+    holding: dict[str, int],
+) -> set[model.ServiceId]:
+    """`_render_tick`'s lines of every service the last tick decided for, written in the text
+    format; returns those services, their quoted names in `names` and how many hold by
+    reason added to `holding`."""
+    decided: set[model.ServiceId] = set()
+    decisions, now_s = report.decisions, report.now_s
+    briefs = decisions.briefs() if isinstance(decisions, loop_.Decisions) else None
+    t = _TEMPLATES
+    last_t, holding_t, signal_t, target_t = (
+        t[LAST_DECISION],
+        t[SERVICE_HOLDING],
+        t[SIGNAL],
+        t[SIGNAL_TARGET],
+    )
+    replicas_t = [t[REPLICAS][(state,)] for state in _REPLICA_STATES]
+    missing_t, paused_t, gpu_t, cooldown_t = (
+        t[f][()] for f in (MISSING, PAUSED, GPU_TARGET, COOLDOWN)
+    )
+    size_t, pooled_t, waiting_t = (
+        t[STANDBY][(state,)] for state in ("size", "replicas", "waiting")
+    )
+    all_t, hit_t, miss_t = (t[STARTUP][(cache,)] for cache in ("all", "hit", "miss"))
+    hits_t, misses_t = (t[STARTS][(cache,)] for cache in ("hit", "miss"))
+    last, holds, replicas, missing, paused, gpu, cooldown, standby, signals, targets = (
+        lines[f].append
+        for f in (
+            LAST_DECISION,
+            SERVICE_HOLDING,
+            REPLICAS,
+            MISSING,
+            PAUSED,
+            GPU_TARGET,
+            COOLDOWN,
+            STANDBY,
+            SIGNAL,
+            SIGNAL_TARGET,
+        )
+    )
+    startup, starts = lines[STARTUP].append, lines[STARTS].append
+    hold_kind, missing_data, latency = (
+        model.Kind.HOLD,
+        model.Reason.MISSING_DATA,
+        model.LATENCY_SIGNALS,
+    )
+    for workload in workloads:
+        service = workload.id
+        decision = briefs.get(service) if briefs is not None else loop_.brief(decisions, service)
+        if decision is None:
+            continue
+        decided.add(service)
+        ns, name = names[service] = _quoted(service)
+        policy = workload.policy
+        kind, reason = decision.kind, decision.reason
+        last(last_t[kind, reason] % (ns, name, "1.0"))
+        if kind is hold_kind:
+            holding[reason.value] += 1
+            holds(holding_t[(reason,)] % (ns, name, "1.0"))
+        else:
+            holds(holding_t[(reason,)] % (ns, name, "0.0"))
+        counts = (
+            decision.desired,
+            decision.current,
+            workload.serving,
+            policy.min_replicas,
+            policy.max_replicas,
+        )
+        for template, count in zip(replicas_t, counts, strict=True):
+            replicas(template % (ns, name, _count(count)))
+        missing(missing_t % (ns, name, "1.0" if reason is missing_data else "0.0"))
+        paused(paused_t % (ns, name, "0.0" if policy.pause is None else "1.0"))
+        if policy.target_gpu_utilization_pct is not None:
+            gpu(gpu_t % (ns, name, _number(policy.target_gpu_utilization_pct)))
+        until = decision.cooldown_until_s
+        remaining = "0.0" if until is None or not until > now_s else _number(until - now_s)
+        cooldown(cooldown_t % (ns, name, remaining))
+        pool = decision.standby
+        if pool is not None:
+            standby(size_t % (ns, name, _count(pool.size)))
+            standby(pooled_t % (ns, name, _count(pool.replicas)))
+            standby(waiting_t % (ns, name, _count(pool.waiting)))
+        for signal, estimate in loop_.estimates(decisions, service):
+            target = policy.target(signal)
+            if math.isfinite(estimate):
+                signals(signal_t[(signal,)] % (ns, name, _number(estimate)))
+            if target is not None:
+                # A latency percentile's target is the service's own, not one per replica.
+                per = 1 if signal in latency else workload.serving
+                targets(target_t[(signal,)] % (ns, name, _number(target * per)))
+        if workload.startup_s is not None:
+            startup(all_t % (ns, name, _number(workload.startup_s)))
+        split = workload.startup_split
+        if split is not None:
+            if split.hit_s is not None:
+                startup(hit_t % (ns, name, _number(split.hit_s)))
+            starts(hits_t % (ns, name, _count(split.started_hits)))
+            if split.miss_s is not None:
+                startup(miss_t % (ns, name, _number(split.miss_s)))
+            starts(misses_t % (ns, name, _count(split.started_misses)))
+    return decided
+
+
+def _text_kept(
+    lines: Mapping[Family, list[str]],
+    services: Mapping[model.ServiceId, _Service],
+    decided: set[model.ServiceId],
+    names: Mapping[model.ServiceId, tuple[str, str]],
+) -> None:
+    """`_render_kept`'s lines of every service, in the same order, written in the text format."""
+    t = _TEMPLATES
+    decisions_t, hours_t, standby_t, tiers_t, fallbacks_t = (
+        t[f] for f in (DECISIONS, CORE_HOURS, STANDBY_CORE_HOURS, TIER_REPLICAS, FALLBACKS)
+    )
+    step_t, weight_t, held_t, rollbacks_t, promotions_t = (
+        t[f][()] for f in (RAMP_STEP, RAMP_WEIGHT, RAMP_HELD, RAMP_ROLLBACKS, RAMP_PROMOTIONS)
+    )
+    decisions, hours, standby, tiers, fallbacks = (
+        lines[f] for f in (DECISIONS, CORE_HOURS, STANDBY_CORE_HOURS, TIER_REPLICAS, FALLBACKS)
+    )
+    step, weight, held, rollbacks, promotions = (
+        lines[f].append
+        for f in (RAMP_STEP, RAMP_WEIGHT, RAMP_HELD, RAMP_ROLLBACKS, RAMP_PROMOTIONS)
+    )
+    none = _Service()
+    still = _Ramp(0.0, 0.0, held=False)
+    every = itertools.chain(
+        ((service, kept, service in decided) for service, kept in services.items()),
+        ((service, none, True) for service in decided - services.keys()),
+    )
+    for service, kept, is_decided in every:
+        ns, name = names.get(service) or _quoted(service)
+        # Copies, taken at once: the loop may add to them while another thread scrapes.
+        decisions.extend(
+            [
+                decisions_t[outcome] % (ns, name, _count(n))
+                for outcome, n in list(kept.decisions.items())
+            ]
+        )
+        hours.extend(
+            [hours_t[(p,)] % (ns, name, _number(h)) for p, h in list(kept.core_hours.items())]
+        )
+        standby.extend(
+            [standby_t[(p,)] % (ns, name, _number(h)) for p, h in list(kept.standby_hours.items())]
+        )
+        if kept.ramp is not None or is_decided:
+            ramp = kept.ramp or still
+            step(step_t % (ns, name, _number(ramp.step_pct)))
+            weight(weight_t % (ns, name, _number(ramp.warming_pct)))
+            held(held_t % (ns, name, "1.0" if ramp.held else "0.0"))
+        if kept.rollbacks or is_decided:
+            rollbacks(rollbacks_t % (ns, name, _count(kept.rollbacks)))
+        if kept.promotions or is_decided:
+            promotions(promotions_t % (ns, name, _count(kept.promotions)))
+        tiers.extend(
+            [tiers_t[(tier,)] % (ns, name, _count(n)) for tier, n in list(kept.tiers.items())]
+        )
+        fallbacks.extend(
+            [
+                fallbacks_t[(tier,)] % (ns, name, _count(n))
+                for tier, n in list(kept.fallbacks.items())
+            ]
+        )
+
+
+def _quoted(service: model.ServiceId) -> tuple[str, str]:
+    """The service's namespace and name as label values of the text format."""
+    namespace, _, name = service.partition("/")
+    return _escape(namespace), _escape(name)
 
 
 class Telemetry:
@@ -692,7 +901,10 @@ class Telemetry:
     def exposition(self) -> bytes:
         """`/metrics` in the text format 0.0.4. Safe to call from another thread than the
         loop's: the per-service series are taken from one tick."""
-        return prom.generate_latest(self._plain) + "".join(self._services.text()).encode()
+        # Encoded a family at a time, for the same reason.
+        return b"".join(
+            [prom.generate_latest(self._plain), *map(str.encode, self._services.text())]
+        )
 
 
 class _Merged(Collector):
@@ -725,6 +937,15 @@ def _number(value: float) -> str:
     if float(value).is_integer() and len(_WHOLE_NUMBERS) < _WHOLE_NUMBERS_KEPT:
         _WHOLE_NUMBERS[value] = text
     return text
+
+
+_COUNTS: Final = tuple(str(floatToGoString(float(n))) for n in range(1024))  # type: ignore[no-untyped-call]
+"""The text of the counts most series carry (replicas, decisions, starts)."""
+
+
+def _count(count: int) -> str:
+    """A count as prometheus_client writes it."""
+    return _COUNTS[count] if 0 <= count < len(_COUNTS) else _number(count)
 
 
 def _escape(value: str) -> str:

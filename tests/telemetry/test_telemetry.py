@@ -8,6 +8,7 @@ from collections import Counter
 
 from aiohttp import test_utils
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from autoscaler import loop, ports, telemetry
@@ -401,3 +402,107 @@ def test_token_votes_export_their_signal_and_target() -> None:
     assert _value(t, "autoscaler_signal_target", **ids, signal="kv_cache") == 2.0
     assert _value(t, "autoscaler_signal", **ids, signal="ttft") == 0.6
     assert _value(t, "autoscaler_signal_target", **ids, signal="ttft") == 1.5
+
+
+_OUTCOMES = (
+    (model.Kind.HOLD, model.Reason.COOLDOWN),
+    (model.Kind.HOLD, model.Reason.MISSING_DATA),
+    (model.Kind.SCALE_UP, model.Reason.ABOVE_TARGET),
+    (model.Kind.STEADY, model.Reason.AT_DESIRED),
+    (model.Kind.SCALE_DOWN, model.Reason.BELOW_TARGET),
+)
+
+
+def _varied_tick(
+    services: list[model.ServiceId], shift: int
+) -> tuple[loop.TickReport, list[ports.Workload]]:
+    """A tick whose services between them carry every kind of series, each a little apart."""
+    decisions: dict[model.ServiceId, model.Decision] = {}
+    workloads: list[ports.Workload] = []
+    for i, service in enumerate(services):
+        kind, reason = _OUTCOMES[(i + shift) % len(_OUTCOMES)]
+        votes = {model.Signal.LOAD: model.Contribution(1.2, 3, "mean", 7.25 * i + 0.1)}
+        config = model.PolicyConfig(
+            max_replicas=10 + i,
+            target_load_per_replica=2.0,
+            target_gpu_utilization_pct=None if i % 4 == 0 else 60.0 + i,
+            target_ttft_p95_s=1.5 if i % 3 == 0 else None,
+            pause=model.Pause() if i % 5 == 2 else None,
+        )
+        if i % 2:
+            votes[model.Signal.SATURATION] = model.Contribution(0.5, 2, "mean", math.nan)
+        if i % 3 == 0:
+            votes[model.Signal.TTFT] = model.Contribution(0.4, 0, "p95", 0.6 + i)
+        decisions[service] = model.Decision(
+            current=3,
+            desired=3 + i % 3,
+            kind=kind,
+            reason=reason,
+            detail="",
+            contributions=votes,
+            cooldown_until_s=100.0 + 10 * (i % 3) if kind is model.Kind.HOLD else None,
+            standby=POOL if i % 3 == 1 else None,
+        )
+        split = cache.StartupSplit(hit_s=None if i % 2 else 8.5, miss_s=120.0, started_hits=i)
+        workloads.append(
+            ports.Workload(
+                id=service,
+                policy=config,
+                half_life_s=30.0,
+                replicas=4,
+                serving=2 + i % 2,
+                core_rate=1.5 + i,
+                project=('a"b\\c\nd %s 100%' if i % 2 else None),
+                startup_s=None if i % 4 == 3 else 9.0 + i,
+                startup_split=split if i % 3 else None,
+            )
+        )
+    report = loop.TickReport(
+        now_s=100.0, decisions=decisions, scaled=(), failed=(), kinds=Counter()
+    )
+    return report, workloads
+
+
+def test_a_varied_exposition_holds_every_sample_as_prometheus_client_writes_it() -> None:
+    """Over services between them carrying every kind of series (holds with and without a
+    cooldown left, missing data, a pause, a standby pool, with and without a GPU target,
+    latency votes, a missing estimate, start-ups split by cache or not, ramps, tiers and
+    fallbacks, a service no tick decided for) and label values that need quoting or hold a `%`,
+    `/metrics` writes each line prometheus_client writes for the registry, and its parse is the
+    registry's samples in the same order."""
+    t = telemetry.Telemetry()
+    services = [model.ServiceId(f"ns-{i % 3}/svc-{i}") for i in range(15)]
+    for shift in (0, 1, 3):
+        report, workloads = _varied_tick(services, shift)
+        t.observe_tick(report, workloads, duration_s=0.01, wall_time_s=0.0, tick_s=15.0)
+    for i, service in enumerate([*services[::4], model.ServiceId("ns-0/ramped-only")]):
+        t.ramp(service, step_pct=12.5 * i, warming_pct=25.0, held=i % 2 == 1)
+        t.rolled_back(service)
+        t.tiers(service, {"whole": 2, 'mig-3g.40gb"%d': i})
+        t.fell_back(service, "shared %s", 1 + i)
+    for service in services[1::5]:
+        t.promoted(service)
+    written = t.exposition().decode()
+    reference = generate_latest(t.registry).decode()
+    assert sorted(written.splitlines()) == sorted(reference.splitlines())
+
+    def samples(text: str) -> list[str]:
+        return [
+            repr((sample.name, sorted(sample.labels.items()), sample.value))
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        ]
+
+    assert samples(written) == samples(reference)
+    assert 'project="a\\"b\\\\c\\nd %s 100%"' in written
+    assert 'autoscaler_ramp_held{namespace="ns-0",service="ramped-only"} 0.0' in written
+
+
+def test_a_familys_line_templates_are_kept_within_a_bound() -> None:
+    """Label values that come and go (projects, tiers) do not grow the kept templates."""
+    t = telemetry.Telemetry()
+    for n in range(3):
+        for i in range(700):
+            t.tiers(SVC, {f"tier-{n}-{i}": i})
+            t.exposition()
+    assert len(telemetry._TEMPLATES[telemetry.TIER_REPLICAS]) <= telemetry._Templates._KEPT
