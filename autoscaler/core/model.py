@@ -386,10 +386,6 @@ class PolicyConfig:
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
     scale_down_max_ratio: float = 0.2
-    scale_down_min_span_s: float | None = None
-    """A scale-down waits until the samples behind each voting signal's smoothed mean span at
-    least this long, read as twice their weighted mean age (a mean of one sample spans 0 s): a
-    window that has barely begun is no evidence that the load has fallen. None: no wait."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
@@ -428,8 +424,6 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
-        span = self.scale_down_min_span_s
-        _require(span is None or span >= 0, "scale_down_min_span_s must be >= 0")
 
     @property
     def llm_signals(self) -> frozenset[Signal]:

@@ -343,9 +343,6 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
-    held = _window_begun(tick, desired)
-    if held is not None:
-        return held
     released = False
     if state.last_scale_change_s is not None:
         until = state.last_scale_change_s + config.scale_down_cooldown_s
@@ -366,28 +363,6 @@ def _scale_down(
     if released:
         detail += "; a burst's scale-up, released once its pods serve and its hold ends"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
-
-
-def _window_begun(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyState] | None:
-    """The hold while a voting signal's window has barely begun (`scale_down_min_span_s`);
-    None once every one spans enough.
-
-    On a service's first ticks the smoothed mean holds a sample or two: a low first reading
-    would scale down from the count the service opened with, and a rise within one start-up
-    then finds too few pods. The span is read as twice the samples' weighted mean age.
-    """
-    need = tick.config.scale_down_min_span_s
-    if need is None:
-        return None
-    for signal in tick.votes.contributions:
-        span = 2.0 * tick.observation.signal(signal).mean_age_s
-        if not span >= need:
-            detail = (
-                f"scale-down to {desired} waits for the {signal.name.lower()} window: "
-                f"its samples span {span:.0f}s of {need:.0f}s"
-            )
-            return tick.hold(Reason.COOLDOWN, detail)
-    return None
 
 
 def _burst_released(tick: _Tick) -> bool:

@@ -425,33 +425,6 @@ def test_scale_down_proceeds_once_the_cooldown_has_passed() -> None:
     assert next_state == builders.state(last_scale_up_s=NOW_S - 300, last_scale_change_s=NOW_S)
 
 
-@pytest.mark.parametrize(
-    ("mean_age_s", "kind"), [(0.0, Kind.HOLD), (29.0, Kind.HOLD), (30.0, Kind.SCALE_DOWN)]
-)
-def test_scale_down_waits_for_a_window_that_spans_enough(mean_age_s: float, kind: Kind) -> None:
-    """With `scale_down_min_span_s` 60, a scale-down waits until the load's samples span 60 s
-    (twice their weighted mean age): a window of one sample is no evidence of a fall."""
-    config = builders.config(scale_down_min_span_s=60.0)
-    load = estimate(50.0, mean_age_s=mean_age_s)
-    observation = builders.observation(load=load, replicas=10, serving=10)
-    decision, next_state = decide(config, observation)
-    assert decision.kind is kind
-    if kind is Kind.HOLD:
-        assert (decision.reason, decision.desired) == (Reason.COOLDOWN, 10)
-        assert "waits for the load window" in decision.detail
-        assert next_state == builders.state()
-    else:
-        assert decision.desired == 8
-
-
-def test_a_young_window_does_not_hold_a_scale_up() -> None:
-    """The wait is for scale-downs only: a rise on a window of one sample scales up."""
-    config = builders.config(scale_down_min_span_s=60.0)
-    observation = builders.observation(load=estimate(80.0, mean_age_s=0.0))
-    decision, _ = decide(config, observation)
-    assert (decision.kind, decision.desired) == (Kind.SCALE_UP, 8)
-
-
 # 7. Cap --------------------------------------------------------------------------------------
 
 
