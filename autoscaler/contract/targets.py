@@ -274,6 +274,12 @@ class Selector:
     def matches(self, labels: Mapping[str, str]) -> bool:
         return bool(self.requirements) and all(r.matches(labels) for r in self.requirements)
 
+    def narrowest(self) -> Requirement | None:
+        """The `in` requirement of fewest values (`=` is one): every label set it selects
+        carries one of them, so an index by label finds its candidates. None when it has none."""
+        ins = [r for r in self.requirements if r.operator == "in"]
+        return min(ins, key=lambda r: len(r.values)) if ins else None
+
 
 def _clauses(text: str) -> list[str]:
     """`text` split at the commas outside parentheses."""

@@ -355,9 +355,8 @@ class Caches:
         """The pods of `namespace` that `selector` selects: those labelled as one of its `in`
         requirements asks (the one of fewest values), filtered by the whole selector; the
         namespace's pods when it has none."""
-        wanted = [r for r in selector.requirements if r.operator == "in"]
-        if wanted:
-            narrow = min(wanted, key=lambda r: len(r.values))
+        narrow = selector.narrowest()
+        if narrow is not None:
             candidates = [
                 pod
                 for value in sorted(narrow.values)

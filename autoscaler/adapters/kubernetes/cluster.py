@@ -261,7 +261,7 @@ class _Selectors:
         namespace = key[0]
         if not self._everywhere.get(namespace, True):
             del self._everywhere[namespace]
-        narrowest = _narrowest(selector)
+        narrowest = selector.narrowest()
         if narrowest is not None:
             for value in narrowest.values:
                 label = (namespace, narrowest.key, value)
@@ -272,7 +272,7 @@ class _Selectors:
         self, key: tuple[str, str], selector: targets.Selector
     ) -> Iterator[set[tuple[str, str]]]:
         namespace = key[0]
-        narrowest = _narrowest(selector)
+        narrowest = selector.narrowest()
         if narrowest is None:
             yield self._everywhere.setdefault(namespace, set())
             return
@@ -289,12 +289,6 @@ class _Selectors:
                 found.update(filed)
         selectors = self._selectors
         return [key for key in found if selectors[key].matches(labels)]
-
-
-def _narrowest(selector: targets.Selector) -> targets.Requirement | None:
-    """The `in` requirement of fewest values; None when it has none."""
-    ins = [r for r in selector.requirements if r.operator == "in"]
-    return min(ins, key=lambda r: len(r.values)) if ins else None
 
 
 def _same_layout(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
