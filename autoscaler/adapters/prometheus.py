@@ -1001,29 +1001,8 @@ def build_queries(
     if not names_checked:
         for serving in targets_list:
             _check_names(serving)
-    by_requests: dict[str, list[ServingPods]] = {}
-    by_queue: dict[str, list[ServingPods]] = {}
-    by_token: dict[model.Signal, dict[str, list[ServingPods]]] = {}
-    for serving in targets_list:
-        # A `custom` server may export only one of the two.
-        if (name := serving.metrics.requests) is not None:
-            _grouped(by_requests, name, serving)
-        if (name := serving.metrics.queue) is not None:
-            _grouped(by_queue, name, serving)
-        for signal in serving.llm_signals:
-            names_of = _TOKEN_NAMES.get(signal)
-            for name in () if names_of is None else names_of(serving.metrics):
-                _grouped(by_token.setdefault(signal, {}), name, serving)
     return _render(
-        _Groups(
-            {name: _PodSet(servings) for name, servings in by_requests.items()},
-            {name: _PodSet(servings) for name, servings in by_queue.items()},
-            {
-                signal: {name: _PodSet(servings) for name, servings in names.items()}
-                for signal, names in by_token.items()
-            },
-            _PodSet(targets_list),
-        ),
+        _QueryIndex(targets_list).groups(),
         rate_window_s=rate_window_s,
         max_age_s=max_age_s,
         gpu_metric=gpu_metric,
@@ -1032,27 +1011,16 @@ def build_queries(
     )
 
 
-class _Pods(Protocol):
-    """The namespaces and pods read through one metric name, as a query selects them."""
-
-    @property
-    def empty(self) -> bool: ...
-
-    def matchers(
-        self, max_pod_matcher_chars: int, namespace_label: str = ..., pod_label: str = ...
-    ) -> list[str]: ...
-
-
 @dataclass(frozen=True, slots=True)
 class _Groups:
     """The services of one query plan grouped as its queries read them: by the name of each
     signal's metric (a token signal's only for the services that set its target), and all of
     them for the GPU's."""
 
-    requests: Mapping[str, _Pods]
-    queue: Mapping[str, _Pods]
-    tokens: Mapping[model.Signal, Mapping[str, _Pods]]
-    everyone: _Pods
+    requests: Mapping[str, _Tally]
+    queue: Mapping[str, _Tally]
+    tokens: Mapping[model.Signal, Mapping[str, _Tally]]
+    everyone: _Tally
 
 
 _TOKEN_NAMES: Final[Mapping[model.Signal, Callable[[MetricNames], tuple[str, ...]]]] = {
@@ -1106,20 +1074,12 @@ def _render(
     return queries
 
 
-def _grouped(groups: dict[str, list[ServingPods]], name: str, serving: ServingPods) -> None:
-    found = groups.get(name)
-    if found is None:
-        groups[name] = [serving]
-    else:
-        found.append(serving)
-
-
 QUANTILE: Final = 0.95
 """The percentile of the TTFT and TPOT signals."""
 
 
 def _token_queries(
-    tokens: Mapping[model.Signal, Mapping[str, _Pods]],
+    tokens: Mapping[model.Signal, Mapping[str, _Tally]],
     window: str,
     age: str,
     max_pod_matcher_chars: int,
@@ -1136,10 +1096,10 @@ def _token_queries(
     if not tokens:
         return {}
 
-    def grouped(signal: model.Signal) -> list[tuple[str, _Pods]]:
+    def grouped(signal: model.Signal) -> list[tuple[str, _Tally]]:
         return sorted(tokens.get(signal, {}).items(), key=operator.itemgetter(0))
 
-    def selector(name: str, pods: _Pods) -> str:
+    def selector(name: str, pods: _Tally) -> str:
         return _selector(name, pods.matchers(max_pod_matcher_chars))
 
     def rates(signal: model.Signal) -> str:
@@ -1179,7 +1139,7 @@ def _token_queries(
 
 
 def _gpu_query(
-    metric: str, pods: _Pods, age: str, max_pod_matcher_chars: int, *, scale: float = 1.0
+    metric: str, pods: _Tally, age: str, max_pod_matcher_chars: int, *, scale: float = 1.0
 ) -> str:
     """Mean GPU utilisation per pod (times `scale`), wherever the exporter put the pod's name.
 
@@ -1205,61 +1165,9 @@ def _fresh(vector: str, selector: str, age: str) -> str:
     return f"{vector} and (time() - timestamp({selector})) <= {age}"
 
 
-class _PodSet:
-    """Namespaces and pod names read through one metric name."""
-
-    def __init__(self, servings: Collection[ServingPods]) -> None:
-        self._servings = servings
-        self.namespaces: set[str] = {serving.namespace for serving in servings}
-        self._pod_literals: dict[int, str | None] = {}
-
-    @property
-    def empty(self) -> bool:
-        """Whether no service here has a pod."""
-        return not any(serving.pods for serving in self._servings)
-
-    def matchers(
-        self, max_pod_matcher_chars: int, namespace_label: str = "namespace", pod_label: str = "pod"
-    ) -> list[str]:
-        """Label matchers for these pods; by namespace alone when the pod list is too long.
-
-        A namespace-only query returns pods of the same namespaces that serve nothing, and
-        pods of one service's name in another's namespace; `sample` drops them as it maps pods
-        to services.
-        """
-        matchers = [f"{namespace_label}=~{regex_literal(self.namespaces)}"]
-        if (pods := self._pod_literal(max_pod_matcher_chars)) is not None:
-            matchers.append(f"{pod_label}=~{pods}")
-        return matchers
-
-    def _pod_literal(self, max_chars: int) -> str | None:
-        """The pods' regex literal, None when it is longer than `max_chars`; made once."""
-        if max_chars not in self._pod_literals:
-            pods = self._pods_within(max_chars)
-            literal = None if pods is None else regex_literal(pods)
-            fits = literal is not None and len(literal) <= max_chars
-            self._pod_literals[max_chars] = literal if fits else None
-        return self._pod_literals[max_chars]
-
-    def _pods_within(self, max_chars: int) -> set[str] | None:
-        """The pods' names, or None as soon as the names and a separator each come to more
-        than `max_chars` (quoting only lengthens them): a fleet's thousands of pods are not
-        gathered for a matcher that would be dropped."""
-        pods: set[str] = set()
-        chars = 0
-        for serving in self._servings:
-            for pod in serving.pods:
-                if pod not in pods:
-                    pods.add(pod)
-                    chars += len(pod) + 1
-                    if chars > max_chars:
-                        return None
-        return pods
-
-
 class _Tally:
-    """What a `_PodSet` says of the namespaces and pods of some services, kept up as services
-    join and leave one at a time (`add`), their namespaces and pod names counted."""
+    """The namespaces and pod names of the services read through one metric name, kept up as
+    services join and leave one at a time (`add`), their namespaces and pod names counted."""
 
     __slots__ = ("_chars", "_literals", "_namespaces", "_pods", "servings")
 
@@ -1269,7 +1177,9 @@ class _Tally:
         self._namespaces: dict[str, int] = {}
         self._pods: dict[str, int] = {}
         self._chars = 0
-        """Each pod name counted once, with a separator: what `_PodSet._pods_within` counts."""
+        """Each pod name counted once, with a separator: a bound of the pods' regex literal's
+        length (quoting only lengthens it), so a fleet's thousands of pods are not quoted for a
+        matcher that would be dropped."""
         self._literals: dict[int, str | None] = {}
 
     def add(self, serving: ServingPods, sign: int) -> None:
@@ -1293,7 +1203,12 @@ class _Tally:
     def matchers(
         self, max_pod_matcher_chars: int, namespace_label: str = "namespace", pod_label: str = "pod"
     ) -> list[str]:
-        """As `_PodSet.matchers`."""
+        """Label matchers for these pods; by namespace alone when the pod list is too long.
+
+        A namespace-only query returns pods of the same namespaces that serve nothing, and
+        pods of one service's name in another's namespace; `sample` drops them as it maps pods
+        to services.
+        """
         matchers = [f"{namespace_label}=~{regex_literal(self._namespaces)}"]
         if (pods := self._pod_literal(max_pod_matcher_chars)) is not None:
             matchers.append(f"{pod_label}=~{pods}")
