@@ -67,7 +67,6 @@ _READ = frozenset(
         "gpu_veto_projected",
         "burst_backlog_ahead",
         "burst_release",
-        "burst_release_uncapped",
         "deadband_ratio",
         "scale_up_cooldown_s",
         "scale_down_cooldown_s",
@@ -124,7 +123,6 @@ class Configs:
     burst_hold_s: FloatArray
     backlog_ahead: BoolArray
     release: BoolArray
-    release_uncapped: BoolArray
     ahead_on: BoolArray
     ahead_startup_s: FloatArray
     ahead_max_horizon_s: FloatArray
@@ -157,7 +155,6 @@ class Configs:
             burst_hold_s=_field(bursts, lambda b: None if b is None else b.hold_s),
             backlog_ahead=np.fromiter((c.burst_backlog_ahead for c in configs), np.bool_, n),
             release=np.fromiter((c.burst_release for c in configs), np.bool_, n),
-            release_uncapped=np.fromiter((c.burst_release_uncapped for c in configs), np.bool_, n),
             ahead_on=np.fromiter((a is not None for a in aheads), np.bool_, n),
             ahead_startup_s=_field(aheads, lambda a: None if a is None else a.default_startup_s),
             ahead_max_horizon_s=_field(aheads, lambda a: None if a is None else a.max_horizon_s),
@@ -568,12 +565,9 @@ def _decide(c: Configs, x: Inputs) -> Outcomes:
         & (burst_until - c.burst_hold_s >= x.last_scale_change_s)
         & (serving >= current)
     )
-    released &= now < down_until  # the cooldown the release shortens still runs
     down_until = np.where(released, np.minimum(down_until, burst_until), down_until)
     settle(down & (now < down_until), Kind.HOLD, Reason.COOLDOWN, until=down_until)
     step = np.maximum(1, np.floor(c.down_max_ratio * current + policy.CEIL_SLACK)).astype(np.int64)
-    # `PolicyConfig.burst_release_uncapped`: the release goes to the count wanted at once.
-    step = np.where(released & c.release_uncapped, current - clamped, step)
     settle(
         down, Kind.SCALE_DOWN, Reason.BELOW_TARGET, to=np.maximum(clamped, current - step), at=at
     )

@@ -373,10 +373,6 @@ class PolicyConfig:
     """After a scale-up a burst drove, once all its pods serve, a scale-down may follow when the
     burst hold ends rather than after the scale-down cooldown: the capacity asked for to drain a
     backlog is needed while it drains (`policy.default`; docs/benchmark.md)."""
-    burst_release_uncapped: bool = False
-    """With `burst_release`, the scale-down that releases a burst's scale-up goes to the count
-    wanted at once, not `scale_down_max_ratio` of the count at most: the replicas the burst added
-    over the load's vote were asked for to drain a backlog, not for a load that may come back."""
     target_kv_cache_ratio: float | None = None
     """KV-cache usage per serving replica, a ratio in (0, 1]."""
     target_tokens_per_replica: float | None = None

@@ -356,17 +356,12 @@ def _scale_down(
                 cooldown_until_s=until,
             )
     step = max_scale_down_step(tick.current, config.scale_down_max_ratio)
-    past_cap = released and config.burst_release_uncapped and tick.current - desired > step
-    if past_cap:
-        step = tick.current - desired
     capped = max(desired, tick.current - step)
     detail = "every signal below target"
     if capped > desired:
         detail += f"; {desired} wanted, at most {step} removed per step"
     if released:
         detail += "; a burst's scale-up, released once its pods serve and its hold ends"
-    if past_cap:
-        detail += ", all at once past the per-step cap: its backlog is drained"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
 
 

@@ -17,8 +17,6 @@ import pytest
 from autoscaler.core import batch, model, policy
 from autoscaler.core.model import Signal, SignalEstimate
 
-from . import builders
-
 NOW_S = 10_000.0
 CASES = 6_000
 
@@ -37,7 +35,6 @@ def _config(rng: random.Random) -> model.PolicyConfig:
         gpu_veto_projected=rng.random() < 0.5,
         burst_backlog_ahead=rng.random() < 0.5,
         burst_release=rng.random() < 0.5,
-        burst_release_uncapped=rng.random() < 0.5,
         deadband_ratio=rng.choice((0.0, 0.1, 0.25)),
         scale_up_cooldown_s=rng.choice((0.0, 60.0, 30.0)),
         scale_down_cooldown_s=rng.choice((0.0, 300.0, 45.0)),
@@ -238,29 +235,6 @@ def test_batch_decides_as_the_policy_does(seed: int) -> None:
         (model.Kind.STEADY, model.Reason.AT_DESIRED),
     }
     assert reachable <= seen, reachable - seen
-
-
-@pytest.mark.parametrize("uncapped", [False, True])
-def test_the_release_of_a_burst_s_scale_up_is_batched_as_the_policy_decides_it(
-    uncapped: bool,
-) -> None:
-    """`burst_release_uncapped`: the release goes to the count wanted at once (20 -> 5), or
-    the per-step cap's 4 replicas without it, in the batch as in `policy.decide`."""
-    config = policy.default(
-        max_replicas=40, target_load_per_replica=10.0, burst_release_uncapped=uncapped
-    )
-    assert config.burst is not None
-    up = NOW_S - 90.0
-    state = model.PolicyState(
-        last_scale_up_s=up, last_scale_change_s=up, burst_until_s=up + config.burst.hold_s
-    )
-    observation = model.Observation(
-        now_s=NOW_S, replicas=20, serving=20, signals={Signal.LOAD: builders.estimate(50.0)}
-    )
-    decision, _ = policy.decide(config, observation, state)
-    assert (decision.kind, decision.desired) == (model.Kind.SCALE_DOWN, 5 if uncapped else 16)
-    out = batch.decide(batch.Configs.of([config]), _inputs([observation], [state]))
-    assert (batch.KINDS[out.kind[0]], int(out.desired[0])) == (decision.kind, decision.desired)
 
 
 def test_unread_fields_are_not_batchable() -> None:

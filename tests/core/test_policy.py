@@ -651,29 +651,6 @@ def test_a_burst_s_scale_up_is_released_once_its_pods_serve_and_its_hold_ends(
     assert (held.kind, held.reason) == (Kind.HOLD, Reason.COOLDOWN)
 
 
-def test_with_burst_release_uncapped_the_release_goes_to_the_count_wanted_at_once() -> None:
-    """The release of a burst's scale-up removes the replicas added to drain its backlog in one
-    step; the per-step cap applies to every later scale-down."""
-    config = builders.config(
-        max_replicas=40, burst=BURST, burst_release=True, burst_release_uncapped=True
-    )
-    up = NOW_S - 90
-    state = builders.state(last_scale_up_s=up, last_scale_change_s=up, burst_until_s=up + 60)
-    observation = builders.observation(load=50.0, replicas=20, serving=20)
-    released, after = decide(config, observation, state)
-    assert (released.kind, released.desired) == (Kind.SCALE_DOWN, 5)
-    assert "all at once past the per-step cap" in released.detail
-    capped, _ = decide(
-        dataclasses.replace(config, burst_release_uncapped=False), observation, state
-    )
-    assert (capped.kind, capped.desired) == (Kind.SCALE_DOWN, 16)
-    assert "all at once" not in capped.detail
-    # The next scale-down, the cooldown over, is capped as always.
-    later = builders.observation(load=10.0, replicas=20, serving=20, now_s=NOW_S + 400)
-    step, _ = decide(config, later, after)
-    assert (step.kind, step.desired) == (Kind.SCALE_DOWN, 16)
-
-
 @pytest.mark.parametrize(
     ("last_up", "burst_until"),
     [(NOW_S - 120, NOW_S - 100), (NOW_S - 90, NOW_S - 60)],
