@@ -910,7 +910,6 @@ class Loop:
             last_scale_up_s=up_s,
             last_scale_change_s=change_s,
             burst_until_s=burst_s,
-            span_s=smoothed.span_s[rows],
         )
         out = batch.decide(configs, inputs)
         exact = out.exact

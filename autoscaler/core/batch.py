@@ -71,7 +71,6 @@ _READ = frozenset(
         "scale_up_cooldown_s",
         "scale_down_cooldown_s",
         "scale_down_max_ratio",
-        "scale_down_window_span_s",
         "burst",
         "lookahead",
         "queue_drain",
@@ -118,7 +117,6 @@ class Configs:
     up_cooldown_s: FloatArray
     down_cooldown_s: FloatArray
     down_max_ratio: FloatArray
-    down_span_s: FloatArray
     burst_on: BoolArray
     burst_window_s: FloatArray
     burst_threshold: FloatArray
@@ -151,7 +149,6 @@ class Configs:
             up_cooldown_s=_field(configs, lambda c: c.scale_up_cooldown_s),
             down_cooldown_s=_field(configs, lambda c: c.scale_down_cooldown_s),
             down_max_ratio=_field(configs, lambda c: c.scale_down_max_ratio),
-            down_span_s=_field(configs, lambda c: c.scale_down_window_span_s),
             burst_on=np.fromiter((b is not None for b in bursts), np.bool_, n),
             burst_window_s=_field(bursts, lambda b: None if b is None else b.window_s),
             burst_threshold=_field(bursts, lambda b: None if b is None else b.threshold_ratio),
@@ -206,8 +203,6 @@ class Inputs:
     last_scale_up_s: FloatArray
     last_scale_change_s: FloatArray
     burst_until_s: FloatArray
-    span_s: FloatArray | None = None
-    """`SignalEstimate.span_s` (NaN: no sample yet); None: every window spans long enough."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,14 +556,6 @@ def _decide(c: Configs, x: Inputs) -> Outcomes:
     veto &= ~c.gpu_projected | (carried > 100.0)
     settle(down & veto, Kind.HOLD, Reason.CAPACITY_VETO)
     settle(down & (now < burst_until), Kind.HOLD, Reason.BURST_HOLD, until=burst_until)
-    if x.span_s is not None:  # `policy._young_window`
-        spans = np.where(np.isnan(x.span_s), 0.0, x.span_s)
-        seen = np.minimum(
-            np.where(has_load, spans[:, _LOAD], math.inf),
-            np.where(has_queue, spans[:, _QUEUE], math.inf),
-        )
-        young = seen < c.down_span_s
-        settle(down & young, Kind.HOLD, Reason.COOLDOWN, until=now + (c.down_span_s - seen))
     down_until = x.last_scale_change_s + c.down_cooldown_s
     # `policy._burst_released`: after a burst's scale-up, serving in full, the burst hold only.
     released = (

@@ -386,13 +386,6 @@ class PolicyConfig:
     scale_up_cooldown_s: float = 60.0
     scale_down_cooldown_s: float = 300.0
     scale_down_max_ratio: float = 0.2
-    scale_down_window_span_s: float | None = None
-    """No scale-down until the window of every voting signal spans this long: the time since
-    its first sample, the service's first sight by this controller (a start, a failover to a new
-    leader, a new service: the windows live in memory and start empty). A window that has only
-    begun is no evidence that the load has fallen, and the count the service runs at was set
-    with more history. Scale-ups never wait; a service seen all along never does.
-    None: no wait."""
     burst: BurstConfig | None = None
     lookahead: LookaheadConfig | None = None
     queue_drain: QueueDrainConfig | None = None
@@ -431,11 +424,6 @@ class PolicyConfig:
         _require(self.scale_up_cooldown_s >= 0, "scale_up_cooldown_s must be >= 0")
         _require(self.scale_down_cooldown_s >= 0, "scale_down_cooldown_s must be >= 0")
         _require(0 < self.scale_down_max_ratio <= 1, "scale_down_max_ratio must be in (0, 1]")
-        span = self.scale_down_window_span_s
-        _require(
-            span is None or (math.isfinite(span) and span >= 0),
-            "scale_down_window_span_s must be >= 0",
-        )
 
     @property
     def llm_signals(self) -> frozenset[Signal]:
@@ -500,9 +488,6 @@ class SignalEstimate(NamedTuple):
     """Standard error of `trend_per_s` (inf when the window holds too few samples)."""
     mean_age_s: float = 0.0
     """Weighted mean age of the samples behind `mean`: how far the mean lags behind now."""
-    span_s: float = math.inf
-    """How long ago the window's first sample was taken: since this controller first saw the
-    signal (the windows start empty at a start or a failover). NaN when it has no sample yet."""
 
     @classmethod
     def missing(cls) -> SignalEstimate:

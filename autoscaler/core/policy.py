@@ -343,9 +343,6 @@ def _scale_down(
             "no scale-down right after a burst",
             cooldown_until_s=state.burst_until_s,
         )
-    young = _young_window(tick, desired)
-    if young is not None:
-        return young
     released = False
     if state.last_scale_change_s is not None:
         until = state.last_scale_change_s + config.scale_down_cooldown_s
@@ -366,31 +363,6 @@ def _scale_down(
     if released:
         detail += "; a burst's scale-up, released once its pods serve and its hold ends"
     return tick.verdict(capped, Kind.SCALE_DOWN, Reason.BELOW_TARGET, detail, bound=bound)
-
-
-def _young_window(tick: _Tick, desired: int) -> tuple[Decision, model.PolicyState] | None:
-    """The hold while a voting signal's window is young (`scale_down_window_span_s`): its
-    first sample, taken when this controller first saw the service, is not that long ago.
-    None once every voting signal's window spans that long.
-
-    At a start or a failover the windows are empty (they live in memory; the cooldowns'
-    times are persisted, the samples are not): the first tick's mean is one sample, and the
-    count the service runs at was set with more history. A low first reading would scale it
-    down, and a rise within one start-up would then find too few pods.
-    """
-    need = tick.config.scale_down_window_span_s
-    if need is None:
-        return None
-    # As `core.batch` has it: the least span of the voting signals' windows (none yet: 0 s).
-    spans = (tick.observation.signal(signal).span_s for signal in tick.votes.contributions)
-    seen = min((0.0 if math.isnan(span) else span for span in spans), default=math.inf)
-    if not seen < need:
-        return None
-    return tick.hold(
-        Reason.COOLDOWN,
-        f"scale-down to {desired} waits for the window to span {need:.0f} s ({seen:.0f} s seen)",
-        cooldown_until_s=tick.now + (need - seen),
-    )
 
 
 def _burst_released(tick: _Tick) -> bool:

@@ -31,8 +31,6 @@ IntArray = npt.NDArray[np.intp]
 BoolArray = npt.NDArray[np.bool_]
 
 _EMPTY_TICK = np.iinfo(np.int64).min // 2
-_NO_SAMPLE = np.iinfo(np.int64).max
-"""`Windows`' first tick of a (row, signal) that has had no sample yet."""
 # Distinct half-lives and windows whose weight matrices are kept (services use only a few).
 _MAX_BASES = 64
 
@@ -72,7 +70,6 @@ class Estimates:
     burst_mean: FloatArray
     last: FloatArray
     fresh: npt.NDArray[np.bool_]
-    span_s: FloatArray
     signals: tuple[model.Signal, ...] = model.BASE_SIGNALS
     """The signal of each column."""
 
@@ -84,7 +81,7 @@ class Estimates:
 class Rows:
     """`Estimates` one row at a time, for the per-service policy.
 
-    The nine arrays are stacked into one (rows, signals, fields) table when the first row is
+    The eight arrays are stacked into one (rows, signals, fields) table when the first row is
     read (most ticks read none: the batch decides from the arrays); a row's mapping and its
     `SignalEstimate`s are made when that row is read and dropped with it. Made for every row at
     once they were tens of thousands of objects alive through the tick at 10,000 services, and
@@ -107,12 +104,12 @@ class Rows:
             # Columns in the field order of SignalEstimate (`fresh` as 0/1 until it is read).
             columns = (e.mean, e.level, e.trend_per_s, e.burst_mean, e.last, e.fresh)
             table = self._table = np.stack(
-                [*columns, e.trend_stderr_per_s, e.mean_age_s, e.span_s], axis=-1, dtype=np.float64
+                [*columns, e.trend_stderr_per_s, e.mean_age_s], axis=-1, dtype=np.float64
             )
         make = model.SignalEstimate
         return {
-            signal: make(mean, level, trend, burst, last, fresh > 0, se, age, span)
-            for signal, (mean, level, trend, burst, last, fresh, se, age, span) in zip(
+            signal: make(mean, level, trend, burst, last, fresh > 0, se, age)
+            for signal, (mean, level, trend, burst, last, fresh, se, age) in zip(
                 self._estimates.signals, table[row].tolist(), strict=False
             )
         }
@@ -129,8 +126,7 @@ class Windows:
     Each row may have its own window (`estimate`'s `window_s`): the ring holds the longest
     window asked for so far, at least `config.window_s`, and a shorter window gives its
     older slots no weight. Memory per row and signal is 9 bytes per slot: the value (float64,
-    so that estimates are those of the samples as given) and a one-byte "present" mask, and 8
-    bytes more for the tick of the first sample (`Estimates.span_s`); the
+    so that estimates are those of the samples as given) and a one-byte "present" mask; the
     squares the trend's error needs are made at estimate time, a block of rows at a time.
     """
 
@@ -152,9 +148,6 @@ class Windows:
         self._val: FloatArray = np.zeros((0, n_signals, self._slots))
         self._ok: BoolArray = np.zeros((0, n_signals, self._slots), dtype=np.bool_)
         self._slot_tick = np.full(self._slots, _EMPTY_TICK, dtype=np.int64)
-        self._first: npt.NDArray[np.int64] = np.full((0, n_signals), _NO_SAMPLE, dtype=np.int64)
-        """Each row's and signal's first tick with a sample since the row was handed out: the
-        window's span (`Estimates.span_s`), which no gap in the samples resets."""
         self._last_tick: int | None = None
         self._row_of: dict[model.ServiceId, int] = {}
         self._free: list[int] = []
@@ -171,7 +164,7 @@ class Windows:
     @property
     def nbytes(self) -> int:
         """Bytes the buffers hold."""
-        return int(self._val.nbytes + self._ok.nbytes + self._slot_tick.nbytes + self._first.nbytes)
+        return int(self._val.nbytes + self._ok.nbytes + self._slot_tick.nbytes)
 
     def rows_for(self, ids: Sequence[model.ServiceId]) -> IntArray:
         """The buffer rows of these services, allocating rows for new ones."""
@@ -198,7 +191,6 @@ class Windows:
             if row is not None:
                 self._val[row] = 0.0
                 self._ok[row] = False
-                self._first[row] = _NO_SAMPLE
                 self._free.append(row)
 
     def known(self) -> set[model.ServiceId]:
@@ -232,8 +224,6 @@ class Windows:
             at: IntArray | slice = slice(0, len(rows)) if prefix else rows
             self._val[at, :, slot] = np.where(ok, values, 0.0)
             self._ok[at, :, slot] = ok
-            seen = self._first[at]
-            self._first[at] = np.where(ok & (seen == _NO_SAMPLE), tick, seen)
 
     def estimate(
         self,
@@ -257,13 +247,10 @@ class Windows:
         out = {k: np.full(shape, np.nan) for k in _OUTPUTS}
         fresh = np.zeros(shape, dtype=bool)
         last = np.full(shape, np.nan)
-        span = np.full(shape, np.nan)
         if n == 0 or self._last_tick is None:
-            return Estimates(**out, last=last, fresh=fresh, span_s=span, signals=self.signals)
+            return Estimates(**out, last=last, fresh=fresh, signals=self.signals)
 
         tick = self._tick(now_s)
-        seen = self._first[rows]
-        span = np.where(seen == _NO_SAMPLE, np.nan, (tick - seen) * self.config.tick_s)
         age_ticks = tick - self._slot_tick
         in_ring = (age_ticks >= 0) & (age_ticks < self._slots)
         # Each slot's row in the per-half-life basis; row `slots` (all zeros) is out of the ring.
@@ -294,7 +281,7 @@ class Windows:
                     picked = slice(int(block[0]), int(block[-1]) + 1)
                 for name, column in self._reduce(picked, basis).items():
                     out[name][block] = column
-        return Estimates(**out, last=last, fresh=fresh, span_s=span, signals=self.signals)
+        return Estimates(**out, last=last, fresh=fresh, signals=self.signals)
 
     @property
     def _block_rows(self) -> int:
@@ -371,9 +358,6 @@ class Windows:
             rows = max(rows, size + size // 8)
         self._val = _grown(self._val, rows)
         self._ok = _grown(self._ok, rows)
-        first = np.full((rows, self._n_signals), _NO_SAMPLE, dtype=np.int64)
-        first[:size] = self._first
-        self._first = first
 
     def _allocate(self) -> int:
         if self._free:

@@ -39,7 +39,6 @@ def _config(rng: random.Random) -> model.PolicyConfig:
         scale_up_cooldown_s=rng.choice((0.0, 60.0, 30.0)),
         scale_down_cooldown_s=rng.choice((0.0, 300.0, 45.0)),
         scale_down_max_ratio=rng.choice((0.2, 0.5, 1.0, 0.33)),
-        scale_down_window_span_s=rng.choice((None, None, 60.0, 30.0)),
         burst=rng.choice(
             (None, model.BurstConfig(threshold_ratio=1.5), model.BurstConfig(window_s=4.0))
         ),
@@ -91,7 +90,6 @@ def _estimate(
         fresh=fresh,
         trend_stderr_per_s=stderr,
         mean_age_s=rng.choice((0.0, 12.5, 40.0)),
-        span_s=rng.choice((math.inf, 300.0, 60.0, 30.0, 12.0, 0.0, math.nan)),
     )
 
 
@@ -173,7 +171,6 @@ def _inputs(observations: list[model.Observation], states: list[model.PolicyStat
         last_scale_up_s=np.array([_nan(s.last_scale_up_s) for s in states]),
         last_scale_change_s=np.array([_nan(s.last_scale_change_s) for s in states]),
         burst_until_s=np.array([_nan(s.burst_until_s) for s in states]),
-        span_s=column("span_s"),
     )
 
 

@@ -425,59 +425,6 @@ def test_scale_down_proceeds_once_the_cooldown_has_passed() -> None:
     assert next_state == builders.state(last_scale_up_s=NOW_S - 300, last_scale_change_s=NOW_S)
 
 
-def _young(span_s: float, **load: float) -> model.Observation:
-    """10 replicas at a load of 50 (half their target) whose window spans `span_s`."""
-    return builders.observation(
-        load=estimate(load.get("load", 50.0))._replace(span_s=span_s), replicas=10, serving=10
-    )
-
-
-def test_scale_down_waits_for_a_young_window_to_span_enough() -> None:
-    """A window that began 12 s ago (a start or a failover: the samples are not persisted)
-    holds a scale-down until it spans the configured 60 s, and says so."""
-    config = builders.config(scale_down_window_span_s=60.0)
-    state = builders.state(last_scale_change_s=NOW_S - 3_600)
-    decision, next_state = decide(config, _young(12.0), state)
-    assert (decision.kind, decision.reason, decision.desired) == (Kind.HOLD, Reason.COOLDOWN, 10)
-    assert decision.detail == "scale-down to 5 waits for the window to span 60 s (12 s seen)"
-    assert decision.cooldown_until_s == NOW_S + 48
-    assert next_state == state
-
-
-@pytest.mark.parametrize("span", [60.0, 600.0])
-def test_scale_down_proceeds_once_the_window_spans_enough(span: float) -> None:
-    """From the configured span on, the window's age holds nothing."""
-    config = builders.config(scale_down_window_span_s=60.0)
-    decision, _ = decide(config, _young(span))
-    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 8)
-
-
-def test_a_window_with_no_sample_yet_counts_as_spanning_nothing() -> None:
-    """A voting signal never sampled (NaN span) holds with 0 s seen; the other's span counts
-    too: the least of the voting signals' spans decides."""
-    config = builders.config(scale_down_window_span_s=60.0, target_queue_per_replica=4.0)
-    queue = estimate(0.0)._replace(span_s=math.nan)
-    observation = dataclasses.replace(
-        _young(300.0), signals={**_young(300.0).signals, Signal.SATURATION: queue}
-    )
-    decision, _ = decide(config, observation)
-    assert decision.kind is Kind.HOLD
-    assert decision.detail.endswith("(0 s seen)")
-
-
-def test_a_young_window_never_holds_a_scale_up() -> None:
-    """The wait is for evidence that the load has fallen: a rise on the first sample scales up."""
-    config = builders.config(scale_down_window_span_s=60.0, max_replicas=30)
-    decision, _ = decide(config, _young(0.0, load=150.0))
-    assert (decision.kind, decision.desired) == (Kind.SCALE_UP, 15)
-
-
-def test_a_young_window_waits_for_no_one_when_the_rule_is_off() -> None:
-    """Off (None, the field's default), a one-sample window scales down as any other."""
-    decision, _ = decide(builders.config(), _young(0.0))
-    assert (decision.kind, decision.desired) == (Kind.SCALE_DOWN, 8)
-
-
 # 7. Cap --------------------------------------------------------------------------------------
 
 

@@ -314,11 +314,11 @@ def test_a_window_longer_than_the_ring_grows_it_and_keeps_what_it_held() -> None
 
 
 def test_rows_are_allocated_exactly_for_a_fleet_that_arrives_at_once() -> None:
-    """A thousand services at once take a thousand rows of 9 bytes per slot and signal (and
-    8 per signal for the first sample's tick), not a power of two."""
+    """A thousand services at once take a thousand rows of 9 bytes per slot and signal, not
+    a power of two."""
     w = windows(window_s=300.0, n_signals=4)
     w.rows_for(ids(*(f"s{i}" for i in range(1_000))))
-    assert w.nbytes == 1_000 * 4 * (300 * 9 + 8) + 300 * 8
+    assert w.nbytes == 1_000 * 4 * 300 * 9 + 300 * 8
 
 
 def test_signals_are_smoothed_independently() -> None:
@@ -566,34 +566,3 @@ def test_sharing_the_mask_sums_computes_what_the_plain_reduction_does(
                 want = plain.estimate(float(tick), asked, half_lives[asked], window_s[asked])
                 for a, b in zip(all_fields(got), all_fields(want), strict=True):
                     np.testing.assert_allclose(a, b, rtol=1e-12, atol=0.0)
-
-
-def test_span_counts_from_the_first_sample_through_gaps() -> None:
-    """A window's span is the time since its first sample: NaN before any, 0 s at the first,
-    and a gap in the samples (longer than the window, even) does not start it again."""
-    w = windows(window_s=10.0, n_signals=2)
-    rows = w.rows_for(ids("a"))
-    w.record(0.0, rows, np.array([[np.nan, np.nan]]))
-    assert np.isnan(w.estimate(0.0, rows, np.array([INF])).span_s).all()
-    w.record(3.0, rows, np.array([[5.0, np.nan]]))
-    span = w.estimate(3.0, rows, np.array([INF])).span_s
-    assert span[0, 0] == 0.0
-    assert np.isnan(span[0, 1])
-    w.record(15.0, rows, np.array([[np.nan, 1.0]]))
-    w.record(40.0, rows, np.array([[6.0, 2.0]]))
-    span = w.estimate(40.0, rows, np.array([INF])).span_s
-    assert span.tolist() == [[37.0, 25.0]]
-
-
-def test_a_forgotten_service_comes_back_with_a_young_window() -> None:
-    """A service that leaves and comes back (its row reused or not) starts its span again; the
-    others keep theirs, and rows grown for new services start with none."""
-    w = windows(n_signals=1)
-    rows = w.rows_for(ids("a", "b"))
-    w.record(0.0, rows, np.array([[1.0], [2.0]]))
-    w.forget(ids("a"))
-    rows = w.rows_for(ids("b", "a", "c"))
-    w.record(20.0, rows, np.array([[2.0], [1.0], [np.nan]]))
-    span = w.estimate(20.0, rows, np.array([INF, INF, INF])).span_s
-    assert span[:2, 0].tolist() == [20.0, 0.0]
-    assert np.isnan(span[2, 0])

@@ -57,9 +57,8 @@ def make_loop(services: Services, the_clock: clock.ManualClock) -> loop.Loop:
 
 
 def bytes_per_row(signals: int) -> int:
-    """A row's ring: a float64 value and a one-byte mask per signal and slot, and the tick of
-    each signal's first sample."""
-    return signals * (WINDOW.slots * 9 + 8)
+    """A row's ring: a float64 value and a one-byte mask per signal and slot."""
+    return signals * WINDOW.slots * 9
 
 
 async def test_a_service_without_token_targets_keeps_the_request_signals_windows_only() -> None:
