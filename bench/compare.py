@@ -1,12 +1,19 @@
 """Two benchmark runs side by side: the equal-SLO view of each, per scenario, start-up and policy.
 
     python -m bench.compare BEFORE/results.json AFTER/results.json
+    python -m bench.compare --keep default BEFORE/results.json AFTER/results.json
 
 Prints one Markdown table: each policy's equal-SLO GPU-hours (with the target reached) and its
 ratio to the oracle, before and after, and the signal the after run's baseline scaled on (for
 HPA and KEDA, the better of their two variants). Rows follow the after run's scenarios and
 regimes; a policy or scenario missing from one run reads "—". A policy is matched by its family
 (`hpa-conc` is `hpa`), so a run from before the variants existed lines up.
+
+`--keep POLICY` prints instead what a policy change is judged on (docs/benchmark.md, "How a
+policy change is judged"): that policy's equal-SLO GPU-hours per cell before and after, the
+total over the cells with a setting in both runs, the cells that lost or won a setting, and the
+leave-one-scenario-out check, the same total with each scenario left out in turn, and how many
+of those folds came out dearer.
 
 It only reads the two `results.json` files.
 """
@@ -17,6 +24,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +101,78 @@ def table(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
     return "\n".join([line(COLUMNS), rule + "|", *(line(r) for r in rows)])
 
 
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A policy's equal-SLO GPU-hours in two runs, seen as a policy change is judged."""
+
+    cells: dict[tuple[str, str], tuple[float | None, float | None]]
+    """(scenario, regime) -> GPU-hours before and after, None where no setting met the SLO."""
+
+    @property
+    def both(self) -> list[tuple[str, str]]:
+        """The cells with a setting in both runs, the ones the totals add up."""
+        return [k for k, (b, a) in self.cells.items() if b is not None and a is not None]
+
+    @property
+    def lost(self) -> list[tuple[str, str]]:
+        return [k for k, (b, a) in self.cells.items() if b is not None and a is None]
+
+    @property
+    def won(self) -> list[tuple[str, str]]:
+        return [k for k, (b, a) in self.cells.items() if b is None and a is not None]
+
+    def total(self, *, without: str | None = None) -> tuple[float, float]:
+        """Before and after, over the cells with a setting in both, less one scenario's."""
+        kept = [self.cells[k] for k in self.both if k[0] != without]
+        return sum(b or 0.0 for b, _ in kept), sum(a or 0.0 for _, a in kept)
+
+    def folds(self) -> list[tuple[str, float, float]]:
+        """Leave one scenario out: (scenario left out, total before, total after)."""
+        return [(s, *self.total(without=s)) for s in sorted({k[0] for k in self.both})]
+
+
+def judged(before: Mapping[str, Any], after: Mapping[str, Any], family: str) -> Judged:
+    """`family`'s cells of the two runs, in the after run's order, present in both."""
+    old, new = by_family(before), by_family(after)
+
+    def gpu_hours(outcome: Mapping[str, Any]) -> float | None:
+        best = outcome["equal_slo"]
+        return None if best is None else float(best["gpu_hours"])
+
+    cells: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+    for scenario in after["config"]["scenarios"]:
+        for regime in after["config"]["regimes"]:
+            b, a = old.get((scenario, regime, family)), new.get((scenario, regime, family))
+            if b is not None and a is not None:
+                cells[scenario, regime] = (gpu_hours(b), gpu_hours(a))
+    return Judged(cells)
+
+
+def keep_report(result: Judged) -> str:
+    """The per-cell lines, the total, the settings lost or won and the folds, as text."""
+
+    def shown(value: float | None) -> str:
+        return "none" if value is None else f"{value:.1f}"
+
+    lines = [f"{'cell':<28}{'before':>10}{'after':>10}{'change':>9}"]
+    for (scenario, regime), (b, a) in result.cells.items():
+        change = "" if b is None or a is None else f"{a - b:+.1f}"
+        lines.append(f"{scenario + ' ' + regime:<28}{shown(b):>10}{shown(a):>10}{change:>9}")
+    b, a = result.total()
+    lines.append(f"total over {len(result.both)} cells with a setting in both: {b:.1f} -> {a:.1f}")
+    for name, cells in (("lost a setting", result.lost), ("won a setting", result.won)):
+        if cells:
+            lines.append(f"{name}: " + ", ".join(f"{s} {r}" for s, r in cells))
+    folds = result.folds()
+    dearer = 0
+    for scenario, b, a in folds:
+        worse = a > b + 1e-9
+        dearer += worse
+        lines.append(f"  without {scenario:<16}{b:9.1f} -> {a:9.1f}{'  dearer' if worse else ''}")
+    lines.append(f"folds dearer: {dearer} of {len(folds)}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.compare",
@@ -100,10 +180,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("before", type=Path, help="the earlier run's results.json")
     parser.add_argument("after", type=Path, help="the later run's results.json")
+    parser.add_argument(
+        "--keep",
+        metavar="POLICY",
+        help="judge one policy's change instead: per cell, the total, settings lost or won, "
+        "and the leave-one-scenario-out folds",
+    )
     args = parser.parse_args(argv)
     before = json.loads(args.before.read_text(encoding="utf-8"))
     after = json.loads(args.after.read_text(encoding="utf-8"))
-    print(table(before, after))
+    if args.keep is not None:
+        print(keep_report(judged(before, after, args.keep)))
+    else:
+        print(table(before, after))
     return 0
 
 

@@ -48,3 +48,58 @@ def test_variants_line_up_with_the_peer_they_replace(
     assert rows["kpa"] == ["—", "—", "12.0 (0.80)", "1.20", "concurrency"]
     assert rows["seed"] == ["—", "—", "—", "—", ""]
     assert rows["oracle"][:4] == ["10.0 (0.80)", "1.00", "10.0 (0.80)", "1.00"]
+
+
+def cell(scenario: str, regime: str, policy: str, gpu_hours: float | None) -> dict[str, Any]:
+    best = None if gpu_hours is None else {"gpu_hours": gpu_hours, "utilisation": 0.9}
+    return {
+        "scenario": scenario,
+        "regime": regime,
+        "policy": policy,
+        "equal_slo": best,
+        "equal_slo_vs_oracle": None,
+    }
+
+
+def two_scenarios(*outcomes: dict[str, Any]) -> dict[str, Any]:
+    config = {"scenarios": ["a", "b"], "regimes": {"warm": 8.0, "cold": 120.0}}
+    return {"config": config, "outcomes": list(outcomes)}
+
+
+def test_keep_judges_the_total_the_lost_settings_and_each_fold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Totals add only cells with a setting in both runs; a lost setting is named; each fold
+    leaves one scenario out, and the other policies' cells do not count."""
+    before = two_scenarios(
+        cell("a", "warm", "default", 10.0),
+        cell("a", "cold", "default", 20.0),
+        cell("b", "warm", "default", 30.0),
+        cell("b", "cold", "default", 40.0),
+        cell("a", "warm", "hpa", 1.0),
+    )
+    after = two_scenarios(
+        cell("a", "warm", "default", 9.0),
+        cell("a", "cold", "default", None),
+        cell("b", "warm", "default", 33.0),
+        cell("b", "cold", "default", 40.0),
+        cell("a", "warm", "hpa", 99.0),
+    )
+    (tmp_path / "b.json").write_text(json.dumps(before))
+    (tmp_path / "a.json").write_text(json.dumps(after))
+
+    assert (
+        compare.main(["--keep", "default", str(tmp_path / "b.json"), str(tmp_path / "a.json")]) == 0
+    )
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["a", "warm", "10.0", "9.0", "-1.0"]
+    assert out[2].split() == ["a", "cold", "20.0", "none"]
+    assert "total over 3 cells with a setting in both: 80.0 -> 82.0" in out
+    assert "lost a setting: a cold" in out
+    folds = [line.split() for line in out if line.startswith("  without")]
+    assert folds == [
+        ["without", "a", "70.0", "->", "73.0", "dearer"],
+        ["without", "b", "10.0", "->", "9.0"],
+    ]
+    assert out[-1] == "folds dearer: 1 of 2"
