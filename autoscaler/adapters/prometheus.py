@@ -1954,6 +1954,7 @@ DEFAULT_MAX_RANGE_POINTS: Final = 10_000
 MAX_HISTORY_RATE: Final = 1e12
 """Requests per second above which a history value is taken for a broken answer."""
 _HISTORY_CONCURRENCY: Final = 8
+_SHARED_CONCURRENCY: Final = 2
 HISTORY_OWNER_LABEL: Final = "autoscaler_deployment"
 """The label a batched history query names each series' Deployment by."""
 DEFAULT_MAX_BATCH_SERVICES: Final = 500
@@ -2141,7 +2142,9 @@ class LoadHistory:
         for gone in set(self._kept) - present:
             del self._kept[gone]
 
-        slots = asyncio.Semaphore(_HISTORY_CONCURRENCY)
+        slots = _Slots(
+            asyncio.Semaphore(_HISTORY_CONCURRENCY), asyncio.Semaphore(_SHARED_CONCURRENCY)
+        )
         refused: dict[model.ServiceId, str] = {}
         budget = _Budget(self.max_isolation_queries)
         batches = [
@@ -2258,7 +2261,7 @@ class LoadHistory:
         last: int,
         step_s: float,
         window_s: float,
-        slots: asyncio.Semaphore,
+        slots: _Slots,
         refused: dict[model.ServiceId, str],
         budget: _Budget,
     ) -> None:
@@ -2318,7 +2321,7 @@ class LoadHistory:
         last: int,
         step_s: float,
         window_s: float,
-        slots: asyncio.Semaphore,
+        slots: _Slots,
     ) -> list[npt.NDArray[np.float64]]:
         """The means of steps `[begin, last)` of each service of `batch` (one namespace and
         metric, no owner a `-` prefix of another: `_batches`), as `_fetch` reads one's."""
@@ -2332,7 +2335,7 @@ class LoadHistory:
         at = begin
         while at < last:
             upto = min(last, at + self.max_range_points)
-            async with slots:
+            async with slots.shared, slots.any:
                 series = await self.client.query_range_series(
                     "load history",
                     promql,
@@ -2349,7 +2352,7 @@ class LoadHistory:
         return fresh
 
     async def _fetch(
-        self, promql: str, *, begin: int, last: int, step_s: float, slots: asyncio.Semaphore
+        self, promql: str, *, begin: int, last: int, step_s: float, slots: _Slots
     ) -> npt.NDArray[np.float64]:
         """The means of steps `[begin, last)`, NaN where none is found, in range queries of at
         most `max_range_points` steps."""
@@ -2358,7 +2361,7 @@ class LoadHistory:
         while at < last:
             upto = min(last, at + self.max_range_points)
             # The value at instant (k + 1) x step is the rate over step k.
-            async with slots:
+            async with slots.any:
                 stamps, values = await self.client.query_range_points(
                     "load history",
                     promql,
@@ -2369,6 +2372,18 @@ class LoadHistory:
             _place(fresh, stamps, values, begin=begin, within=(at, upto), step_s=step_s)
             at = upto
         return fresh
+
+
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """The history's queries in flight at once: `any` of all, `shared` of the shared ones.
+
+    A shared query costs Prometheus what a few hundred of one service do: eight at once held
+    the tick's instant queries behind them (p99 about 1 s at 10,000 services, against 0.1 s
+    with two)."""
+
+    any: asyncio.Semaphore
+    shared: asyncio.Semaphore
 
 
 @dataclass(slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -758,3 +759,35 @@ async def test_a_shared_range_answer_is_read_by_series_scanned_or_decoded(spaced
     assert read[3][:2] == ("c", [60.0, 120.0])
     assert read[3][2][1] == 3.0
     assert math.isnan(read[3][2][0])
+
+
+async def test_at_most_two_shared_queries_are_in_flight_at_once(
+    history_for: list[prometheus.LoadHistory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared query costs Prometheus what hundreds of one service do: two at most run at
+    once, leaving it room for the tick's instant queries."""
+    source = prometheus.LoadHistory(
+        prometheus.Client(f"http://127.0.0.1:{free_port()}"),
+        wall_now=lambda: 1_800_000_000.0,
+        scrape_interval_s=SCRAPE_S,
+        max_batch_services=2,
+    )
+    history_for.append(source)
+    flying = [0, 0]  # now, most
+
+    async def answer(*_: object, **__: object) -> list[Any]:
+        flying[0] += 1
+        flying[1] = max(flying)
+        for _ in range(5):
+            await asyncio.sleep(0)  # the other fetches run meanwhile
+        flying[0] -= 1
+        return []
+
+    async def alone(*_: object, **__: object) -> tuple[npt.NDArray[np.float64], ...]:
+        return np.empty(0), np.empty(0)
+
+    monkeypatch.setattr(source.client, "query_range_series", answer)
+    monkeypatch.setattr(source.client, "query_range_points", alone)
+    found = await source.load_history(workloads(*FLEET), 0.0, span_s=3600.0, step_s=STEP_S)
+    assert len(found) == len(FLEET)
+    assert flying[1] == 2
