@@ -13,17 +13,20 @@ Printed for the first fetch and for the refresh: the range queries sent, the wal
 process CPU of this process (the controller's side: building the queries, aiohttp, the scan,
 the placement of the points) and of Prometheus (from `/proc`), and the latency of an instant
 query over every pod (the tick's kind: `sum by (namespace, pod) (rate(...))`) asked every
-100 ms while the fetch runs, p50 and p99. `--per-service` asks one service per query, as before
-the shared queries (where the code has no such setting, it is the only way). Figures are
-printed, never asserted.
+100 ms while the fetch runs, p50 and p99; with `--profile N`, the refresh's profile (its top
+N by cumulative time; the fetch's own CPU grows under it). `--per-service` asks one service per
+query, as before the shared queries (where the code has no such setting, it is the only way).
+Figures are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import inspect
 import os
+import pstats
 import shutil
 import statistics
 import subprocess
@@ -134,9 +137,15 @@ async def measure(args: argparse.Namespace, prom: Any, end: int) -> None:
                 cpu_of(prom.process.pid),
                 time.perf_counter(),
             )
+            profile = cProfile.Profile() if args.profile and shift else None
+            if profile is not None:
+                profile.enable()
             found = await history.load_history(
                 workloads, wall[0], span_s=policy.forecast.span_s, step_s=policy.forecast.step_s
             )
+            if profile is not None:
+                profile.disable()
+                pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
             took = time.perf_counter() - began
             cpu, prom_cpu = time.process_time() - cpu, cpu_of(prom.process.pid) - prom_cpu
             done.set()
@@ -161,6 +170,13 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--namespaces", type=int, default=10)
     parser.add_argument("--per-service", action="store_true")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print the refresh's top N by cumulative time",
+    )
     parser.add_argument("--data", type=Path, help="keep the backfilled blocks here, and reuse them")
     args = parser.parse_args()
     sys.path.insert(0, str(TESTS))

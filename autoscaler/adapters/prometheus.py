@@ -53,7 +53,7 @@ import types
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 import aiohttp
 import numpy as np
@@ -372,9 +372,9 @@ class Client:
 
     async def query_range_series(
         self, what: str, promql: str, *, label: str, start_s: float, end_s: float, step_s: float
-    ) -> list[tuple[str | None, npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
-        """The series of a range query, each as its `label`'s value (None where it has none)
-        with the times and values `query_range_points` reads; raises as `query` does.
+    ) -> RangeSeries:
+        """The points of a range query's series as `query_range_points` reads them, with each
+        series' value of `label` and its number of points; raises as `query` does.
 
         Sent as a POST form: a query over many services is longer than a URL may be."""
         params = {"query": promql, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
@@ -382,18 +382,21 @@ class Client:
         status, body = await self._fetch(what, self.endpoint + "_range", params, post=True)
         if status == 200 and (scanned := _scan_matrix(body)) is not None:
             self.scanned += 1
-            labels, counts, times, values = scanned
-            bounds = np.cumsum([0, *counts]).tolist()
-            return [
-                (_label_of(text, label), times[lo:hi], values[lo:hi])
-                for text, lo, hi in zip(labels, bounds, bounds[1:], strict=False)
-            ]
-        found: list[tuple[str | None, npt.NDArray[np.float64], npt.NDArray[np.float64]]] = []
+            texts, counts, times, values = scanned
+            return RangeSeries([_label_of(text, label) for text in texts], counts, times, values)
+        labels: list[str | None] = []
+        sizes: list[int] = []
+        stamps: list[npt.NDArray[np.float64]] = [np.empty(0)]
+        read: list[npt.NDArray[np.float64]] = [np.empty(0)]
         for item in self._decode(what, status, body, "a range matrix"):
             metric = item.get("metric") if isinstance(item, dict) else None
             value = metric.get(label) if isinstance(metric, dict) else None
-            found.append((value if isinstance(value, str) else None, *_range_points([item])))
-        return found
+            labels.append(value if isinstance(value, str) else None)
+            points = _range_points([item])
+            sizes.append(len(points[0]))
+            stamps.append(points[0])
+            read.append(points[1])
+        return RangeSeries(labels, sizes, np.concatenate(stamps), np.concatenate(read))
 
     async def query_per_pod(self, what: str, promql: str) -> PodSamples:
         """The samples of an instant query grouped by pod (`by (namespace, pod)`, or `by (pod)`
@@ -480,6 +483,17 @@ class Client:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class RangeSeries(NamedTuple):
+    """The points of a range answer, one series after another, and what each series is."""
+
+    labels: list[str | None]
+    """Per series: its value of the label asked for, None where it has none."""
+    counts: list[int]
+    """Per series: its number of points."""
+    times: npt.NDArray[np.float64]
+    values: npt.NDArray[np.float64]
 
 
 def _refusal(what: str, status: int, answer: Any) -> errors.ObservationError:
@@ -2331,7 +2345,7 @@ class LoadHistory:
             [need.owner for need in batch], plan.serving.namespace, requests, window_s=window_s
         )
         at_owner = {need.owner: i for i, need in enumerate(batch)}
-        fresh = [np.full(last - begin, np.nan) for _ in batch]
+        fresh = np.full((len(batch), last - begin), np.nan)
         at = begin
         while at < last:
             upto = min(last, at + self.max_range_points)
@@ -2344,12 +2358,20 @@ class LoadHistory:
                     end_s=upto * step_s,
                     step_s=step_s,
                 )
-            for owner, stamps, values in series:
-                i = at_owner.get(owner) if owner is not None else None
-                if i is not None:
-                    _place(fresh[i], stamps, values, begin=begin, within=(at, upto), step_s=step_s)
+            owners = [-1 if o is None else at_owner.get(o, -1) for o in series.labels]
+            rows = np.repeat(np.array(owners, dtype=np.intp), series.counts)
+            ours = rows >= 0
+            _place(
+                fresh,
+                series.times[ours],
+                series.values[ours],
+                begin=begin,
+                within=(at, upto),
+                step_s=step_s,
+                rows=rows[ours],
+            )
             at = upto
-        return fresh
+        return list(fresh)
 
     async def _fetch(
         self, promql: str, *, begin: int, last: int, step_s: float, slots: _Slots
@@ -2513,9 +2535,11 @@ def _place(
     begin: int,
     within: tuple[int, int],
     step_s: float,
+    rows: npt.NDArray[np.intp] | None = None,
 ) -> None:
     """Write each point of a range answer into `fresh` (step `begin + i` at `i`): the value at
-    instant `(k + 1) x step` is the rate over step `k`, for the steps `within` only."""
+    instant `(k + 1) x step` is the rate over step `k`, for the steps `within` only. With
+    `rows`, `fresh` holds one series a row and each point goes to its row."""
     k = np.round(stamps / step_s) - 1
     # Prometheus answers on the grid asked for, with rates that are never negative nor
     # absurd: anything else comes from a broken answer.
@@ -2524,7 +2548,11 @@ def _place(
         sane = np.isfinite(values) & (values >= 0) & (values <= MAX_HISTORY_RATE)
     keep = on_grid & sane & (k >= within[0]) & (k < within[1])
     # A later point of the same step wins, as it did read one by one.
-    fresh[k[keep].astype(np.int64) - begin] = values[keep]
+    at = k[keep].astype(np.int64) - begin
+    if rows is None:
+        fresh[at] = values[keep]
+    else:
+        fresh[rows[keep], at] = values[keep]
 
 
 _MATRIX_START: Final = b'{"status":"success","data":{"resultType":"matrix","result":['
@@ -2592,6 +2620,9 @@ def _scan_matrix(
 
 def _label_of(labels: bytes, name: str) -> str | None:
     """The value of label `name` in a scanned series' labels (no escapes: `_JSON_TEXT`)."""
+    head = f'"{name}":"'.encode()
+    if labels.startswith(head) and labels.count(b'"') == 4:  # that label alone
+        return labels[len(head) : -1].decode()
     metric = json.loads(b"{" + labels + b"}")
     value = metric.get(name)
     return value if isinstance(value, str) else None

@@ -750,15 +750,14 @@ async def test_a_shared_range_answer_is_read_by_series_scanned_or_decoded(spaced
             assert client.scanned == (0 if spaced else 1)
         finally:
             await client.close()
-    read = [(owner, times.tolist(), values.tolist()) for owner, times, values in series]
-    assert read[:3] == [
-        ("a", [60.0, 120.0], [1.0, 2.0]),
-        (None, [60.0], [5.0]),
-        ("b", [], []),
-    ]
-    assert read[3][:2] == ("c", [60.0, 120.0])
-    assert read[3][2][1] == 3.0
-    assert math.isnan(read[3][2][0])
+    assert series.labels == ["a", None, "b", "c"]
+    assert series.counts == [2, 1, 0, 2]
+    assert series.times.tolist() == [60.0, 120.0, 60.0, 60.0, 120.0]
+    assert series.values[[0, 1, 2, 4]].tolist() == [1.0, 2.0, 5.0, 3.0]
+    assert math.isnan(series.values[3])
+    assert (
+        prometheus._label_of(b'"x":"y","autoscaler_deployment":"b"', "autoscaler_deployment") == "b"
+    )
 
 
 async def test_at_most_two_shared_queries_are_in_flight_at_once(
@@ -775,13 +774,13 @@ async def test_at_most_two_shared_queries_are_in_flight_at_once(
     history_for.append(source)
     flying = [0, 0]  # now, most
 
-    async def answer(*_: object, **__: object) -> list[Any]:
+    async def answer(*_: object, **__: object) -> prometheus.RangeSeries:
         flying[0] += 1
         flying[1] = max(flying)
         for _ in range(5):
             await asyncio.sleep(0)  # the other fetches run meanwhile
         flying[0] -= 1
-        return []
+        return prometheus.RangeSeries([], [], np.empty(0), np.empty(0))
 
     async def alone(*_: object, **__: object) -> tuple[npt.NDArray[np.float64], ...]:
         return np.empty(0), np.empty(0)
