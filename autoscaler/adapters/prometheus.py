@@ -18,7 +18,8 @@ owners choose metric names (a preset or `custom`), never PromQL.
 `LoadHistory` is the seasonal forecast's history (`ports.HistorySource`): each service's load
 over the last days, one mean per step, from range queries over the pods of its Deployment (past
 pods included), only the stretches the forecast reads, fetched once and then only the steps
-added since, a few times an hour; the range answers are scanned as the per-pod ones are.
+added since, a few times an hour, many services of a namespace in one query; the range answers
+are scanned as the per-pod ones are.
 
 `HealthQueries` serves the traffic ramp (docs/architecture.md,
 "The warm-up gate and the traffic ramp") from the same names and quoting: the health of the warming
@@ -2067,7 +2068,9 @@ class LoadHistory:
     services a week of every step in float64 was about a gigabyte. The first call fetches each
     stretch; later calls fetch the steps added since, and each stretch of the past again only
     once the `_PAST_LEAD_S` fetched past it is used up; the steps a stretch has moved past are
-    dropped. A service without a forecast of its own keeps the whole span the same way.
+    dropped. A service without a forecast of its own keeps the whole span the same way. The
+    services of one namespace and metric that want the same steps share a range query
+    (`history_batch_query`), one series each.
 
     The loop's clock need not be Unix time (tests step their own): `wall_now` is, and the history
     is moved onto the loop's clock by the difference.
