@@ -18,7 +18,8 @@ owners choose metric names (a preset or `custom`), never PromQL.
 `LoadHistory` is the seasonal forecast's history (`ports.HistorySource`): each service's load
 over the last days, one mean per step, from range queries over the pods of its Deployment (past
 pods included), only the stretches the forecast reads, fetched once and then only the steps
-added since, a few times an hour; the range answers are scanned as the per-pod ones are.
+added since, a few times an hour, many services of a namespace in one query; the range answers
+are scanned as the per-pod ones are.
 
 `HealthQueries` serves the traffic ramp (docs/architecture.md,
 "The warm-up gate and the traffic ramp") from the same names and quoting: the health of the warming
@@ -53,7 +54,7 @@ import types
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 import aiohttp
 import numpy as np
@@ -370,6 +371,34 @@ class Client:
             return scanned
         return _range_points(self._decode(what, status, body, "a range matrix"))
 
+    async def query_range_series(
+        self, what: str, promql: str, *, label: str, start_s: float, end_s: float, step_s: float
+    ) -> RangeSeries:
+        """The points of a range query's series as `query_range_points` reads them, with each
+        series' value of `label` and its number of points; raises as `query` does.
+
+        Sent as a POST form: a query over many services is longer than a URL may be."""
+        params = {"query": promql, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}
+        params["step"] = f"{step_s:g}"
+        status, body = await self._fetch(what, self.endpoint + "_range", params, post=True)
+        if status == 200 and (scanned := _scan_matrix(body)) is not None:
+            self.scanned += 1
+            texts, counts, times, values = scanned
+            return RangeSeries([_label_of(text, label) for text in texts], counts, times, values)
+        labels: list[str | None] = []
+        sizes: list[int] = []
+        stamps: list[npt.NDArray[np.float64]] = [np.empty(0)]
+        read: list[npt.NDArray[np.float64]] = [np.empty(0)]
+        for item in self._decode(what, status, body, "a range matrix"):
+            metric = item.get("metric") if isinstance(item, dict) else None
+            value = metric.get(label) if isinstance(metric, dict) else None
+            labels.append(value if isinstance(value, str) else None)
+            points = _range_points([item])
+            sizes.append(len(points[0]))
+            stamps.append(points[0])
+            read.append(points[1])
+        return RangeSeries(labels, sizes, np.concatenate(stamps), np.concatenate(read))
+
     async def query_per_pod(self, what: str, promql: str) -> PodSamples:
         """The samples of an instant query grouped by pod (`by (namespace, pod)`, or `by (pod)`
         where the namespace reads empty), NaN and infinite values included; raises as `query`
@@ -396,14 +425,19 @@ class Client:
         return self._decode(what, status, body, shape)
 
     async def _fetch(
-        self, what: str, endpoint: str, params: Mapping[str, str]
+        self, what: str, endpoint: str, params: Mapping[str, str], *, post: bool = False
     ) -> tuple[int, bytes]:
         headers = self.access.request_headers()
         self.sent += 1
         try:
             async with asyncio.timeout(self.timeout_s):
                 session = self._open()
-                async with session.get(endpoint, params=params, headers=headers) as response:
+                asked = (
+                    session.post(endpoint, data=dict(params), headers=headers)
+                    if post
+                    else session.get(endpoint, params=params, headers=headers)
+                )
+                async with asked as response:
                     status = response.status
                     body = await response.read()
         except TimeoutError as e:
@@ -450,6 +484,17 @@ class Client:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class RangeSeries(NamedTuple):
+    """The points of a range answer, one series after another, and what each series is."""
+
+    labels: list[str | None]
+    """Per series: its value of the label asked for, None where it has none."""
+    counts: list[int]
+    """Per series: its number of points."""
+    times: npt.NDArray[np.float64]
+    values: npt.NDArray[np.float64]
 
 
 def _refusal(what: str, status: int, answer: Any) -> errors.ObservationError:
@@ -1924,6 +1969,19 @@ DEFAULT_MAX_RANGE_POINTS: Final = 10_000
 MAX_HISTORY_RATE: Final = 1e12
 """Requests per second above which a history value is taken for a broken answer."""
 _HISTORY_CONCURRENCY: Final = 8
+_SHARED_CONCURRENCY: Final = 2
+HISTORY_OWNER_LABEL: Final = "autoscaler_deployment"
+"""The label a batched history query names each series' Deployment by."""
+DEFAULT_MAX_BATCH_SERVICES: Final = 500
+"""Most services one history range query asks for."""
+DEFAULT_MAX_BATCH_CHARS: Final = 16_000
+"""Most characters of owner names in one history range query (its pattern is in it twice,
+sent as a POST form, never in a URL)."""
+DEFAULT_MAX_BATCH_POINTS: Final = 500_000
+"""Most points one batched history range answer holds (about 12 MB of JSON)."""
+DEFAULT_MAX_HISTORY_ISOLATION_QUERIES: Final = 256
+"""Most queries one refresh of the history may spend bisecting refused shared queries (about 16
+for each service that breaks one of 500); past it, the refresh fails as an outage does."""
 
 
 _ROOM_RATIO: Final = 8
@@ -2010,7 +2068,9 @@ class LoadHistory:
     services a week of every step in float64 was about a gigabyte. The first call fetches each
     stretch; later calls fetch the steps added since, and each stretch of the past again only
     once the `_PAST_LEAD_S` fetched past it is used up; the steps a stretch has moved past are
-    dropped. A service without a forecast of its own keeps the whole span the same way.
+    dropped. A service without a forecast of its own keeps the whole span the same way. The
+    services of one namespace and metric that want the same steps share a range query
+    (`history_batch_query`), one series each.
 
     The loop's clock need not be Unix time (tests step their own): `wall_now` is, and the history
     is moved onto the loop's clock by the difference.
@@ -2023,15 +2083,29 @@ class LoadHistory:
         wall_now: Callable[[], float],
         scrape_interval_s: float = DEFAULT_SCRAPE_INTERVAL_S,
         max_range_points: int = DEFAULT_MAX_RANGE_POINTS,
+        max_batch_services: int = DEFAULT_MAX_BATCH_SERVICES,
+        max_batch_chars: int = DEFAULT_MAX_BATCH_CHARS,
+        max_batch_points: int = DEFAULT_MAX_BATCH_POINTS,
+        max_isolation_queries: int = DEFAULT_MAX_HISTORY_ISOLATION_QUERIES,
     ) -> None:
         """Query through `client`: its own, since a range query over days needs a longer
-        deadline than a tick's instant queries; its owner closes it."""
+        deadline than a tick's instant queries; its owner closes it. One range query asks for
+        at most `max_range_points` steps, `max_batch_services` services, `max_batch_chars` of
+        their names and `max_batch_points` points in all (a service alone asks for its steps
+        whatever their number). A refresh spends at most `max_isolation_queries` queries
+        finding the services whose own query Prometheus refuses."""
         if not scrape_interval_s > 0 or max_range_points < 1:
             raise ValueError("scrape_interval_s must be > 0 and max_range_points >= 1")
+        if min(max_batch_services, max_batch_chars, max_batch_points) < 1:
+            raise ValueError("the batch limits must be >= 1")
         self.client = client
         self._wall_now = wall_now
         self.scrape_interval_s = scrape_interval_s
         self.max_range_points = max_range_points
+        self.max_batch_services = max_batch_services
+        self.max_batch_chars = max_batch_chars
+        self.max_batch_points = max_batch_points
+        self.max_isolation_queries = max_isolation_queries
         self._kept: dict[model.ServiceId, _Kept] = {}
 
     @property
@@ -2041,14 +2115,23 @@ class LoadHistory:
     async def load_history(
         self, workloads: Sequence[ports.Workload], now_s: float, *, span_s: float, step_s: float
     ) -> dict[model.ServiceId, forecast.History]:
-        """See `ports.HistorySource`; raises `ObservationError` when a query fails."""
+        """See `ports.HistorySource`; raises `ObservationError` when a query fails.
+
+        The steps to fetch are asked for many services at once (`_batches`). A shared query
+        that Prometheus refuses is bisected down to the services refused alone, which are left
+        out of this refresh (and asked again at the next); if every service is refused, or the
+        bisection runs out of `max_isolation_queries`, the refusal is raised."""
         if not (step_s > 0 and span_s > 0):
             raise ValueError("span_s and step_s must be > 0")
         wall = self._wall_now()
         last = math.floor(wall / step_s)  # steps [.., last) have ended
         first = last - math.ceil(span_s / step_s)
-        slots = asyncio.Semaphore(_HISTORY_CONCURRENCY)
-        wanted: list[tuple[model.ServiceId, ServingPods, tuple[tuple[int, int], ...]]] = []
+        window_s = max(step_s, 4 * self.scrape_interval_s)
+        lead = math.ceil(_PAST_LEAD_S / step_s)
+        present: set[model.ServiceId] = set()
+        plans: list[_HistoryPlan] = []
+        # The services that want the same steps of the same metric in one namespace.
+        needs: dict[tuple[str, str, int, int], list[_Need]] = {}
         for workload in workloads:
             if workload.metrics is None or workload.metrics.requests is None:
                 continue
@@ -2065,29 +2148,74 @@ class LoadHistory:
                 if config is not None and config.step_s == step_s
                 else ((-math.ceil(span_s / step_s), 0),)
             )
-            wanted.append((workload.id, serving, reads))
-        present = {service for service, _, _ in wanted}
+            present.add(workload.id)
+            plan = self._plan(workload.id, serving, reads, first=first, last=last, lead=lead)
+            plans.append(plan)
+            for k, (_, begin, upto) in enumerate(plan.stretches):
+                if begin < upto:
+                    need = _Need(plan, k, _owner(workload.id, serving))
+                    key = (serving.namespace, plan.requests, begin, upto)
+                    needs.setdefault(key, []).append(need)
         for gone in set(self._kept) - present:
             del self._kept[gone]
 
-        async def fetch(
-            service: model.ServiceId, serving: ServingPods, reads: tuple[tuple[int, int], ...]
-        ) -> None:
-            async with slots:
-                await self._extend(service, serving, reads, first=first, last=last, step_s=step_s)
-
+        slots = _Slots(
+            asyncio.Semaphore(_HISTORY_CONCURRENCY), asyncio.Semaphore(_SHARED_CONCURRENCY)
+        )
+        refused: dict[model.ServiceId, str] = {}
+        budget = _Budget(self.max_isolation_queries)
+        batches = [
+            (batch, begin, upto)
+            for (_, _, begin, upto), wanted in needs.items()
+            for batch in _batches(
+                wanted,
+                max_services=self.max_batch_services,
+                max_chars=self.max_batch_chars,
+                per_service=min(upto - begin, self.max_range_points),
+                max_points=self.max_batch_points,
+            )
+        ]
         answers = await asyncio.gather(
-            *(fetch(*wanted_one) for wanted_one in wanted), return_exceptions=True
+            *(
+                self._fetch_batch(
+                    batch,
+                    begin=begin,
+                    last=upto,
+                    step_s=step_s,
+                    window_s=window_s,
+                    slots=slots,
+                    refused=refused,
+                    budget=budget,
+                )
+                for batch, begin, upto in batches
+            ),
+            return_exceptions=True,
         )
         # Every query has finished here; the first failure stands for the outage.
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
+        if refused and refused.keys() >= {n.plan.service for w in needs.values() for n in w}:
+            # Not one service's own query is answered: Prometheus is at fault, not a service.
+            raise QueryRejected(next(iter(refused.values())))
+        for service, error in refused.items():
+            log.warning("history.query_rejected", service=service, error=error)
+        for plan in plans:
+            if plan.service in refused:
+                continue
+            runs = tuple(
+                run.extended(fresh, drop=lo - run.first)
+                for (run, _, _), lo, fresh in zip(
+                    plan.stretches, plan.lows, plan.fresh, strict=True
+                )
+            )
+            self._kept[plan.service] = _Kept(plan.requests, plan.reads, runs)
+
         start = first * step_s + now_s - wall
         found: dict[model.ServiceId, forecast.History] = {}
         for service in present:
             kept = self._kept.get(service)
-            if kept is None or not kept.runs:
+            if kept is None or not kept.runs or service in refused:
                 continue
             # Shared, not copied: no step of a run is written again (`_Run`).
             runs = kept.runs
@@ -2101,7 +2229,7 @@ class LoadHistory:
             )
         return found
 
-    async def _extend(
+    def _plan(
         self,
         service: model.ServiceId,
         serving: ServingPods,
@@ -2109,40 +2237,147 @@ class LoadHistory:
         *,
         first: int,
         last: int,
-        step_s: float,
-    ) -> None:
-        """Bring the service's stretches to the history `[first, last)`: drop the steps each has
-        moved past, fetch the steps it has moved onto (a stretch of the past with
-        `_PAST_LEAD_S` more, so that it is asked again only once that is used up)."""
+        lead: int,
+    ) -> _HistoryPlan:
+        """What brings the service's stretches to the history `[first, last)`: the steps each
+        has moved past are dropped, the steps it has moved onto fetched (a stretch of the past
+        with `_PAST_LEAD_S` more, so that it is asked again only once that is used up)."""
         requests = serving.metrics.requests
         assert requests is not None
         kept = self._kept.get(service)
         if kept is None or kept.requests != requests or kept.reads != reads:
             kept = _Kept(requests, reads, ())
-        stretches = [(max(first, last + lo), last + hi) for lo, hi in reads]
-        stretches = [(lo, hi) for lo, hi in stretches if lo < hi]
-        lead = math.ceil(_PAST_LEAD_S / step_s)
-        promql: str | None = None
-        runs: list[_Run] = []
-        for k, (lo, hi) in enumerate(stretches):
+        wanted = [(max(first, last + lo), last + hi) for lo, hi in reads]
+        wanted = [(lo, hi) for lo, hi in wanted if lo < hi]
+        stretches: list[tuple[_Run, int, int]] = []
+        for k, (lo, hi) in enumerate(wanted):
             # Runs stay apart: a stretch's lead stops where the next one begins.
-            bound = stretches[k + 1][0] if k + 1 < len(stretches) else last
+            bound = wanted[k + 1][0] if k + 1 < len(wanted) else last
             run = next((r for r in kept.runs if r.first <= lo < r.end), None)
             if run is None:
                 run = _Run.empty(lo)
             begin = run.end
-            fresh = np.empty(0)
-            if begin < hi:
-                upto = min(bound, last, hi + lead)
-                promql = promql or history_query(
-                    service, serving, window_s=max(step_s, 4 * self.scrape_interval_s)
+            upto = min(bound, last, hi + lead) if begin < hi else begin
+            stretches.append((run, begin, upto))
+        nothing = np.empty(0)
+        return _HistoryPlan(
+            service,
+            serving,
+            requests,
+            reads,
+            stretches,
+            [lo for lo, _ in wanted],
+            [nothing] * len(wanted),
+        )
+
+    async def _fetch_batch(
+        self,
+        batch: Sequence[_Need],
+        *,
+        begin: int,
+        last: int,
+        step_s: float,
+        window_s: float,
+        slots: _Slots,
+        refused: dict[model.ServiceId, str],
+        budget: _Budget,
+    ) -> None:
+        """Fetch steps `[begin, last)` of each service of `batch` into its plan: in one query
+        (per `max_range_points`) for all, a service alone in its own (`history_query`). A batch
+        whose query Prometheus refuses is bisected, each half asked apart, down to the services
+        that alone break it (into `refused`); past `budget`, the refusal is raised."""
+        try:
+            if len(batch) == 1:
+                (need,) = batch
+                plan = need.plan
+                promql = history_query(plan.service, plan.serving, window_s=window_s)
+                fresh = await self._fetch(
+                    promql, begin=begin, last=last, step_s=step_s, slots=slots
                 )
-                fresh = await self._fetch(promql, begin=begin, last=upto, step_s=step_s)
-            runs.append(run.extended(fresh, drop=lo - run.first))
-        self._kept[service] = _Kept(requests, reads, tuple(runs))
+                plan.fresh[need.stretch] = fresh
+                return
+            fetched = await self._fetch_many(
+                batch, begin=begin, last=last, step_s=step_s, window_s=window_s, slots=slots
+            )
+        except QueryRejected as e:
+            if len(batch) == 1:
+                refused[batch[0].plan.service] = str(e)
+                return
+            if not budget.take(2):
+                raise
+        else:
+            for need, fresh in zip(batch, fetched, strict=True):
+                need.plan.fresh[need.stretch] = fresh
+            return
+        half = len(batch) // 2
+        parts = await asyncio.gather(
+            *(
+                self._fetch_batch(
+                    part,
+                    begin=begin,
+                    last=last,
+                    step_s=step_s,
+                    window_s=window_s,
+                    slots=slots,
+                    refused=refused,
+                    budget=budget,
+                )
+                for part in (batch[:half], batch[half:])
+            ),
+            return_exceptions=True,
+        )
+        for part in parts:
+            if isinstance(part, BaseException):
+                raise part
+
+    async def _fetch_many(
+        self,
+        batch: Sequence[_Need],
+        *,
+        begin: int,
+        last: int,
+        step_s: float,
+        window_s: float,
+        slots: _Slots,
+    ) -> list[npt.NDArray[np.float64]]:
+        """The means of steps `[begin, last)` of each service of `batch` (one namespace and
+        metric, no owner a `-` prefix of another: `_batches`), as `_fetch` reads one's."""
+        plan = batch[0].plan
+        requests = plan.requests
+        promql = history_batch_query(
+            [need.owner for need in batch], plan.serving.namespace, requests, window_s=window_s
+        )
+        at_owner = {need.owner: i for i, need in enumerate(batch)}
+        fresh = np.full((len(batch), last - begin), np.nan)
+        at = begin
+        while at < last:
+            upto = min(last, at + self.max_range_points)
+            async with slots.shared, slots.any:
+                series = await self.client.query_range_series(
+                    "load history",
+                    promql,
+                    label=HISTORY_OWNER_LABEL,
+                    start_s=(at + 1) * step_s,
+                    end_s=upto * step_s,
+                    step_s=step_s,
+                )
+            owners = [-1 if o is None else at_owner.get(o, -1) for o in series.labels]
+            rows = np.repeat(np.array(owners, dtype=np.intp), series.counts)
+            ours = rows >= 0
+            _place(
+                fresh,
+                series.times[ours],
+                series.values[ours],
+                begin=begin,
+                within=(at, upto),
+                step_s=step_s,
+                rows=rows[ours],
+            )
+            at = upto
+        return list(fresh)
 
     async def _fetch(
-        self, promql: str, *, begin: int, last: int, step_s: float
+        self, promql: str, *, begin: int, last: int, step_s: float, slots: _Slots
     ) -> npt.NDArray[np.float64]:
         """The means of steps `[begin, last)`, NaN where none is found, in range queries of at
         most `max_range_points` steps."""
@@ -2151,21 +2386,100 @@ class LoadHistory:
         while at < last:
             upto = min(last, at + self.max_range_points)
             # The value at instant (k + 1) x step is the rate over step k.
-            stamps, values = await self.client.query_range_points(
-                "load history",
-                promql,
-                start_s=(at + 1) * step_s,
-                end_s=upto * step_s,
-                step_s=step_s,
-            )
+            async with slots.any:
+                stamps, values = await self.client.query_range_points(
+                    "load history",
+                    promql,
+                    start_s=(at + 1) * step_s,
+                    end_s=upto * step_s,
+                    step_s=step_s,
+                )
             _place(fresh, stamps, values, begin=begin, within=(at, upto), step_s=step_s)
             at = upto
         return fresh
 
 
-def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: float) -> str:
-    """The PromQL of one service's load over time: the rate of its requests counter summed
-    over every pod its Deployment (or a placement tier of it) ever ran."""
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """The history's queries in flight at once: `any` of all, `shared` of the shared ones.
+
+    A shared query costs Prometheus what a few hundred of one service do: eight at once held
+    the tick's instant queries behind them (p99 about 1 s at 10,000 services, against 0.1 s
+    with two)."""
+
+    any: asyncio.Semaphore
+    shared: asyncio.Semaphore
+
+
+@dataclass(slots=True)
+class _HistoryPlan:
+    """What one refresh does to one service's history (`LoadHistory._plan`)."""
+
+    service: model.ServiceId
+    serving: ServingPods
+    requests: str
+    reads: tuple[tuple[int, int], ...]
+    stretches: list[tuple[_Run, int, int]]
+    """Per stretch: the run kept of it, and the steps `[begin, upto)` to fetch after it."""
+    lows: list[int]
+    """Per stretch: its first step now (the steps before it are dropped)."""
+    fresh: list[npt.NDArray[np.float64]]
+    """Per stretch: the steps fetched, filled in by the fetch."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Need:
+    """One stretch of one service to fetch."""
+
+    plan: _HistoryPlan
+    stretch: int
+    owner: str
+    """The Deployment's name, its pods' prefix."""
+
+
+def _batches(
+    wanted: Sequence[_Need],
+    *,
+    max_services: int,
+    max_chars: int,
+    per_service: int,
+    max_points: int,
+) -> list[list[_Need]]:
+    """`wanted` (one namespace, metric and stretch) in batches of one query each: at most
+    `max_services`, `max_points` points of `per_service` each and `max_chars` of owner names.
+
+    No owner in a batch is another's prefix followed by `-` (`a` and `a-b`, `chat` and
+    `chat-mig-x`): then a pod's name fits the pattern of at most one owner in it, and the owner
+    captured from it is the one whose own query counts it. A pod that both patterns fit
+    (`chat-mig-x-<hash>-<suffix>` is both `chat`'s MIG tier and `chat-mig-x`'s own) counts for
+    both, in their separate queries, as it does asked one by one."""
+    size = max(1, min(max_services, max_points // max(1, per_service)))
+    batches: list[tuple[list[_Need], set[str], set[str], list[int]]] = []
+    for need in wanted:
+        owner = need.owner
+        heads = [owner[:i] for i, c in enumerate(owner) if c == "-"]
+        chars = len(owner) + 1
+        for batch, owners, prefixes, used in batches:
+            if (
+                len(batch) < size
+                and used[0] + chars <= max_chars
+                and owner not in owners
+                and owner not in prefixes
+                and not any(head in owners for head in heads)
+            ):
+                break
+        else:
+            batch, owners, prefixes, used = [], set(), set(), [0]
+            batches.append((batch, owners, prefixes, used))
+        batch.append(need)
+        owners.add(owner)
+        prefixes.update(heads)
+        used[0] += chars
+    return [batch for batch, _, _, _ in batches]
+
+
+def _owner(service: model.ServiceId, serving: ServingPods) -> str:
+    """The Deployment's name of `service`, checked as `history_query` checks it."""
     requests = serving.metrics.requests
     if requests is None:
         raise ValueError("no requests metric to read the load from")
@@ -2175,11 +2489,45 @@ def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: f
         raise ValueError(f"not a Deployment name: {name!r}")
     if not is_namespace(serving.namespace):
         raise ValueError(f"not a namespace: {serving.namespace!r}")
-    owner = name.translate(_RE2_QUOTED)
-    pods = f"{owner}-((mig-[a-z0-9.-]+|shared)-)?[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
+    return name
+
+
+def _owned_pods(owners: str) -> str:
+    """The pattern of the pods of `owners` (one quoted name or an alternation) and of their
+    placement tiers'."""
+    return f"{owners}-((mig-[a-z0-9.-]+|shared)-)?[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
+
+
+def history_query(service: model.ServiceId, serving: ServingPods, *, window_s: float) -> str:
+    """The PromQL of one service's load over time: the rate of its requests counter summed
+    over every pod its Deployment (or a placement tier of it) ever ran."""
+    owner = _owner(service, serving).translate(_RE2_QUOTED)
+    pods = _owned_pods(owner)
     where = [f"namespace={json.dumps(serving.namespace)}", f"pod=~{json.dumps(pods)}"]
-    selector = _selector(requests, where)
+    assert serving.metrics.requests is not None
+    selector = _selector(serving.metrics.requests, where)
     return f"sum(rate({selector}[{_duration(window_s)}]))"
+
+
+def history_batch_query(
+    owners: Sequence[str], namespace: str, requests: str, *, window_s: float
+) -> str:
+    """The PromQL of the load over time of several Deployments of one namespace, one series
+    each, labelled `HISTORY_OWNER_LABEL` with its name: `history_query`'s pods of each, taken
+    by one pattern whose first group is the owner's name. No owner may be another's prefix
+    followed by `-` (`_batches`)."""
+    _check_metric_name(requests)
+    if not is_namespace(namespace):
+        raise ValueError(f"not a namespace: {namespace!r}")
+    for owner in owners:
+        if not is_pod_name(owner):
+            raise ValueError(f"not a Deployment name: {owner!r}")
+    alternation = "|".join(owner.translate(_RE2_QUOTED) for owner in owners)
+    pods = json.dumps(_owned_pods(f"({alternation})"))
+    selector = _selector(requests, [f"namespace={json.dumps(namespace)}", f"pod=~{pods}"])
+    rates = f"rate({selector}[{_duration(window_s)}])"
+    label = HISTORY_OWNER_LABEL
+    return f'sum by ({label}) (label_replace({rates}, "{label}", "$1", "pod", {pods}))'
 
 
 def _place(
@@ -2190,9 +2538,11 @@ def _place(
     begin: int,
     within: tuple[int, int],
     step_s: float,
+    rows: npt.NDArray[np.intp] | None = None,
 ) -> None:
     """Write each point of a range answer into `fresh` (step `begin + i` at `i`): the value at
-    instant `(k + 1) x step` is the rate over step `k`, for the steps `within` only."""
+    instant `(k + 1) x step` is the rate over step `k`, for the steps `within` only. With
+    `rows`, `fresh` holds one series a row and each point goes to its row."""
     k = np.round(stamps / step_s) - 1
     # Prometheus answers on the grid asked for, with rates that are never negative nor
     # absurd: anything else comes from a broken answer.
@@ -2201,7 +2551,11 @@ def _place(
         sane = np.isfinite(values) & (values >= 0) & (values <= MAX_HISTORY_RATE)
     keep = on_grid & sane & (k >= within[0]) & (k < within[1])
     # A later point of the same step wins, as it did read one by one.
-    fresh[k[keep].astype(np.int64) - begin] = values[keep]
+    at = k[keep].astype(np.int64) - begin
+    if rows is None:
+        fresh[at] = values[keep]
+    else:
+        fresh[rows[keep], at] = values[keep]
 
 
 _MATRIX_START: Final = b'{"status":"success","data":{"resultType":"matrix","result":['
@@ -2214,7 +2568,7 @@ _RANGE_POINT: Final = (
 )
 _LABEL: Final = _JSON_TEXT + b":" + _JSON_TEXT
 _RANGE_SERIES: Final = re.compile(
-    rb'\{"metric":\{(?:%b(?:,%b)*+)?+\},"values":\[((?:%b,)*+%b)?+\]\}'
+    rb'\{"metric":\{((?:%b(?:,%b)*+)?+)\},"values":\[((?:%b,)*+%b)?+\]\}'
     % (_LABEL, _LABEL, _RANGE_POINT, _RANGE_POINT)
 )
 """One series of a range answer as Prometheus writes it: compact, its labels and its points
@@ -2228,10 +2582,21 @@ def _scan_range(
     """The times and values of a successful range answer whose every series has the shape
     `_RANGE_SERIES` matches, read as `_range_points` reads the decoded answer; None when it is
     anything else, for the JSON decoder to read (and judge)."""
+    scanned = _scan_matrix(body)
+    return None if scanned is None else scanned[2:]
+
+
+def _scan_matrix(
+    body: bytes,
+) -> tuple[list[bytes], list[int], npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+    """As `_scan_range`, with each series' labels (the text between the braces) and its
+    number of points, in the order of the points."""
     if not body.startswith(_MATRIX_START) or not body.endswith(b"]}}"):
         return None
     at, end = len(_MATRIX_START), len(body) - 3
     numbers: list[bytes] = []
+    labels: list[bytes] = []
+    counts: list[int] = []
     while at < end:
         found = _RANGE_SERIES.match(body, at, end)
         if found is None:
@@ -2241,14 +2606,29 @@ def _scan_range(
             if body[at : at + 1] != b"," or at + 1 == end:
                 return None
             at += 1
-        if found.group(1):
-            numbers += found.group(1).translate(None, b'[]"').split(b",")
+        labels.append(found.group(1))
+        if found.group(2):
+            points = found.group(2).translate(None, b'[]"').split(b",")
+            numbers += points
+            counts.append(len(points) // 2)
+        else:
+            counts.append(0)
     try:
         # Python's float reads the text as it reads the decoded strings and numbers.
         values = np.array(list(map(float, numbers[1::2])), dtype=np.float64)
     except ValueError:  # a value that is not a number: the decoder's reading leaves it out
         return None
-    return _times(numbers[0::2]), values
+    return labels, counts, _times(numbers[0::2]), values
+
+
+def _label_of(labels: bytes, name: str) -> str | None:
+    """The value of label `name` in a scanned series' labels (no escapes: `_JSON_TEXT`)."""
+    head = f'"{name}":"'.encode()
+    if labels.startswith(head) and labels.count(b'"') == 4:  # that label alone
+        return labels[len(head) : -1].decode()
+    metric = json.loads(b"{" + labels + b"}")
+    value = metric.get(name)
+    return value if isinstance(value, str) else None
 
 
 def _times(texts: list[bytes]) -> npt.NDArray[np.float64]:

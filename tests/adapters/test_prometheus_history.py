@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -14,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import numpy as np
 import numpy.typing as npt
 import pytest
+from aiohttp import web
 from prom import server, stub
 
 from autoscaler import errors, ports
@@ -449,3 +453,340 @@ async def test_any_other_range_answer_is_decoded_and_a_broken_one_raises_the_sam
             assert client.scanned == 0
         finally:
             await client.close()
+
+
+# A namespace of many Deployments: placement tiers, names that begin others' (`chat` and
+# `chat-large`, `a` and `a-b`), a Deployment whose pods `chat`'s MIG tier pattern also takes
+# (`chat-mig-1g`), a pod with two series, a pod gone at noon, and another namespace.
+FLEET_PODS: dict[str, tuple[float, str]] = {
+    "ns/chat-7d9f8c6b5-abcde": (2.0, "morning"),
+    "ns/chat-7d9f8c6b5-fghij": (3.0, "afternoon"),
+    "ns/chat-shared-6c5b4d8f7-klmno": (1.0, "day"),
+    "ns/chat-mig-1g.10gb-6c5b4d8f7-mnopq": (0.5, "day"),
+    "ns/chat-large-5f6d7c9b8-pqrst": (100.0, "day"),
+    "ns/chat-mig-1g-7c6b5d4f3-zyxwv": (7.0, "day"),
+    "ns/a-5d8f7c6b9-aaaaa": (1.5, "day"),
+    "ns/a-b-5d8f7c6b9-bbbbb": (2.5, "day"),
+    "ns/a-b-shared-5d8f7c6b9-ccccc": (0.25, "day"),
+    "other/chat-7d9f8c6b5-uvwxy": (50.0, "day"),
+    "other/b-5d8f7c6b9-ddddd": (9.0, "day"),
+    **{f"ns/llm-{i:05d}-5d8f7c6b9-p{i:04d}": (0.1 * i, "day") for i in range(1, 13)},
+    "ns/llm-00003-5d8f7c6b9-q0003": (0.7, "morning"),  # a second pod, gone at noon
+}
+FLEET = tuple(
+    model.ServiceId(s)
+    for s in (
+        "ns/chat",
+        "ns/chat-large",
+        "ns/chat-mig-1g",
+        "ns/a",
+        "ns/a-b",
+        "other/chat",
+        "other/b",
+        *(f"ns/llm-{i:05d}" for i in range(1, 13)),
+    )
+)
+
+
+@pytest.fixture
+def fleet(prometheus_binary: str, tmp_path: Path) -> Iterator[Backfilled]:
+    """A Prometheus started on a day of `FLEET_PODS`' series written by `promtool`."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed")
+    end = (int(time.time()) // 3600 - 1) * 3600
+    start = end - DAY_S
+    parts = {
+        "morning": range(start, start + DAY_S // 2, SCRAPE_S),
+        "afternoon": range(start + DAY_S // 2, end, SCRAPE_S),
+        "day": range(start, end, SCRAPE_S),
+    }
+    name = "vllm:request_success_total"
+    lines = ["# TYPE vllm:request_success counter"]
+    for key, (rate, part) in FLEET_PODS.items():
+        namespace, pod = key.split("/")
+        lines += series(name, namespace, pod, rate, parts[part], day_s=start)
+        if pod.startswith("llm-00005"):  # a second series of the same pod
+            more = series(name, namespace, pod, rate / 3, parts[part], day_s=start)
+            lines += (line.replace("pod=", 'model="x",pod=') for line in more)
+    lines.append("# EOF")
+    source = tmp_path / "fleet.om"
+    source.write_text("\n".join(lines) + "\n")
+    port = free_port()
+    subprocess.run(
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(source),
+            str(tmp_path / f"data-{port}"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    prom = server.start(prometheus_binary, tmp_path, port=port)
+    try:
+        yield Backfilled(prom, end)
+    finally:
+        prom.stop()
+
+
+def _same(one: forecast.History, two: forecast.History) -> None:
+    """The two histories hold the same steps, bit for bit."""
+    assert (one.start_s, one.step_s, one.size) == (two.start_s, two.step_s, two.size)
+    assert np.array_equal(one.load_per_s, two.load_per_s, equal_nan=True)
+    assert (one.pieces is None) == (two.pieces is None)
+    for (a_first, a_values), (b_first, b_values) in zip(
+        one.pieces or (), two.pieces or (), strict=True
+    ):
+        assert a_first == b_first
+        assert np.array_equal(a_values, b_values, equal_nan=True)
+
+
+def _range_queries(backfilled: Backfilled) -> int:
+    """Range queries Prometheus has answered so far, by its own count."""
+    return round(backfilled.prometheus.http_requests("/api/v1/query_range"))
+
+
+@pytest.mark.parametrize("policy", ["forecast", "whole"])
+async def test_many_services_share_a_range_query_and_read_what_each_reads_alone(
+    fleet: Backfilled, history_for: list[prometheus.LoadHistory], policy: str
+) -> None:
+    """The services of a namespace are asked for in one range query per stretch (a second for
+    names that begin others'), and each reads, bit for bit, the steps its own query reads: tier
+    pods, prefix-named Deployments, a pod two patterns take, a gap, a pod gone. So do ten
+    minutes and two hours on."""
+    config = forecast_config() if policy == "forecast" else None
+    stretches = 3 if policy == "forecast" else 1
+    wall = [float(fleet.end_s - 4 * 3600)]
+    batched = _source(fleet, history_for, lambda: wall[0])
+    alone = _source(fleet, history_for, lambda: wall[0], max_batch_services=1)
+    span = 2 * 6 * 3600.0
+    asked = workloads(*FLEET, policy=config)
+    for now in (0.0, 600.0, 7800.0):
+        wall[0] = fleet.end_s - 4 * 3600 + now
+        before, sent = _range_queries(fleet), batched.queries_sent
+        mine = await batched.load_history(asked, now, span_s=span, step_s=STEP_S)
+        answered = _range_queries(fleet) - before
+        alone_sent = alone.queries_sent
+        theirs = await alone.load_history(asked, now, span_s=span, step_s=STEP_S)
+        assert sorted(mine) == sorted(theirs) == sorted(FLEET)
+        for service in FLEET:
+            _same(mine[service], theirs[service])
+        # Per stretch asked: `ns` in two queries (`chat-large`, `chat-mig-1g` and `a-b` in the
+        # second), `other` in one; one a service asked alone.
+        asked_stretches = stretches if now != 600.0 else 1
+        assert answered == batched.queries_sent - sent == 3 * asked_stretches
+        assert alone.queries_sent - alone_sent == len(FLEET) * asked_stretches
+    chat = mine[model.ServiceId("ns/chat")]
+    values = np.concatenate([chat.load_per_s, *(v for _, v in chat.pieces or ())])
+    # chat's own, its shared and MIG tier pods, and chat-mig-1g's pod that its MIG tier's
+    # pattern also takes, as its own query always counted.
+    assert np.nanmax(values) == pytest.approx(3.0 + 1.0 + 0.5 + 7.0)
+
+
+@contextlib.asynccontextmanager
+async def refusing(upstream: str, word: str) -> AsyncIterator[tuple[str, list[str]]]:
+    """A proxy in front of `upstream` that refuses (422 `execution`) every query naming `word`
+    and forwards the others; yields its URL and the queries it saw."""
+    seen: list[str] = []
+    session = aiohttp.ClientSession()
+
+    async def handle(request: web.Request) -> web.Response:
+        form = dict(await request.post()) if request.method == "POST" else dict(request.query)
+        query = str(form.get("query", ""))
+        seen.append(query)
+        if word in query:
+            return web.json_response(REFUSAL, status=422)
+        async with session.post(upstream + request.path, data=form) as answer:
+            return web.Response(status=answer.status, body=await answer.read())
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+    finally:
+        await runner.cleanup()
+        await session.close()
+
+
+async def test_a_service_refused_in_a_shared_query_is_found_and_only_it_goes_without(
+    fleet: Backfilled, history_for: list[prometheus.LoadHistory]
+) -> None:
+    """Prometheus refuses every query that names one service: its shared query is bisected down
+    to that service alone, the others read what they read alone, and only the refused service
+    is left out of the refresh; at the next it is asked again. Past the refresh's budget of
+    queries for that, or with every service refused, the refusal is raised."""
+    wall = [float(fleet.end_s - 4 * 3600)]
+    alone = _source(fleet, history_for, lambda: wall[0], max_batch_services=1)
+    asked = workloads(*FLEET, policy=forecast_config())
+    span = 2 * 6 * 3600.0
+    theirs = await alone.load_history(asked, 0.0, span_s=span, step_s=STEP_S)
+    bad = model.ServiceId("ns/llm-00007")
+    async with refusing(fleet.prometheus.url, "llm-00007") as (url, seen):
+        batched = prometheus.LoadHistory(
+            prometheus.Client(url), wall_now=lambda: wall[0], scrape_interval_s=SCRAPE_S
+        )
+        history_for.append(batched)
+        mine = await batched.load_history(asked, 0.0, span_s=span, step_s=STEP_S)
+        assert sorted(mine) == sorted(set(FLEET) - {bad})
+        for service in mine:
+            _same(mine[service], theirs[service])
+        # Per stretch: the three shared queries; `ns`'s first (chat, a, twelve llm-) halved
+        # down to llm-00007: [7 | 7], [3 | 4], [llm-00006 | 2], [llm-00007 | llm-00008].
+        assert len(seen) == 3 * (3 + 8)
+        assert sum("llm-00007" in q for q in seen) == 3 * 5
+        assert sum("label_replace" not in q for q in seen) == 3 * 3
+        seen.clear()
+        wall[0] += 600.0
+        again = await batched.load_history(asked, 600.0, span_s=span, step_s=STEP_S)
+        assert bad not in again
+        # Asked again from the start of each stretch, in the shared query and alone.
+        assert sum(q.startswith("sum(rate(") and "llm-00007" in q for q in seen) == 3
+        frugal = prometheus.LoadHistory(
+            prometheus.Client(url),
+            wall_now=lambda: wall[0],
+            scrape_interval_s=SCRAPE_S,
+            max_isolation_queries=4,
+        )
+        history_for.append(frugal)
+        with pytest.raises(prometheus.QueryRejected):
+            await frugal.load_history(asked, 600.0, span_s=span, step_s=STEP_S)
+    async with stub.answering(422, json.dumps(REFUSAL), "application/json") as url:
+        refusing_all = prometheus.LoadHistory(
+            prometheus.Client(url), wall_now=lambda: wall[0], scrape_interval_s=SCRAPE_S
+        )
+        history_for.append(refusing_all)
+        with pytest.raises(prometheus.QueryRejected):
+            await refusing_all.load_history(asked, 600.0, span_s=span, step_s=STEP_S)
+        assert refusing_all.queries_sent < 3 * (3 + 2 * len(FLEET))
+
+
+REFUSAL = {"status": "error", "errorType": "execution", "error": "too many samples"}
+
+
+@pytest.mark.parametrize(
+    ("options", "queries"),
+    [
+        ({}, 3),
+        ({"max_range_points": 200}, 3 * 4),  # 720 steps in four
+        ({"max_batch_services": 5}, 4 + 1),  # ns: 17 services in four
+        ({"max_batch_points": 4 * 720}, 5 + 1),  # four services of 720 steps
+        ({"max_batch_chars": 30}, 6 + 1),  # `llm-00001|` is ten characters
+    ],
+)
+async def test_a_shared_range_query_keeps_to_its_limits(
+    fleet: Backfilled,
+    history_for: list[prometheus.LoadHistory],
+    options: dict[str, int],
+    queries: int,
+) -> None:
+    """Steps per query, services per query, points per answer and characters of names each
+    split the shared queries, and every service still reads what it reads alone."""
+    wall = [float(fleet.end_s - 4 * 3600)]
+    batched = _source(fleet, history_for, lambda: wall[0], **options)
+    alone = _source(fleet, history_for, lambda: wall[0], max_batch_services=1)
+    asked = workloads(*FLEET)
+    mine = await batched.load_history(asked, 0.0, span_s=12 * 3600.0, step_s=STEP_S)
+    theirs = await alone.load_history(asked, 0.0, span_s=12 * 3600.0, step_s=STEP_S)
+    assert batched.queries_sent == queries
+    assert sorted(mine) == sorted(theirs) == sorted(FLEET)
+    for service in FLEET:
+        _same(mine[service], theirs[service])
+
+
+def test_a_shared_query_takes_each_pod_for_the_one_owner_its_name_fits() -> None:
+    """The owners' pattern is the one query's, their alternation captured; names that begin
+    others' followed by `-` never share a batch."""
+    promql = prometheus.history_batch_query(
+        ["chat", "a.b"], "ns", "vllm:request_success_total", window_s=240.0
+    )
+    pods = '"(chat|a\\\\.b)-((mig-[a-z0-9.-]+|shared)-)?[a-z0-9]{1,10}-[a-z0-9]{5}"'
+    assert promql == (
+        "sum by (autoscaler_deployment) (label_replace(rate(vllm:request_success_total"
+        f'{{namespace="ns",pod=~{pods}}}[240s]), "autoscaler_deployment", "$1", "pod", {pods}))'
+    )
+    with pytest.raises(ValueError, match="not a Deployment name"):
+        prometheus.history_batch_query(["a|b"], "ns", "m", window_s=60.0)
+    names = ["a", "a-b", "a-b-c", "ab", "b", "a-bc", "chat", "chat-mig-1g", "chat-large"]
+    needs = [prometheus._Need(None, 0, name) for name in names]  # type: ignore[arg-type]
+    batches = prometheus._batches(
+        needs, max_services=100, max_chars=1000, per_service=10, max_points=1000
+    )
+    owners = [[need.owner for need in batch] for batch in batches]
+    assert owners == [
+        ["a", "ab", "b", "chat"],
+        ["a-b", "a-bc", "chat-mig-1g", "chat-large"],
+        ["a-b-c"],
+    ]
+    for batch in owners:
+        for one in batch:
+            assert not any(other.startswith(one + "-") for other in batch)
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+async def test_a_shared_range_answer_is_read_by_series_scanned_or_decoded(spaced: bool) -> None:
+    """Each series of a shared answer comes with its owner label, scanned from the compact
+    shape or decoded from any other, the same either way."""
+    result = [
+        {"metric": {"autoscaler_deployment": "a"}, "values": [[60, "1"], [120, "2"]]},
+        {"metric": {}, "values": [[60, "5"]]},
+        {"metric": {"autoscaler_deployment": "b", "x": "y"}, "values": []},
+        {"metric": {"autoscaler_deployment": "c"}, "values": [[60, "NaN"], [120, "3"]]},
+    ]
+    separators = (", ", ": ") if spaced else (",", ":")
+    body = MATRIX % json.dumps(result, separators=separators)
+    async with stub.answering(200, body, "application/json") as url:
+        client = prometheus.Client(url)
+        try:
+            series = await client.query_range_series(
+                "h", "up", label="autoscaler_deployment", start_s=60.0, end_s=120.0, step_s=60.0
+            )
+            assert client.scanned == (0 if spaced else 1)
+        finally:
+            await client.close()
+    assert series.labels == ["a", None, "b", "c"]
+    assert series.counts == [2, 1, 0, 2]
+    assert series.times.tolist() == [60.0, 120.0, 60.0, 60.0, 120.0]
+    assert series.values[[0, 1, 2, 4]].tolist() == [1.0, 2.0, 5.0, 3.0]
+    assert math.isnan(series.values[3])
+    assert (
+        prometheus._label_of(b'"x":"y","autoscaler_deployment":"b"', "autoscaler_deployment") == "b"
+    )
+
+
+async def test_at_most_two_shared_queries_are_in_flight_at_once(
+    history_for: list[prometheus.LoadHistory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared query costs Prometheus what hundreds of one service do: two at most run at
+    once, leaving it room for the tick's instant queries."""
+    source = prometheus.LoadHistory(
+        prometheus.Client(f"http://127.0.0.1:{free_port()}"),
+        wall_now=lambda: 1_800_000_000.0,
+        scrape_interval_s=SCRAPE_S,
+        max_batch_services=2,
+    )
+    history_for.append(source)
+    flying = [0, 0]  # now, most
+
+    async def answer(*_: object, **__: object) -> prometheus.RangeSeries:
+        flying[0] += 1
+        flying[1] = max(flying)
+        for _ in range(5):
+            await asyncio.sleep(0)  # the other fetches run meanwhile
+        flying[0] -= 1
+        return prometheus.RangeSeries([], [], np.empty(0), np.empty(0))
+
+    async def alone(*_: object, **__: object) -> tuple[npt.NDArray[np.float64], ...]:
+        return np.empty(0), np.empty(0)
+
+    monkeypatch.setattr(source.client, "query_range_series", answer)
+    monkeypatch.setattr(source.client, "query_range_points", alone)
+    found = await source.load_history(workloads(*FLEET), 0.0, span_s=3600.0, step_s=STEP_S)
+    assert len(found) == len(FLEET)
+    assert flying[1] == 2
