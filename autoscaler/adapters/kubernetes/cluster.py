@@ -1286,16 +1286,10 @@ class KubeCluster:
             based_on = targets.scale_of(kind, cached).spec_replicas
         for attempt in range(1, self._conflicts.attempts + 1):
             body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
-            patch, args = endpoint.patch_scale(workload.deployment, workload.namespace, body)
+            patch = endpoint.patch_scale(workload.deployment, workload.namespace, body)
             try:
                 answer = await self._calls.call(
-                    operation,
-                    service,
-                    patch,
-                    *args,
-                    write=True,
-                    service=service,
-                    _content_type=_api.MERGE_PATCH,
+                    operation, service, patch, write=True, service=service
                 )
             except KubeApiError as e:
                 if e.status != 409 or attempt == self._conflicts.attempts:
