@@ -20,6 +20,16 @@ clock) immediately before the request is sent, after every await of the caller, 
 replica may judge the Lease expired; a write already on its way when the deadline passes is
 fenced by its precondition (the resourceVersion it was based on), not here.
 
+A write the adapters send often (a status annotation, a scale, an Event) is a `Request`: its
+method, path and body, sent on the `ApiClient`'s own HTTP session (its connector's TLS and
+connection limit, its proxy) with the headers the generated client would send (`Accept`,
+`Content-Type`, its default headers such as the User-Agent, and the `authorization` of the
+configuration's `auth_settings()`, asked before every request, so a refreshed token is used),
+the body serialised once as the generated client serialises it (the same bytes). It skips
+the generated client's parameter checks, sanitising and generic header building: about 60 %
+of the client's own CPU per write beside the HTTP request (docs/benchmark.md). Its answer and
+its failures are mapped exactly as `call_json` maps the generated client's.
+
 It must not cache, retry or decide anything.
 """
 
@@ -28,11 +38,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import functools
 import json
+import urllib.parse
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Final
 
 import aiohttp
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
 from autoscaler import errors
@@ -48,6 +61,7 @@ ErrorCallback = Callable[[str], None]
 """Told the operation (`deployments.list`, `leases.update`, ...) of every failed API call."""
 
 MERGE_PATCH: Final = "application/merge-patch+json"
+JSON: Final = "application/json"
 DEFAULT_REQUEST_TIMEOUT_S: Final = 10.0
 
 TRANSPORT_ERRORS: Final = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
@@ -69,6 +83,48 @@ class KubeApiError(errors.ActuationError):
 
 class NotLeaderError(errors.ActuationError):
     """A write was asked of an instance that does not hold the Lease of its service's bucket."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Request:
+    """One call sent on `api`'s session without the generated client (module docstring)."""
+
+    api: client.ApiClient
+    method: str
+    path: str
+    """From the API's root, its segments quoted (`resource_path`): `/apis/apps/v1/...`."""
+    body: object = None
+    """JSON-serialisable; None sends no body."""
+    content_type: str = JSON
+
+
+Target = Callable[..., Awaitable[Any]] | Request
+"""What a call sends: a generated client function (with its arguments) or a `Request`."""
+
+
+def resource_path(
+    group: str,
+    version: str,
+    plural: str,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """The path of a collection or an object as the API serves it (the core group is "")."""
+    parts = ["api", version] if not group else ["apis", group, version]
+    if namespace is not None:
+        parts += ["namespaces", _quote(namespace)]
+    parts.append(plural)
+    if name is not None:
+        parts.append(_quote(name))
+        if subresource is not None:
+            parts.append(subresource)
+    return "/" + "/".join(parts)
+
+
+def _quote(segment: str) -> str:
+    # As the generated client quotes a path parameter: every reserved character.
+    return urllib.parse.quote(segment, safe="")
 
 
 def ignore_error(_: str) -> None:
@@ -98,7 +154,7 @@ class Caller:
         self,
         operation: str,
         target: str,
-        fn: Callable[..., Awaitable[Any]],
+        fn: Target,
         *args: Any,
         write: bool = False,
         service: str | None = None,
@@ -118,7 +174,7 @@ class Caller:
         allow: Collection[int],
         operation: str,
         target: str,
-        fn: Callable[..., Awaitable[Any]],
+        fn: Target,
         *args: Any,
         write: bool = False,
         service: str | None = None,
@@ -144,15 +200,79 @@ class Caller:
 
 
 async def call_json(
-    fn: Callable[..., Awaitable[Any]],
+    fn: Target,
     *args: Any,
     request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
     **kwargs: Any,
 ) -> Obj:
-    """Call a generated client method and return the answer's JSON; raise on a non-2xx status."""
+    """Call a generated client method (or send a `Request`, which takes no other argument) and
+    return the answer's JSON; raise on a non-2xx status."""
+    if isinstance(fn, Request):
+        if args or kwargs:
+            raise TypeError("a Request carries its own arguments")
+        url, headers = await _prepared(fn)
+        return await _answer(await _send(fn, url, headers, request_timeout_s))
     if request_timeout_s is not None:
         kwargs["_request_timeout"] = request_timeout_s
-    response: aiohttp.ClientResponse = await fn(*args, _preload_content=False, **kwargs)
+    return await _answer(await fn(*args, _preload_content=False, **kwargs))
+
+
+async def _prepared(request: Request) -> tuple[str, dict[str, str]]:
+    """The URL and headers the generated client would send, with the configuration's
+    authorization (`auth_settings()` runs its refresh hook: a rotated token file, an exec
+    plugin)."""
+    api = request.api
+    headers = {"Accept": JSON, "Content-Type": request.content_type, **api.default_headers}
+    if api.cookie:
+        headers["Cookie"] = api.cookie
+    queries: list[tuple[str, str]] = []
+    await api.update_params_for_auth(headers, queries, list(_AUTH_SETTINGS))
+    url = (api.configuration.host or "") + request.path
+    if queries:
+        url += "?" + urllib.parse.urlencode(queries)
+    return url, headers
+
+
+async def _send(
+    request: Request, url: str, headers: Mapping[str, str], request_timeout_s: float | None
+) -> aiohttp.ClientResponse:
+    """Send `request` to `url` with `headers` as the generated client's REST layer would (its
+    session, proxy, TLS server name, timeout and body bytes); the response, unread."""
+    rest = request.api.rest_client
+    options: dict[str, Any] = {}
+    if rest.proxy:
+        options["proxy"] = rest.proxy
+    if rest.proxy_headers:
+        options["proxy_headers"] = rest.proxy_headers
+    if rest.server_hostname:
+        options["server_hostname"] = rest.server_hostname
+    if request.body is not None:
+        options["data"] = json.dumps(request.body).encode()
+    response: aiohttp.ClientResponse = await rest.pool_manager.request(
+        request.method,
+        url,
+        headers=headers,
+        timeout=_timeout(request_timeout_s),
+        **options,
+    )
+    return response
+
+
+_AUTH_SETTINGS: Final = ("BearerToken",)
+"""The generated client's authentication for every Kubernetes call (a bearer token, refreshed
+by the configuration's hook); client certificates are in the session's TLS context."""
+
+
+@functools.lru_cache(maxsize=8)
+def _timeout(request_timeout_s: float | None) -> aiohttp.ClientTimeout:
+    """As the generated client sets it: a total deadline, or none when 0 or None."""
+    if request_timeout_s:
+        return aiohttp.ClientTimeout(total=request_timeout_s)
+    return aiohttp.ClientTimeout()
+
+
+async def _answer(response: aiohttp.ClientResponse) -> Obj:
+    """The JSON object of a response; `ApiException` on a non-2xx status."""
     try:
         body = await response.read()
     finally:
@@ -170,18 +290,29 @@ async def call_json(
 async def write_json(
     fence: Fence,
     service: str,
-    fn: Callable[..., Awaitable[Any]],
+    fn: Target,
     *args: Any,
     request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
     **kwargs: Any,
 ) -> Obj:
     """`call_json` for a write on behalf of `service`: `NotLeaderError`, and nothing sent, when
-    `fence(service)` says no."""
+    `fence(service)` says no. A `Request`'s fence is asked after its authorization is (which
+    may wait on a token's refresh), immediately before it is sent."""
+    if isinstance(fn, Request):
+        if args or kwargs:
+            raise TypeError("a Request carries its own arguments")
+        url, headers = await _prepared(fn)
+        _fenced(fence, service)
+        return await _answer(await _send(fn, url, headers, request_timeout_s))
+    _fenced(fence, service)
+    return await call_json(fn, *args, request_timeout_s=request_timeout_s, **kwargs)
+
+
+def _fenced(fence: Fence, service: str) -> None:
     if not fence(service):
         raise NotLeaderError(
             f"{service}: this instance does not lead its Lease (or the renew deadline passed)"
         )
-    return await call_json(fn, *args, request_timeout_s=request_timeout_s, **kwargs)
 
 
 def status_of(error: BaseException) -> int | None:

@@ -76,16 +76,13 @@ async def patch_annotations(
         if is_written(known):
             return None
         body = {"metadata": {"resourceVersion": version, "annotations": dict(annotations)}}
-        patch, args = ends.patch(name, namespace, body)
         try:
             return await calls.call(
                 ends.operation("patch"),
                 target,
-                patch,
-                *args,
+                ends.patch(name, namespace, body),
                 write=True,
                 service=target,
-                _content_type=_api.MERGE_PATCH,
             )
         except KubeApiError as e:
             if e.status != 409 or attempt >= retry.attempts:

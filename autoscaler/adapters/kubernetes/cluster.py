@@ -155,6 +155,9 @@ class _Annotated:
     version: str
     status: str
     state: str
+    outcome: dict[str, Any]
+    """`codec.outcome` of the status written: found again (in the cache, once it has caught
+    up), the text is not parsed back to be compared."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -1286,16 +1289,10 @@ class KubeCluster:
             based_on = targets.scale_of(kind, cached).spec_replicas
         for attempt in range(1, self._conflicts.attempts + 1):
             body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
-            patch, args = endpoint.patch_scale(workload.deployment, workload.namespace, body)
+            patch = endpoint.patch_scale(workload.deployment, workload.namespace, body)
             try:
                 answer = await self._calls.call(
-                    operation,
-                    service,
-                    patch,
-                    *args,
-                    write=True,
-                    service=service,
-                    _content_type=_api.MERGE_PATCH,
+                    operation, service, patch, write=True, service=service
                 )
             except KubeApiError as e:
                 if e.status != 409 or attempt == self._conflicts.attempts:
@@ -1403,18 +1400,25 @@ class KubeCluster:
         state_text: str,
         kind: targets.TargetKind,
     ) -> None:
+        wanted = codec.outcome(document)
+        mine = self._annotated.get(service)
+
         def written(found: Mapping[str, str]) -> bool:
-            return (
-                codec.same_status(found.get(contract.STATUS_KEY), document)
-                and found.get(contract.STATE_KEY) == state_text
-            )
+            # As `codec.same_status`, but the state (a string compare) first, and the text of
+            # the controller's own last write compared through its outcome, not parsed again.
+            if found.get(contract.STATE_KEY) != state_text:
+                return False
+            text = found.get(contract.STATUS_KEY)
+            if mine is not None and text == mine.status:
+                return mine.outcome == wanted
+            existing = codec.read_status(text)
+            return existing is not None and codec.outcome(existing) == wanted
 
         # Right after its own writes the cache usually lags by them: patching from its version
         # would only earn a 409 and a re-read, and its annotations may be older than the last
         # ones written, so a decision that goes back to what they say would not be written.
         version = self._written_version[service] if self._lags(service) else None
         found = None
-        mine = self._annotated.get(service)
         if mine is not None and _older(deployment, mine.version):
             found = {contract.STATUS_KEY: mine.status, contract.STATE_KEY: mine.state}
             if version is None or _older_version(version, mine.version):
@@ -1434,7 +1438,7 @@ class KubeCluster:
         )
         if answer is not None:
             self._annotated[service] = _Annotated(
-                _api.resource_version(answer), status_text, state_text
+                _api.resource_version(answer), status_text, state_text, wanted
             )
 
     async def _read(

@@ -229,7 +229,7 @@ class EventRecorder:
         paces the calls (`posts_per_s` after `post_burst`)."""
         if not (posts_per_s > 0 and post_burst >= 1 and max_pending >= 1):
             raise ValueError("posts_per_s must be > 0, post_burst and max_pending >= 1")
-        self._core = client.CoreV1Api(api)
+        self._api = api
         self._calls = calls or _api.Caller()
         self.instance = instance
         self.component = component
@@ -386,16 +386,13 @@ class EventRecorder:
                     "message": pending.message,
                 }
                 # 404: the Event expired (its TTL): post a fresh one.
+                path = _api.resource_path("", "v1", "events", namespace, posted.name)
                 answer = await self._calls.call_allowing(
                     (404,),
                     "events.patch",
                     target,
-                    self._core.patch_namespaced_event,
-                    posted.name,
-                    namespace,
-                    patch,
+                    _api.Request(self._api, "PATCH", path, patch, _api.MERGE_PATCH),
                     write=True,
-                    _content_type=_api.MERGE_PATCH,
                 )
                 if answer is not None:
                     posted.count += pending.count
@@ -416,9 +413,9 @@ class EventRecorder:
             created = await self._calls.call(
                 "events.create",
                 target,
-                self._core.create_namespaced_event,
-                namespace,
-                body,
+                _api.Request(
+                    self._api, "POST", _api.resource_path("", "v1", "events", namespace), body
+                ),
                 write=True,
             )
         except _api.KubeApiError as e:

@@ -2,8 +2,9 @@
 `contract.targets` (the generated client spells them differently for Deployments, StatefulSets
 and custom resources).
 
-Each method answers the generated function and its arguments, for the caller's `_api.Caller`
-to call with its deadline, fence and error mapping; a patch is a JSON merge patch.
+Each read answers the generated function and its arguments, each patch an `_api.Request` (a
+JSON merge patch, sent on the client's session without the generated client's per-call
+work), for the caller's `_api.Caller` to send with its deadline, fence and error mapping.
 
 It must not call the API itself, cache or decide anything.
 """
@@ -15,6 +16,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client
 
+from autoscaler.adapters.kubernetes import _api
 from autoscaler.adapters.kubernetes._api import Obj
 from autoscaler.contract import targets
 
@@ -45,6 +47,7 @@ class Endpoint:
         self.kind = kind
         self._apps = apps
         self._custom = custom
+        self._client: client.ApiClient = apps.api_client  # type: ignore[attr-defined]  # no stub
 
     @classmethod
     def of(cls, api: client.ApiClient, kind: targets.TargetKind) -> Endpoint:
@@ -70,14 +73,23 @@ class Endpoint:
     def read(self, name: str, namespace: str) -> Call:
         return self._call("read", "get", name, namespace)
 
-    def patch(self, name: str, namespace: str, body: Obj) -> Call:
-        return self._call("patch", "patch", name, namespace, body)
+    def patch(self, name: str, namespace: str, body: Obj) -> _api.Request:
+        """A merge patch of the object."""
+        return self._patch(name, namespace, body, None)
 
     def read_scale(self, name: str, namespace: str) -> Call:
         return self._call("read", "get", name, namespace, scale=True)
 
-    def patch_scale(self, name: str, namespace: str, body: Obj) -> Call:
-        return self._call("patch", "patch", name, namespace, body, scale=True)
+    def patch_scale(self, name: str, namespace: str, body: Obj) -> _api.Request:
+        """A merge patch of the object's `/scale`."""
+        return self._patch(name, namespace, body, "scale")
+
+    def _patch(self, name: str, namespace: str, body: Obj, subresource: str | None) -> _api.Request:
+        kind = self.kind
+        path = _api.resource_path(
+            kind.group, kind.version, kind.plural, namespace, name, subresource
+        )
+        return _api.Request(self._client, "PATCH", path, body, _api.MERGE_PATCH)
 
     def _call(
         self,

@@ -1084,3 +1084,52 @@ async def test_a_settled_service_writes_no_status_until_its_decision_changes(
     stored = kube.store.get("apps/v1/deployments", NS, "web")
     status = json.loads(stored["metadata"]["annotations"][contract.STATUS_KEY])
     assert (status["kind"], status["reason"]) == ("hold", "cooldown")  # news: it wants 8
+
+
+async def test_publish_compares_its_own_last_status_without_parsing_it_again(
+    kube: Kube,
+    apps: client.AppsV1Api,
+    make_cluster: MakeCluster,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The status the controller wrote last, found again (in the cache once it has caught up),
+    is compared through the outcome kept when it was written: its text is not parsed back.
+    A status written by someone else still is."""
+    await apps.create_namespaced_deployment(NS, deployment("web", annotations=settings()))
+    clock_s = [WALL_S]
+    made = await make_cluster(wall_now=lambda: clock_s[0])
+    await managed(made, "web")
+    held = decision(2, 2, kind=model.Kind.STEADY, reason=model.Reason.IN_DEADBAND)
+    state = model.PolicyState(last_scale_change_s=WALL_S - 60)
+    await made.publish(WEB, held, state)
+    await eventually(
+        lambda: contract.STATUS_KEY in _api.annotations_of(made.caches.deployment(NS, "web") or {}),
+        made.caches.deployments,
+    )
+    parsed: list[str | None] = []
+    read_status = codec.read_status
+
+    def counted(text: str | None) -> dict[str, object] | None:
+        parsed.append(text)
+        return read_status(text)
+
+    monkeypatch.setattr(codec, "read_status", counted)
+    clock_s[0] += 30
+    await made.publish(WEB, held, state)  # the same decision: nothing written, nothing parsed
+    assert kube.requests.count("patch", "deployments") == 1
+    assert parsed == []
+
+    foreign = '{"current":2,"desired":2,"kind":"steady"}'
+    await apps.patch_namespaced_deployment(
+        "web", NS, {"metadata": {"annotations": {contract.STATUS_KEY: foreign}}}
+    )
+    await eventually(
+        lambda: (
+            _api.annotations_of(made.caches.deployment(NS, "web") or {}).get(contract.STATUS_KEY)
+            == foreign
+        ),
+        made.caches.deployments,
+    )
+    await made.publish(WEB, held, state)  # another writer's text is parsed, and says the same
+    assert parsed == [foreign]
+    assert kube.requests.count("patch", "deployments") == 2  # the foreign write alone
