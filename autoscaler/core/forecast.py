@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -82,6 +83,11 @@ class History:
         a week of one-minute steps holds 6 KiB of them rather than the 400 KiB of the whole
         prefix arrays, and every sum looked up is the same float the whole arrays hold."""
         return Sums.of(self.held, every=_MARK_EVERY)
+
+    def keep_sums(self, sums: Sums) -> None:
+        """Keep `sums` as the history's `sums`, unless they are made already: they must be
+        what `sums` would make, as `backtests` makes them from its own pass."""
+        vars(self).setdefault("sums", sums)
 
     def __post_init__(self) -> None:
         if not self.step_s > 0:
@@ -185,6 +191,7 @@ def reads(config: model.ForecastConfig, *, lead_s: float) -> tuple[tuple[int, in
 
 _SERIES = ("n", "y", "x", "xx", "xy")
 """The summed series, in the rows of `Sums.marks`: count, y, x, x², xy over known steps."""
+_N, _Y, _X, _XX, _XY = range(len(_SERIES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,14 +309,9 @@ def backtest(
     """Score the forecast against the reactive estimate over the last `config.backtest_s`,
     trying the periods in order and keeping the first with enough history."""
     if history.step_s != config.step_s:
-        return Backtest(
-            False,
-            f"history in {history.step_s:g} s steps, the forecast reads {config.step_s:g} s",
-        )
+        return _other_step(config, history)
     if history.known_s() == 0:
         return Backtest(False, "no load history")
-    wanted = 2 * max(1, round(config.backtest_s / config.step_s))
-    shortest = min(config.periods_s)
     # Whole for the backtest's thousands of lookups, and dropped with it: the history keeps
     # only the marks its votes read.
     whole = Sums.of(history.held, every=1)
@@ -317,31 +319,249 @@ def backtest(
         scored = _score(
             config, history, now_s=now_s, horizon_s=horizon_s, period_s=period_s, sums=whole
         )
-        if scored is None:
+        if scored is None or scored[0] < _least_points(config):
             continue
-        points, forecast_error, reactive_error, trend_error = scored
-        if points < config.min_backtest_ratio * wanted:
+        return _verdict(config, period_s, scored, horizon_s)
+    return _too_short(config, history.known_s(), horizon_s)
+
+
+Job = tuple[model.ForecastConfig, History, float]
+"""One service's backtest: its forecast config, its history and its horizon in seconds."""
+
+_BATCH_CELLS = 1 << 19
+"""About the most histories x steps (held, or looked up) that `backtests` sums at once: a few
+MiB a series, and enough histories that each numpy call is spread over hundreds of them."""
+
+
+def backtests(jobs: Sequence[Job], *, now_s: float) -> list[Backtest]:
+    """`backtest` of each job at `now_s`, in order, with the same results, made together.
+
+    Backtested one by one, a service's few thousand held steps cost far less than the hundred
+    numpy calls made on them. So the histories that share a config, a step grid (start and
+    length), a horizon in steps and a form (whole, or held in pieces) are backtested as the rows
+    of one array: their held steps (those any of them holds, NaN in a row that does not) summed
+    in one pass, each prefix sum the forecast reads looked up for all of them at once, and the
+    errors taken row by row, each from its row's valid points in order, as `_score` takes them
+    (the same floats: a prefix over steps a row does not hold adds zeros). A history that
+    shares them with no other is backtested alone.
+
+    The sums a vote reads (`History.sums`) are kept on each history whose backtest is on,
+    taken from the same pass: its first vote would otherwise sum it again.
+    """
+    out: list[Backtest | None] = [None] * len(jobs)
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, (config, history, horizon) in enumerate(jobs):
+        if history.step_s != config.step_s:
+            out[i] = _other_step(config, history)
             continue
-        # Beating the reactive estimate is not enough: a mean over the recent level beats the
-        # load of one step on noise alone. The seasonal part must also do better than the
-        # recent level, or its line, without it.
-        bar = (1.0 - config.margin_ratio) * reactive_error
-        on = forecast_error <= bar and forecast_error <= trend_error
-        verdict = "beats" if on else "does not beat"
-        why = (
-            f"{_period_name(period_s)} forecast {verdict} the reactive estimate over "
-            f"{_hours(points * config.step_s)} (the last {_hours(config.backtest_s)}, and the "
-            f"next a {_period_name(period_s)} ago): error {forecast_error:.1%} against "
-            f"{reactive_error:.1%} (without the season {trend_error:.1%})"
+        key = (
+            config,
+            history.start_s,
+            history.size,
+            _ahead(config, horizon),
+            history.pieces is None,
         )
-        return Backtest(
-            on, why, period_s, forecast_error, reactive_error, points, horizon_s=horizon_s
-        )
+        groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        config = jobs[members[0]][0]
+        if len(members) == 1:
+            _, history, horizon = jobs[members[0]]
+            out[members[0]] = backtest(config, history, now_s=now_s, horizon_s=horizon)
+            continue
+        widest = max(sum(len(v) for _, v in jobs[i][1].held.pieces) for i in members)
+        looked_up = 12 * max(1, round(config.backtest_s / config.step_s))
+        rows = max(2, _BATCH_CELLS // max(widest + 1, looked_up))
+        for at in range(0, len(members), rows):
+            chunk = members[at : at + rows]
+            made = _Rows.of([jobs[i][1] for i in chunk]).backtests(
+                config, [jobs[i][2] for i in chunk], now_s=now_s
+            )
+            for i, scored in zip(chunk, made, strict=True):
+                out[i] = scored
+    done = [scored for scored in out if scored is not None]
+    assert len(done) == len(jobs)
+    return done
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """Histories of one step grid and form, as rows: `values[r, j]` is history `r`'s value at
+    step `steps[j]` (NaN where it holds none), `sums[:, r, j]` the prefix sums of its five
+    series (`_SERIES`) over the steps before `steps[j]` (and `[:, r, -1]` over all of them)."""
+
+    histories: Sequence[History]
+    steps: IntArray
+    values: FloatArray
+    sums: FloatArray
+    known: IntArray
+    """How many steps of each history have a value."""
+
+    @classmethod
+    def of(cls, histories: Sequence[History]) -> _Rows:
+        spans = sorted({(first, first + len(v)) for h in histories for first, v in h.held.pieces})
+        merged: list[tuple[int, int]] = []
+        for lo, hi in spans:
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+            else:
+                merged.append((lo, hi))
+        steps = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in merged])
+        column = {first: int(np.searchsorted(steps, first)) for first, _ in spans}
+        values = np.full((len(histories), len(steps)), np.nan)
+        for row, history in enumerate(histories):
+            for first, piece in history.held.pieces:
+                at = column[first]
+                values[row, at : at + len(piece)] = piece
+        known = np.isfinite(values)
+        y = np.where(known, values, 0.0)
+        x = np.where(known, steps.astype(np.float64), 0.0)
+        # As `_series_of` makes them, after a column of zeros; then summed along each row, as
+        # `np.cumsum` adds them in `Sums.of`.
+        sums = np.zeros((len(_SERIES), len(histories), len(steps) + 1))
+        sums[0, :, 1:] = known
+        sums[1, :, 1:] = y
+        sums[2, :, 1:] = x
+        sums[3, :, 1:] = x * x
+        sums[4, :, 1:] = x * y
+        np.cumsum(sums, axis=2, out=sums)
+        return cls(histories, steps, values, sums, np.count_nonzero(known, axis=1))
+
+    def take(self, at: IntArray) -> FloatArray:
+        """Every row's values at steps `at`, NaN where it holds none: (row, step)."""
+        column = np.minimum(np.searchsorted(self.steps, at), len(self.steps) - 1)
+        out: FloatArray = self.values[:, column]
+        out[:, self.steps[column] != at] = np.nan
+        return out
+
+    def backtests(
+        self, config: model.ForecastConfig, horizons_s: Sequence[float], *, now_s: float
+    ) -> list[Backtest]:
+        """`backtest` of each row (all of one start, length and horizon in steps)."""
+        first = self.histories[0]
+        size, last = first.size, first.completed(now_s)
+        ahead = _ahead(config, horizons_s[0])
+        least = _least_points(config)
+        out: list[Backtest | None] = [
+            None if known else Backtest(False, "no load history") for known in self.known
+        ]
+        pending = np.flatnonzero(self.known > 0)
+        for period_s in config.periods_s:
+            made, target = _points(config, last, ahead, period_s)
+            if not len(pending) or not len(target):
+                continue
+            lows, clipped = _bounds(config, size, made, target, period_s)
+            columns = [np.searchsorted(self.steps, bound) for bound in clipped]
+            every = len(pending) == len(self.histories)
+            sums = self.sums if every else self.sums[:, pending]
+            between = _gathered(sums, columns)
+            forecast, trend, level = _parts(config, between, lows, target)
+            actual = self.take(target)
+            reactive = self.take(made - 1)
+            if not every:
+                actual, reactive = actual[pending], reactive[pending]
+            valid = np.isfinite(actual) & np.isfinite(forecast) & np.isfinite(reactive)
+            valid &= np.isfinite(trend) & np.isfinite(level)
+            points = np.count_nonzero(valid, axis=1)
+            # Each row's five series at its valid points, one after the other, so that each is
+            # summed as `np.mean` sums it alone: (actual, then each estimate's error).
+            parts = np.stack(
+                (
+                    actual,
+                    np.abs(forecast - actual),
+                    np.abs(reactive - actual),
+                    np.abs(trend - actual),
+                    np.abs(level - actual),
+                ),
+                axis=1,
+            )
+            packed = parts[np.broadcast_to(valid[:, None, :], parts.shape)]
+            ends = np.cumsum(points * len(_SERIES)).tolist()
+            still = []
+            for k, row in enumerate(pending.tolist()):
+                count = int(points[k])
+                if count < least:
+                    still.append(row)
+                    continue
+                end = ends[k]
+                block = packed[end - len(_SERIES) * count : end].reshape(len(_SERIES), count)
+                means = (np.add.reduce(block, axis=1) / count).tolist()
+                scale = means[0]
+                if not scale > 0:
+                    still.append(row)
+                    continue
+                trend_error = min(means[3] / scale, means[4] / scale)
+                errors = (count, means[1] / scale, means[2] / scale, trend_error)
+                out[row] = _verdict(config, period_s, errors, horizons_s[row])
+            pending = np.asarray(still, dtype=np.int64)
+        for row in pending.tolist():
+            known_s = float(self.known[row]) * config.step_s
+            out[row] = _too_short(config, known_s, horizons_s[row])
+        done = [scored for scored in out if scored is not None]
+        assert len(done) == len(out)
+        for row, scored in enumerate(done):
+            if scored.on:
+                self.histories[row].keep_sums(self.marks(row))
+        return done
+
+    def marks(self, row: int) -> Sums:
+        """`Sums.of(history.held, every=_MARK_EVERY)` of row `row`'s history, read from the
+        rows' sums: the same marks at the same steps, the same floats."""
+        held = self.histories[row].held
+        marked, until = [np.zeros(1, dtype=np.int64)], [np.zeros(1, dtype=np.int64)]
+        for first, piece in held.pieces:
+            picks = np.arange(0, len(piece) + 1, _MARK_EVERY, dtype=np.int64)
+            if picks[-1] != len(piece):
+                picks = np.append(picks, len(piece))
+            marked.append(first + picks)
+            until.append(np.full(len(picks), first + len(piece), dtype=np.int64))
+        steps = np.concatenate(marked)
+        marks = self.sums[:, row, np.searchsorted(self.steps, steps)]
+        return Sums(held, marks, steps, np.concatenate(until), _MARK_EVERY)
+
+
+def _other_step(config: model.ForecastConfig, history: History) -> Backtest:
+    return Backtest(
+        False, f"history in {history.step_s:g} s steps, the forecast reads {config.step_s:g} s"
+    )
+
+
+def _least_points(config: model.ForecastConfig) -> float:
+    """The fewest points a period's backtest must score to stand."""
+    wanted = 2 * max(1, round(config.backtest_s / config.step_s))
+    return config.min_backtest_ratio * wanted
+
+
+def _verdict(
+    config: model.ForecastConfig,
+    period_s: float,
+    scored: tuple[int, float, float, float],
+    horizon_s: float,
+) -> Backtest:
+    """The backtest of a period with enough points: on while it beats the reactive estimate."""
+    points, forecast_error, reactive_error, trend_error = scored
+    # Beating the reactive estimate is not enough: a mean over the recent level beats the
+    # load of one step on noise alone. The seasonal part must also do better than the
+    # recent level, or its line, without it.
+    bar = (1.0 - config.margin_ratio) * reactive_error
+    on = forecast_error <= bar and forecast_error <= trend_error
+    verdict = "beats" if on else "does not beat"
+    why = (
+        f"{_period_name(period_s)} forecast {verdict} the reactive estimate over "
+        f"{_hours(points * config.step_s)} (the last {_hours(config.backtest_s)}, and the "
+        f"next a {_period_name(period_s)} ago): error {forecast_error:.1%} against "
+        f"{reactive_error:.1%} (without the season {trend_error:.1%})"
+    )
+    return Backtest(on, why, period_s, forecast_error, reactive_error, points, horizon_s=horizon_s)
+
+
+def _too_short(config: model.ForecastConfig, known_s: float, horizon_s: float) -> Backtest:
+    """The backtest of a history no period has enough points of."""
+    shortest = min(config.periods_s)
     need = shortest + config.level_window_s + horizon_s
-    need += config.min_backtest_ratio * wanted * config.step_s
+    need += _least_points(config) * config.step_s
     return Backtest(
         False,
-        f"{_hours(history.known_s())} of load history; a {_period_name(shortest)} forecast "
+        f"{_hours(known_s)} of load history; a {_period_name(shortest)} forecast "
         f"needs {_hours(need)}",
     )
 
@@ -383,20 +603,7 @@ def _score(
     """(points, and the error ratios of the forecast, of the reactive estimate and of the
     better of its non-seasonal parts) over the backtest window; None when no point has them
     all."""
-    step = config.step_s
-    ahead = max(1, math.ceil(horizon_s / step - _EPS))
-    last = history.completed(now_s)
-    span = max(1, round(config.backtest_s / step))
-    # The recent past, and the hours to come as they went one period ago: a forecast judged on
-    # a quiet night alone would be off when the morning rise comes.
-    earlier = last - round(period_s / step)
-    target = np.union1d(
-        np.arange(max(0, last - span), last, dtype=np.int64),
-        np.arange(max(0, earlier), max(0, min(last, earlier + span)), dtype=np.int64),
-    )
-    made = target - ahead
-    keep = made >= 1
-    target, made = target[keep], made[keep]
+    made, target = _points(config, history.completed(now_s), _ahead(config, horizon_s), period_s)
     if len(target) == 0:
         return None
     actual = sums.values.take(target)
@@ -417,6 +624,50 @@ def _score(
     return points, error(forecast), error(reactive), min(error(trend), error(level))
 
 
+def _ahead(config: model.ForecastConfig, horizon_s: float) -> int:
+    """The backtest's horizon in steps."""
+    return max(1, math.ceil(horizon_s / config.step_s - _EPS))
+
+
+def _points(
+    config: model.ForecastConfig, last: int, ahead: int, period_s: float
+) -> tuple[IntArray, IntArray]:
+    """The backtest's points in a history of `last` completed steps, `ahead` steps ahead: the
+    step each forecast is made at (`made`, from the steps before it) and the step it forecasts
+    (`target`)."""
+    step = config.step_s
+    span = max(1, round(config.backtest_s / step))
+    # The recent past, and the hours to come as they went one period ago: a forecast judged on
+    # a quiet night alone would be off when the morning rise comes.
+    earlier = last - round(period_s / step)
+    target = np.union1d(
+        np.arange(max(0, last - span), last, dtype=np.int64),
+        np.arange(max(0, earlier), max(0, min(last, earlier + span)), dtype=np.int64),
+    )
+    made = target - ahead
+    keep = made >= 1
+    return made[keep], target[keep]
+
+
+def _gathered(sums: FloatArray, columns: list[IntArray]) -> Callable[[int, int], FloatArray]:
+    """`_parts`' sums over its windows from rows of prefix sums, `sums[series, row, column]`,
+    with each window's bounds at `columns[2 x window]` and `columns[2 x window + 1]`: only the
+    series read are looked up (the level one period ago and the seasonal window read no line),
+    each once, and each sum is (row, point)."""
+    made: dict[tuple[int, int], FloatArray] = {}
+
+    def between(row: int, part: int) -> FloatArray:
+        total = made.get((row, part))
+        if total is None:
+            series = sums[row]
+            total = made[row, part] = (
+                series[:, columns[2 * part + 1]] - series[:, columns[2 * part]]
+            )
+        return total
+
+    return between
+
+
 def _predict(
     config: model.ForecastConfig,
     history: History,
@@ -428,8 +679,25 @@ def _predict(
     """The forecast for step `target[i]`, from the steps before `made[i]` only, and its
     non-seasonal parts; NaN where the history does not hold what they need. `sums` are the
     history's prefix sums when the caller has them whole (`History.sums` otherwise)."""
+    lows, clipped = _bounds(config, history.size, made, target, period_s)
+    # Every prefix sum the forecast reads, looked up at once: (series, bound, point).
+    table = (sums or history.sums).at(np.concatenate(clipped)).reshape(len(_SERIES), 6, -1)
+
+    def between(row: int, part: int) -> FloatArray:
+        total: FloatArray = table[row, 2 * part + 1] - table[row, 2 * part]
+        return total
+
+    return _parts(config, between, lows, target)
+
+
+def _bounds(
+    config: model.ForecastConfig, length: int, made: IntArray, target: IntArray, period_s: float
+) -> tuple[tuple[IntArray, ...], list[IntArray]]:
+    """The windows `_parts` reads for each point: their first steps as they are (one before
+    the history's start means too little history), and the six steps, within the history,
+    whose prefix sums bound them (the recent level's, the level's one period ago and the
+    seasonal window's, each low then high)."""
     step = config.step_s
-    length = history.size
     period = round(period_s / step)
     window = max(1, round(config.level_window_s / step))
     half = round(config.seasonal_window_s / step / 2)
@@ -444,35 +712,43 @@ def _predict(
     for lo, hi in bounds:
         low = np.clip(lo, 0, length)
         clipped += [low, np.clip(np.maximum(hi, low), 0, length)]
-    # Every prefix sum the forecast reads, looked up at once: (series, bound, point).
-    table = (sums or history.sums).at(np.concatenate(clipped)).reshape(len(_SERIES), 6, -1)
+    return tuple(lo for lo, _ in bounds), clipped
 
-    def between(name: str, part: int) -> FloatArray:
-        row = _SERIES.index(name)
-        total: FloatArray = table[row, 2 * part + 1] - table[row, 2 * part]
-        return total
+
+def _parts(
+    config: model.ForecastConfig,
+    between: Callable[[int, int], FloatArray],
+    lows: tuple[IntArray, ...],
+    target: IntArray,
+) -> _Parts:
+    """`_predict` from the sums of each series over each window: `between(series, window)`,
+    the series by its row in `_SERIES` and the windows in `_bounds`' order (each sum a row of
+    points, or rows of them: one per history); `lows` are the windows' first steps."""
+    step = config.step_s
+    window = max(1, round(config.level_window_s / step))
+    half = round(config.seasonal_window_s / step / 2)
 
     def mean(part: int, width: int) -> FloatArray:
-        n = between("n", part)
+        n = between(_N, part)
         # Fewer than half the steps known: no value rather than one read from a few minutes.
-        enough = (n >= max(1.0, width / 2)) & (bounds[part][0] >= 0)
-        out: FloatArray = np.where(enough, between("y", part) / np.maximum(n, 1.0), np.nan)
+        enough = (n >= max(1.0, width / 2)) & (lows[part] >= 0)
+        out: FloatArray = np.where(enough, between(_Y, part) / np.maximum(n, 1.0), np.nan)
         return out
 
     recent = mean(0, window)
     before = mean(1, window)
     same_time = mean(2, 2 * half + 1)
-    ratio = np.divide(recent, before, out=np.full(len(made), np.nan), where=before > 0)
+    ratio = np.divide(recent, before, out=np.full(recent.shape, np.nan), where=before > 0)
     ratio = np.where((before == 0) & (recent == 0), 1.0, ratio)
     ratio = np.where((before == 0) & (recent > 0), config.max_level_ratio, ratio)
     ratio = np.clip(ratio, 1.0 / config.max_level_ratio, config.max_level_ratio)
     seasonal = same_time * ratio
 
-    n = between("n", 0)
-    sx, sy = between("x", 0), between("y", 0)
-    sxx, sxy = between("xx", 0), between("xy", 0)
+    n = between(_N, 0)
+    sx, sy = between(_X, 0), between(_Y, 0)
+    sxx, sxy = between(_XX, 0), between(_XY, 0)
     spread = n * sxx - sx * sx
-    slope = np.divide(n * sxy - sx * sy, spread, out=np.zeros(len(made)), where=spread > _EPS)
+    slope = np.divide(n * sxy - sx * sy, spread, out=np.zeros(n.shape), where=spread > _EPS)
     mean_x = sx / np.maximum(n, 1.0)
     trend = np.maximum(0.0, recent + slope * (target.astype(np.float64) - mean_x))
     blended = (1.0 - config.trend_weight) * seasonal + config.trend_weight * trend

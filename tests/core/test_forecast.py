@@ -329,3 +329,134 @@ def test_a_history_refuses_pieces_out_of_order_or_past_its_end() -> None:
     ):
         with pytest.raises(ValueError, match="pieces"):
             forecast.History(0.0, STEP_S, empty, pieces=pieces, length=length)
+
+
+SMALL = model.ForecastConfig(
+    periods_s=(7_200.0, 3_600.0),
+    level_window_s=600.0,
+    seasonal_window_s=300.0,
+    backtest_s=1_800.0,
+    max_horizon_s=900.0,
+)
+"""Periods of hours and windows of minutes: a few hundred steps backtest as days do."""
+CONFIGS = (
+    SMALL,
+    dataclasses.replace(SMALL, periods_s=(3_600.0,), trend_weight=0.0, min_backtest_ratio=0.2),
+    dataclasses.replace(SMALL, step_s=30.0, seasonal_window_s=0.0, margin_ratio=0.0),
+)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list[forecast.Job], float]:
+    """Backtests of several services at one time: histories of a few shapes (some sharing a
+    length and a start, some not), whole or in pieces, float64 or float32, with NaN gaps,
+    zero loads and too short ones, several configs and horizons."""
+    jobs: list[forecast.Job] = []
+    end_s = 30_000.0
+    for _ in range(draw(st.integers(1, 4))):
+        config = draw(st.sampled_from(CONFIGS))
+        step_s = draw(st.sampled_from((config.step_s, config.step_s, 2 * config.step_s)))
+        size = draw(st.integers(0, 450))
+        start_s = end_s - size * step_s - draw(st.sampled_from((0.0, 0.5, 1.0))) * step_s
+        in_pieces = draw(st.booleans())
+        dtype = draw(st.sampled_from((np.float64, np.float32)))
+        cuts = sorted({0, size, *draw(st.lists(st.integers(0, size), max_size=6))})
+        seed = draw(st.integers(0, 2**32 - 1))
+        rng = np.random.default_rng(seed)
+        for _ in range(draw(st.integers(1, 6))):
+            t = np.arange(size) * step_s + start_s
+            level = draw(st.sampled_from((0.0, 1e-3, 1.0, 50.0, 1e5)))
+            values = level * (1.5 - np.cos(2 * np.pi * t / config.periods_s[-1]))
+            values *= np.exp(rng.normal(0.0, draw(st.sampled_from((0.0, 0.1, 0.5))), size))
+            for at in rng.integers(0, max(1, size), draw(st.integers(0, 8))):
+                values[at : at + rng.integers(1, 60)] = draw(st.sampled_from((np.nan, 0.0)))
+            values = values.astype(dtype)
+            if in_pieces and size:
+                pieces = tuple(
+                    (lo, values[lo:hi])
+                    for k, (lo, hi) in enumerate(itertools.pairwise(cuts))
+                    if k % 2 == draw(st.integers(0, 1)) and hi > lo
+                ) or ((0, values),)
+                history = forecast.History(
+                    start_s, step_s, np.empty(0, dtype), pieces=pieces, length=size
+                )
+            else:
+                history = forecast.History(start_s, step_s, values)
+            horizon = draw(st.sampled_from((0.0, 60.0, 61.0, 600.0, 900.0)))
+            jobs.append((config, history, horizon))
+    order = draw(st.permutations(range(len(jobs))))
+    return [jobs[k] for k in order], end_s
+
+
+def anew(history: forecast.History) -> forecast.History:
+    """The same history without its cached sums."""
+    return dataclasses.replace(history)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet=fleets())
+def test_backtests_made_together_are_those_made_one_by_one(
+    fleet: tuple[list[forecast.Job], float],
+) -> None:
+    """`backtests` gives each service the backtest `backtest` gives it alone, to the bit
+    (verdict, period, points, error ratios, reason), and the votes after it read the same
+    sums."""
+    jobs, now_s = fleet
+    together = forecast.backtests(jobs, now_s=now_s)
+    assert len(together) == len(jobs)
+    for (config, history, horizon), scored in zip(jobs, together, strict=True):
+        alone = forecast.backtest(config, anew(history), now_s=now_s, horizon_s=horizon)
+        assert (scored.on, scored.period_s, scored.points) == (
+            alone.on,
+            alone.period_s,
+            alone.points,
+        )
+        for ratio in ("forecast_error_ratio", "reactive_error_ratio"):
+            assert getattr(scored, ratio) == pytest.approx(
+                getattr(alone, ratio), rel=1e-9, nan_ok=True
+            )
+        assert scored == alone
+        for ahead_s in (0.0, config.step_s, 1_000.0):
+            at_s = now_s + ahead_s
+            kept = forecast.vote(config, history, scored, now_s=at_s, horizon_s=horizon)
+            made = forecast.vote(config, anew(history), alone, now_s=at_s, horizon_s=horizon)
+            assert kept == made
+
+
+def test_backtests_together_keep_the_sums_of_the_histories_that_vote() -> None:
+    """The histories whose backtest is on keep the sums their votes read, the same floats
+    their own sums would be; the others keep none."""
+    config = SMALL
+    histories = [daily_small(seed) for seed in range(4)] + [flat_small(9)]
+    jobs = [(config, h, 600.0) for h in histories]
+    together = forecast.backtests(jobs, now_s=histories[0].end_s)
+    assert [s.on for s in together] == [True, True, True, True, False]
+    for history, scored in zip(histories, together, strict=True):
+        if not scored.on:
+            assert "sums" not in vars(history)
+            continue
+        kept = vars(history)["sums"]
+        made = forecast.Sums.of(history.held, every=64)
+        for field in ("marks", "marked", "until"):
+            assert np.array_equal(getattr(kept, field), getattr(made, field))
+
+
+def daily_small(seed: int) -> forecast.History:
+    """Five of `SMALL`'s longest periods of a pattern that repeats each one, held in pieces."""
+    size = round(5 * SMALL.periods_s[0] / STEP_S)
+    t = np.arange(size) * STEP_S
+    rng = np.random.default_rng(seed)
+    values = (10.0 - 8.0 * np.cos(2 * np.pi * t / SMALL.periods_s[0])) * np.exp(
+        rng.normal(0.0, 0.02, size)
+    )
+    pieces = ((0, values[: size // 3]), (size // 2, values[size // 2 :].astype(np.float32)))
+    return forecast.History(0.0, STEP_S, np.empty(0), pieces=pieces, length=size)
+
+
+def flat_small(seed: int) -> forecast.History:
+    """As `daily_small`, with no pattern: only noise."""
+    size = round(5 * SMALL.periods_s[0] / STEP_S)
+    rng = np.random.default_rng(seed)
+    values = 10.0 * np.exp(rng.normal(0.0, 0.3, size))
+    pieces = ((0, values[: size // 3]), (size // 2, values[size // 2 :]))
+    return forecast.History(0.0, STEP_S, np.empty(0), pieces=pieces, length=size)
