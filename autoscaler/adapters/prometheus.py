@@ -883,7 +883,10 @@ def _target_of(workload: ports.Workload) -> _Target | None:
         serving = dataclasses.replace(serving, pods=pods)
     if not pods:
         return None
-    return _Target(workload.id, serving, tuple(pod_key(serving.namespace, pod) for pod in pods))
+    # In name order: a record made again with the same pods, whose set iterates in another
+    # order, reads as the same target.
+    keys = tuple(pod_key(serving.namespace, pod) for pod in sorted(pods))
+    return _Target(workload.id, serving, keys)
 
 
 _Indices = npt.NDArray[np.intp]

@@ -591,6 +591,43 @@ def test_records_patched_in_place_locate_as_records_built_anew(
             assert columns[0] == columns[1]
 
 
+def same_pods_iterated_otherwise() -> tuple[frozenset[str], frozenset[str]]:
+    """Two equal sets of pod names that iterate in different orders (found, not assumed: the
+    order follows the strings' hashes, which change from process to process)."""
+    for n in range(200):
+        names = [f"chat-{n}-{i}" for i in range(5)]
+        one, other = frozenset(names), frozenset(reversed(names))
+        if list(one) != list(other):
+            return one, other
+    raise AssertionError("no two insertion orders iterate apart")
+
+
+def test_a_record_made_again_with_its_pods_iterated_otherwise_reads_as_the_same_target() -> None:
+    """Equal pod sets give equal targets whatever order each set iterates in: a record made
+    again with the same pods is located as a record built anew is (the property test above
+    met this only for the hash seeds that make two such sets iterate apart)."""
+    config = model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0)
+    one, other = same_pods_iterated_otherwise()
+
+    def record(pods: frozenset[str]) -> ports.Workload:
+        return ports.Workload(
+            model.ServiceId("svc/0"),
+            config,
+            half_life_s=math.inf,
+            replicas=5,
+            serving=5,
+            namespace="ns-a",
+            pods=pods,
+            metrics=VLLM,
+        )
+
+    source = prometheus.MetricsSource(NOWHERE)
+    source._locate([record(one)])
+    patched = source._locate([record(other)])
+    anew = prometheus.MetricsSource(NOWHERE)._locate([record(other)])
+    assert patched.targets == anew.targets
+
+
 PLAN_CONFIGS: Final = (
     model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0),
     model.PolicyConfig(max_replicas=10, target_load_per_replica=1.0, target_kv_cache_ratio=0.8),
