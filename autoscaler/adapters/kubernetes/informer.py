@@ -144,6 +144,10 @@ def shared(obj: Obj) -> Obj:
     return out
 
 
+def _unshared(obj: Obj) -> Obj:
+    return obj
+
+
 class Informer:
     """A cache of one kind, filled by list+watch of its sources; see the module docstring."""
 
@@ -155,6 +159,7 @@ class Informer:
         clock: clock_.Clock,
         keep: Callable[[Obj], bool] | None = None,
         transform: Callable[[Obj], Obj] | None = None,
+        transform_shares: bool = False,
         indexers: Mapping[str, Indexer] | None = None,
         on_api_error: _api.ErrorCallback = _api.ignore_error,
         backoff: Backoff | None = None,
@@ -172,8 +177,10 @@ class Informer:
         again after `absent_retry_s`.
 
         `keep` drops objects the caller does not want (an excluded namespace); `transform`
-        trims what is stored. A watch asks the server to end it after `watch_timeout_s` to
-        1.5 x that (jittered, so that watches do not all reconnect at once).
+        trims what is stored. With `transform_shares`, the transform's objects share their keys
+        and strings already (`caches.pick`): a watch's object is not made `shared` first.
+        A watch asks the server to end it after `watch_timeout_s` to 1.5 x that (jittered, so
+        that watches do not all reconnect at once).
         """
         if not sources:
             raise ValueError("an informer needs at least one source")
@@ -182,6 +189,7 @@ class Informer:
         self.clock = clock
         self._keep = keep
         self._transform = transform
+        self._share = shared if transform is None or not transform_shares else _unshared
         self._indexers = dict(indexers or {})
         self._on_api_error = on_api_error
         self._backoff = backoff or Backoff()
@@ -382,7 +390,7 @@ class Informer:
         if kind in (ADDED, MODIFIED):
             key = key_of(raw)
             if self._wanted(raw):
-                self._put(key, self._trim(shared(raw)))
+                self._put(key, self._trim(self._share(raw)))
             else:
                 self._remove(key)
         elif kind == DELETED:
