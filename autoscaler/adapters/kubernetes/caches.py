@@ -173,7 +173,7 @@ _CONDITIONS: Final[Shape] = {
     "status": SHARED,
     "reason": SHARED,
     "message": KEEP,
-    "lastTransitionTime": KEEP,
+    "lastTransitionTime": SHARED,
 }
 
 POD_FIELDS: Final[Shape] = {
@@ -182,8 +182,8 @@ POD_FIELDS: Final[Shape] = {
         "namespace": SHARED,
         "uid": KEEP,
         "resourceVersion": KEEP,
-        "creationTimestamp": KEEP,
-        "deletionTimestamp": KEEP,
+        "creationTimestamp": SHARED,
+        "deletionTimestamp": SHARED,
         "labels": SHARED,
         "annotations": {DELETION_COST: SHARED},
         "ownerReferences": _OWNER_REFERENCES,
@@ -222,28 +222,39 @@ def pick(obj: Mapping[str, Any], shape: Shape) -> Obj:
     of another type than the shape expects is kept as it is, for its reader to judge. The keys
     are the shape's own strings, one copy for all objects."""
     out: Obj = {}
+    get = obj.get
     for key, want in shape.items():
-        if key in obj:
-            value = obj[key]
-            if want is KEEP:
-                out[key] = value
-            elif want is SHARED:
-                out[key] = _shared(value)
-            elif value.__class__ is dict:
-                out[key] = pick(value, want)
-            elif value.__class__ is list:
-                out[key] = [pick(item, want) if item.__class__ is dict else item for item in value]
-            else:
-                out[key] = value
+        value = get(key, _MISSING)
+        if value is _MISSING:
+            continue
+        if want is KEEP:
+            out[key] = value
+        elif want is SHARED:
+            out[key] = _intern(value) if value.__class__ is str else _shared(value)
+        elif value.__class__ is dict:
+            out[key] = pick(value, want)
+        elif value.__class__ is list:
+            out[key] = [pick(item, want) if item.__class__ is dict else item for item in value]
+        else:
+            out[key] = value
     return out
+
+
+_MISSING: Final = object()
+_intern: Final = sys.intern
 
 
 def _shared(value: Any) -> Any:
     kind = value.__class__
     if kind is str:
-        return sys.intern(value)
+        return _intern(value)
     if kind is dict:
-        return {sys.intern(k) if k.__class__ is str else k: _shared(v) for k, v in value.items()}
+        return {
+            (_intern(k) if k.__class__ is str else k): (
+                _intern(v) if v.__class__ is str else _shared(v)
+            )
+            for k, v in value.items()
+        }
     if kind is list:
         return [_shared(item) for item in value]
     return value
