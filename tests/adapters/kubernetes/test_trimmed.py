@@ -14,7 +14,15 @@ from kube.emulator import Kube
 from kube.store import Store
 from kubernetes_asyncio import client
 
-from autoscaler.adapters.kubernetes import _api, caches, cluster, nodecache, placement, ramp
+from autoscaler.adapters.kubernetes import (
+    _api,
+    caches,
+    cluster,
+    informer,
+    nodecache,
+    placement,
+    ramp,
+)
 from autoscaler.clock import ManualClock
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import targets
@@ -152,7 +160,7 @@ def _get(namespace: str, name: str) -> _api.Obj | None:
 
 
 _POD_READERS: dict[str, Callable[[_api.Obj], object]] = {
-    "key": caches.informer.key_of,
+    "key": informer.key_of,
     "owner index": lambda p: list(caches.owner_values(p)),
     "namespace index": lambda p: list(caches.namespace_values(p)),
     "label index": lambda p: list(caches.label_values(p)),
@@ -250,7 +258,7 @@ def test_a_trimmed_replicaset_answers_every_reader_as_the_whole_one(
     trimmed = caches.trim_replicaset(whole)
     deployment = {"metadata": {"name": "web", "namespace": NS, "uid": "u-2"}}
     readers: dict[str, Callable[[_api.Obj], object]] = {
-        "key": caches.informer.key_of,
+        "key": informer.key_of,
         "owner index": lambda r: list(caches.owner_values(r)),
         "name": _api.name,
         "namespace": _api.namespace,
@@ -328,3 +336,51 @@ def test_pick_keeps_what_the_shape_names_as_it_finds_it() -> None:
     }
     assert caches.pick(obj, shape)["a"] is obj["a"]
     assert caches.pick(obj, shape)["b"]["c"] is sys.intern("x-y")
+
+
+async def _never(**_: Any) -> Any:
+    raise AssertionError("not listed")
+
+
+@hypothesis.settings(max_examples=100, deadline=None)
+@hypothesis.given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.one_of(st.none(), st.dictionaries(st.sampled_from(["app", "tier"]), _words)),
+        ),
+        max_size=12,
+    )
+)
+def test_the_indexes_follow_puts_and_removals_from_the_objects_alone(
+    steps: list[tuple[str, dict[str, str] | None]],
+) -> None:
+    """An index holds each object under the values its indexer gives now, whatever came
+    before: the values an object was indexed under are asked of the indexer again, not kept."""
+    cache = informer.Informer(
+        "pods",
+        [informer.Source(_never)],
+        clock=ManualClock(),
+        indexers={caches.LABEL: caches.label_values, caches.NAMESPACE: caches.namespace_values},
+    )
+    for version, (name, labels) in enumerate(steps):
+        key = (NS, name)
+        if labels is None:
+            cache._remove(key)
+        else:
+            meta = {
+                "name": name,
+                "namespace": NS,
+                "labels": labels,
+                "resourceVersion": str(version),
+            }
+            cache._put(key, {"metadata": meta})
+    for index, indexer in (
+        (caches.LABEL, caches.label_values),
+        (caches.NAMESPACE, caches.namespace_values),
+    ):
+        expected: dict[str, set[informer.Key]] = {}
+        for obj in cache.items():
+            for value in indexer(obj):
+                expected.setdefault(value, set()).add(informer.key_of(obj))
+        assert cache._indexes[index] == expected
