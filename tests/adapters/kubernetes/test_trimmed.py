@@ -159,6 +159,10 @@ def _get(namespace: str, name: str) -> _api.Obj | None:
     return _REPLICASET if (namespace, name) == (NS, "web-5d8f7c") else None
 
 
+def _warm(condition: _api.Obj) -> tuple[object, ...]:
+    return tuple(condition.get(k) for k in ("status", "message", "lastTransitionTime"))
+
+
 _POD_READERS: dict[str, Callable[[_api.Obj], object]] = {
     "key": informer.key_of,
     "owner index": lambda p: list(caches.owner_values(p)),
@@ -174,6 +178,7 @@ _POD_READERS: dict[str, Callable[[_api.Obj], object]] = {
     "labels": lambda p: _api.meta(p).get("labels"),
     "pod_info": lambda p: repr(ramp.pod_info(p, offset_s=5.0)),
     "first port": ramp.first_port,
+    "warm condition (set_warm)": lambda p: _warm(_api.condition(p, contract.WARM_GATE) or {}),
     "controller kind": ramp._controller_kind,
     "owner ReplicaSet": lambda p: ramp._owner(p, "ReplicaSet", _get) is not None,
     "older": lambda p: ramp._older(p, "5"),
