@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
+import pytest
 from kube.emulator import Write
 from kube.store import Store
 from prometheus_client.parser import text_string_to_metric_families
@@ -301,3 +303,28 @@ def test_a_sized_start_holds_where_a_cold_start_scales() -> None:
         assert queue <= needed * bench.TARGET_QUEUE_PER_REPLICA
         if needed > bench.MIN_REPLICAS:
             assert rate_per_s > (needed - 1) * bench.TARGET_QPS_PER_REPLICA
+
+
+async def test_the_wait_for_rates_asks_again_after_a_query_that_timed_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a busy machine the count over every pod's series can pass the harness's deadline:
+    the wait asks again until its own deadline rather than ending the run."""
+
+    class Prom:
+        def __init__(self) -> None:
+            self.answers: list[Any] = [TimeoutError("timed out"), [{"value": [0, "3"]}]]
+
+        def query(self, promql: str) -> Any:
+            answer = self.answers.pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    monkeypatch.setattr(bench.asyncio, "sleep", no_wait)
+    prom = Prom()
+    assert await bench.wait_for_rates(prom, 3, scrape_interval_s=15.0) >= 0.0
+    assert prom.answers == []

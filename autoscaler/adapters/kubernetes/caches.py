@@ -17,7 +17,9 @@ them. Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the cond
 their containers ready are indexed too (`closed_gates`): each tick looks at those only. Namespaced
 kinds are watched in all namespaces, or in each namespace of an include list; an exclude list drops
 objects as they arrive. Stored objects are trimmed of what no reader needs (managed fields, pod
-templates of ReplicaSets, node image lists) to keep memory flat.
+templates of ReplicaSets, node image lists) to keep memory flat; pods and ReplicaSets, the most
+numerous, keep only the fields the controller reads (`POD_FIELDS`, `REPLICASET_FIELDS`), their
+strings that repeat across objects shared.
 
 It must not write to the API, nor decide which Deployments are managed.
 """
@@ -26,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import random
-from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Any, Final
+import sys
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from typing import Any, Final, TypeAlias
 
 from kubernetes_asyncio import client
 
@@ -137,6 +141,130 @@ def target_values(obj: Obj) -> Iterable[str]:
     return (target_value(_api.namespace(obj), name, target),)
 
 
+DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
+"""The one annotation of a pod the controller reads (the ramp's reclaim marks its pods with it)."""
+
+
+class Leaf(enum.Enum):
+    """How `pick` keeps a value it does not walk into."""
+
+    KEEP = "keep"
+    """As it is."""
+    SHARED = "shared"
+    """Its strings made one copy for all objects (`sys.intern`): a dict's keys and values,
+    a list's items, a string itself."""
+
+
+Shape: TypeAlias = Mapping[str, "Shape | Leaf"]
+"""The fields of an object that are kept: a key's value is kept as its `Leaf` says, or, when
+it is a shape itself, walked into (a dict) or each of its items walked into (a list of dicts)."""
+
+KEEP: Final = Leaf.KEEP
+SHARED: Final = Leaf.SHARED
+
+_OWNER_REFERENCES: Final[Shape] = {
+    "controller": KEEP,
+    "kind": SHARED,
+    "name": SHARED,
+    "uid": SHARED,
+}
+_CONDITIONS: Final[Shape] = {
+    "type": SHARED,
+    "status": SHARED,
+    "reason": SHARED,
+    "message": KEEP,
+    "lastTransitionTime": SHARED,
+}
+
+POD_FIELDS: Final[Shape] = {
+    "metadata": {
+        "name": KEEP,
+        "namespace": SHARED,
+        "uid": KEEP,
+        "resourceVersion": KEEP,
+        "creationTimestamp": SHARED,
+        "deletionTimestamp": SHARED,
+        "labels": SHARED,
+        "annotations": {DELETION_COST: SHARED},
+        "ownerReferences": _OWNER_REFERENCES,
+    },
+    "spec": {
+        "nodeName": SHARED,
+        "containers": {
+            "ports": {"containerPort": KEEP},
+            "resources": {"limits": SHARED, "requests": SHARED},
+        },
+        "readinessGates": {"conditionType": SHARED},
+    },
+    "status": {"phase": SHARED, "podIP": KEEP, "conditions": _CONDITIONS},
+}
+"""What a cached pod keeps: what the readers of pods read (the indexes here, `cluster`'s
+serving and start-up times, `placement`'s binding and GPU requests, `ramp`'s `pod_info`, gates
+and reclaim marks, `nodecache`'s warm nodes), each field once named here. A field read
+elsewhere must be added here: the tests compare every reader's answer on trimmed and whole
+pods."""
+
+REPLICASET_FIELDS: Final[Shape] = {
+    "metadata": {
+        "name": KEEP,
+        "namespace": SHARED,
+        "uid": KEEP,
+        "resourceVersion": KEEP,
+        "ownerReferences": _OWNER_REFERENCES,
+    },
+}
+"""What a cached ReplicaSet keeps: its identity and its controlling Deployment, all that is read
+of it (`pods_of`, the records' dirty marks, the ramp's owner chain)."""
+
+
+def pick(obj: Mapping[str, Any], shape: Shape) -> Obj:
+    """The fields of `obj` that `shape` names (those present), walked into as it says; a value
+    of another type than the shape expects is kept as it is, for its reader to judge. The keys
+    are the shape's own strings, one copy for all objects."""
+    out: Obj = {}
+    get = obj.get
+    for key, want in shape.items():
+        value = get(key, _MISSING)
+        if value is _MISSING:
+            continue
+        if want is KEEP:
+            out[key] = value
+        elif want is SHARED:
+            out[key] = _intern(value) if value.__class__ is str else _shared(value)
+        elif value.__class__ is dict:
+            out[key] = pick(value, want)
+        elif value.__class__ is list:
+            out[key] = [pick(item, want) if item.__class__ is dict else item for item in value]
+        else:
+            out[key] = value
+    return out
+
+
+_MISSING: Final = object()
+_intern: Final = sys.intern
+
+
+def _shared(value: Any) -> Any:
+    kind = value.__class__
+    if kind is str:
+        return _intern(value)
+    if kind is dict:
+        return {
+            (_intern(k) if k.__class__ is str else k): (
+                _intern(v) if v.__class__ is str else _shared(v)
+            )
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [_shared(item) for item in value]
+    return value
+
+
+def trim_pod(obj: Obj) -> Obj:
+    """A pod as `POD_FIELDS` keeps it."""
+    return pick(obj, POD_FIELDS)
+
+
 def _trim_meta(obj: Obj) -> Obj:
     metadata = dict(_api.meta(obj))
     metadata.pop("managedFields", None)
@@ -156,10 +284,9 @@ def stamp(kind: targets.TargetKind) -> Callable[[Obj], Obj]:
 
 
 def trim_replicaset(obj: Obj) -> Obj:
-    """A ReplicaSet without its pod template: only its owner, size and status are read."""
-    trimmed = _trim_meta(obj)
-    trimmed["spec"] = {k: v for k, v in _api.spec(obj).items() if k != "template"}
-    return trimmed
+    """A ReplicaSet as `REPLICASET_FIELDS` keeps it: its pod template, size and status are never
+    read."""
+    return pick(obj, REPLICASET_FIELDS)
 
 
 def trim_node(obj: Obj) -> Obj:
@@ -223,6 +350,7 @@ class Caches:
             sources(apps.list_replica_set_for_all_namespaces, apps.list_namespaced_replica_set),
             keep=keep,
             transform=trim_replicaset,
+            transform_shares=True,
             indexers={OWNER: owner_values},
             **common,
         )
@@ -230,7 +358,8 @@ class Caches:
             "pods",
             sources(core.list_pod_for_all_namespaces, core.list_namespaced_pod),
             keep=keep,
-            transform=_trim_meta,
+            transform=trim_pod,
+            transform_shares=True,
             indexers={
                 OWNER: owner_values,
                 CLOSED_GATE: closed_gate_values,

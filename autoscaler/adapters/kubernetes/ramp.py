@@ -53,7 +53,7 @@ from kubernetes_asyncio import client
 
 from autoscaler import clock as clock_
 from autoscaler import ports
-from autoscaler.adapters.kubernetes import _api, annotate, cluster, events, placement
+from autoscaler.adapters.kubernetes import _api, annotate, caches, cluster, events, placement
 from autoscaler.adapters.kubernetes._api import KubeApiError, NotLeaderError, Obj
 from autoscaler.contract import annotations as contract
 from autoscaler.contract import codec
@@ -84,7 +84,7 @@ OPENED_REASON: Final = "GateOpened"
 TIER_LABEL: Final = placement.TIER_LABEL
 WHOLE_TIER: Final = "whole"
 RAMP_LABELS: Final = cluster.RAMP_LABELS
-DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
+DELETION_COST: Final = caches.DELETION_COST
 LOWEST_DELETION_COST: Final = str(-(2**31))
 """The lowest cost the annotation takes (an int32): the ReplicaSet removes this pod first."""
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
