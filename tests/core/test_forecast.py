@@ -499,9 +499,9 @@ def test_votes_made_together_are_those_made_one_by_one(
             assert math.copysign(1.0, made.load_per_s) == math.copysign(1.0, alone.load_per_s)
 
 
-def test_votes_of_one_layout_are_made_together() -> None:
-    """Votes that share a config, a period, a history layout and their steps are made in one
-    pass, not one by one (the same votes, each history read once)."""
+def test_votes_of_one_layout_are_made_together_in_chunks() -> None:
+    """Votes that share a config, a period, a history layout and their steps are made in
+    passes of `_VOTE_ROWS`, not one by one (the same votes, each history read once)."""
     config = SMALL
     histories = [daily_small(seed) for seed in range(5)]
     now_s = histories[0].end_s
@@ -518,7 +518,10 @@ def test_votes_of_one_layout_are_made_together() -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(forecast, "_predict_rows", counted)
         voted = forecast.votes(jobs, now_s=now_s)
-    assert calls == [5]
+        assert calls == [5]
+        patch.setattr(forecast, "_VOTE_ROWS", 2)
+        assert forecast.votes(jobs, now_s=now_s) == voted
+        assert calls == [5, 2, 2, 1]
     for (_, history, one, horizon), made in zip(jobs, voted, strict=True):
         assert made == forecast.vote(config, anew(history), one, now_s=now_s, horizon_s=horizon)
         assert made.on
