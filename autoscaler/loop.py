@@ -557,7 +557,7 @@ class _Votes:
         )
 
     def due(self, now: float) -> list[int]:
-        """The entries whose key (`Loop._vote_of`'s, the same arithmetic) is not the last."""
+        """The entries whose key (`Loop._votes_of`', the same arithmetic) is not the last."""
         start, step = self.start_s, self.step_s
         completed = np.clip(np.floor((now - start) / step + forecast._EPS), 0, self.size)
         target = np.floor((now + self.ahead_s - start) / step)
@@ -1209,39 +1209,59 @@ class Loop:
                 # The same services in the same order: only the records made again and the
                 # votes whose step, or target step, moved are looked at one by one.
                 last.configured = configured
-                for k in sorted({*changed, *last.due(now)}):
-                    last.put(k, configured[k], self._vote_of(configured[k], now))
+                due = sorted({*changed, *last.due(now)})
+                made = self._votes_of([configured[k] for k in due], now)
+                for k, voted in zip(due, made, strict=True):
+                    last.put(k, configured[k], voted)
                 return last.votes
         votes = _Votes.of(configured, self._seasonal, self._history_error)
-        for k, workload in enumerate(configured):
-            votes.put(k, workload, self._vote_of(workload, now))
+        for k, (workload, voted) in enumerate(
+            zip(configured, self._votes_of(configured, now), strict=True)
+        ):
+            votes.put(k, workload, voted)
         self._votes = votes
         return votes.votes
 
-    def _vote_of(
-        self, workload: ports.Workload, now: float
-    ) -> tuple[model.ForecastVote, forecast.History | None, float]:
-        """The seasonal forecast's vote for `workload`, the history it read (None without
-        one) and how far ahead it looked."""
-        config = workload.policy.forecast
-        assert config is not None
-        seasonal = self._seasonal.get(workload.id)
-        if seasonal is None:
-            why = self._history_error or "no load history"
-            return model.ForecastVote.off(why), None, math.nan
-        ahead = forecast.horizon_s(config, workload.startup_s)
-        history = seasonal.history
-        # The vote changes only when the forecast's step or its target step does.
-        key = (
-            history.completed(now),
-            math.floor((now + ahead - history.start_s) / history.step_s),
-        )
-        if seasonal.key != key or seasonal.vote is None:
-            seasonal.vote = forecast.vote(
-                config, history, seasonal.scored, now_s=now, horizon_s=ahead
+    def _votes_of(
+        self, workloads: Sequence[ports.Workload], now: float
+    ) -> list[tuple[model.ForecastVote, forecast.History | None, float]]:
+        """The seasonal forecast's vote for each of `workloads`, the history it read (None
+        without one) and how far ahead it looked. The votes whose step moved are made
+        together (`forecast.votes`): every minute, that is every service whose forecast is
+        on."""
+        seasonals: list[tuple[_Seasonal, float] | None] = []
+        due: list[tuple[_Seasonal, tuple[int, int]]] = []
+        jobs: list[forecast.VoteJob] = []
+        for workload in workloads:
+            config = workload.policy.forecast
+            assert config is not None
+            seasonal = self._seasonal.get(workload.id)
+            if seasonal is None:
+                seasonals.append(None)
+                continue
+            ahead = forecast.horizon_s(config, workload.startup_s)
+            history = seasonal.history
+            # The vote changes only when the forecast's step or its target step does.
+            key = (
+                history.completed(now),
+                math.floor((now + ahead - history.start_s) / history.step_s),
             )
-            seasonal.key = key
-        return seasonal.vote, history, ahead
+            if seasonal.key != key or seasonal.vote is None:
+                due.append((seasonal, key))
+                jobs.append((config, history, seasonal.scored, ahead))
+            seasonals.append((seasonal, ahead))
+        for (seasonal, key), vote in zip(due, forecast.votes(jobs, now_s=now), strict=True):
+            seasonal.vote, seasonal.key = vote, key
+        out: list[tuple[model.ForecastVote, forecast.History | None, float]] = []
+        for one in seasonals:
+            if one is None:
+                why = self._history_error or "no load history"
+                out.append((model.ForecastVote.off(why), None, math.nan))
+                continue
+            seasonal, ahead = one
+            assert seasonal.vote is not None
+            out.append((seasonal.vote, seasonal.history, ahead))
+        return out
 
     async def _await_history(self, workloads: Sequence[ports.Workload], now: float) -> None:
         """Start a refresh when one is due and wait for it at most `HISTORY_WAIT_RATIO` of a

@@ -1,7 +1,8 @@
 """One refresh's backtests of the seasonal forecast, at many services, in process CPU.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python -m bench.forecast_refresh [--services 1000]
-        [--repeats 5] [--mode per-service|batched] [--holed 0.1] [--seed 7]
+        [--repeats 5] [--mode per-service|batched] [--votes per-service|batched]
+        [--holed 0.1] [--seed 7]
 
 Every `refresh_s` the loop backtests every service's fresh history (`Loop._refresh_history`).
 This builds histories as `prometheus.LoadHistory` hands them out, with the default forecast
@@ -14,9 +15,12 @@ objects (a refresh makes new ones, and their cached sums go with them):
 - `per-service`: `forecast.backtest` once per service, as the loop did;
 - `batched`: `forecast.backtests` over all of them, as the loop does now (absent before it).
 
-Then, as the first tick after a refresh does, each service's vote (`forecast.vote`, one by
-one as the loop makes them; a vote that is on reads the history's `sums`, which the batched
-backtests keep and the per-service ones leave to be made).
+Then, as the first tick after a refresh does, each service's vote (a vote that is on reads
+the history's `sums`, which the batched backtests keep and the per-service ones leave to be
+made; with them kept, it is what every tick costs whose forecast step moved, once a minute):
+
+- `--votes per-service`: `forecast.vote` once per service, as the loop did;
+- `--votes batched`: `forecast.votes` over all of them, as the loop does now (absent before).
 
 Printed: the least and the median process CPU seconds of a refresh's backtests, and of its
 first votes, per service in microseconds, and how many backtests came out on. Figures are
@@ -81,6 +85,7 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=1_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mode", choices=("per-service", "batched"), default="batched")
+    parser.add_argument("--votes", choices=("per-service", "batched"), default="batched")
     parser.add_argument("--holed", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
@@ -101,11 +106,18 @@ def main() -> None:
             scored = forecast.backtests(jobs, now_s=now_s)
         spent.append(time.process_time() - started)
         started = time.process_time()
-        for history, one in zip(batch, scored, strict=True):
-            forecast.vote(config, history, one, now_s=now_s, horizon_s=ahead_s)
+        if args.votes == "per-service":
+            for history, one in zip(batch, scored, strict=True):
+                forecast.vote(config, history, one, now_s=now_s, horizon_s=ahead_s)
+        else:
+            jobs_of = [(config, h, s, ahead_s) for h, s in zip(batch, scored, strict=True)]
+            forecast.votes(jobs_of, now_s=now_s)
         voting.append(time.process_time() - started)
         on = sum(s.on for s in scored)
-    print(f"{args.mode}: {args.services} services, {args.repeats} refreshes, {on} on")
+    print(
+        f"{args.mode}, votes {args.votes}: {args.services} services, "
+        f"{args.repeats} refreshes, {on} on"
+    )
     for name, times in (("backtests", spent), ("first votes", voting)):
         least, median = min(times), statistics.median(times)
         print(

@@ -460,3 +460,68 @@ def flat_small(seed: int) -> forecast.History:
     values = 10.0 * np.exp(rng.normal(0.0, 0.3, size))
     pieces = ((0, values[: size // 3]), (size // 2, values[size // 2 :]))
     return forecast.History(0.0, STEP_S, np.empty(0), pieces=pieces, length=size)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet=fleets(), data=st.data())
+def test_votes_made_together_are_those_made_one_by_one(
+    fleet: tuple[list[forecast.Job], float], data: st.DataObject
+) -> None:
+    """`votes` gives each service the vote `vote` gives it alone, to the bit (on or off, load,
+    reason, horizon), whether its backtest was on or off, its sums kept by the backtests or
+    made by the vote, at the backtest's time or steps after it."""
+    jobs, now_s = fleet
+    together = forecast.backtests(jobs, now_s=now_s)
+    scored: list[forecast.Backtest] = []
+    for (config, _, horizon), made in zip(jobs, together, strict=True):
+        # Also every history as if its backtest were on for a period: most votes then read
+        # what the history holds, some the gaps and the steps before its start.
+        if data.draw(st.booleans()):
+            period_s = data.draw(st.sampled_from(config.periods_s))
+            made = forecast.Backtest(True, "on", period_s, horizon_s=horizon)
+        scored.append(made)
+    for ahead_s in (0.0, 60.0, 1_000.0):
+        at_s = now_s + ahead_s
+        vote_jobs = [
+            (config, history, one, horizon)
+            for (config, history, horizon), one in zip(jobs, scored, strict=True)
+        ]
+        voted = forecast.votes(vote_jobs, now_s=at_s)
+        assert len(voted) == len(jobs)
+        for (config, history, one, horizon), made in zip(vote_jobs, voted, strict=True):
+            alone = forecast.vote(config, anew(history), one, now_s=at_s, horizon_s=horizon)
+            assert made.on == alone.on
+            assert made.why == alone.why
+            assert made.horizon_s == alone.horizon_s
+            assert np.array_equal(
+                np.float64(made.load_per_s), np.float64(alone.load_per_s), equal_nan=True
+            )
+            assert math.copysign(1.0, made.load_per_s) == math.copysign(1.0, alone.load_per_s)
+
+
+def test_votes_of_one_layout_are_made_together_in_chunks() -> None:
+    """Votes that share a config, a period, a history layout and their steps are made in
+    passes of `_VOTE_ROWS`, not one by one (the same votes, each history read once)."""
+    config = SMALL
+    histories = [daily_small(seed) for seed in range(5)]
+    now_s = histories[0].end_s
+    scored = forecast.backtests([(config, h, 600.0) for h in histories], now_s=now_s)
+    assert all(s.on for s in scored)
+    jobs = [(config, h, s, 600.0) for h, s in zip(histories, scored, strict=True)]
+    calls: list[int] = []
+    original = forecast._predict_rows
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(len(args[1]))  # type: ignore[arg-type]
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(forecast, "_predict_rows", counted)
+        voted = forecast.votes(jobs, now_s=now_s)
+        assert calls == [5]
+        patch.setattr(forecast, "_VOTE_ROWS", 2)
+        assert forecast.votes(jobs, now_s=now_s) == voted
+        assert calls == [5, 2, 2, 1]
+    for (_, history, one, horizon), made in zip(jobs, voted, strict=True):
+        assert made == forecast.vote(config, anew(history), one, now_s=now_s, horizon_s=horizon)
+        assert made.on

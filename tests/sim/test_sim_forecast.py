@@ -4,6 +4,7 @@ loop votes from it without ever seeing the trace ahead."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
@@ -240,3 +241,50 @@ async def test_a_refresh_backtests_in_slices_and_keeps_the_last_backtests_until_
     assert len({t for t, _ in seen}) >= 3  # other work ran between the slices
     assert controller._seasonal.keys() == before.keys()
     assert all(controller._seasonal[s] is not before[s] for s in before)
+
+
+async def test_the_votes_due_at_a_tick_are_made_together_as_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The votes whose step moved are made in one `forecast.votes` call, each the vote
+    `forecast.vote` makes alone; a tick within the same step makes none again."""
+    sim = world.World(PARAMS)
+    services = 6
+    for i in range(services):
+        past = poisson(daily_rate(np.arange(DAY_S + START_S, dtype=np.float64)), 10 + i)
+        sim.add_service(f"ns/chat-{i}", np.full(600, 6.0), PARAMS, past=past)
+    controller = run.loop.Loop(
+        cluster=sim.cluster, metrics=sim.metrics, clock=sim.clock, history=sim.metrics
+    )
+    workloads = sim.cluster.workloads()
+    now = sim.clock.now()
+    await controller._refresh_history(workloads, now)
+    controller._history_due_s = now + DAY_S  # no refresh during the test
+
+    calls: list[int] = []
+    made_together = forecast.votes
+
+    def watched(jobs: Sequence[forecast.VoteJob], *, now_s: float) -> list[model.ForecastVote]:
+        calls.append(len(jobs))
+        return made_together(jobs, now_s=now_s)
+
+    monkeypatch.setattr(forecast, "votes", watched)
+    for at_s, due in ((now, services), (now + 1.0, 0), (now + 60.0, services)):
+        voted = await controller._forecasts(workloads, at_s)
+        assert calls.pop() == due
+        on = 0
+        for workload in workloads:
+            config = workload.policy.forecast
+            assert config is not None
+            seasonal = controller._seasonal[workload.id]
+            ahead = forecast.horizon_s(config, workload.startup_s)
+            alone = forecast.vote(
+                config,
+                dataclasses.replace(seasonal.history),
+                seasonal.scored,
+                now_s=at_s,
+                horizon_s=ahead,
+            )
+            assert voted[workload.id] == alone
+            on += alone.on
+        assert on >= services - 1  # made together, not alone
