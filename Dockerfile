@@ -31,7 +31,10 @@ LABEL org.opencontainers.image.title="inference-autoscaler" \
 # Nothing is written at run time but under /tmp (an emptyDir in the manifests): no bytecode
 # (pip compiled it in the builder), and HOME and matplotlib's cache point there.
 # The loop is one thread: the BLAS and OpenMP pools numpy and scipy start would only spin on
-# the node's other cores, which doubles the CPU a tick costs on a busy node.
+# the node's other cores, which doubles the CPU a tick costs on a busy node. A fixed mmap
+# threshold gives every block of 128 KiB or more back to the node when it is freed: glibc's
+# moving threshold otherwise keeps the forecast history's answers, freed, in a heap that stays
+# high (docs/benchmark.md, "Freed memory given back").
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -39,7 +42,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     MPLCONFIGDIR=/tmp/matplotlib \
     OPENBLAS_NUM_THREADS=1 \
     OMP_NUM_THREADS=1 \
-    MKL_NUM_THREADS=1
+    MKL_NUM_THREADS=1 \
+    MALLOC_MMAP_THRESHOLD_=131072
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /tmp
 # The same numeric user as the Deployment's runAsUser; no account in /etc/passwd is needed.

@@ -206,6 +206,15 @@ def test_numeric_libraries_run_one_thread_in_the_image_and_the_deployment() -> N
     )
 
 
+def test_freed_large_blocks_go_back_to_the_node_in_the_image_and_the_deployment() -> None:
+    """The image and the controller's Deployment both fix glibc's mmap threshold at 128 KiB,
+    so the large blocks a refresh frees are unmapped rather than kept in the heap."""
+    assert environment(stages()[-1]).get("MALLOC_MMAP_THRESHOLD_") == "131072"
+    (container,) = deployment()["spec"]["template"]["spec"]["containers"]
+    values = {e["name"]: e.get("value") for e in container["env"]}
+    assert values.get("MALLOC_MMAP_THRESHOLD_") == "131072"
+
+
 def test_the_labels_describe_the_project_at_its_version() -> None:
     """OCI labels: title, version (the project's, through the VERSION build argument), source
     and the project's licence."""
