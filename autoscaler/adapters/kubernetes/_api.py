@@ -208,13 +208,28 @@ async def call_json(
     """Call a generated client method (or send a `Request`, which takes no other argument) and
     return the answer's JSON; raise on a non-2xx status."""
     if isinstance(fn, Request):
-        if args or kwargs:
-            raise TypeError("a Request carries its own arguments")
-        url, headers = await _prepared(fn)
-        return await _answer(await _send(fn, url, headers, request_timeout_s))
+        return await _requested(fn, args, kwargs, request_timeout_s)
     if request_timeout_s is not None:
         kwargs["_request_timeout"] = request_timeout_s
     return await _answer(await fn(*args, _preload_content=False, **kwargs))
+
+
+async def _requested(
+    request: Request,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    request_timeout_s: float | None,
+    *,
+    before_send: Callable[[], None] | None = None,
+) -> Obj:
+    """Send `request` and read its answer; `before_send` runs between its authorization (which
+    may wait on a token's refresh) and the sending, where a raise sends nothing."""
+    if args or kwargs:
+        raise TypeError("a Request carries its own arguments")
+    url, headers = await _prepared(request)
+    if before_send is not None:
+        before_send()
+    return await _answer(await _send(request, url, headers, request_timeout_s))
 
 
 async def _prepared(request: Request) -> tuple[str, dict[str, str]]:
@@ -299,11 +314,9 @@ async def write_json(
     `fence(service)` says no. A `Request`'s fence is asked after its authorization is (which
     may wait on a token's refresh), immediately before it is sent."""
     if isinstance(fn, Request):
-        if args or kwargs:
-            raise TypeError("a Request carries its own arguments")
-        url, headers = await _prepared(fn)
-        _fenced(fence, service)
-        return await _answer(await _send(fn, url, headers, request_timeout_s))
+        return await _requested(
+            fn, args, kwargs, request_timeout_s, before_send=lambda: _fenced(fence, service)
+        )
     _fenced(fence, service)
     return await call_json(fn, *args, request_timeout_s=request_timeout_s, **kwargs)
 
