@@ -2,6 +2,7 @@
 
     python -m bench.compare BEFORE/results.json AFTER/results.json
     python -m bench.compare --keep default BEFORE/results.json AFTER/results.json
+    python -m bench.compare --spread default RESULTS.json
 
 Prints one Markdown table: each policy's equal-SLO GPU-hours (with the target reached) and its
 ratio to the oracle, before and after, and the signal the after run's baseline scaled on (for
@@ -15,6 +16,13 @@ total over the cells with a setting in both runs, the cells that lost or won a s
 leave-one-scenario-out check, the same total with each scenario left out in turn, and how many
 of those folds came out dearer.
 
+Two runs are compared only on the same number of draws (`bench.run --seeds N`; a run from before
+the draws existed had one): a figure pooled over three draws and one from a single draw differ by
+the noise the draws average out, not by the change. `--spread POLICY` reads one run made with
+`--seeds N --per-draw` and prints, per cell, that policy's equal-SLO GPU-hours on each draw
+searched alone, their range (the change in that cell that one draw cannot tell from noise) and
+the figure pooled over the draws.
+
 It only reads the two `results.json` files.
 """
 
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +54,26 @@ _LEFT = {0, 1, 2, 7}
 _BASELINE_SIGNALS = {"rate", "concurrency"}
 
 Key = tuple[str, str, str]
+
+
+class SeedsDifferError(ValueError):
+    """The two runs were made on different numbers of draws."""
+
+
+def seeds(results: Mapping[str, Any]) -> int:
+    """The draws a run was made on (`bench.run --seeds`); 1 for a run from before they existed."""
+    return int(results["config"].get("seeds", 1))
+
+
+def same_seeds(before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    """`SeedsDifferError`, saying what to do, unless the two runs have the same number of draws."""
+    b, a = seeds(before), seeds(after)
+    if b != a:
+        raise SeedsDifferError(
+            f"the runs were made on different numbers of draws (before --seeds {b}, after "
+            f"--seeds {a}): their figures differ by the noise the draws average out, not only "
+            "by the change; run both with the same --seeds"
+        )
 
 
 def by_family(results: Mapping[str, Any]) -> dict[Key, Mapping[str, Any]]:
@@ -173,22 +202,108 @@ def keep_report(result: Judged) -> str:
     return "\n".join(lines)
 
 
+def spread(results: Mapping[str, Any], family: str) -> dict[tuple[str, str], Spread]:
+    """`family`'s cells of a run made with `--seeds N --per-draw`: each draw's own equal-SLO
+    GPU-hours and the pooled figure; `ValueError` when the run has no draws searched apart."""
+    cells: dict[tuple[str, str], Spread] = {}
+    for outcome in results["outcomes"]:
+        if variants.family(outcome["policy"]) != family:
+            continue
+        draws = outcome.get("draws")
+        if not draws:
+            raise ValueError(
+                "the run has no draws searched apart: make it with bench.run --seeds N --per-draw"
+            )
+        cells[outcome["scenario"], outcome["regime"]] = Spread(
+            tuple(_gpu_hours(d) for d in draws), _gpu_hours(outcome)
+        )
+    return cells
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """One cell's equal-SLO GPU-hours on each draw searched alone, and pooled over them (None:
+    no setting met the SLO)."""
+
+    draws: tuple[float | None, ...]
+    pooled: float | None
+
+    @property
+    def range(self) -> float | None:
+        """Highest less lowest draw; None unless every draw has a setting."""
+        if any(d is None for d in self.draws):
+            return None
+        values = [d for d in self.draws if d is not None]
+        return max(values) - min(values)
+
+
+def _gpu_hours(outcome: Mapping[str, Any]) -> float | None:
+    best = outcome["equal_slo"]
+    return None if best is None else float(best["gpu_hours"])
+
+
+def spread_report(cells: Mapping[tuple[str, str], Spread]) -> str:
+    """One line a cell: each draw, the range, the pooled figure; then the ranges' median and
+    largest."""
+
+    def shown(value: float | None) -> str:
+        return "none" if value is None else f"{value:.1f}"
+
+    count = max((len(c.draws) for c in cells.values()), default=0)
+    head = "".join(f"{'draw ' + str(i):>9}" for i in range(count))
+    lines = [f"{'cell':<28}{head}{'range':>8}{'pooled':>9}"]
+    for (scenario, regime), cell in cells.items():
+        each = "".join(f"{shown(d):>9}" for d in cell.draws)
+        lines.append(
+            f"{scenario + ' ' + regime:<28}{each}{shown(cell.range):>8}{shown(cell.pooled):>9}"
+        )
+    ranges = [c.range for c in cells.values() if c.range is not None]
+    if ranges:
+        lines.append(
+            f"range over the {len(ranges)} cells with a setting on every draw: median "
+            f"{statistics.median(ranges):.1f}, largest {max(ranges):.1f} GPU-hours"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.compare",
         description="Print the equal-SLO view of two benchmark runs side by side.",
     )
     parser.add_argument("before", type=Path, help="the earlier run's results.json")
-    parser.add_argument("after", type=Path, help="the later run's results.json")
+    parser.add_argument(
+        "after", type=Path, nargs="?", help="the later run's results.json (not with --spread)"
+    )
     parser.add_argument(
         "--keep",
         metavar="POLICY",
         help="judge one policy's change instead: per cell, the total, settings lost or won, "
         "and the leave-one-scenario-out folds",
     )
+    parser.add_argument(
+        "--spread",
+        metavar="POLICY",
+        help="read one run made with --seeds N --per-draw: each cell's equal-SLO GPU-hours on "
+        "each draw alone, their range and the pooled figure",
+    )
     args = parser.parse_args(argv)
     before = json.loads(args.before.read_text(encoding="utf-8"))
+    if args.spread is not None:
+        if args.after is not None or args.keep is not None:
+            parser.error("--spread reads one run: give one results.json and no --keep")
+        try:
+            print(spread_report(spread(before, args.spread)))
+        except ValueError as e:
+            parser.error(str(e))
+        return 0
+    if args.after is None:
+        parser.error("give the before and the after results.json")
     after = json.loads(args.after.read_text(encoding="utf-8"))
+    try:
+        same_seeds(before, after)
+    except SeedsDifferError as e:
+        parser.error(str(e))
     if args.keep is not None:
         print(keep_report(judged(before, after, args.keep)))
     else:

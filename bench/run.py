@@ -2,7 +2,8 @@
 oracle.
 
     python -m bench.run [--quick] [--scenarios a,b] [--policies p,q] [--regimes warm,cold]
-                        [--jobs N] [--out DIR] [--duration-s S] [--quiet]
+                        [--seeds N [--per-draw]] [--jobs N] [--out DIR] [--duration-s S]
+                        [--quiet]
 
 Every scenario (`bench.scenarios`) runs under two start-up regimes with every policy; the rules
 (default targets, the equal-SLO search, the opening size, the bounds) are those of
@@ -17,6 +18,14 @@ scenario.
 ServeGen, diurnal or hover), each cut to its first 30 minutes, the cold regime only, and a grid
 of 0.1 steps instead of 0.05.
 
+`--seeds N` runs every scenario as N independent draws of its noise (`bench.scenarios.build`'s
+`draw`: draw 0 is the scenario as it always was, and `--seeds 1`, the default, is the bench as it
+always was): each target of the equal-SLO search runs on every draw and is judged on them together,
+the misses pooled (requests missed over requests) and the GPU-hours their mean. `--per-draw` also
+searches each draw's own setting, so `results.json` shows how far a cell moves from one draw to
+the next (`python -m bench.compare --spread POLICY results.json`). Each draw costs one more run
+per target.
+
 It must not change the simulator or the policies: it only chooses their inputs and reads their
 results.
 """
@@ -30,6 +39,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from autoscaler.experiment import sweep
+from autoscaler.experiment.scenario import Scenario
 from autoscaler.experiment.sweep import Config
 from bench import common, scenarios
 
@@ -61,12 +71,23 @@ def quick_config(**overrides: object) -> Config:
     return Config(**fields)  # type: ignore[arg-type]
 
 
-def build_scenarios(config: Config) -> dict[str, scenarios.Scenario]:
-    """The configured scenarios, each cut to `config.duration_s` when set."""
-    built = {name: scenarios.build(name, config.base) for name in config.scenarios}
+def build_scenarios(config: Config) -> dict[str, Scenario]:
+    """The configured scenarios (draw 0), each cut to `config.duration_s` when set."""
+    return {name: draws[0] for name, draws in build_draws(config, seeds=1).items()}
+
+
+def build_draws(config: Config, *, seeds: int | None = None) -> dict[str, tuple[Scenario, ...]]:
+    """Draws 0 to `seeds` - 1 (default `config.seeds`) of each configured scenario, each cut to
+    `config.duration_s` when set."""
+    count = config.seeds if seeds is None else seeds
+    built = {
+        name: tuple(scenarios.build(name, config.base, draw) for draw in range(count))
+        for name in config.scenarios
+    }
     if config.duration_s is None:
         return built
-    return {name: s.truncated(config.duration_s) for name, s in built.items()}
+    cut = config.duration_s
+    return {name: tuple(s.truncated(cut) for s in draws) for name, draws in built.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,15 +101,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["regimes"] = args.regimes
     if args.duration_s is not None:
         overrides["duration_s"] = args.duration_s
+    overrides["seeds"] = args.seeds
+    overrides["per_draw"] = args.per_draw
     config = quick_config(**overrides) if args.quick else full_config(**overrides)
     out: Path = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
     jobs: int = args.jobs or sweep.available_cpus()
 
     sweep.quiet_logs()
     started = time.perf_counter()
-    built = build_scenarios(config)
+    drawn = build_draws(config)
+    built = {name: draws[0] for name, draws in drawn.items()}
     show = None if args.quiet else _show_progress
-    results = sweep.run(config, built, jobs=jobs, progress=show)
+    results = sweep.run(config, built, jobs=jobs, progress=show, draws=drawn)
 
     from autoscaler.experiment import report  # matplotlib: only once the runs are done
 
@@ -97,13 +121,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     print(table)
     if not args.quiet:
-        runs = len(results.runs)
+        runs = sum(_simulated(o) for o in results.outcomes)
         print(
             f"{runs} runs in {elapsed:.0f} s with {jobs} jobs; wrote {out}/results.md, "
             f"results.json and {len(results.scenarios)} plots",
             file=sys.stderr,
         )
     return 0
+
+
+def _simulated(outcome: sweep.Outcome) -> int:
+    """The simulations behind one outcome: a run a target and draw."""
+    if outcome.draws:
+        return sum(len(d.runs) for d in outcome.draws)
+    return sum(max(1, len(r.draws)) for r in outcome.runs)
 
 
 def _show_progress(outcome: sweep.Outcome, finished: int, total: int) -> None:
@@ -155,6 +186,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="R,S",
         help="start-up regimes: "
         + ", ".join(f"{r.name} (~{r.startup_s:g} s, {r.about})" for r in sweep.REGIMES.values()),
+    )
+    parser.add_argument(
+        "--seeds",
+        type=common.positive_int,
+        default=1,
+        metavar="N",
+        help="run every scenario as N independent draws of its noise and judge each target on "
+        "them together: misses pooled, GPU-hours the mean (default: 1, draw 0 alone)",
+    )
+    parser.add_argument(
+        "--per-draw",
+        action="store_true",
+        help="with --seeds, also search each draw's own equal-SLO setting (the spread between "
+        "draws, in results.json)",
     )
     common.add_sweep_arguments(parser, DEFAULT_OUT, QUICK_OUT)
     return parser

@@ -83,6 +83,7 @@ def markdown(results: Results) -> str:
         f"{base.warmup_s:g} s; {base.min_replicas} to {base.max_replicas} replicas. "
         f"Start-up regimes: {regimes}.{quick}",
         "",
+        *_draws_note(config.seeds),
         f"**Equal SLO**: each policy's utilisation target (load per replica as a fraction of "
         f"its capacity) searched over {grid[0]:.2f} to {grid[-1]:.2f}; the cheapest setting with "
         f'at most {limit:g} % of requests over the SLO or dropped, "none" when no setting '
@@ -107,6 +108,19 @@ def markdown(results: Results) -> str:
     for name, scenario in results.scenarios.items():
         lines.append(f"- `{name}`: {scenario.description}.")
     return "\n".join(lines) + "\n"
+
+
+def _draws_note(seeds: int) -> list[str]:
+    """With several draws, what every figure of the table is; nothing for one."""
+    if seeds == 1:
+        return []
+    return [
+        f"**{seeds} draws**: every scenario ran as {seeds} independent draws of its noise "
+        "(draw 0 the scenario as it is alone); each setting ran on all of them and every figure "
+        "is over them together: SLO misses pooled (requests missed over requests), GPU-hours, "
+        "scale events and time to capacity the mean. The plots show draw 0.",
+        "",
+    ]
 
 
 def table(results: Results) -> str:
@@ -200,6 +214,8 @@ def as_json(results: Results) -> dict[str, Any]:
             "slo_miss_limit_pct": equal_slo.SLO_MISS_LIMIT_PCT,
             "default_utilisation": {p: DEFAULT_UTILISATION[p] for p in config.policies},
             "params": config.base.as_dict(),
+            "seeds": config.seeds,
+            "per_draw": config.per_draw,
         },
         "scenarios": {
             name: {
@@ -218,8 +234,9 @@ def as_json(results: Results) -> dict[str, Any]:
 
 
 def _outcome_json(o: Outcome) -> dict[str, Any]:
-    """One outcome; `family` and `signal` say which peer it is and what it scaled on."""
-    return {
+    """One outcome; `family` and `signal` say which peer it is and what it scaled on; with
+    several draws searched apart, `draws` holds each draw's own outcome."""
+    document: dict[str, Any] = {
         "scenario": o.scenario,
         "regime": o.regime,
         "policy": o.policy,
@@ -231,10 +248,14 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
         "equal_slo_vs_oracle": o.equal_slo_vs_oracle,
         "runs": [_run_json(r) for r in o.runs],
     }
+    if o.draws:
+        document["draws"] = [{"seed": d.default.seed, **_outcome_json(d)} for d in o.draws]
+    return document
 
 
 def _run_json(run: Run) -> dict[str, Any]:
-    return {
+    """One run; pooled over several draws (`sweep.pooled`), `draws` holds the run on each."""
+    document: dict[str, Any] = {
         "utilisation": run.utilisation,
         "slo_miss_pct": run.slo_miss_pct,
         "dropped_pct": run.dropped_pct,
@@ -245,6 +266,9 @@ def _run_json(run: Run) -> dict[str, Any]:
         "mean_replicas": run.mean_replicas,
         "requests": run.requests,
     }
+    if run.draws:
+        document["draws"] = [{"seed": d.seed, **_run_json(d)} for d in run.draws]
+    return document
 
 
 def plot(results: Results, scenario_name: str, path: Path) -> None:

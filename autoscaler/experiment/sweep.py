@@ -23,6 +23,13 @@ target, all serving, as for a service that was running before the trace begins: 
 cannot meet an opening burst, and the misses it would cause say nothing about any policy. Bounds
 are the same for everyone: at least 2 replicas (HPA's own default floor would be 1), at most 100.
 
+**Several draws** (`Config.seeds` > 1): each scenario comes as that many independent draws of its
+noise (`run`'s `draws`), every target the search tries runs on each, and the search judges the
+target by them together: the misses pooled (requests missed over requests, all draws) and the
+GPU-hours their mean (`pooled`). With `Config.per_draw` each draw then also gets its own search,
+continued from the targets tried, so the spread between draws can be read (`Outcome.draws`).
+One draw (the default) is the search as it always was.
+
 `run` sends the runs to a pool of `jobs` processes; each sweep is sequential, the sweeps run side
 by side, the longest traces first. Results do not depend on the number of jobs or the order in
 which runs finish. Every run keeps its serving replicas and SLO misses over time, binned for the
@@ -96,6 +103,11 @@ class Config:
     quick: bool = False
     """Reported only: the runs were cut short or coarse, not a full comparison."""
     base: SimParams = BASE
+    seeds: int = 1
+    """Draws of each scenario's noise that every target runs on (`run`'s `draws`), 0 to
+    seeds - 1; draw 0 is the scenario as built alone."""
+    per_draw: bool = False
+    """With several draws, also search each draw's own equal-SLO setting (`Outcome.draws`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +118,8 @@ class Task:
     regime: str
     policy: str
     utilisation: float
+    seed: int = 0
+    """The scenario's draw (`Config.seeds`)."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -135,6 +149,10 @@ class Run:
     """Serving replicas over time, the mean per `scenario.bin_s` seconds (the plots)."""
     misses: FloatArray | None = field(default=None, compare=False, repr=False)
     """Requests per second over the SLO or dropped, the mean per `scenario.bin_s` seconds."""
+    seed: int = 0
+    """The scenario's draw it ran on; a run pooled over draws (`pooled`) has the first's."""
+    draws: tuple[Run, ...] = field(default=(), compare=False, repr=False)
+    """A run pooled over several draws: the run on each, in draw order; () for a single run."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -161,6 +179,9 @@ class Outcome:
     """Default-target GPU-hours over the oracle's default-target GPU-hours."""
     equal_slo_vs_oracle: float | None = None
     """Equal-SLO GPU-hours over the oracle's equal-SLO GPU-hours."""
+    draws: tuple[Outcome, ...] = ()
+    """With `Config.per_draw` and several draws: each draw's own search (its default run, its
+    own equal-SLO setting, every target tried on it), in draw order; () otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +256,41 @@ def evaluate(task: Task, scenario: Scenario, base: SimParams) -> Run:
         mean_replicas=float(summary["mean_replicas"]),
         serving=scenario_.binned(series["replicas_serving"], size),
         misses=scenario_.binned(series["slo_misses"], size),
+        seed=task.seed,
+    )
+
+
+def pooled(runs: Sequence[Run]) -> Run:
+    """One target's runs on several draws, as the search judges them: misses and drops pooled
+    (over all the draws' requests), GPU-hours, replicas and scale events (rounded) the mean,
+    time to capacity the mean (None when a draw never got there), p95 the mean of the draws'
+    p95s; the series (for the plots) the first draw's. A single run is returned as it is."""
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    n = len(runs)
+    requests = sum(r.requests for r in runs)
+
+    def share(pct: Callable[[Run], float]) -> float:
+        if not requests > 0:
+            return 0.0
+        return sum(pct(r) * r.requests for r in runs) / requests
+
+    reached = [r.time_to_capacity_s for r in runs]
+    p95s = [r.p95_latency_s for r in runs if r.p95_latency_s is not None]
+    return dataclasses.replace(
+        first,
+        requests=requests,
+        slo_miss_pct=share(lambda r: r.slo_miss_pct),
+        dropped_pct=share(lambda r: r.dropped_pct),
+        gpu_hours=sum(r.gpu_hours for r in runs) / n,
+        scale_events=round(sum(r.scale_events for r in runs) / n),
+        time_to_capacity_s=(
+            None if any(t is None for t in reached) else sum(t or 0.0 for t in reached) / n
+        ),
+        p95_latency_s=sum(p95s) / len(p95s) if p95s else None,
+        mean_replicas=sum(r.mean_replicas for r in runs) / n,
+        draws=tuple(runs),
     )
 
 
@@ -252,11 +308,11 @@ def time_to_capacity(scenario: Scenario, capacity_rps: npt.NDArray[np.float64]) 
 
 # --- the pool ----------------------------------------------------------------------------------
 
-_worker_scenarios: dict[str, Scenario] = {}
+_worker_scenarios: dict[str, tuple[Scenario, ...]] = {}
 _worker_base = BASE
 
 
-def _start_worker(scenario_map: dict[str, Scenario], base: SimParams) -> None:
+def _start_worker(scenario_map: dict[str, tuple[Scenario, ...]], base: SimParams) -> None:
     global _worker_base
     _worker_scenarios.update(scenario_map)
     _worker_base = base
@@ -264,7 +320,7 @@ def _start_worker(scenario_map: dict[str, Scenario], base: SimParams) -> None:
 
 
 def _work(task: Task) -> Run:
-    return evaluate(task, _worker_scenarios[task.scenario], _worker_base)
+    return evaluate(task, _worker_scenarios[task.scenario][task.seed], _worker_base)
 
 
 def quiet_logs() -> None:
@@ -282,14 +338,18 @@ def run(
     *,
     jobs: int = 1,
     progress: Progress | None = None,
+    draws: Mapping[str, Sequence[Scenario]] | None = None,
 ) -> Results:
     """Every policy's default run and equal-SLO search on every scenario and regime.
 
     `jobs` > 1 runs them in that many worker processes; 1 runs them here, one after another.
+    `draws` gives each scenario's `config.seeds` draws, the first `scenario_map`'s own; None:
+    `scenario_map`'s is the only one (then `config.seeds` must be 1).
     """
     chosen = {name: scenario_map[name] for name in config.scenarios}
+    drawn = _draws(config, chosen, draws)
     keys = [(s, r, p) for s in chosen for r in config.regimes for p in config.policies]
-    done: dict[tuple[str, str, str], list[Run]] = {key: [] for key in keys}
+    searches = {key: _Search(config) for key in keys}
     finished: dict[tuple[str, str, str], Outcome] = {}
     ready: list[tuple[int, int, Task]] = []
     order = 0
@@ -301,27 +361,26 @@ def run(
         order += 1
 
     def record(result: Run) -> None:
-        runs = done[result.key]
-        runs.append(result)
-        target = equal_slo.next_target(config.grid, [r.trial for r in runs])
+        search = searches[result.key]
         scenario, regime, policy = result.key
-        if target is None:
-            finished[result.key] = _outcome(result.key, runs)
+        for seed, target in search.record(result):
+            push(Task(scenario, regime, policy, target, seed))
+        if search.done:
+            finished[result.key] = search.outcome(result.key)
             if progress is not None:
                 progress(finished[result.key], len(finished), len(keys))
-        else:
-            push(Task(scenario, regime, policy, target))
 
     for scenario, regime, policy in keys:
-        push(Task(scenario, regime, policy, DEFAULT_UTILISATION[policy]))
+        for seed in range(config.seeds):
+            push(Task(scenario, regime, policy, DEFAULT_UTILISATION[policy], seed))
 
     if jobs <= 1:
         while ready:
             task = heapq.heappop(ready)[2]
-            record(evaluate(task, chosen[task.scenario], config.base))
+            record(evaluate(task, drawn[task.scenario][task.seed], config.base))
     else:
         with concurrent.futures.ProcessPoolExecutor(
-            max_workers=jobs, initializer=_start_worker, initargs=(chosen, config.base)
+            max_workers=jobs, initializer=_start_worker, initargs=(drawn, config.base)
         ) as pool:
             running: dict[concurrent.futures.Future[Run], Task] = {}
             while ready or running:
@@ -338,6 +397,79 @@ def run(
     outcomes = _against_oracle([finished[key] for key in keys])
     kept, aside = variants.best_of(outcomes)
     return Results(config=config, scenarios=chosen, outcomes=tuple(kept), set_aside=tuple(aside))
+
+
+def _draws(
+    config: Config, chosen: Mapping[str, Scenario], draws: Mapping[str, Sequence[Scenario]] | None
+) -> dict[str, tuple[Scenario, ...]]:
+    """Each chosen scenario's draws, checked against `config.seeds`."""
+    if draws is None:
+        if config.seeds != 1:
+            raise ValueError(f"{config.seeds} seeds need each scenario's draws")
+        return {name: (scenario,) for name, scenario in chosen.items()}
+    drawn = {name: (scenario, *draws[name][1:]) for name, scenario in chosen.items()}
+    wrong = [name for name, each in drawn.items() if len(each) != config.seeds]
+    if wrong:
+        raise ValueError(f"{config.seeds} seeds, but not as many draws of {', '.join(wrong)}")
+    return drawn
+
+
+class _Search:
+    """One policy's equal-SLO search on one scenario and regime, over the scenario's draws.
+
+    The pooled search first: each target runs on every draw and is judged once all are in, by
+    the pooled run (`pooled`). Then, with `Config.per_draw` and several draws, each draw's own
+    search, continued on that draw alone from every target the pooled search tried."""
+
+    def __init__(self, config: Config) -> None:
+        self._grid = config.grid
+        self._seeds = config.seeds
+        self._per_draw = config.per_draw and config.seeds > 1
+        self._by_seed: list[dict[float, Run]] = [{} for _ in range(config.seeds)]
+        self._pooled: list[Run] = []
+        self._waiting: dict[float, int] = {}
+        self._open: set[int] = set()
+        self._pooling = True
+        self.done = False
+
+    def record(self, result: Run) -> list[tuple[int, float]]:
+        """Take one run; the (seed, target) runs to do next."""
+        target = result.utilisation
+        self._by_seed[result.seed][target] = result
+        if not self._pooling:
+            step = self._next_for(result.seed)
+            if step is None:
+                self._open.discard(result.seed)
+                self.done = not self._open
+                return []
+            return [(result.seed, step)]
+        self._waiting[target] = self._waiting.get(target, self._seeds) - 1
+        if self._waiting[target] > 0:
+            return []
+        self._pooled.append(pooled([self._by_seed[seed][target] for seed in range(self._seeds)]))
+        step = equal_slo.next_target(self._grid, [r.trial for r in self._pooled])
+        if step is not None:
+            return [(seed, step) for seed in range(self._seeds)]
+        self._pooling = False
+        nexts = []
+        if self._per_draw:
+            for seed in range(self._seeds):
+                step = self._next_for(seed)
+                if step is not None:
+                    self._open.add(seed)
+                    nexts.append((seed, step))
+        self.done = not self._open
+        return nexts
+
+    def _next_for(self, seed: int) -> float | None:
+        return equal_slo.next_target(self._grid, [r.trial for r in self._by_seed[seed].values()])
+
+    def outcome(self, key: tuple[str, str, str]) -> Outcome:
+        found = _outcome(key, self._pooled)
+        if not self._per_draw:
+            return found
+        each = tuple(_outcome(key, list(runs.values())) for runs in self._by_seed)
+        return dataclasses.replace(found, draws=each)
 
 
 def _outcome(key: tuple[str, str, str], runs: Sequence[Run]) -> Outcome:
