@@ -14,7 +14,9 @@ regimes; a policy or scenario missing from one run reads "—". A policy is matc
 policy change is judged"): that policy's equal-SLO GPU-hours per cell before and after, the
 total over the cells with a setting in both runs, the cells that lost or won a setting, and the
 leave-one-scenario-out check, the same total with each scenario left out in turn, and how many
-of those folds came out dearer.
+of those folds came out dearer. When both runs were made with `--per-draw`, each cell's line also
+gives the change on each draw searched alone, in draw order: a change that holds on every draw
+is the rule's, one that flips sign between draws is the noise's.
 
 Two runs are compared only on the same number of draws (`bench.run --seeds N`; a run from before
 the draws existed had one): a figure pooled over three draws and one from a single draw differ by
@@ -33,7 +35,7 @@ import json
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +138,11 @@ class Judged:
 
     cells: dict[tuple[str, str], tuple[float | None, float | None]]
     """(scenario, regime) -> GPU-hours before and after, None where no setting met the SLO."""
+    draws: dict[tuple[str, str], tuple[tuple[float | None, float | None], ...]] = field(
+        default_factory=dict
+    )
+    """With both runs made with `--per-draw`: each draw's own GPU-hours before and after, in
+    draw order, per cell; empty otherwise."""
 
     @property
     def both(self) -> list[tuple[str, str]]:
@@ -169,12 +176,18 @@ def judged(before: Mapping[str, Any], after: Mapping[str, Any], family: str) -> 
         return None if best is None else float(best["gpu_hours"])
 
     cells: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+    draws: dict[tuple[str, str], tuple[tuple[float | None, float | None], ...]] = {}
     for scenario in after["config"]["scenarios"]:
         for regime in after["config"]["regimes"]:
             b, a = old.get((scenario, regime, family)), new.get((scenario, regime, family))
             if b is not None and a is not None:
                 cells[scenario, regime] = (gpu_hours(b), gpu_hours(a))
-    return Judged(cells)
+                if b.get("draws") and a.get("draws"):
+                    draws[scenario, regime] = tuple(
+                        (gpu_hours(x), gpu_hours(y))
+                        for x, y in zip(b["draws"], a["draws"], strict=True)
+                    )
+    return Judged(cells, draws)
 
 
 def keep_report(result: Judged) -> str:
@@ -183,10 +196,19 @@ def keep_report(result: Judged) -> str:
     def shown(value: float | None) -> str:
         return "none" if value is None else f"{value:.1f}"
 
-    lines = [f"{'cell':<28}{'before':>10}{'after':>10}{'change':>9}"]
-    for (scenario, regime), (b, a) in result.cells.items():
+    def changed(b: float | None, a: float | None) -> str:
+        if b is None:
+            return "none" if a is None else "won"
+        return "lost" if a is None else f"{a - b:+.1f}"
+
+    head = f"{'cell':<28}{'before':>10}{'after':>10}{'change':>9}"
+    lines = [head + ("   each draw alone: change" if result.draws else "")]
+    for key, (b, a) in result.cells.items():
         change = "" if b is None or a is None else f"{a - b:+.1f}"
-        lines.append(f"{scenario + ' ' + regime:<28}{shown(b):>10}{shown(a):>10}{change:>9}")
+        line = f"{key[0] + ' ' + key[1]:<28}{shown(b):>10}{shown(a):>10}{change:>9}"
+        if key in result.draws:
+            line += "   " + " ".join(f"{changed(x, y):>6}" for x, y in result.draws[key])
+        lines.append(line)
     b, a = result.total()
     lines.append(f"total over {len(result.both)} cells with a setting in both: {b:.1f} -> {a:.1f}")
     for name, cells in (("lost a setting", result.lost), ("won a setting", result.won)):

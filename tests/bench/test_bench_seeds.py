@@ -325,3 +325,31 @@ def test_spread_gives_each_draw_its_range_and_the_pooled_figure() -> None:
     assert text[1].split() == ["a", "warm", "10.0", "12.5", "11.0", "2.5", "11.2"]
     assert text[2].split() == ["b", "warm", "5.0", "none", "6.0", "none", "none"]
     assert text[3].endswith("median 2.5, largest 2.5 GPU-hours")
+
+
+def test_keep_gives_each_draw_its_own_change_when_both_runs_have_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With both runs made with `--per-draw`, a cell's line ends with each draw's change (or
+    the setting it lost or won), in draw order."""
+
+    def made(pooled: float, draws: list[float | None]) -> dict[str, object]:
+        def best(g: float | None) -> dict[str, float] | None:
+            return None if g is None else {"gpu_hours": g, "utilisation": 0.8}
+
+        saved = saved_run(3)
+        (outcome,) = saved["outcomes"]  # type: ignore[misc]
+        outcome["equal_slo"] = best(pooled)
+        outcome["draws"] = [{"equal_slo": best(g)} for g in draws]
+        return saved
+
+    (tmp_path / "b.json").write_text(json.dumps(made(10.0, [9.0, 10.0, None])))
+    (tmp_path / "a.json").write_text(json.dumps(made(10.5, [9.5, None, 12.0])))
+
+    assert (
+        compare.main(["--keep", "default", str(tmp_path / "b.json"), str(tmp_path / "a.json")]) == 0
+    )
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("each draw alone: change")
+    assert lines[1].split() == ["s", "warm", "10.0", "10.5", "+0.5", "+0.5", "lost", "won"]
