@@ -27,6 +27,7 @@ import asyncio
 import enum
 import itertools
 import math
+import operator
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
@@ -291,6 +292,40 @@ class _LastOutcomes:
     reason: npt.NDArray[np.int8]
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Accrual:
+    """Core-hours accruing as arrays over the ticks of one layout (`Decisions.index`: the same
+    services in the same order), rather than service by service every tick.
+
+    Row `i` is the service of `workloads[i]`: `hours[i]` is its count for its project
+    `projects[i]`, what it had kept for that project before included, and `accrued[i]` says
+    whether it has one (kept, or accrued since). Each tick makes a new value (no array is
+    changed once set), so a scrape from another thread reads one tick's. The counts go into
+    the services' `core_hours` when the layout or a row's project changes (`_settle`).
+    """
+
+    layout: Mapping[model.ServiceId, int]
+    workloads: Sequence[ports.Workload]
+    projects: list[str]
+    rates: npt.NDArray[np.float64]
+    hours: npt.NDArray[np.float64]
+    accrued: npt.NDArray[np.bool_]
+
+    def live(self) -> dict[model.ServiceId, tuple[str, float]]:
+        """Each service's project and count where it has one."""
+        rows = np.flatnonzero(self.accrued).tolist()
+        hours = self.hours[rows].tolist()
+        workloads, projects = self.workloads, self.projects
+        return {
+            workloads[row].id: (projects[row], count)
+            for row, count in zip(rows, hours, strict=True)
+        }
+
+
+def _project(workload: ports.Workload) -> str:
+    return workload.project or _labels(workload.id)[0]
+
+
 class _PerService(Collector):
     """The per-service series, rendered from the last tick and the kept counters on a scrape."""
 
@@ -303,6 +338,9 @@ class _PerService(Collector):
         self.last: _LastOutcomes | None = None
         """The last tick's outcomes as arrays, when it came as `loop.Decisions`: those of the
         next tick that did not move are in `seen` already."""
+        self.accrual: _Accrual | None = None
+        """Core-hours accruing since the layout of the ticks last changed, when they come as
+        `loop.Decisions`; a service's count there stands for the one in its `core_hours`."""
 
     def service(self, service: model.ServiceId) -> _Service:
         found = self.services.get(service)
@@ -315,6 +353,75 @@ class _PerService(Collector):
         self.services.clear()
         self.seen.clear()
         self.last = None
+        self.accrual = None
+
+    def settle(self) -> None:
+        """Put what accrued as arrays into the services' `core_hours`, and end the accrual."""
+        accrual = self.accrual
+        if accrual is None:
+            return
+        for service, (project, hours) in accrual.live().items():
+            self.service(service).core_hours[project] = hours
+        self.accrual = None
+
+    def accrue(
+        self,
+        layout: Mapping[model.ServiceId, int],
+        workloads: Sequence[ports.Workload],
+        tick_s: float,
+    ) -> None:
+        """Each service's current rate over `tick_s` added to its project's core-hours, as
+        arrays; only the records that changed since the last tick are read one by one."""
+        last = self.accrual
+        count = len(workloads)
+        if last is None or last.layout is not layout or len(last.workloads) != count:
+            self.settle()
+            projects = [_project(w) for w in workloads]
+            rates = np.fromiter((w.core_rate for w in workloads), np.float64, count)
+            hours = np.zeros(count)
+            accrued = np.zeros(count, dtype=np.bool_)
+            for row, (workload, project) in enumerate(zip(workloads, projects, strict=True)):
+                # Every service with a rate is kept, as when it accrued one by one.
+                service = workload.id
+                found = self.services.get(service) if rates[row] <= 0 else self.service(service)
+                kept = None if found is None else found.core_hours.get(project)
+                if kept is not None:
+                    hours[row], accrued[row] = kept, True
+        else:
+            projects, rates, hours, accrued = last.projects, last.rates, last.hours, last.accrued
+            changed = list(
+                itertools.compress(
+                    itertools.count(), map(operator.is_not, last.workloads, workloads)
+                )
+            )
+            if changed:
+                projects, rates, hours, accrued = (
+                    list(projects),
+                    rates.copy(),
+                    hours.copy(),
+                    accrued.copy(),
+                )
+                for row in changed:
+                    workload = workloads[row]
+                    rates[row] = workload.core_rate
+                    if not workload.core_rate <= 0:
+                        self.service(workload.id)
+                    project = _project(workload)
+                    if project == projects[row]:
+                        continue
+                    # The row's count goes to its old project; the new one's is taken up.
+                    found = self.service(workload.id)
+                    if accrued[row]:
+                        found.core_hours[projects[row]] = float(hours[row])
+                    kept = found.core_hours.get(project)
+                    projects[row] = project
+                    hours[row], accrued[row] = (0.0, False) if kept is None else (kept, True)
+        # As `hours.get(project, 0.0) + rate * tick_s / 3600.0` for every rate not <= 0.
+        accruing = ~(rates <= 0)
+        hours = np.where(accruing, hours + rates * tick_s / 3600.0, hours)
+        # A copy: the records may come in a list that changes in place.
+        records = tuple(workloads)
+        self.accrual = _Accrual(layout, records, projects, rates, hours, accrued | accruing)
 
     def describe(self) -> Iterable[Metric]:
         return [family.new() for family in (*PER_SERVICE, HOLDING)]
@@ -330,7 +437,8 @@ class _PerService(Collector):
         label values other than the service's (`_Templates`) with the service's quoted
         namespace and name and the value's text; the families' lines are gathered in lists,
         a service's series in the order `_render_tick` and `_render_kept` add them."""
-        tick, services = self.tick, dict(self.services)
+        tick, services, accrual = self.tick, dict(self.services), self.accrual
+        live = {} if accrual is None else accrual.live()
         lines: dict[Family, list[str]] = {family: [] for family in (*PER_SERVICE, HOLDING)}
         holding: dict[str, int] = dict.fromkeys((reason.value for reason in model.Reason), 0)
         decided: set[model.ServiceId] = set()
@@ -338,7 +446,7 @@ class _PerService(Collector):
         if tick is not None:
             report, workloads = tick
             decided = _text_tick(lines, report, workloads, names, holding)
-        _text_kept(lines, services, decided, names)
+        _text_kept(lines, services, live, decided, names)
         templates = _TEMPLATES[HOLDING]
         lines[HOLDING].extend(
             templates[(reason,)] % _count(count) for reason, count in holding.items()
@@ -351,7 +459,8 @@ class _PerService(Collector):
         """A `sink` per family, given every series now: the last tick's, and what was kept."""
         # What the last tick left, taken at once: a scrape served from another thread then
         # renders one tick, whatever the loop does meanwhile.
-        tick, services = self.tick, dict(self.services)
+        tick, services, accrual = self.tick, dict(self.services), self.accrual
+        live = {} if accrual is None else accrual.live()
         out = {family: sink(family) for family in (*PER_SERVICE, HOLDING)}
         holding: dict[str, int] = dict.fromkeys((reason.value for reason in model.Reason), 0)
         decided: set[model.ServiceId] = set()
@@ -366,9 +475,9 @@ class _PerService(Collector):
                     if decision.kind is model.Kind.HOLD:
                         holding[decision.reason.value] += 1
         for service, kept in services.items():
-            _render_kept(out, service, kept, decided=service in decided)
+            _render_kept(out, service, kept, live.get(service), decided=service in decided)
         for service in decided - services.keys():
-            _render_kept(out, service, _Service(), decided=True)
+            _render_kept(out, service, _Service(), live.get(service), decided=True)
         for reason, count in holding.items():
             out[HOLDING].add_metric([reason], count)
         return out
@@ -436,16 +545,32 @@ def _render_tick(
             out[STARTS].add_metric([namespace, name, label], count)
 
 
+def _core_hours(kept: _Service, live: tuple[str, float] | None) -> list[tuple[str, float]]:
+    """A service's core-hours by project: those kept, and the one accruing as arrays (a copy,
+    taken at once: the loop may add to them while another thread scrapes)."""
+    if live is None:
+        return list(kept.core_hours.items())
+    hours = dict(kept.core_hours)
+    hours[live[0]] = live[1]
+    return list(hours.items())
+
+
 def _render_kept(
-    out: Mapping[Family, _Sink], service: model.ServiceId, kept: _Service, *, decided: bool
+    out: Mapping[Family, _Sink],
+    service: model.ServiceId,
+    kept: _Service,
+    live: tuple[str, float] | None,
+    *,
+    decided: bool,
 ) -> None:
     """The series a service accumulated, and its ramp's: from its first tick, every managed
-    service has them, so dashboards and alerts read 0 rather than nothing."""
+    service has them, so dashboards and alerts read 0 rather than nothing. `live`: its
+    project and core-hours accruing as arrays, if any."""
     namespace, name = _labels(service)
     # Copies, taken at once: the loop may add to them while another thread scrapes.
     for (kind, reason), count in list(kept.decisions.items()):
         out[DECISIONS].add_metric([namespace, name, kind.value, reason.value], count)
-    for project, hours in list(kept.core_hours.items()):
+    for project, hours in _core_hours(kept, live):
         out[CORE_HOURS].add_metric([namespace, name, project], hours)
     for project, hours in list(kept.standby_hours.items()):
         out[STANDBY_CORE_HOURS].add_metric([namespace, name, project], hours)
@@ -619,6 +744,7 @@ def _text_tick(
 def _text_kept(
     lines: Mapping[Family, list[str]],
     services: Mapping[model.ServiceId, _Service],
+    live: Mapping[model.ServiceId, tuple[str, float]],
     decided: set[model.ServiceId],
     names: Mapping[model.ServiceId, tuple[str, str]],
 ) -> None:
@@ -653,7 +779,10 @@ def _text_kept(
             ]
         )
         hours.extend(
-            [hours_t[(p,)] % (ns, name, _number(h)) for p, h in list(kept.core_hours.items())]
+            [
+                hours_t[(p,)] % (ns, name, _number(h))
+                for p, h in _core_hours(kept, live.get(service))
+            ]
         )
         standby.extend(
             [standby_t[(p,)] % (ns, name, _number(h)) for p, h in list(kept.standby_hours.items())]
@@ -777,6 +906,7 @@ class Telemetry:
             kept.tick = (report, workloads)
             return
         kept.last = None
+        kept.settle()
         seen = kept.seen
         present: set[model.ServiceId] = set()
         for workload in workloads:
@@ -831,25 +961,20 @@ class Telemetry:
                 counts[outcome] = counts.get(outcome, 0) + 1
         kept.last = _LastOutcomes(index, codes.kind, codes.reason)
         if tick_s > 0:
+            kept.accrue(index, workloads, tick_s)
             waiting = codes.pools[:, 2]
             pooled = np.flatnonzero(waiting > 0).tolist() if len(waiting) else []
-            share_of = dict(zip(pooled, waiting[pooled].tolist(), strict=True))
-            for i, workload in enumerate(workloads):
+            for i, pool_waiting in zip(pooled, waiting[pooled].tolist(), strict=True):
+                workload = workloads[i]
                 rate = workload.core_rate
-                if rate <= 0:
+                if rate <= 0 or workload.replicas <= 0:
                     continue
-                service = workload.id
-                project = workload.project or _labels(service)[0]
-                found = kept.service(service)
-                hours = found.core_hours
-                hours[project] = hours.get(project, 0.0) + rate * tick_s / 3600.0
-                pool_waiting = share_of.get(i)
-                if pool_waiting is not None and workload.replicas > 0:
-                    # The pool's share of the rate: its pods weigh the service's mean.
-                    share = min(1.0, pool_waiting / workload.replicas)
-                    held = found.standby_hours
-                    added = rate * share * tick_s / 3600.0
-                    held[project] = held.get(project, 0.0) + added
+                # The pool's share of the rate: its pods weigh the service's mean.
+                project = _project(workload)
+                share = min(1.0, pool_waiting / workload.replicas)
+                held = kept.service(workload.id).standby_hours
+                added = rate * share * tick_s / 3600.0
+                held[project] = held.get(project, 0.0) + added
         self.services.set(len(workloads))
         for gone in seen.keys() - index.keys():
             del seen[gone]

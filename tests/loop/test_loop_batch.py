@@ -196,6 +196,86 @@ async def test_telemetry_exports_a_tick_read_as_arrays_as_it_does_one_read_by_de
     assert "autoscaler_decisions_total" in "\n".join(_series(arrays))
 
 
+async def test_core_hours_accrued_as_arrays_are_those_accrued_service_by_service() -> None:
+    """Over ticks of various lengths whose records change their rate (to none and back), their
+    project (and back), and whose services come, go and end a term, the core-hours exported
+    from the loop's decisions are those accrued one by one from the same decisions as a plain
+    mapping, to the last digit, on every scrape."""
+    cluster = Cluster(3)
+    rng = random.Random(5)
+    cluster.records = [
+        dataclasses.replace(r, core_rate=0.5 + i % 4, project=None if i % 3 else "p-a")
+        for i, r in enumerate(cluster.records)
+    ]
+    ticking = clock.ManualClock(0.0)
+    the_loop = loop.Loop(cluster=cluster, metrics=Metrics(3), clock=ticking)
+    arrays, mapping = telemetry.Telemetry(), telemetry.Telemetry()
+    gone: list[ports.Workload] = []
+    for tick in range(40):
+        for _ in range(rng.choice((0, 0, 1, 3))):  # records made again, some with new fields
+            i = rng.randrange(len(cluster.records))
+            change = rng.choice(
+                (
+                    {},
+                    {"core_rate": 0.0},
+                    {"core_rate": rng.choice((0.25, 1.0, 7.5))},
+                    {"project": rng.choice((None, "p-a", "p-b"))},
+                )
+            )
+            cluster.records[i] = dataclasses.replace(cluster.records[i], **change)
+        if tick in (12, 25):  # a service goes, and another comes back
+            gone.append(cluster.records.pop(rng.randrange(len(cluster.records))))
+        if tick in (18, 33):
+            cluster.records.insert(rng.randrange(len(cluster.records)), gone.pop(0))
+        report = await the_loop.step()
+        plain = dataclasses.replace(report, decisions=dict(report.decisions))
+        if tick == 28:  # a term ends and another begins
+            for seen in (arrays, mapping):
+                seen.forget_services()
+        tick_s = rng.choice((1.0, 0.7, 15.0, 0.0))
+        arrays.observe_tick(
+            report, report.workloads, duration_s=0.1, wall_time_s=0.0, tick_s=tick_s
+        )
+        mapping.observe_tick(plain, plain.workloads, duration_s=0.1, wall_time_s=0.0, tick_s=tick_s)
+        assert _series(arrays) == _series(mapping), (tick, tick_s)
+        ticking.advance(1.0)
+    hours = [line for line in _series(arrays) if line.startswith("autoscaler_gpu_core_hours")]
+    assert {'project="p-a"' in line for line in hours} == {True, False}
+
+
+async def test_a_tick_over_the_same_records_reads_no_services_project(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Core-hours accrue from the last tick's projects and rates while the records stay the same:
+    no service's project is read again (it is its namespace where no project is set)."""
+    cluster = Cluster(4)
+    cluster.records = [dataclasses.replace(r, core_rate=2.0) for r in cluster.records]
+    ticking = clock.ManualClock(0.0)
+    the_loop = loop.Loop(cluster=cluster, metrics=Steady(), clock=ticking)
+    seen = telemetry.Telemetry()
+    for _ in range(2):
+        report = await the_loop.step()
+        seen.observe_tick(report, report.workloads, duration_s=0.1, wall_time_s=0.0)
+        ticking.advance(1.0)
+    read: list[model.ServiceId] = []
+    labels = telemetry._labels
+
+    def counted(service: model.ServiceId) -> tuple[str, str]:
+        read.append(service)
+        return labels(service)
+
+    monkeypatch.setattr(telemetry, "_labels", counted)
+    report = await the_loop.step()
+    seen.observe_tick(report, report.workloads, duration_s=0.1, wall_time_s=0.0)
+    assert read == []
+    service = cluster.records[0].id
+    ids = dict(zip(("namespace", "service"), service.split("/"), strict=True))
+    hours = seen.registry.get_sample_value(
+        "autoscaler_gpu_core_hours_total", {**ids, "project": "ns"}
+    )
+    assert hours == 2.0 / 3600.0 + 2.0 / 3600.0 + 2.0 / 3600.0  # added tick by tick
+
+
 async def test_a_steady_batched_service_builds_no_decision_until_read() -> None:
     """Once services settle, a tick builds no full decision for them; reading one builds it."""
     cluster = Cluster(4)
