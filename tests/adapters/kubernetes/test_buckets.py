@@ -342,3 +342,35 @@ async def test_a_follower_whose_watch_stalls_never_takes_a_renewed_lease_and_tak
 
     assert not both
     assert refused  # the stale copy's takeover was tried and refused
+
+
+async def test_replicas_whose_watch_is_refused_poll_and_take_a_dead_ones_buckets(
+    kube: Kube, api: client.ApiClient, clock: StepClock
+) -> None:
+    """Without the right to list Leases (a Role of an older release), the watch never syncs and
+    the followers read each Lease from the API as before: a dead replica's bucket is taken
+    within a lease and two polls of its last renewal."""
+    kube.fail("list", "leases", status=403, times=10_000)
+    buckets = shards.Buckets.named(LEASE, 2)
+    dead = replica(api, clock, "r-dead", buckets)
+    dead.release_on_cancel = False
+    alive = replica(api, clock, "r-alive", buckets)
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(running(dead.run()))
+        await clock.wait_sleeping(3)  # two electors and the watch's backoff
+        await steps(clock, 3, seconds=2 * STEP_S)
+        assert dead.led() == {0, 1}
+        async with running(alive.run()):
+            await clock.wait_sleeping(6)
+            await steps(clock, 6, seconds=2 * STEP_S)
+            reads = kube.requests.count("get", "leases")
+            renewed_s = max(e._renewed_s for e in dead.electors)
+            await stack.aclose()  # it neither renews nor releases
+            while alive.led() != {0, 1}:
+                assert clock.now() < renewed_s + 15.0 + 2 * 2.4 + 2.5, "never taken over"
+                clock.advance_to(clock.next_wake_s)
+                await clock.wait_sleeping(3)
+
+    assert alive.watch is not None
+    assert not alive.watch.synced
+    assert reads > 0
