@@ -253,3 +253,124 @@ async def test_a_bucket_handed_over_is_cleared_only_once_the_work_under_it_has_e
 
     assert during == ("r-a", False, False)  # held, and nobody writes for its services
     assert after == ({0, 1} - {given}, {given})
+
+
+async def test_followers_read_the_leases_from_one_watch_and_not_every_retry(
+    kube: Kube, api: client.ApiClient, clock: StepClock
+) -> None:
+    """Once the split has settled, the only Lease reads sent are the leaders' renewals (a read
+    and a replace each): a follower reads the watch's copy of the Leases it does not lead, and
+    every bucket still has exactly one leader."""
+    buckets = shards.Buckets.named(LEASE, 6)
+    replicas = [replica(api, clock, f"r-{i}", buckets) for i in range(3)]
+    async with contextlib.AsyncExitStack() as stack:
+        for r in replicas:
+            await stack.enter_async_context(running(r.run()))
+        await clock.wait_sleeping(18)
+        await steps(clock, 18, seconds=30.0)
+        assert all(r.watch is not None and r.watch.synced for r in replicas)
+        kube.requests.clear()
+        await steps(clock, 18, seconds=30.0)
+        reads = kube.requests.count("get", "leases")
+        renewals = kube.requests.count("update", "leases")
+        shares = [r.led() for r in replicas]
+
+    assert sorted(b for share in shares for b in share) == list(range(6))
+    assert renewals >= 6 * 5  # every bucket renewed every 5 s
+    assert reads == renewals
+
+
+class _FrozenWatch:
+    """A watch that delivered the Lease once and then nothing more (a stalled connection)."""
+
+    def __init__(self, lease: dict[str, Any]) -> None:
+        self._lease = lease
+
+    @property
+    def synced(self) -> bool:
+        return True
+
+    def lease(self, name: str) -> dict[str, Any] | None:
+        return self._lease if name == LEASE else None
+
+
+async def test_a_follower_whose_watch_stalls_never_takes_a_renewed_lease_and_takes_a_dead_ones(
+    kube: Kube, api: client.ApiClient, clock: StepClock
+) -> None:
+    """A follower whose watched copy stopped at the Lease's first record: the live holder's
+    renewals are not in it, the copy is judged expired, and the takeover it tries carries the
+    copy's resourceVersion, which the API refuses; from then on it reads the API, so it never
+    leads beside the holder, and once the holder dies it takes over within a lease and two
+    polls of the holder's last renewal, as a follower without a watch does."""
+
+    def candidate(identity: str, **kwargs: Any) -> leader.LeaderElector:
+        return leader.LeaderElector(
+            api,
+            name=LEASE,
+            namespace=NS,
+            identity=identity,
+            clock=clock,
+            wall_now=lambda: WALL_S + clock.now(),
+            rng=random.Random(identity),
+            **kwargs,
+        )
+
+    holder = candidate("holder", release_on_cancel=False)
+    async with contextlib.AsyncExitStack() as alive:
+        await alive.enter_async_context(running(holder.run()))
+        async with asyncio.timeout(5):
+            await holder.wait_leading()
+        first = kube.store.get("coordination.k8s.io/v1/leases", NS, LEASE)
+        follower = candidate("follower", watched=_FrozenWatch(first))
+        async with running(follower.run()):
+            await clock.wait_sleeping(2)
+            both = False
+            while clock.now() < 60.0:
+                clock.advance_to(clock.next_wake_s)
+                await clock.wait_sleeping(2)
+                both = both or (holder.is_leader and follower.is_leader)
+            assert (holder.is_leader, follower.is_leader) == (True, False)
+            refused = [
+                w for w in kube.requests.writes if w.status == 409 and w.resource == "leases"
+            ]
+            renewed_s = holder._renewed_s
+            await alive.aclose()  # it neither renews nor releases
+            while not follower.is_leader:
+                assert clock.now() < renewed_s + 15.0 + 2 * 2.4 + 0.1, "never taken over"
+                clock.advance_to(clock.next_wake_s)
+                await clock.wait_sleeping(1)
+
+    assert not both
+    assert refused  # the stale copy's takeover was tried and refused
+
+
+async def test_replicas_whose_watch_is_refused_poll_and_take_a_dead_ones_buckets(
+    kube: Kube, api: client.ApiClient, clock: StepClock
+) -> None:
+    """Without the right to list Leases (a Role of an older release), the watch never syncs and
+    the followers read each Lease from the API as before: a dead replica's bucket is taken
+    within a lease and two polls of its last renewal."""
+    kube.fail("list", "leases", status=403, times=10_000)
+    buckets = shards.Buckets.named(LEASE, 2)
+    dead = replica(api, clock, "r-dead", buckets)
+    dead.release_on_cancel = False
+    alive = replica(api, clock, "r-alive", buckets)
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(running(dead.run()))
+        await clock.wait_sleeping(3)  # two electors and the watch's backoff
+        await steps(clock, 3, seconds=2 * STEP_S)
+        assert dead.led() == {0, 1}
+        async with running(alive.run()):
+            await clock.wait_sleeping(6)
+            await steps(clock, 6, seconds=2 * STEP_S)
+            reads = kube.requests.count("get", "leases")
+            renewed_s = max(e._renewed_s for e in dead.electors)
+            await stack.aclose()  # it neither renews nor releases
+            while alive.led() != {0, 1}:
+                assert clock.now() < renewed_s + 15.0 + 2 * 2.4 + 2.5, "never taken over"
+                clock.advance_to(clock.next_wake_s)
+                await clock.wait_sleeping(3)
+
+    assert alive.watch is not None
+    assert not alive.watch.synced
+    assert reads > 0
