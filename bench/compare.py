@@ -14,9 +14,10 @@ regimes; a policy or scenario missing from one run reads "—". A policy is matc
 policy change is judged"): that policy's equal-SLO GPU-hours per cell before and after, the
 total over the cells with a setting in both runs, the cells that lost or won a setting, and the
 leave-one-scenario-out check, the same total with each scenario left out in turn, and how many
-of those folds came out dearer. When both runs were made with `--per-draw`, each cell's line also
-gives the change on each draw searched alone, in draw order: a change that holds on every draw
-is the rule's, one that flips sign between draws is the noise's.
+of those folds came out dearer, the cells whose misses at the default target rose by more than
+a point, and the keep rule's verdict. When both runs were made with `--per-draw`, each cell's
+line also gives the change on each draw searched alone, in draw order: a change that holds on
+every draw is the rule's, one that flips sign between draws is the noise's.
 
 Two runs are compared only on the same number of draws (`bench.run --seeds N`; a run from before
 the draws existed had one): a figure pooled over three draws and one from a single draw differ by
@@ -56,6 +57,11 @@ _LEFT = {0, 1, 2, 7}
 _BASELINE_SIGNALS = {"rate", "concurrency"}
 
 Key = tuple[str, str, str]
+
+MISSES_UP_PCT = 1.0
+"""A change may raise a cell's SLO misses at the default target by at most this many points: the
+equal-SLO search judges each cell at its own best setting, and a rule that pays for a cheaper
+setting with many more late requests at the shipped target is worse for whoever keeps it."""
 
 
 class SeedsDifferError(ValueError):
@@ -143,6 +149,9 @@ class Judged:
     )
     """With both runs made with `--per-draw`: each draw's own GPU-hours before and after, in
     draw order, per cell; empty otherwise."""
+    default_misses: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    """(scenario, regime) -> SLO misses at the default target before and after, in percent,
+    for the cells both runs report them."""
 
     @property
     def both(self) -> list[tuple[str, str]]:
@@ -166,6 +175,27 @@ class Judged:
         """Leave one scenario out: (scenario left out, total before, total after)."""
         return [(s, *self.total(without=s)) for s in sorted({k[0] for k in self.both})]
 
+    @property
+    def misses_up(self) -> list[tuple[str, str]]:
+        """The cells whose misses at the default target rose by more than `MISSES_UP_PCT`."""
+        return [k for k, (b, a) in self.default_misses.items() if a - b > MISSES_UP_PCT + 1e-9]
+
+    def refusals(self) -> list[str]:
+        """Why the keep rule refuses the change; empty when it keeps it."""
+        b, a = self.total()
+        folds = self.folds()
+        dearer = sum(fa > fb + 1e-9 for _, fb, fa in folds)
+        reasons = []
+        if not a < b - 1e-9:
+            reasons.append("the total is not cheaper")
+        if folds and 2 * dearer >= len(folds):
+            reasons.append(f"{dearer} of {len(folds)} folds dearer")
+        if self.lost:
+            reasons.append("a cell lost its setting")
+        if self.misses_up:
+            reasons.append(f"misses at the default target up more than {MISSES_UP_PCT:g} point")
+        return reasons
+
 
 def judged(before: Mapping[str, Any], after: Mapping[str, Any], family: str) -> Judged:
     """`family`'s cells of the two runs, in the after run's order, present in both."""
@@ -176,18 +206,24 @@ def judged(before: Mapping[str, Any], after: Mapping[str, Any], family: str) -> 
         return None if best is None else float(best["gpu_hours"])
 
     cells: dict[tuple[str, str], tuple[float | None, float | None]] = {}
+    misses: dict[tuple[str, str], tuple[float, float]] = {}
     draws: dict[tuple[str, str], tuple[tuple[float | None, float | None], ...]] = {}
     for scenario in after["config"]["scenarios"]:
         for regime in after["config"]["regimes"]:
             b, a = old.get((scenario, regime, family)), new.get((scenario, regime, family))
             if b is not None and a is not None:
                 cells[scenario, regime] = (gpu_hours(b), gpu_hours(a))
+                if b.get("default") and a.get("default"):
+                    misses[scenario, regime] = (
+                        float(b["default"]["slo_miss_pct"]),
+                        float(a["default"]["slo_miss_pct"]),
+                    )
                 if b.get("draws") and a.get("draws"):
                     draws[scenario, regime] = tuple(
                         (gpu_hours(x), gpu_hours(y))
                         for x, y in zip(b["draws"], a["draws"], strict=True)
                     )
-    return Judged(cells, draws)
+    return Judged(cells, draws, misses)
 
 
 def keep_report(result: Judged) -> str:
@@ -221,6 +257,13 @@ def keep_report(result: Judged) -> str:
         dearer += worse
         lines.append(f"  without {scenario:<16}{b:9.1f} -> {a:9.1f}{'  dearer' if worse else ''}")
     lines.append(f"folds dearer: {dearer} of {len(folds)}")
+    for key in result.misses_up:
+        b, a = result.default_misses[key]
+        lines.append(f"misses at the default target up: {key[0]} {key[1]} {b:.2f} % -> {a:.2f} %")
+    refusals = result.refusals()
+    lines.append(
+        "keep rule: " + ("kept" if not refusals else "not kept (" + "; ".join(refusals) + ")")
+    )
     return "\n".join(lines)
 
 

@@ -102,4 +102,54 @@ def test_keep_judges_the_total_the_lost_settings_and_each_fold(
         ["without", "a", "70.0", "->", "73.0", "dearer"],
         ["without", "b", "10.0", "->", "9.0"],
     ]
-    assert out[-1] == "folds dearer: 1 of 2"
+    assert out[-2] == "folds dearer: 1 of 2"
+    assert (
+        out[-1] == "keep rule: not kept (the total is not cheaper; 1 of 2 folds dearer; "
+        "a cell lost its setting)"
+    )
+
+
+def with_default(outcome: dict[str, Any], misses_pct: float) -> dict[str, Any]:
+    return {**outcome, "default": {"utilisation": 0.75, "slo_miss_pct": misses_pct}}
+
+
+@pytest.mark.parametrize(
+    ("misses_after", "verdict"),
+    [
+        (2.13, "keep rule: kept"),
+        (
+            2.14,
+            "keep rule: not kept (misses at the default target up more than 1 point)",
+        ),
+    ],
+)
+def test_keep_refuses_a_change_that_raises_misses_at_the_default_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], misses_after: float, verdict: str
+) -> None:
+    """A cheaper total on every fold is still refused when one cell's misses at the shipped
+    target rise by more than a point; a rise of exactly a point is kept."""
+    before = two_scenarios(
+        with_default(cell("a", "warm", "default", 10.0), 0.0),
+        with_default(cell("a", "cold", "default", 20.0), 1.13),
+        with_default(cell("b", "warm", "default", 30.0), 0.5),
+        with_default(cell("b", "cold", "default", 40.0), 0.0),
+    )
+    after = two_scenarios(
+        with_default(cell("a", "warm", "default", 9.0), 0.0),
+        with_default(cell("a", "cold", "default", 19.0), misses_after),
+        with_default(cell("b", "warm", "default", 29.0), 0.0),
+        with_default(cell("b", "cold", "default", 39.0), 0.0),
+    )
+    (tmp_path / "b.json").write_text(json.dumps(before))
+    (tmp_path / "a.json").write_text(json.dumps(after))
+
+    assert (
+        compare.main(["--keep", "default", str(tmp_path / "b.json"), str(tmp_path / "a.json")]) == 0
+    )
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == verdict
+    raised = [line for line in out if line.startswith("misses at the default target up:")]
+    assert raised == (
+        [] if misses_after < 2.14 else ["misses at the default target up: a cold 1.13 % -> 2.14 %"]
+    )
