@@ -4,17 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
-from autoscaler.adapters.kubernetes import _api, cluster, informer
+from autoscaler.adapters.kubernetes import _api, cluster, informer, leader
 
 NS = "default"
 WALL_S = 1_750_000_000.0
 """The wall clock the tests give the adapter (Unix seconds)."""
 PREFIX = "autoscaler.dsec.io/"
+LEASE = "autoscaler-leader"
+
+
+def elector(
+    api: client.ApiClient, clock: StepClock, identity: str, **kwargs: Any
+) -> leader.LeaderElector:
+    """A candidate for the Lease `LEASE` on the stepped clock, its jitter seeded by its name."""
+    return leader.LeaderElector(
+        api,
+        name=LEASE,
+        namespace=NS,
+        identity=identity,
+        clock=clock,
+        wall_now=lambda: WALL_S + clock.now(),
+        rng=random.Random(identity),
+        **kwargs,
+    )
 
 
 def settings(**overrides: str) -> dict[str, str]:

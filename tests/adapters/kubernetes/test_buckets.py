@@ -15,9 +15,8 @@ from kubernetes_asyncio import client
 from autoscaler.adapters.kubernetes import _api, leader
 from autoscaler.core import shards
 
-from .support import NS, WALL_S, StepClock, running
+from .support import LEASE, NS, WALL_S, StepClock, elector, running
 
-LEASE = "autoscaler-leader"
 STEP_S = 2.5
 """Longer than any retry wait (2 s plus 20 % jitter)."""
 
@@ -107,21 +106,9 @@ async def test_a_free_lease_goes_first_to_the_candidate_that_does_not_defer(
     """Of two followers of a dead leader, the one that leads fewer buckets (no deferral) takes
     the Lease, though the other polls first."""
 
-    def candidate(identity: str, **kwargs: Any) -> leader.LeaderElector:
-        return leader.LeaderElector(
-            api,
-            name=LEASE,
-            namespace=NS,
-            identity=identity,
-            clock=clock,
-            wall_now=lambda: WALL_S + clock.now(),
-            rng=random.Random(identity),
-            **kwargs,
-        )
-
-    dead = candidate("dead", release_on_cancel=False)
-    loaded = candidate("loaded", defer_s=lambda: 1.5)
-    idle = candidate("idle", first_delay_s=0.5, defer_s=lambda: 0.0)
+    dead = elector(api, clock, "dead", release_on_cancel=False)
+    loaded = elector(api, clock, "loaded", defer_s=lambda: 1.5)
+    idle = elector(api, clock, "idle", first_delay_s=0.5, defer_s=lambda: 0.0)
     async with contextlib.AsyncExitStack() as alive:
         await alive.enter_async_context(running(dead.run()))
         async with asyncio.timeout(5):
@@ -303,25 +290,13 @@ async def test_a_follower_whose_watch_stalls_never_takes_a_renewed_lease_and_tak
     leads beside the holder, and once the holder dies it takes over within a lease and two
     polls of the holder's last renewal, as a follower without a watch does."""
 
-    def candidate(identity: str, **kwargs: Any) -> leader.LeaderElector:
-        return leader.LeaderElector(
-            api,
-            name=LEASE,
-            namespace=NS,
-            identity=identity,
-            clock=clock,
-            wall_now=lambda: WALL_S + clock.now(),
-            rng=random.Random(identity),
-            **kwargs,
-        )
-
-    holder = candidate("holder", release_on_cancel=False)
+    holder = elector(api, clock, "holder", release_on_cancel=False)
     async with contextlib.AsyncExitStack() as alive:
         await alive.enter_async_context(running(holder.run()))
         async with asyncio.timeout(5):
             await holder.wait_leading()
         first = kube.store.get("coordination.k8s.io/v1/leases", NS, LEASE)
-        follower = candidate("follower", watched=_FrozenWatch(first))
+        follower = elector(api, clock, "follower", watched=_FrozenWatch(first))
         async with running(follower.run()):
             await clock.wait_sleeping(2)
             both = False

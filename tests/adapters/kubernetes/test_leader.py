@@ -13,10 +13,9 @@ from kubernetes_asyncio import client
 
 from autoscaler.adapters.kubernetes import _api, leader
 
-from .support import NS, WALL_S, StepClock, running
+from .support import LEASE, NS, WALL_S, StepClock, elector, running
 
 LEASES = "coordination.k8s.io/v1/leases"
-LEASE = "autoscaler-leader"
 STEP_S = 2.5
 """Longer than any retry wait (2 s plus 20 % jitter): every follower tries once per step."""
 
@@ -24,21 +23,6 @@ STEP_S = 2.5
 @pytest.fixture
 def clock() -> StepClock:
     return StepClock()
-
-
-def candidate(
-    api: client.ApiClient, clock: StepClock, identity: str, **kwargs: Any
-) -> leader.LeaderElector:
-    return leader.LeaderElector(
-        api,
-        name=LEASE,
-        namespace=NS,
-        identity=identity,
-        clock=clock,
-        wall_now=lambda: WALL_S + clock.now(),
-        rng=random.Random(identity),
-        **kwargs,
-    )
 
 
 def lease_spec(kube: Kube) -> dict[str, Any]:
@@ -56,7 +40,7 @@ async def test_two_candidates_elect_one_leader(
     kube: Kube, api: client.ApiClient, clock: StepClock
 ) -> None:
     """Of two candidates started together, exactly one leads, and it keeps the Lease renewed."""
-    a, b = candidate(api, clock, "a"), candidate(api, clock, "b")
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
     async with running(a.run()), running(b.run()):
         await clock.wait_sleeping(2)
         (first,) = [c for c in (a, b) if c.is_leader]
@@ -76,8 +60,8 @@ async def test_a_dead_leader_is_replaced_once_its_lease_expires(
     kube: Kube, api: client.ApiClient, clock: StepClock
 ) -> None:
     """When the leader stops renewing without releasing, the follower takes over after expiry."""
-    a = candidate(api, clock, "a", release_on_cancel=False)
-    b = candidate(api, clock, "b")
+    a = elector(api, clock, "a", release_on_cancel=False)
+    b = elector(api, clock, "b")
     async with contextlib.AsyncExitStack() as alive:
         await alive.enter_async_context(running(a.run()))
         async with asyncio.timeout(5):
@@ -109,8 +93,8 @@ async def test_a_killed_leader_is_replaced_within_a_lease_and_a_retry_of_its_dea
     bound_s = 15.0 + (1 + leader.JITTER_RATIO) * 2.0
     takeovers: list[float] = []
     for kill in range(12):
-        a = candidate(api, clock, f"a{kill}", release_on_cancel=False)
-        b = candidate(api, clock, f"b{kill}")
+        a = elector(api, clock, f"a{kill}", release_on_cancel=False)
+        b = elector(api, clock, f"b{kill}")
         async with contextlib.AsyncExitStack() as alive:
             await alive.enter_async_context(running(a.run()))
             async with asyncio.timeout(5):
@@ -146,14 +130,14 @@ async def test_a_released_lease_is_taken_at_once(
     """A leader that shuts down clears the holder; the follower takes over at its next retry."""
     started: list[str] = []
     stopped: list[str] = []
-    a = candidate(
+    a = elector(
         api,
         clock,
         "a",
         on_started_leading=lambda: started.append("a"),
         on_stopped_leading=lambda: stopped.append("a"),
     )
-    b = candidate(api, clock, "b", on_started_leading=lambda: started.append("b"))
+    b = elector(api, clock, "b", on_started_leading=lambda: started.append("b"))
     async with contextlib.AsyncExitStack() as alive:
         await alive.enter_async_context(running(a.run()))
         async with asyncio.timeout(5):
@@ -178,7 +162,7 @@ async def test_a_leader_that_cannot_renew_steps_down_before_its_lease_expires(
 ) -> None:
     """Failed renewals end leadership at the renew deadline, before the lease could expire."""
     errors: list[str] = []
-    a = candidate(api, clock, "a", on_api_error=errors.append)
+    a = elector(api, clock, "a", on_api_error=errors.append)
     async with running(a.run()):
         async with asyncio.timeout(5):
             await a.wait_leading()
@@ -199,7 +183,7 @@ async def test_a_leader_whose_lease_is_taken_steps_down_at_its_next_renewal(
     kube: Kube, api: client.ApiClient, clock: StepClock
 ) -> None:
     """A leader that finds another holder on its Lease stops leading at once, without retrying."""
-    a = candidate(api, clock, "a")
+    a = elector(api, clock, "a")
     async with running(a.run()):
         async with asyncio.timeout(5):
             await a.wait_leading()
@@ -226,7 +210,7 @@ async def test_a_follower_never_writes_the_lease(
         },
     }
     kube.store.create(LEASES, body, namespace=NS)
-    b = candidate(api, clock, "b")
+    b = elector(api, clock, "b")
     async with running(b.run()):
         await clock.wait_sleeping(1)
         for n in range(12):  # 30 s, twice the lease: renewed by its holder all along
@@ -244,7 +228,7 @@ async def test_a_follower_never_writes_the_lease(
 async def test_timings_that_could_elect_two_leaders_are_refused(api: client.ApiClient) -> None:
     """A renew deadline not shorter than the lease is a configuration error."""
     with pytest.raises(ValueError, match="renew_deadline_s < lease_duration_s"):
-        candidate(api, StepClock(), "a", renew_deadline_s=15.0)
+        elector(api, StepClock(), "a", renew_deadline_s=15.0)
 
 
 def test_identity_is_the_pod_name_and_a_random_suffix() -> None:
