@@ -229,6 +229,7 @@ _TEMPLATE_FIELDS: Final[Shape] = {
     "metadata": {"labels": SHARED},
     "spec": {
         "containers": {
+            "name": SHARED,
             "image": SHARED,
             "command": KEEP,
             "args": KEEP,
@@ -258,11 +259,12 @@ DEPLOYMENT_FIELDS: Final[Shape] = {
 applied configuration) and controlling owner, its replicas and selector, and of its pod
 template what the records read (`placement`'s GPU requests and warm-node preference, the
 warm-up gate and its labels in `cluster`, the model's identity in `nodecache`: each
-container's image, command, args, literal environment values and resources), with the
-digest of the whole template (`TEMPLATE_DIGEST`) that the tier Deployments are compared
-against. The rare writes that copy the whole template (a tier Deployment created or
-rewritten, `placement`) read the owner from the API then. A field read elsewhere must be
-added here: the tests compare every reader's answer on trimmed and whole Deployments."""
+container's name, image, command, args, literal environment values and resources), with
+the digest of the whole template (`TEMPLATE_DIGEST`, when a part of it is left out) that the
+tier Deployments are compared against. The rare writes that copy the whole template (a tier
+Deployment created or rewritten, `placement`) read the owner from the API then. A field read
+elsewhere must be added here: the tests compare every reader's answer on trimmed and whole
+Deployments."""
 
 
 def template_digest(template: Mapping[str, Any]) -> str:
@@ -330,7 +332,8 @@ def _trim_meta(obj: Obj) -> Obj:
 
 def trim_deployment(obj: Obj) -> Obj:
     """A Deployment as `DEPLOYMENT_FIELDS` keeps it, its template stamped with the digest of
-    the whole one (`TEMPLATE_DIGEST`)."""
+    the whole one (`TEMPLATE_DIGEST`) when a part of it is left out: a template kept whole is
+    its own digest's source."""
     trimmed = pick(obj, DEPLOYMENT_FIELDS)
     metadata = _api.meta(trimmed)
     notes = metadata.get("annotations")
@@ -344,7 +347,7 @@ def trim_deployment(obj: Obj) -> Obj:
         }
     template = _api.spec(obj).get("template")
     kept = _api.spec(trimmed).get("template")
-    if isinstance(template, dict) and isinstance(kept, dict):
+    if isinstance(template, dict) and isinstance(kept, dict) and kept != template:
         kept[TEMPLATE_DIGEST] = template_digest(template)
     return trimmed
 

@@ -577,6 +577,9 @@ def test_a_trimmed_deployment_answers_every_reader_as_the_whole_one(
     for reader, read in _DEPLOYMENT_READERS.items():
         assert read(trimmed) == read(whole), reader
     assert caches.LAST_APPLIED not in _api.annotations_of(trimmed)
+    # A template kept whole carries no digest: it is its own.
+    kept = trimmed["spec"]["template"]
+    assert (caches.TEMPLATE_DIGEST in kept) == (kept != whole["spec"]["template"])
     assert "volumes" not in trimmed["spec"]["template"]["spec"]
     assert "strategy" not in trimmed["spec"]
 
@@ -625,7 +628,9 @@ async def test_cached_deployments_are_trimmed_and_share_their_annotation_keys(
         kept = deployment["spec"]["template"]
         assert kept[caches.TEMPLATE_DIGEST] == digest
         assert kept["spec"] == {
-            "containers": [{"image": "vllm:1", "env": [{"name": "MODEL", "value": "llama"}]}]
+            "containers": [
+                {"name": "vllm", "image": "vllm:1", "env": [{"name": "MODEL", "value": "llama"}]}
+            ]
         }
         assert placement.template_hash(deployment) == digest
     (listed_key,) = listed["metadata"]["annotations"]
