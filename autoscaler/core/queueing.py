@@ -26,7 +26,6 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -34,6 +33,10 @@ FloatArray = npt.NDArray[np.float64]
 def erlang_c(servers: FloatArray, offered: float) -> FloatArray:
     """Probability that an arrival waits, for each count of `servers` (1 where `offered` is not
     below it: the queue grows without bound)."""
+    # Imported at the first use: scipy.special is about 14 MB of the process's memory, which a
+    # fleet without a latency SLO never needs.
+    from scipy import special
+
     servers = np.asarray(servers, dtype=np.float64)
     if offered <= 0:
         return np.zeros_like(servers)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -92,3 +95,22 @@ def test_more_load_never_needs_fewer_replicas(
         return answer
 
     assert needed(arrival) <= needed(arrival + more)
+
+
+def test_the_controller_loads_scipy_only_when_a_service_sizes_to_an_slo() -> None:
+    """scipy.special (about 14 MB of the process) is imported by the first Erlang C, not by the
+    controller's wiring: a fleet without a latency SLO never holds it."""
+    script = (
+        "import sys\n"
+        "import autoscaler.app, autoscaler.cli, autoscaler.loop\n"
+        "from autoscaler.core import policy, queueing\n"
+        "assert not any(m.startswith('scipy') for m in sys.modules), 'imported'\n"
+        "import numpy as np\n"
+        "queueing.erlang_c(np.array([2.0]), 1.0)\n"
+        "assert 'scipy.special' in sys.modules\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        env={"PYTHONPATH": ":".join(sys.path)},
+    )

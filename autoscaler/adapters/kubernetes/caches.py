@@ -17,9 +17,11 @@ them. Pods that carry the `autoscaler.dsec.io/warm` readiness gate with the cond
 their containers ready are indexed too (`closed_gates`): each tick looks at those only. Namespaced
 kinds are watched in all namespaces, or in each namespace of an include list; an exclude list drops
 objects as they arrive. Stored objects are trimmed of what no reader needs (managed fields, pod
-templates of ReplicaSets, node image lists) to keep memory flat; pods and ReplicaSets, the most
-numerous, keep only the fields the controller reads (`POD_FIELDS`, `REPLICASET_FIELDS`), their
-strings that repeat across objects shared.
+templates of ReplicaSets, node image lists) to keep memory flat; pods, ReplicaSets and
+Deployments, the most numerous, keep only the fields the controller reads (`POD_FIELDS`,
+`REPLICASET_FIELDS`, `DEPLOYMENT_FIELDS`), their strings that repeat across objects shared. A
+Deployment's pod template is kept in part, with the digest of the whole one; what needs the
+whole template reads the Deployment from the API.
 
 It must not write to the API, nor decide which Deployments are managed.
 """
@@ -29,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import hashlib
+import json
 import random
 import sys
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
@@ -217,6 +221,58 @@ REPLICASET_FIELDS: Final[Shape] = {
 of it (`pods_of`, the records' dirty marks, the ramp's owner chain)."""
 
 
+TEMPLATE_DIGEST: Final = "autoscaler.dsec.io/template-digest"
+"""The key under which a cached Deployment's trimmed pod template carries `template_digest` of
+the whole template it was trimmed from (no pod template field has this name)."""
+
+_TEMPLATE_FIELDS: Final[Shape] = {
+    "metadata": {"labels": SHARED},
+    "spec": {
+        "containers": {
+            "name": SHARED,
+            "image": SHARED,
+            "command": KEEP,
+            "args": KEEP,
+            "env": {"name": SHARED, "value": KEEP},
+            "resources": {"limits": SHARED, "requests": SHARED},
+        },
+        "readinessGates": {"conditionType": SHARED},
+        "affinity": KEEP,
+    },
+}
+
+DEPLOYMENT_FIELDS: Final[Shape] = {
+    "metadata": {
+        "name": KEEP,
+        "namespace": SHARED,
+        "uid": KEEP,
+        "resourceVersion": KEEP,
+        "deletionTimestamp": SHARED,
+        "labels": SHARED,
+        "annotations": KEEP,
+        "ownerReferences": _OWNER_REFERENCES,
+    },
+    "spec": {"replicas": KEEP, "selector": SHARED, "template": _TEMPLATE_FIELDS},
+    "status": {"replicas": KEEP},
+}
+"""What a cached Deployment keeps: its identity, labels, annotations (but kubectl's last
+applied configuration) and controlling owner, its replicas and selector, and of its pod
+template what the records read (`placement`'s GPU requests and warm-node preference, the
+warm-up gate and its labels in `cluster`, the model's identity in `nodecache`: each
+container's name, image, command, args, literal environment values and resources), with
+the digest of the whole template (`TEMPLATE_DIGEST`, when a part of it is left out) that the
+tier Deployments are compared against. The rare writes that copy the whole template (a tier
+Deployment created or rewritten, `placement`) read the owner from the API then. A field read
+elsewhere must be added here: the tests compare every reader's answer on trimmed and whole
+Deployments."""
+
+
+def template_digest(template: Mapping[str, Any]) -> str:
+    """A digest of a whole pod template (the tier Deployments record their owner's)."""
+    text = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def pick(obj: Mapping[str, Any], shape: Shape) -> Obj:
     """The fields of `obj` that `shape` names (those present), walked into as it says; a value
     of another type than the shape expects is kept as it is, for its reader to judge. The keys
@@ -272,6 +328,28 @@ def _trim_meta(obj: Obj) -> Obj:
     if isinstance(notes, dict) and LAST_APPLIED in notes:
         metadata["annotations"] = {k: v for k, v in notes.items() if k != LAST_APPLIED}
     return {**obj, "metadata": metadata}
+
+
+def trim_deployment(obj: Obj) -> Obj:
+    """A Deployment as `DEPLOYMENT_FIELDS` keeps it, its template stamped with the digest of
+    the whole one (`TEMPLATE_DIGEST`) when a part of it is left out: a template kept whole is
+    its own digest's source."""
+    trimmed = pick(obj, DEPLOYMENT_FIELDS)
+    metadata = _api.meta(trimmed)
+    notes = metadata.get("annotations")
+    if isinstance(notes, dict):  # the keys shared, and the values short enough to repeat
+        metadata["annotations"] = {
+            (_intern(k) if k.__class__ is str else k): (
+                _intern(v) if v.__class__ is str and len(v) <= informer.SHARED_MAX_CHARS else v
+            )
+            for k, v in notes.items()
+            if k != LAST_APPLIED
+        }
+    template = _api.spec(obj).get("template")
+    kept = _api.spec(trimmed).get("template")
+    if isinstance(template, dict) and isinstance(kept, dict) and kept != template:
+        kept[TEMPLATE_DIGEST] = template_digest(template)
+    return trimmed
 
 
 def stamp(kind: targets.TargetKind) -> Callable[[Obj], Obj]:
@@ -341,7 +419,8 @@ class Caches:
             "deployments",
             sources(apps.list_deployment_for_all_namespaces, apps.list_namespaced_deployment),
             keep=keep,
-            transform=_trim_meta,
+            transform=trim_deployment,
+            transform_shares=True,
             indexers={OWNER: owner_values},
             **common,
         )

@@ -65,8 +65,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import hashlib
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -190,9 +188,12 @@ def sibling_name(owner_name: str, tier: str) -> str:
 
 
 def template_hash(owner: Obj) -> str:
-    """A digest of the owner's pod template: a sibling built from it records this."""
-    text = json.dumps(_template(owner), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """A digest of the owner's pod template: a sibling built from it records this. A cached
+    owner's template is trimmed and carries the digest of the whole one
+    (`caches.TEMPLATE_DIGEST`)."""
+    template = _template(owner)
+    digest = template.get(caches.TEMPLATE_DIGEST)
+    return digest if isinstance(digest, str) else caches.template_digest(template)
 
 
 def _bound(pod: Obj) -> str | None:
@@ -1010,16 +1011,30 @@ class Ladder:
             )
             self.events.record(owner, events.WARNING, NAME_TAKEN, message)
             raise KubeApiError("deployments.create", f"{service}: {message}", status=409)
+        prefer = self._prefer(owner)
+        whole = await self._whole(service, owner)
         await self._calls.call(
             "deployments.create",
             f"{service} ({name})",
             self._apps.create_namespaced_deployment,
             namespace,
-            sibling(owner, tier, replicas=replicas, prefer=self._prefer(owner)),
+            sibling(whole, tier, replicas=replicas, prefer=prefer),
             write=True,
             service=service,
         )
         log.info("tier.created", service=service, deployment=name, replicas=replicas)
+
+    async def _whole(self, service: model.ServiceId, owner: Obj) -> Obj:
+        """The owner Deployment as the API server has it now: the cache keeps a trimmed copy
+        (`caches.DEPLOYMENT_FIELDS`), and a tier is made from the whole template."""
+        name = _api.name(owner)
+        return await self._calls.call(
+            "deployments.get",
+            f"{service} ({name})",
+            self._apps.read_namespaced_deployment,
+            name,
+            _api.namespace(owner),
+        )
 
     def _prefer(self, owner: Obj) -> Obj | None:
         warmth = self._warmth(owner) if self._warmth is not None else None
@@ -1068,6 +1083,8 @@ class Ladder:
     async def _rewrite(self, service: model.ServiceId, owner: Obj, current: Obj) -> None:
         """Rewrite a tier Deployment's template from the owner's, guarded by its
         resourceVersion."""
+        prefer = self._prefer(owner)
+        owner = await self._whole(service, owner)
         digest = template_hash(owner)
         tier = tier_of(current)
         notes = {**_api.annotations_of(current), TEMPLATE_HASH_KEY: digest}
@@ -1080,7 +1097,7 @@ class Ladder:
             {
                 "op": "replace",
                 "path": "/spec/template",
-                "value": sibling_template(owner, tier, prefer=self._prefer(owner)),
+                "value": sibling_template(owner, tier, prefer=prefer),
             },
             {"op": "add", "path": "/metadata/annotations", "value": notes},
         ]

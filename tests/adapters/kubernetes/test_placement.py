@@ -291,6 +291,12 @@ async def test_an_owner_template_change_reaches_its_tiers(
     mig = stored(kube, f"web-{MIG}")
     assert mig is not None
     assert mig["metadata"]["annotations"][placement.TEMPLATE_HASH_KEY] != old_hash
+    # Rewritten from the owner's whole template, not the cache's trimmed copy of it.
+    assert mig["spec"]["template"]["spec"]["nodeSelector"] == {
+        "pool": "inference",
+        "nvidia.com/mig.strategy": "mixed",
+    }
+    assert "nodeSelector" not in made.caches.deployment(NS, "web")["spec"]["template"]["spec"]
     container = mig["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"] == {MIG_RESOURCE: "1", "memory": "32Gi"}
     assert mig["spec"]["template"]["metadata"]["labels"][placement.TIER_LABEL] == MIG

@@ -389,3 +389,250 @@ def test_the_indexes_follow_puts_and_removals_from_the_objects_alone(
             for value in indexer(obj):
                 expected.setdefault(value, set()).add(informer.key_of(obj))
         assert cache._indexes[index] == expected
+
+
+DEPLOYMENTS = "apps/v1/deployments"
+
+_env = st.lists(
+    st.one_of(
+        st.fixed_dictionaries(
+            {"name": st.sampled_from(["MODEL", "HF_MODEL_ID", "PORT"]), "value": _words}
+        ),
+        st.just({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}}),
+    ),
+    max_size=3,
+)
+_template_container = st.fixed_dictionaries(
+    {"name": st.sampled_from(["vllm", "sidecar"]), "image": st.sampled_from(["vllm:1", "x:2"])},
+    optional={
+        "command": st.just(["python", "-m", "vllm.entrypoints.openai.api_server"]),
+        "args": st.lists(st.sampled_from(["--model", "meta-llama/Llama-3-8B", "--port"])),
+        "env": _env,
+        "resources": st.fixed_dictionaries(
+            {}, optional={"limits": _resources, "requests": _resources}
+        ),
+        "ports": st.just([{"containerPort": 8000, "name": "http"}]),
+        "volumeMounts": st.just([{"name": "cache", "mountPath": "/root/.cache"}]),
+        "readinessProbe": st.just({"httpGet": {"path": "/health", "port": 8000}}),
+    },
+)
+_affinity = st.just(
+    {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 50,
+                    "preference": {
+                        "matchExpressions": [{"key": "warm.example/llama", "operator": "Exists"}]
+                    },
+                }
+            ]
+        }
+    }
+)
+_template = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {"labels": st.dictionaries(_label_keys, _words, max_size=3)},
+            optional={"annotations": st.just({"prometheus.io/scrape": "true"})},
+        ),
+        "spec": st.fixed_dictionaries(
+            {"containers": st.lists(_template_container, min_size=1, max_size=2)},
+            optional={
+                "readinessGates": st.lists(
+                    st.fixed_dictionaries(
+                        {"conditionType": st.sampled_from([contract.WARM_GATE, "example/x"])}
+                    ),
+                    max_size=2,
+                ),
+                "affinity": _affinity,
+                "nodeSelector": st.just({"pool": "inference"}),
+                "tolerations": st.just([{"operator": "Exists"}]),
+                "volumes": st.just([{"name": "cache", "emptyDir": {}}]),
+            },
+        ),
+    }
+)
+_deployment_notes = st.dictionaries(
+    st.sampled_from(
+        [
+            contract.ENABLED_KEY,
+            contract.STATUS_KEY,
+            contract.STATE_KEY,
+            contract.RAMP_KEY,
+            placement.TEMPLATE_HASH_KEY,
+            caches.LAST_APPLIED,
+            "deployment.kubernetes.io/revision",
+        ]
+    ),
+    st.sampled_from(["true", "1", '{"kind": "hold", "reason": "cooldown", "current": 2}']),
+    max_size=4,
+)
+
+
+def _involved(d: _api.Obj) -> object:
+    from autoscaler.adapters.kubernetes import events
+
+    return events.involved_object(d)
+
+
+_DEPLOYMENT_READERS: dict[str, Callable[[_api.Obj], object]] = {
+    "key": informer.key_of,
+    "owner index": lambda d: list(caches.owner_values(d)),
+    "name": _api.name,
+    "namespace": _api.namespace,
+    "uid": _api.uid,
+    "resourceVersion": _api.resource_version,
+    "controller uid": _api.controller_uid,
+    # kubectl's copy of the whole object was never kept (`caches._trim_meta` before).
+    "annotations": lambda d: {
+        k: v for k, v in _api.annotations_of(d).items() if k != caches.LAST_APPLIED
+    },
+    "opted in": lambda d: contract.opted_in(_api.annotations_of(d)),
+    "labels": lambda d: _api.meta(d).get("labels"),
+    "controller": cluster._controller,
+    "controller kind": ramp._controller_kind,
+    "owner Deployment": lambda d: ramp._owner(
+        d, "Deployment", lambda ns, name: {"metadata": {"name": name, "uid": "u-1"}}
+    ),
+    "tier": placement.tier_of,
+    "sibling": placement.is_sibling,
+    "cards": placement.cards_of,
+    "GPU requests": lambda d: placement.gpu_requests(_api.spec(_api.spec(d).get("template") or {})),
+    "template hash": placement.template_hash,
+    "replicas (Tier)": lambda d: placement.Tier("whole", d, (), ()).replicas,
+    "scale": lambda d: targets.scale_of(targets.DEPLOYMENTS, d),
+    "unsupported": lambda d: targets.unsupported(targets.DEPLOYMENTS, d, _api.annotations_of(d)),
+    "gated": lambda d: cluster.is_gated(_api.spec(d).get("template") or {}),
+    "template labels": lambda d: _api.meta(_api.spec(d).get("template") or {}).get("labels"),
+    "model": lambda d: repr(
+        nodecache.modelid.model_of(
+            _api.spec(d).get("template") or {}, annotated=None, size_gib=None
+        )
+    ),
+    "prefers": lambda d: nodecache.modelid.prefers(
+        _api.spec(d).get("template") or {}, "warm.example/llama"
+    ),
+    "involved object": _involved,
+}
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(
+    labels=st.dictionaries(_label_keys, _words, max_size=3),
+    notes=_deployment_notes,
+    owners=st.lists(_owner_ref, max_size=2),
+    template=_template,
+    replicas=st.one_of(st.none(), st.integers(0, 5)),
+    status=st.booleans(),
+)
+def test_a_trimmed_deployment_answers_every_reader_as_the_whole_one(
+    labels: dict[str, str],
+    notes: dict[str, str],
+    owners: list[dict[str, Any]],
+    template: dict[str, Any],
+    replicas: int | None,
+    status: bool,
+) -> None:
+    store = Store()
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": template["metadata"]["labels"]},
+        "template": template,
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+        "revisionHistoryLimit": 3,
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    meta = {
+        "name": "web",
+        "labels": labels,
+        "annotations": notes,
+        "ownerReferences": owners,
+        "finalizers": ["example.com/keep"],
+    }
+    store.create(DEPLOYMENTS, {"metadata": meta, "spec": spec}, namespace=NS)
+    if status:
+        store.patch(
+            DEPLOYMENTS,
+            NS,
+            "web",
+            {
+                "status": {
+                    "replicas": 2,
+                    "readyReplicas": 1,
+                    "conditions": [
+                        {
+                            "type": "Available",
+                            "status": "True",
+                            "reason": "MinimumReplicasAvailable",
+                        }
+                    ],
+                }
+            },
+            content_type="application/merge-patch+json",
+            subresource="status",
+        )
+    whole = store.get(DEPLOYMENTS, NS, "web")
+    trimmed = caches.trim_deployment(whole)
+    for reader, read in _DEPLOYMENT_READERS.items():
+        assert read(trimmed) == read(whole), reader
+    assert caches.LAST_APPLIED not in _api.annotations_of(trimmed)
+    # A template kept whole carries no digest: it is its own.
+    kept = trimmed["spec"]["template"]
+    assert (caches.TEMPLATE_DIGEST in kept) == (kept != whole["spec"]["template"])
+    assert "volumes" not in trimmed["spec"]["template"]["spec"]
+    assert "strategy" not in trimmed["spec"]
+
+
+async def test_cached_deployments_are_trimmed_and_share_their_annotation_keys(
+    kube: Kube, apps: client.AppsV1Api
+) -> None:
+    """A Deployment listed and one that comes by the watch are both kept as
+    `DEPLOYMENT_FIELDS` says, with the digest of their whole template, and share the keys of
+    their annotations."""
+    template = {
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "vllm",
+                    "image": "vllm:1",
+                    "env": [{"name": "MODEL", "value": "llama"}],
+                    "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                }
+            ],
+            "volumes": [{"name": "cache", "emptyDir": {}}],
+        },
+    }
+
+    def body(name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "annotations": {contract.ENABLED_KEY: "true"}},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template},
+        }
+
+    await apps.create_namespaced_deployment(NS, body("listed"))
+    cached = caches.Caches(kube.api_client(), clock=ManualClock())
+    async with running(cached.deployments.run()):
+        async with asyncio.timeout(5):
+            await cached.deployments.wait_synced()
+        await apps.create_namespaced_deployment(NS, body("watched"))
+        await eventually(
+            lambda: cached.deployments.get(NS, "watched") is not None, cached.deployments
+        )
+    listed, watched = cached.deployments.get(NS, "listed"), cached.deployments.get(NS, "watched")
+    assert listed is not None
+    assert watched is not None
+    digest = caches.template_digest(template)
+    for deployment in (listed, watched):
+        kept = deployment["spec"]["template"]
+        assert kept[caches.TEMPLATE_DIGEST] == digest
+        assert kept["spec"] == {
+            "containers": [
+                {"name": "vllm", "image": "vllm:1", "env": [{"name": "MODEL", "value": "llama"}]}
+            ]
+        }
+        assert placement.template_hash(deployment) == digest
+    (listed_key,) = listed["metadata"]["annotations"]
+    (watched_key,) = watched["metadata"]["annotations"]
+    assert listed_key is watched_key
