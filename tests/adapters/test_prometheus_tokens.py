@@ -172,7 +172,8 @@ async def test_token_signals_come_back_per_service(
         "histogram_quantile(0.95, sum by (le) "
         f'(rate(vllm:time_to_first_token_seconds_bucket{{namespace="{a}"}}[{window}])))',
     )
-    assert chat[Signal.TTFT] == pytest.approx(float(answer["value"][1]))
+    # Asked after the sample, so a scrape may land between the two: the same bound as above.
+    assert chat[Signal.TTFT] == pytest.approx(float(answer["value"][1]), rel=1e-3)
     assert np.isnan(other[TOKEN_COLUMNS]).all()
     assert not np.isnan(other[Signal.SATURATION])
 
