@@ -61,8 +61,7 @@ services it decided per tick, tick p50 and p99, process CPU and collections per 
 time from one tick's end to the next and the CPU per second of it (a core's share: when ticks
 overrun their period, the work paced by wall time lands in fewer ticks), queries per tick, its
 first tick, its RSS and its Events; overall: the services decided per tick, the ticks
-of all shards together, CPU and RSS summed, API writes per tick, the requests on the bucket
-Leases per second (reads, lists, watches opened, writes), and each service's writers
+of all shards together, CPU and RSS summed, API writes per tick, and each service's writers
 replayed from the emulator's log of writes (`audit_writers`: a write for a service by a replica
 that did not hold its bucket at that moment is counted; the promise is none). The shards share
 the machine with the emulator and Prometheus: on a small one, compare CPU per tick as well as
@@ -110,8 +109,6 @@ NAMESPACES = 10
 LEASE_NAME = "inference-autoscaler"
 LEASE_NAMESPACE = "inference-autoscaler"
 WRITES = ("create", "update", "patch", "delete")
-LEASE_VERBS = ("get", "list", "watch", "create", "update")
-"""The requests on the bucket Leases counted per second of the shards' measured window."""
 COLD_START_REPLICAS = 2
 """Every Deployment's pods with `--cold-start`: the floor, whatever its load."""
 MIN_REPLICAS = 2
@@ -1215,7 +1212,6 @@ async def measure_shards(
             starts = {r.identity: len(r.records) for r in replicas}
             leading = [r for r in replicas if r.led()]
             first = (await cluster.ask("every bucket led"))["counts"]
-            first_s = time.monotonic()
             warm = 2
             if profile is not None:
                 await wait(
@@ -1231,7 +1227,6 @@ async def measure_shards(
                 tick_timeout_s * (warm + ticks),
             )
             final = await cluster.ask(f"writers {buckets}")
-            measured_s = time.monotonic() - first_s
             for replica in replicas:
                 await replica.stop()
             await asyncio.gather(*readers)
@@ -1294,11 +1289,6 @@ async def measure_shards(
         "rss_mib_summed": round(sum(s.get("rss_mib") or 0.0 for s in per_shard.values()), 1),
         "api_writes_per_tick": round(sum(v[1] for v in writes.values()) / (warm + ticks), 1),
         "api_writes_while_measured": {k: v[1] for k, v in sorted(writes.items())},
-        "lease_requests_per_s": {
-            k: round(v[1] / measured_s, 2)
-            for k, v in sorted(api_writes(first, final["counts"], verbs=LEASE_VERBS).items())
-            if k.endswith(" leases")
-        },
         "writers": final["writers"],
         "per_shard": per_shard,
     }

@@ -397,15 +397,6 @@ def test_the_deployments_environment_is_valid_settings(
         renewals = [r for r in leader_role["rules"] if "update" in r["verbs"]]
         leases = shards.bucket_names(config.kubernetes.lease_name, config.kubernetes.lease_buckets)
         assert [r["resourceNames"] for r in renewals] == [list(leases)]
-        # The followers list and watch the Leases (`leader.LeaseWatch`): reads only.
-        watches = [r for r in leader_role["rules"] if "watch" in r["verbs"]]
-        assert watches == [
-            {
-                "apiGroups": ["coordination.k8s.io"],
-                "resources": ["leases"],
-                "verbs": ["list", "watch"],
-            }
-        ]
     granted_in = [b["metadata"]["namespace"] for b in managed_namespace_bindings(objects)]
     assert list(config.kubernetes.namespaces) == granted_in
 

@@ -44,16 +44,6 @@ the split out with the others by `core.shards.split`, from the holders its elect
   next bucket goes only once that one is held again, so the split converges one bucket at a
   time and no service ever has two writers.
 
-A replica's followers read their Leases from one list and watch of the namespace's bucket
-Leases (`LeaseWatch`) instead of each reading its Lease from the API every retry: the polls
-of a replica that leads three of nine buckets were six reads every two seconds, the watch
-brings each Lease's writes once. They judge expiry and take a Lease exactly as from a read:
-the copy is seen no earlier than the record was written, and a take or an ask made from it
-carries its resourceVersion, which the API refuses (409) if the Lease has moved on since (a
-renewal not yet delivered); the follower then reads the API at once, and keeps reading it
-until the watch brings a newer copy, so that a watch that has stopped delivering leaves it
-polling as before. Renewals, and clearing a Lease, read the API.
-
 Replicas that start together first try the buckets they prefer (`core.shards.preference`),
 the rest a fraction of a retry apart. A replica that starts when every bucket is held asks
 to be counted and is handed its share, one bucket at a time.
@@ -73,13 +63,13 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio import client
 
 from autoscaler import clock as clock_
-from autoscaler.adapters.kubernetes import _api, informer
+from autoscaler.adapters.kubernetes import _api
 from autoscaler.adapters.kubernetes._api import Obj
 from autoscaler.core import shards
 
@@ -101,17 +91,6 @@ def default_identity(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     base = env.get("POD_NAME") or env.get("HOSTNAME") or socket.gethostname()
     return f"{base}-{secrets.token_hex(3)}"
-
-
-class WatchedLeases(Protocol):
-    """Leases as a watch last delivered them (`LeaseWatch`)."""
-
-    @property
-    def synced(self) -> bool:
-        """Whether the Leases have been listed."""
-
-    def lease(self, name: str) -> Obj | None:
-        """The Lease `name`; None when there is none."""
 
 
 class _Outcome(enum.Enum):
@@ -155,7 +134,6 @@ class LeaderElector:
         wait_quiet: Callable[[], Awaitable[None]] | None = None,
         ask: Callable[[], bool] | None = None,
         on_asked: Callable[[str], None] | None = None,
-        watched: WatchedLeases | None = None,
     ) -> None:
         """A candidate `identity` for the Lease `namespace/name`.
 
@@ -168,10 +146,7 @@ class LeaderElector:
         Bucket Leases also pass: `give_up()`, asked after each renewal, true to hand the Lease
         over (stop leading, await `wait_quiet()`, then clear the holder); `ask()`, asked when
         another holds the Lease, true to write this candidate's identity in `ASK_ANNOTATION`;
-        `on_asked(identity)`, told of the identity found there by the holder's renewal;
-        `watched`, a watch of the Lease that a follower reads instead of the API while it is
-        synced (renewals, and the read after a write that the copy's version lost, still read
-        the API).
+        `on_asked(identity)`, told of the identity found there by the holder's renewal.
         """
         if not 0 < renew_interval_s < renew_deadline_s < lease_duration_s:
             raise ValueError("need 0 < renew_interval_s < renew_deadline_s < lease_duration_s")
@@ -202,11 +177,6 @@ class LeaderElector:
         self._wait_quiet = wait_quiet
         self._ask = ask
         self._on_asked = on_asked
-        self._watched = watched
-        # The resourceVersion of a watched copy that lost a write ("" for a copy that showed no
-        # Lease): the API is read until the watch brings something newer, so that a watch that
-        # has stopped delivering leaves this follower polling, as without one.
-        self._stale_version: str | None = None
         self._handing_over = False
         self.leading = asyncio.Event()
         """Set while this candidate leads (it became leader)."""
@@ -312,11 +282,7 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         while True:
-            watched = self._reads_watch()
-            outcome = await self._attempt(watched=watched)
-            if outcome is _Outcome.CONFLICT and watched:
-                # The copy was behind the Lease: read the Lease itself at once, as a poll would.
-                outcome = await self._attempt()
+            outcome = await self._attempt()
             if outcome is _Outcome.DEFERRED:
                 await self.clock.sleep(self._deferred_s)
                 continue
@@ -366,38 +332,13 @@ class LeaderElector:
         if self._on_stopped is not None:
             self._on_stopped()
 
-    def _reads_watch(self) -> bool:
-        """Whether the next read of a follower is the watched copy rather than the API: the
-        watch has listed the Leases, and its copy is not one that already lost a write."""
-        if self._watched is None or not self._watched.synced:
-            return False
-        if self._stale_version is not None:
-            if _version(self._watched.lease(self.name)) == self._stale_version:
-                return False
-            self._stale_version = None
-        return True
-
-    async def _attempt(self, *, watched: bool = False) -> _Outcome:
-        """Read the Lease (the watched copy, when `watched`) and take or renew it if it is ours
-        to take. A write made from the copy carries the copy's resourceVersion: if the Lease
-        has moved on since (a renewal the watch has not delivered yet), the API refuses it with
-        409, so a stale copy can delay a takeover but never make one."""
+    async def _attempt(self) -> _Outcome:
+        """Read the Lease and take or renew it if it is ours to take."""
         now_s = self.clock.now()
-        if watched:
-            assert self._watched is not None
-            lease = self._watched.lease(self.name)
-        else:
-            try:
-                lease = await self._call("leases.get", self._leases.read_namespaced_lease)
-            except _FailedError:
-                return _Outcome.FAILED
-        outcome = await self._judge(lease, now_s)
-        if outcome is _Outcome.CONFLICT and watched:
-            self._stale_version = _version(lease)
-        return outcome
-
-    async def _judge(self, lease: Obj | None, now_s: float) -> _Outcome:
-        """Take or renew the Lease as read (`lease`, None when it does not exist)."""
+        try:
+            lease = await self._call("leases.get", self._leases.read_namespaced_lease)
+        except _FailedError:
+            return _Outcome.FAILED
         if lease is None:
             return await self._create(now_s)
         # Seen now, after the read came back: never earlier than the record was written.
@@ -471,10 +412,7 @@ class LeaderElector:
         }
         try:
             await self._call("leases.update", self._leases.replace_namespaced_lease, asked)
-        except _ConflictError:
-            self._stale_version = _version(lease)  # the Lease moved on from what was read
-            return
-        except _FailedError:
+        except (_ConflictError, _FailedError):
             return
         log.info("lease.asked", lease=self._lease_name, identity=self.identity)
 
@@ -549,46 +487,6 @@ class LeaderElector:
             raise _FailedError from e
 
 
-class LeaseWatch:
-    """The bucket Leases of one namespace as one list and watch shows them, for the followers
-    to read instead of each polling its Lease: every poll of a replica's followers is one
-    API read, a watch costs the Leases' own writes (every renewal, once)."""
-
-    def __init__(
-        self,
-        api: client.ApiClient,
-        *,
-        namespace: str,
-        names: Sequence[str],
-        clock: clock_.Clock,
-        on_api_error: _api.ErrorCallback = _api.ignore_error,
-        request_timeout_s: float = 5.0,
-    ) -> None:
-        wanted = frozenset(names)
-        leases = client.CoordinationV1Api(api)
-        self.namespace = namespace
-        self.informer = informer.Informer(
-            "leases",
-            [informer.Source(leases.list_namespaced_lease, (namespace,), namespace=namespace)],
-            clock=clock,
-            keep=lambda lease: _api.name(lease) in wanted,
-            on_api_error=on_api_error,
-            request_timeout_s=request_timeout_s,
-        )
-
-    @property
-    def synced(self) -> bool:
-        """Whether the Leases have been listed (the watch follows from then on)."""
-        return self.informer.synced
-
-    def lease(self, name: str) -> Obj | None:
-        """The Lease `name` as last listed or watched; None when there is none."""
-        return self.informer.get(self.namespace, name)
-
-    async def run(self) -> None:
-        await self.informer.run()
-
-
 class BucketLeases:
     """One `LeaderElector` per bucket Lease, all campaigning; see the module docstring."""
 
@@ -604,15 +502,12 @@ class BucketLeases:
         lease_duration_s: float = 15.0,
         on_changed: Callable[[], None] | None = None,
         wait_quiet: Callable[[], Awaitable[None]] | None = None,
-        watch: bool = True,
         **elector: Any,
     ) -> None:
         """Electors for every name of `buckets` in `namespace`; `elector` holds the other
         `LeaderElector` settings, shared by all. `on_changed` is told whenever a bucket is won
         or lost; `wait_quiet()` is awaited between stepping down from a bucket given up to
-        even the split and clearing its Lease (the work begun for its services ends). With
-        `watch`, the followers read the Leases from one watch of them (`LeaseWatch`) rather
-        than each from the API every retry."""
+        even the split and clearing its Lease (the work begun for its services ends)."""
         self.buckets = buckets
         self.identity = identity
         self.clock = clock
@@ -628,17 +523,6 @@ class BucketLeases:
         stagger_s = retry_interval_s / count
         self._preferred = shards.preference(identity, buckets.names)
         ranks = {index: rank for rank, index in enumerate(self._preferred)}
-        self.watch: LeaseWatch | None = None
-        """The watch of the bucket Leases the followers read; None: they poll the API."""
-        if watch:
-            self.watch = LeaseWatch(
-                api,
-                namespace=namespace,
-                names=buckets.names,
-                clock=clock,
-                on_api_error=elector.get("on_api_error", _api.ignore_error),
-                request_timeout_s=elector.get("request_timeout_s", 5.0),
-            )
         self.electors: tuple[LeaderElector, ...] = tuple(
             LeaderElector(
                 api,
@@ -656,7 +540,6 @@ class BucketLeases:
                 on_asked=self._asked,
                 on_started_leading=self._changed,
                 on_stopped_leading=self._changed,
-                watched=self.watch,
                 **elector,
             )
             for index, name in enumerate(buckets.names)
@@ -702,8 +585,6 @@ class BucketLeases:
     async def run(self) -> None:
         """Campaign for every bucket until cancelled; each elector releases its Lease."""
         async with asyncio.TaskGroup() as group:
-            if self.watch is not None:
-                group.create_task(self.watch.run(), name="lease watch")
             for elector in self.electors:
                 group.create_task(elector.run(), name=f"lease {elector.name}")
 
@@ -779,10 +660,6 @@ def _spec(lease: Obj) -> Obj:
 def _holder(lease: Obj) -> str:
     holder = _spec(lease).get("holderIdentity")
     return holder if isinstance(holder, str) else ""
-
-
-def _version(lease: Obj | None) -> str:
-    return "" if lease is None else _api.resource_version(lease)
 
 
 def _whole(value: object) -> int:
