@@ -7,6 +7,8 @@ anything that waits on the network is a coroutine.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -77,6 +79,13 @@ class Workload:
     placement: placement.Need | None = None
     """What one replica needs of the placement ladder (its `placement` and `model-memory`
     annotations, the whole GPUs its pods request); None when they request none."""
+
+
+def rebuilt_rows(before: Sequence[Workload], after: Sequence[Workload]) -> list[int]:
+    """The rows of `after` whose record is not the very object `before` held there: a record is
+    rebuilt only when what it reads changed, so the rest can be reused as they were (the two
+    sequences are of one length)."""
+    return list(itertools.compress(itertools.count(), map(operator.is_not, before, after)))
 
 
 class Cluster(Protocol):

@@ -27,7 +27,6 @@ import asyncio
 import enum
 import itertools
 import math
-import operator
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
@@ -389,11 +388,7 @@ class _PerService(Collector):
                     hours[row], accrued[row] = kept, True
         else:
             projects, rates, hours, accrued = last.projects, last.rates, last.hours, last.accrued
-            changed = list(
-                itertools.compress(
-                    itertools.count(), map(operator.is_not, last.workloads, workloads)
-                )
-            )
+            changed = ports.rebuilt_rows(last.workloads, workloads)
             if changed:
                 projects, rates, hours, accrued = (
                     list(projects),

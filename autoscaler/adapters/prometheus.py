@@ -683,11 +683,7 @@ class MetricsSource:
         """
         last = self._located
         if last is not None and len(last.workloads) == len(workloads):
-            changed = list(
-                itertools.compress(
-                    itertools.count(), map(operator.is_not, last.workloads, workloads)
-                )
-            )
+            changed = ports.rebuilt_rows(last.workloads, workloads)
             if not changed:
                 return last
             before = last.workloads
